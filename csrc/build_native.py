@@ -1,0 +1,248 @@
+"""Build memhook's native parts: the core library and the CUDA simulator.
+
+setup.py calls :func:`build_all` from its ``build_ext`` step; the tests call it
+too, to build sanitizer flavours into a scratch folder.  The build is plain
+``cc`` invocations (no make, no cmake) because the whole native tree is a
+handful of small C files with the same flags, and this keeps ``pip install``
+free of build tools other than a C compiler.
+
+Outputs, relative to ``out_root`` (the folder that holds the ``memhook``
+package)::
+
+    memhook/libmemhook.so                  the core: all hook state
+    memhook/sim/lib/libcuda.so.1           simulated driver
+    memhook/sim/lib/libcudart.so.13        simulated runtime (soname)
+    memhook/sim/lib/libcudart.so           dev-name shim that needs .so.13
+    memhook/sim/lib/libcudart_static.a     simulated runtime, static
+    memhook/sim/lib/cudart_sim.h           the runtime's prototypes
+
+Environment:
+    CC                   compiler (default ``cc``)
+    MEMHOOK_SANITIZE     e.g. ``address,undefined``: build with sanitizers
+    MEMHOOK_DEBUG=1      -O0 instead of -O2
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["Target", "TARGETS", "build_all", "compile_flags", "link_flags"]
+
+CSRC = Path(__file__).resolve().parent
+INCLUDE = CSRC / "include"
+
+WARNINGS = ["-Wall", "-Wextra", "-Werror"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One native artefact: a shared library or a static archive."""
+
+    name: str                 # output path relative to out_root
+    sources: tuple[str, ...]  # globs relative to csrc/
+    kind: str = "shared"      # "shared" | "static"
+    soname: str | None = None
+    libs: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    rpath_origin: bool = False
+    needed: tuple[str, ...] = ()  # extra sonames to record (shim libraries)
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(
+        name="memhook/libmemhook.so",
+        sources=("core/*.c",),
+        soname="libmemhook.so",
+        libs=("-ldl", "-lpthread"),
+    ),
+    Target(
+        name="memhook/sim/lib/libcuda.so.1",
+        sources=("sim/driver/*.c",),
+        soname="libcuda.so.1",
+        libs=("-ldl", "-lpthread"),
+        includes=("sim/driver",),
+    ),
+    Target(
+        name="memhook/sim/lib/libcudart.so.13",
+        sources=("sim/runtime/*.c",),
+        soname="libcudart.so.13",
+        libs=("-ldl", "-lpthread"),
+        includes=("sim/runtime",),
+    ),
+    Target(
+        name="memhook/sim/lib/libcudart_static.a",
+        sources=("sim/runtime/*.c",),
+        kind="static",
+        includes=("sim/runtime",),
+        defines=("MEMHOOK_CUDART_STATIC=1",),
+    ),
+)
+
+# Files copied verbatim next to the built libraries.
+HEADERS = (("sim/runtime/include/cudart_sim.h", "memhook/sim/lib/cudart_sim.h"),)
+
+
+def _cc() -> list[str]:
+    return shlex.split(os.environ.get("CC", "cc"))
+
+
+def _sanitize(sanitize: str | None) -> list[str]:
+    value = sanitize if sanitize is not None else os.environ.get("MEMHOOK_SANITIZE", "")
+    if not value:
+        return []
+    valid = {"address", "undefined", "thread", "leak"}
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    bad = [p for p in parts if p not in valid]
+    if bad:
+        raise ValueError(
+            f"MEMHOOK_SANITIZE: unknown sanitizer(s) {bad!r}; valid: {sorted(valid)}"
+        )
+    return [f"-fsanitize={','.join(parts)}", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+
+
+def compile_flags(target: Target | None = None, sanitize: str | None = None) -> list[str]:
+    """The C flags every native file is compiled with."""
+    debug = os.environ.get("MEMHOOK_DEBUG") == "1"
+    flags = [
+        "-std=c11",
+        "-D_GNU_SOURCE",
+        "-fPIC",
+        "-fvisibility=hidden",
+        "-g",
+        "-O0" if debug else "-O2",
+        *WARNINGS,
+        f"-I{INCLUDE}",
+    ]
+    if target is not None:
+        flags += [f"-I{CSRC / inc}" for inc in target.includes]
+        flags += [f"-D{d}" for d in target.defines]
+    return flags + _sanitize(sanitize)
+
+
+def link_flags(sanitize: str | None = None) -> list[str]:
+    return ["-Wl,-z,defs", "-Wl,-z,relro", "-Wl,-z,now"] + _sanitize(sanitize)
+
+
+def _sources(target: Target) -> list[Path]:
+    found: list[Path] = []
+    for pattern in target.sources:
+        found.extend(sorted(CSRC.glob(pattern)))
+    if not found:
+        raise FileNotFoundError(f"{target.name}: no sources match {target.sources}")
+    return found
+
+
+def _run(cmd: list[str], verbose: bool) -> None:
+    if verbose:
+        print(" ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"native build step failed ({proc.returncode}):\n  {' '.join(cmd)}\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
+    if proc.stderr.strip() and verbose:
+        print(proc.stderr, file=sys.stderr)
+
+
+def _build_target(target: Target, out_root: Path, obj_root: Path,
+                  sanitize: str | None, pool: concurrent.futures.Executor,
+                  verbose: bool) -> Path:
+    out = out_root / target.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    obj_dir = obj_root / target.name.replace("/", "_")
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    cflags = compile_flags(target, sanitize)
+    jobs = []
+    objects = []
+    for src in _sources(target):
+        obj = obj_dir / (src.relative_to(CSRC).as_posix().replace("/", "_") + ".o")
+        objects.append(obj)
+        jobs.append(pool.submit(_run, [*_cc(), *cflags, "-c", str(src), "-o", str(obj)], verbose))
+    for job in jobs:
+        job.result()
+    tmp = out.with_name(out.name + ".tmp")
+    if target.kind == "static":
+        if tmp.exists():
+            tmp.unlink()
+        _run(["ar", "rcs", str(tmp), *map(str, objects)], verbose)
+    else:
+        cmd = [*_cc(), "-shared", *cflags, *map(str, objects), "-o", str(tmp)]
+        if target.soname:
+            cmd.append(f"-Wl,-soname,{target.soname}")
+        if target.rpath_origin:
+            cmd.append("-Wl,-rpath,$ORIGIN")
+        cmd += link_flags(sanitize) + list(target.libs)
+        _run(cmd, verbose)
+    # Atomic replace: a process that has the old file mapped keeps it intact.
+    os.replace(tmp, out)
+    return out
+
+
+def _build_cudart_shim(out_root: Path, obj_root: Path, sanitize: str | None,
+                       verbose: bool) -> Path:
+    """libcudart.so: the development name, as a shim that needs libcudart.so.13.
+
+    A copy would be a second runtime with its own state whenever a process
+    opens both names; a shim makes both names one runtime, the way NVIDIA's
+    symlink does (wheels cannot carry symlinks)."""
+    lib_dir = out_root / "memhook/sim/lib"
+    stub = obj_root / "cudart_shim.c"
+    stub.write_text("/* libcudart.so -> libcudart.so.13 (see build_native.py) */\n"
+                    "typedef int memhook_cudart_shim;\n")
+    tmp = lib_dir / "libcudart.so.tmp"
+    _run([*_cc(), "-shared", "-fPIC", str(stub), "-o", str(tmp),
+          "-Wl,-soname,libcudart.so", "-Wl,--no-as-needed",
+          f"-L{lib_dir}", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN",
+          *_sanitize(sanitize)], verbose)
+    out = lib_dir / "libcudart.so"
+    os.replace(tmp, out)
+    return out
+
+
+def build_all(out_root: str | os.PathLike[str], obj_root: str | os.PathLike[str] | None = None,
+              sanitize: str | None = None, verbose: bool = False,
+              only: tuple[str, ...] | None = None) -> list[Path]:
+    """Build every target into ``out_root``; returns the files written.
+
+    ``only`` restricts the build to targets whose output name contains one of
+    the given strings (e.g. ``("libmemhook",)``); the default builds all."""
+    out_root = Path(out_root)
+    obj_root = Path(obj_root) if obj_root else out_root / ".memhook-obj"
+    obj_root.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for target in TARGETS:
+            if only is None or any(key in target.name for key in only):
+                written.append(_build_target(target, out_root, obj_root, sanitize, pool, verbose))
+    if only is not None and not any("cudart" in key for key in only):
+        return written
+    written.append(_build_cudart_shim(out_root, obj_root, sanitize, verbose))
+    for src, dst in HEADERS:
+        dest = out_root / dst
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CSRC / src, dest)
+        written.append(dest)
+    return written
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_root", help="folder that will hold memhook/...")
+    parser.add_argument("--sanitize", default=None)
+    parser.add_argument("--only", action="append", help="build only targets matching this")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    only = tuple(args.only) if args.only else None
+    for path in build_all(args.out_root, sanitize=args.sanitize, verbose=args.verbose, only=only):
+        print(path)

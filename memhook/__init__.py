@@ -1,0 +1,17 @@
+"""memhook: is this pointer GPU memory, and which kind?
+
+memhook intercepts CUDA allocation and free entry points inside a process,
+turns every call into an event, and answers memory-type queries from a cache.
+See DESIGN.md for the contract.  This module is the public Python API.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._core import library_path
+from ._version import __version__
+
+__all__ = ["__version__", "library_path"]
+
+logging.getLogger("memhook").addHandler(logging.NullHandler())

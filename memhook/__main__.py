@@ -1,0 +1,85 @@
+"""The ``memhook`` command line.
+
+Subcommands so far:
+
+* ``memhook version``            versions and paths of the package and its core
+* ``memhook sim env``            shell ``export`` lines to run programs on the simulator
+* ``memhook sim run -- CMD ...`` run CMD on the simulator (exit status is CMD's)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _cmd_version(_args: argparse.Namespace) -> int:
+    from . import __version__, library_path
+    from ._core import native_version
+    from . import sim
+
+    print(f"memhook {__version__}")
+    print(f"core    {native_version()} {library_path()}")
+    try:
+        print(f"sim     {sim.library_dir()}")
+    except sim.SimulatorError as exc:
+        print(f"sim     unavailable: {exc}")
+    return 0
+
+
+def _cmd_sim_env(_args: argparse.Namespace) -> int:
+    from . import sim
+
+    env = sim.environ()
+    print(f"export LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])}")
+    return 0
+
+
+def _cmd_sim_run(args: argparse.Namespace) -> int:
+    from . import sim
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("memhook sim run: missing command; usage: memhook sim run -- CMD [ARGS...]",
+              file=sys.stderr)
+        return 2
+    env = sim.environ()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"memhook sim run: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # pragma: no cover - exec does not return
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memhook", description="GPU memory-event hooking")
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    p_version = sub.add_parser("version", help="print versions and library paths")
+    p_version.set_defaults(func=_cmd_version)
+    p_sim = sub.add_parser("sim", help="the CUDA driver simulator")
+    sim_sub = p_sim.add_subparsers(dest="sim_command", required=True)
+    p_env = sim_sub.add_parser("env", help="print shell exports that select the simulator")
+    p_env.set_defaults(func=_cmd_sim_env)
+    p_run = sim_sub.add_parser("run", help="run a command on the simulator")
+    p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p_run.set_defaults(func=_cmd_sim_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

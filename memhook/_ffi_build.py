@@ -1,0 +1,43 @@
+"""cffi (API mode) builder for memhook._native, the bridge to libmemhook.so.
+
+Run by setup.py (``cffi_modules``).  The extension links to the core library
+with rpath ``$ORIGIN``, so it always binds the libmemhook.so sitting next to
+it: the same file that ``memhook trace`` LD_PRELOADs.  API mode means the C
+compiler checks every declaration below against memhook.h.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
+
+CDEF = """
+const char *memhook_version(void);
+int memhook_version_number(void);
+const char *memhook_library_path(void);
+int memhook_log_level_get(void);
+int memhook_log_level_set(int level);
+int memhook_log_level_parse(const char *name);
+const char *memhook_log_level_name(int level);
+void memhook_log_write(int level, const char *message);
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "memhook._native",
+    '#include "memhook/memhook.h"\n',
+    include_dirs=[INCLUDE],
+    libraries=["memhook"],
+    # library_dirs is filled in by setup.py's build_ext, which builds the core
+    # first; the rpath makes the installed extension find it beside itself.
+    extra_link_args=["-Wl,-rpath,$ORIGIN", "-Wl,-z,now"],
+    extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
