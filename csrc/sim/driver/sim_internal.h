@@ -150,4 +150,55 @@ SIM_HIDDEN void sim_mem_free_ctx_locked(sim_ctx *ctx);
 /* The live allocation containing addr, or NULL. */
 SIM_HIDDEN sim_alloc *sim_registry_find(uint64_t addr);
 
+/* ---- added by control half ---- */
+
+/* vaspace.c (memory half): reserve the device VA range and create the
+ * memfd.  cuInit calls it once, holding sim_lock. */
+SIM_HIDDEN CUresult sim_vaspace_init(void);
+
+/* Module and library globals (module.c).  module.c allocates each global
+ * with sim_mem_alloc_locked(ctx, SIM_ALLOC_DEVICE or SIM_ALLOC_MANAGED,
+ * size, owner = the module, &addr) and then sets this bit in the
+ * allocation's flags.  Only cuModuleUnload / cuLibraryUnload (and context
+ * teardown) may free such an allocation: the exported frees (cuMemFree,
+ * cuMemFree_v2, cuMemFreeAsync*) must refuse it with
+ * CUDA_ERROR_INVALID_VALUE and leave it mapped.  sim_mem_free_locked does
+ * NOT check the bit (module.c frees globals through it). */
+#define SIM_ALLOC_FLAG_MODULE_GLOBAL 0x80000000u
+static inline bool sim_alloc_is_module_global(const sim_alloc *a)
+{
+    return a != NULL && (a->flags & SIM_ALLOC_FLAG_MODULE_GLOBAL) != 0;
+}
+
+/* Locking note: sim_lock is a RECURSIVE mutex, so sim_ctx_current,
+ * sim_ctx_require, sim_ctx_check and sim_stream_check may be called with
+ * or without sim_lock held (they take it themselves). */
+
+/* True while ctx is a live context (primary: while retained).  Caller holds
+ * sim_lock. */
+SIM_HIDDEN bool sim_ctx_alive_locked(const sim_ctx *ctx);
+
+/* ---- added by memory half ---- */
+
+/* sim_vaspace_init (declared above) is idempotent and guarded by a private
+ * mutex that never takes sim_lock, so it may be called with or without
+ * sim_lock held; the allocators also call it lazily.  It returns
+ * OUT_OF_MEMORY when the VA cannot be reserved and OPERATING_SYSTEM when
+ * the memfd cannot be made.
+ *
+ * Notes on the helpers above, as the memory half implements them:
+ * - sim_va_reserve(SIM_SPACE_DEVICE, -1, ...) reserves from the VMM slice
+ *   (cuMemAddressReserve); align 0 means page alignment; fixed_hint is used
+ *   when that range is free in the slice, else ignored.
+ * - sim_phys_alloc(SIM_SPACE_LEGACY32, dev, ...) draws on dev's memory.
+ * - sim_mem_free_ctx_locked(ctx) frees the device, managed, pinned host,
+ *   pool and IPC allocations and the registrations of ctx, but NOT
+ *   allocations made through sim_mem_alloc_locked with owner != NULL
+ *   (module/library globals): module.c frees those with
+ *   sim_mem_free_locked (sim_module_drop_ctx_locked runs first), so an
+ *   address is never freed twice.
+ * - Allocations are zero-filled (fresh or hole-punched memfd pages).
+ * - The exported frees refuse any DEVICE/MANAGED allocation with an owner
+ *   or with SIM_ALLOC_FLAG_MODULE_GLOBAL set. */
+
 #endif /* MEMHOOK_SIM_INTERNAL_H */

@@ -1,0 +1,94 @@
+"""libmemhook.so: one core, found by path, versioned, logging by env."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import memhook
+from memhook._core import ffi, lib, native_version
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_library_path_is_the_loaded_core() -> None:
+    path = memhook.library_path()
+    assert os.path.isabs(path) and os.path.basename(path) == "libmemhook.so"
+    assert os.path.isfile(path)
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        mapped = {line.split()[-1] for line in maps if "libmemhook" in line}
+    assert mapped == {path}, "exactly one libmemhook.so is mapped, the one reported"
+
+
+def test_extension_binds_the_core_beside_it() -> None:
+    """The extension's rpath is $ORIGIN: it must not pick up another copy."""
+    ext = Path(memhook._core.__file__).parent
+    assert Path(memhook.library_path()).parent == ext
+
+
+def test_versions_agree() -> None:
+    header = (ROOT / "csrc/include/memhook/memhook.h").read_text()
+    c_version = re.search(r'#define MEMHOOK_VERSION_STRING "([^"]+)"', header).group(1)
+    assert native_version() == c_version == memhook.__version__
+    major, minor, patch = map(int, c_version.split("."))
+    assert lib.memhook_version_number() == major * 10000 + minor * 100 + patch
+
+
+def test_log_level_api() -> None:
+    assert [lib.memhook_log_level_parse(n) for n in (b"error", b"WARN", b"info", b"Debug")] == [0, 1, 2, 3]
+    assert lib.memhook_log_level_parse(b"verbose") == -1
+    assert lib.memhook_log_level_parse(ffi.NULL) == -1
+    assert ffi.string(lib.memhook_log_level_name(3)) == b"debug"
+    assert lib.memhook_log_level_name(4) == ffi.NULL
+    before = lib.memhook_log_level_get()
+    try:
+        assert lib.memhook_log_level_set(3) == before
+        assert lib.memhook_log_level_get() == 3
+        assert lib.memhook_log_level_set(7) == -1 and lib.memhook_log_level_get() == 3
+    finally:
+        lib.memhook_log_level_set(before)
+
+
+def _import_with_log_level(value: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("MEMHOOK_LOG_LEVEL", None)
+    if value is not None:
+        env["MEMHOOK_LOG_LEVEL"] = value
+    code = ("import memhook; from memhook._core import lib; "
+            "lib.memhook_log_write(2, b'hello-info'); lib.memhook_log_write(0, b'hello-error')")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_log_level_from_environment() -> None:
+    quiet = _import_with_log_level(None)
+    assert quiet.returncode == 0
+    assert "hello-error" in quiet.stderr and "hello-info" not in quiet.stderr
+    assert "loaded" not in quiet.stderr
+
+    chatty = _import_with_log_level("info")
+    assert "hello-info" in chatty.stderr
+    line = next(l for l in chatty.stderr.splitlines() if "libmemhook" in l and "loaded" in l)
+    assert re.match(r"memhook\[\d+:\d+\] info: libmemhook 0\.1\.0 loaded from /", line), line
+
+    errors_only = _import_with_log_level("error")
+    assert "hello-error" in errors_only.stderr and "hello-info" not in errors_only.stderr
+
+
+def test_bad_log_level_is_reported_with_valid_values() -> None:
+    proc = _import_with_log_level("loud")
+    assert proc.returncode == 0
+    assert "MEMHOOK_LOG_LEVEL=loud" in proc.stderr
+    assert "error, warn, info, debug" in proc.stderr
+
+
+def test_long_log_line_is_truncated_not_overflowed() -> None:
+    env = dict(os.environ, MEMHOOK_LOG_LEVEL="error")
+    code = "from memhook._core import lib; lib.memhook_log_write(0, b'x' * 5000)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and 900 < len(lines[0]) < 1024
