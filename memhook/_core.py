@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 
@@ -10,12 +11,31 @@ from ._version import __version__
 __all__ = ["ffi", "lib", "library_path", "native_version"]
 
 _log = logging.getLogger("memhook")
+_CORE_SONAME = "libmemhook.so"
+
+
+def _bind_core() -> ctypes.CDLL:
+    """Make sure exactly one libmemhook.so is in the process before the
+    extension loads, so its DT_NEEDED entry binds to that one by soname.
+
+    If the core is already there (``memhook trace`` LD_PRELOADs it, or another
+    import loaded it), that copy is used; loading ours by path as well would
+    put a second copy of the hook state in the process.  Otherwise the file
+    beside this module is loaded - not whatever a RUNPATH search finds."""
+    try:
+        return ctypes.CDLL(_CORE_SONAME, mode=os.RTLD_NOW | os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+    except OSError:
+        pass
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), _CORE_SONAME)
+    return ctypes.CDLL(here, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+
 
 try:
+    _core_handle = _bind_core()
     from ._native import ffi, lib  # type: ignore[import-not-found]
 except ImportError as exc:  # pragma: no cover - only on a broken install
     raise ImportError(
-        "memhook's native extension is missing or cannot load libmemhook.so "
+        "memhook's native extension or its core libmemhook.so is missing or cannot load "
         f"({exc}); reinstall with `pip install .` (or `pip install -e .`) "
         "on a machine with a C compiler"
     ) from exc

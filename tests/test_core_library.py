@@ -92,3 +92,19 @@ def test_long_log_line_is_truncated_not_overflowed() -> None:
     assert proc.returncode == 0
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and 900 < len(lines[0]) < 1024
+
+
+def test_preloaded_core_is_reused_not_duplicated(tmp_path) -> None:
+    """With another libmemhook.so already in the process (as `memhook trace`
+    LD_PRELOADs it), importing memhook binds that one: never two copies."""
+    other = tmp_path / "libmemhook.so"
+    other.write_bytes(Path(memhook.library_path()).read_bytes())
+    code = ("import memhook\n"
+            "maps = {l.split()[-1] for l in open('/proc/self/maps') if 'libmemhook' in l}\n"
+            "print(memhook.library_path()); print(len(maps))\n")
+    env = dict(os.environ, LD_PRELOAD=str(other))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    path, copies = proc.stdout.split()
+    assert path == str(other) and copies == "1"

@@ -142,7 +142,12 @@ SIM_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     if (pciBusId == NULL || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     char buf[32];
-    snprintf(buf, sizeof buf, "%04x:%02x:00.0", SIM_PCI_DOMAIN, sim_pci_bus(dev));
+    int domain = 0, bus = 0, slot = 0;
+    sim_device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev, &domain);
+    sim_device_attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev, &bus);
+    sim_device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev, &slot);
+    snprintf(buf, sizeof buf, "%04x:%02x:%02x.0", (unsigned)domain, (unsigned)bus & 0xff,
+             (unsigned)slot & 0xff);
     copy_string(pciBusId, len, buf);
     return CUDA_SUCCESS;
 }

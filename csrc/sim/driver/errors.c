@@ -1,10 +1,11 @@
 /*
  * errors.c - cuGetErrorName / cuGetErrorString.
  *
- * The one table below is the only place the names and texts live, so it can
- * be replaced wholesale by strings recorded from a real driver.  The texts
- * are short, driver-style descriptions.  Both functions work before cuInit
- * and in a forked child, as the real ones do.
+ * The one table below is the only place the names and texts live.  The texts
+ * are the ones libcuda 580 (CUDA 13.0) returned on an H200, as recorded in
+ * tests/data/h200-driver-facts.json ("errors"); tests/sim/test_sim_fidelity.py
+ * compares them.  Both functions work before cuInit and in a forked child,
+ * as the real ones do.
  */
 #include "sim_api.h"
 
@@ -23,15 +24,15 @@ static const sim_error_text k_errors[] = {
     E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
     E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
     E(CUDA_ERROR_PROFILER_DISABLED, "profiler disabled while using external profiling tool"),
-    E(CUDA_ERROR_PROFILER_NOT_INITIALIZED, "profiler not initialized"),
+    E(CUDA_ERROR_PROFILER_NOT_INITIALIZED, "profiler not initialized: call cudaProfilerInitialize()"),
     E(CUDA_ERROR_PROFILER_ALREADY_STARTED, "profiler already started"),
     E(CUDA_ERROR_PROFILER_ALREADY_STOPPED, "profiler already stopped"),
     E(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library"),
-    E(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, "call requires a newer driver"),
-    E(CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA-capable device(s) busy or unavailable"),
+    E(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, "API call is not supported in the installed CUDA driver"),
+    E(CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA-capable device(s) is/are busy or unavailable"),
     E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
     E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
-    E(CUDA_ERROR_DEVICE_NOT_LICENSED, "device not licensed"),
+    E(CUDA_ERROR_DEVICE_NOT_LICENSED, "device doesn't have valid Grid license"),
     E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
     E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
     E(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "context already current"),
@@ -52,11 +53,11 @@ static const sim_error_text k_errors[] = {
     E(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, "invalid OpenGL or DirectX context"),
     E(CUDA_ERROR_NVLINK_UNCORRECTABLE, "uncorrectable NVLink error detected during the execution"),
     E(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "PTX JIT compiler library not found"),
-    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain"),
+    E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain."),
     E(CUDA_ERROR_JIT_COMPILATION_DISABLED, "PTX JIT compilation was disabled"),
     E(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "the provided execution affinity is not supported"),
-    E(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, "device-side synchronization is not supported"),
-    E(CUDA_ERROR_CONTAINED, "an exception was contained on the device"),
+    E(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, "the provided PTX contains unsupported call to cudaDeviceSynchronize"),
+    E(CUDA_ERROR_CONTAINED, "Invalid access of peer GPU memory over nvlink or a hardware error"),
     E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid"),
     E(CUDA_ERROR_FILE_NOT_FOUND, "file not found"),
     E(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, "shared object symbol not found"),
@@ -98,8 +99,8 @@ static const sim_error_text k_errors[] = {
     E(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, "the hardware resources required to create MPS client have been exhausted"),
     E(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, "the hardware resources required to support device connections have been exhausted"),
     E(CUDA_ERROR_MPS_CLIENT_TERMINATED, "the MPS client has been terminated by the server"),
-    E(CUDA_ERROR_CDP_NOT_SUPPORTED, "the module is using CUDA Dynamic Parallelism, which is not supported"),
-    E(CUDA_ERROR_CDP_VERSION_MISMATCH, "CUDA Dynamic Parallelism version mismatch between module and driver"),
+    E(CUDA_ERROR_CDP_NOT_SUPPORTED, "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it"),
+    E(CUDA_ERROR_CDP_VERSION_MISMATCH, "unsupported interaction between different versions of CUDA Dynamic Parallelism"),
     E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
     E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
     E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences"),
@@ -111,7 +112,7 @@ static const sim_error_text k_errors[] = {
     E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
     E(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
     E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
-    E(CUDA_ERROR_EXTERNAL_DEVICE, "an async error has occurred in a device outside of CUDA"),
+    E(CUDA_ERROR_EXTERNAL_DEVICE, "an async error has occured in external entity outside of CUDA"),
     E(CUDA_ERROR_INVALID_CLUSTER_SIZE, "a kernel launch error has occurred due to cluster misconfiguration"),
     E(CUDA_ERROR_FUNCTION_NOT_LOADED, "the function handle is not loaded when calling an API that requires a loaded function"),
     E(CUDA_ERROR_INVALID_RESOURCE_TYPE, "one or more resources passed in are not valid resource types for the operation"),

@@ -232,10 +232,14 @@ static CUresult read_file(const char *path, char **out)
 
 /* ---- globals ------------------------------------------------------------- */
 
+/* Free the globals m still owns.  Each address is checked against the
+ * registry (still live, and still owned by m) so that nothing is freed
+ * twice, whatever freed it before. */
 static void free_globals_locked(module_obj *m)
 {
     for (size_t i = 0; i < m->img.n; i++) {
-        if (m->addr[i] != 0)
+        sim_alloc *a = m->addr[i] != 0 ? sim_registry_find(m->addr[i]) : NULL;
+        if (a != NULL && a->base == m->addr[i] && a->owner == (void *)m)
             sim_mem_free_locked(m->addr[i]);
         m->addr[i] = 0;
     }
@@ -268,12 +272,11 @@ static void unpublish_locked(module_obj *m)
     }
 }
 
-/* Build an unpublished module for ctx with its globals allocated and
- * zeroed.  Called without sim_lock; ctx is the calling thread's current
- * context (cuMemsetD8_v2 zeroes the globals in it).  On success the module
- * is NOT yet in g_modules: the caller publishes it under the lock after
- * checking that ctx is still alive. */
-static CUresult build_module(sim_ctx *ctx, library_obj *lib, image img, module_obj **out)
+/* Make a module for ctx with its globals allocated, and publish it.  The
+ * memory half hands out zero-filled allocations (fresh or hole-punched
+ * memfd pages), so the globals start at zero.  Caller holds sim_lock and
+ * has checked that ctx is alive; on failure the caller still owns img. */
+static CUresult make_module_locked(sim_ctx *ctx, library_obj *lib, image img, module_obj **out)
 {
     module_obj *m = calloc(1, sizeof *m);
     uint64_t *addr = calloc(img.n ? img.n : 1, sizeof *addr);
@@ -287,51 +290,27 @@ static CUresult build_module(sim_ctx *ctx, library_obj *lib, image img, module_o
     m->lib = lib;
     m->img = img;
     m->addr = addr;
-
     CUresult rc = CUDA_SUCCESS;
-    sim_lock();
     for (size_t i = 0; i < img.n && rc == CUDA_SUCCESS; i++) {
         rc = sim_mem_alloc_locked(ctx, img.v[i].managed ? SIM_ALLOC_MANAGED : SIM_ALLOC_DEVICE,
                                   img.v[i].size, m, &m->addr[i]);
-        if (rc == CUDA_SUCCESS) {
-            sim_alloc *a = sim_registry_find(m->addr[i]);
-            if (a != NULL)
-                a->flags |= SIM_ALLOC_FLAG_MODULE_GLOBAL;
-        } else {
+        if (rc != CUDA_SUCCESS) {
             m->addr[i] = 0;
+            break;
         }
+        sim_alloc *a = sim_registry_find(m->addr[i]);
+        if (a != NULL)
+            a->flags |= SIM_ALLOC_FLAG_MODULE_GLOBAL;
     }
-    if (rc != CUDA_SUCCESS)
-        free_globals_locked(m);
-    sim_unlock();
-
-    for (size_t i = 0; i < img.n && rc == CUDA_SUCCESS; i++)
-        rc = cuMemsetD8_v2(m->addr[i], 0, img.v[i].size);
     if (rc != CUDA_SUCCESS) {
-        sim_lock();
-        if (sim_ctx_alive_locked(ctx))
-            free_globals_locked(m);
-        sim_unlock();
+        free_globals_locked(m);
         m->img = (image){ NULL, 0 };       /* the caller still owns img */
         module_free(m);
         return rc;
     }
-    *out = m;
-    return CUDA_SUCCESS;
-}
-
-/* Publish m, or discard it when its context died meanwhile (its
- * allocations were freed with the context). */
-static CUresult publish(module_obj *m)
-{
-    sim_lock();
-    if (!sim_ctx_alive_locked(m->ctx)) {
-        sim_unlock();
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
     m->next = g_modules;
     g_modules = m;
-    sim_unlock();
+    *out = m;
     return CUDA_SUCCESS;
 }
 
@@ -354,23 +333,19 @@ SIM_HIDDEN void sim_module_drop_ctx_locked(sim_ctx *ctx)
 
 static CUresult load_text(CUmodule *module, const char *text)
 {
-    sim_ctx *ctx;
-    CUresult rc = sim_ctx_require(&ctx);
-    if (rc != CUDA_SUCCESS)
-        return rc;
     image img;
-    rc = parse_image(text, &img);
+    CUresult rc = parse_image(text, &img);
     if (rc != CUDA_SUCCESS)
         return rc;
-    module_obj *m;
-    rc = build_module(ctx, NULL, img, &m);
+    sim_lock();
+    sim_ctx *ctx;
+    module_obj *m = NULL;
+    rc = sim_ctx_require(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = make_module_locked(ctx, NULL, img, &m);
+    sim_unlock();
     if (rc != CUDA_SUCCESS) {
         image_free(&img);
-        return rc;
-    }
-    rc = publish(m);
-    if (rc != CUDA_SUCCESS) {
-        module_free(m);
         return rc;
     }
     *module = (CUmodule)m;
@@ -612,44 +587,22 @@ static module_obj *find_instance_locked(const library_obj *l, const sim_ctx *ctx
 /* The library's instance in the current context, made on first use. */
 static CUresult library_instance(library_obj *l, module_obj **out)
 {
+    CUresult rc = sim_check_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    sim_lock();
     sim_ctx *ctx;
-    CUresult rc = sim_ctx_require(&ctx);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    sim_lock();
-    if (!library_alive_locked(l)) {
-        sim_unlock();
-        return CUDA_ERROR_INVALID_HANDLE;
-    }
-    module_obj *m = find_instance_locked(l, ctx);
-    image img = l->img;
-    sim_unlock();
-    if (m != NULL) {
-        *out = m;
-        return CUDA_SUCCESS;
-    }
-    module_obj *fresh;
-    rc = build_module(ctx, l, img, &fresh);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    sim_lock();
-    if (!sim_ctx_alive_locked(ctx)) {
-        rc = CUDA_ERROR_INVALID_CONTEXT;            /* globals went with ctx */
-    } else if (!library_alive_locked(l)) {
-        free_globals_locked(fresh);
+    rc = sim_ctx_require(&ctx);
+    if (rc == CUDA_SUCCESS && !library_alive_locked(l))
         rc = CUDA_ERROR_INVALID_HANDLE;
-    } else if ((m = find_instance_locked(l, ctx)) != NULL) {
-        free_globals_locked(fresh);                 /* another thread won */
-        *out = m;
-    } else {
-        fresh->next = g_modules;
-        g_modules = fresh;
-        *out = fresh;
-        fresh = NULL;
+    if (rc == CUDA_SUCCESS) {
+        module_obj *m = find_instance_locked(l, ctx);
+        if (m == NULL)
+            rc = make_module_locked(ctx, l, l->img, &m);
+        if (rc == CUDA_SUCCESS)
+            *out = m;
     }
     sim_unlock();
-    if (fresh != NULL)
-        module_free(fresh);
     return rc;
 }
 

@@ -11,15 +11,23 @@
  *
  * Lookup (by base name only, never by a _v2/_ptsz spelling):
  *   - the newest legacy row whose version <= cudaVersion is chosen;
- *   - with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, its _ptds/_ptsz
- *     twin is returned instead when one exists with version <= cudaVersion
- *     (otherwise the legacy one: there is no per-thread spelling);
- *   - CU_GET_PROC_ADDRESS_DEFAULT and _LEGACY_STREAM return the legacy row;
- *     any other flag bit, or both stream bits at once, is INVALID_VALUE.
- * An unknown base name is CUDA_ERROR_NOT_FOUND / SYMBOL_NOT_FOUND; a known
- * name asked for with a version older than its first row is NOT_FOUND /
- * VERSION_NOT_SUFFICIENT.  On every failure *pfn is NULL.  Lookups work
- * before cuInit and in a forked child (they touch no driver state).
+ *   - with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (alone or together
+ *     with _LEGACY_STREAM, which the real driver also accepts), its
+ *     _ptds/_ptsz twin is returned instead when one exists with version <=
+ *     cudaVersion (otherwise the legacy one: there is no per-thread spelling);
+ *   - CU_GET_PROC_ADDRESS_DEFAULT and _LEGACY_STREAM return the legacy row.
+ * Failures follow what libcuda 580 does on an H200 (recorded in
+ * tests/data/h200-driver-facts.json, "proc_address"):
+ *   - NULL symbol or pfn, a flag bit other than the two stream bits, or a
+ *     cudaVersion newer than the driver (SIM_DRIVER_VERSION):
+ *     CUDA_ERROR_INVALID_VALUE, symbolStatus left untouched;
+ *   - an unknown base name (SYMBOL_NOT_FOUND) or a known one asked for with
+ *     a version older than its first row (VERSION_NOT_SUFFICIENT): when the
+ *     caller passed a symbolStatus, the call returns CUDA_SUCCESS and the
+ *     status says why; without one (cuGetProcAddress, or _v2 with NULL) it
+ *     returns CUDA_ERROR_NOT_FOUND.
+ * On every failure *pfn is NULL.  Lookups work before cuInit and in a forked
+ * child (they touch no driver state).
  */
 #include <string.h>
 
@@ -210,18 +218,25 @@ static bool is_pt_twin(const sim_proc_row *pt, const sim_proc_row *legacy)
            (strcmp(pt->symbol + n, "_ptds") == 0 || strcmp(pt->symbol + n, "_ptsz") == 0);
 }
 
+static CUresult not_found(CUdriverProcAddressQueryResult *status,
+                          CUdriverProcAddressQueryResult why)
+{
+    if (status == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    *status = why;
+    return CUDA_SUCCESS;
+}
+
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                        CUdriverProcAddressQueryResult *status)
 {
     if (pfn != NULL)
         *pfn = NULL;
-    if (status != NULL)
-        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (symbol == NULL || pfn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM |
                              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-    if ((flags & ~known) != 0 || flags == known)
+    if ((flags & ~known) != 0 || cudaVersion > SIM_DRIVER_VERSION)
         return CUDA_ERROR_INVALID_VALUE;
     bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
 
@@ -236,12 +251,9 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
             best = r;
     }
     if (!found)
-        return CUDA_ERROR_NOT_FOUND;
-    if (best == NULL) {
-        if (status != NULL)
-            *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-        return CUDA_ERROR_NOT_FOUND;
-    }
+        return not_found(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    if (best == NULL)
+        return not_found(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     if (per_thread) {
         for (size_t i = 0; i < N_ROWS; i++) {
             const sim_proc_row *r = &k_rows[i];

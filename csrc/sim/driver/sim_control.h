@@ -19,9 +19,8 @@ SIM_HIDDEN void sim_stream_drop_ctx_locked(sim_ctx *ctx);
 SIM_HIDDEN bool sim_device_attribute(int attr, int ordinal, int *value);
 
 /* Per-device identity, shared by cuDeviceGetPCIBusId and the PCI_BUS_ID
- * attribute. */
-#define SIM_PCI_DOMAIN 0
-static inline int sim_pci_bus(int ordinal) { return 0x18 + 0x10 * ordinal; }
+ * attribute: device N sits on bus N (the recorded H200 was on bus 0). */
+static inline int sim_pci_bus(int ordinal) { return ordinal; }
 
 /* The device ordinal is valid for this process's configuration. */
 static inline bool sim_device_valid(CUdevice dev)

@@ -7,7 +7,8 @@
  * CUDA_ERROR_NOT_INITIALIZED, cuInit included.  A child forked from a parent
  * that never called cuInit may initialise normally.  The lock is taken in the
  * prepare handler and released in both the parent and child handlers, so the
- * child never inherits it held by a thread that no longer exists.
+ * child never inherits it held by a thread that no longer exists (the child
+ * re-initialises it: see atfork_child).
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,7 +21,8 @@
 #include "sim_control.h"
 
 static pthread_mutex_t g_lock;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_lock_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 static sim_config g_cfg;
 static atomic_bool g_initialised;   /* cuInit succeeded in this process */
 static atomic_bool g_poisoned;      /* forked after the parent initialised */
@@ -68,25 +70,32 @@ static int parse_memory(const char *s, uint64_t *out)
     return 0;
 }
 
-static void init_once(void)
+static void init_lock(void)
 {
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&g_lock, &attr);
     pthread_mutexattr_destroy(&attr);
+}
+
+/* Read on first use (not at load time), so a process that never touches
+ * CUDA never sees a warning about the variables. */
+static void init_config(void)
+{
 
     g_cfg.device_count = DEFAULT_DEVICES;
     g_cfg.device_memory = DEFAULT_MEMORY;
+    /* unset or empty: the default */
     const char *s = getenv("MEMHOOK_SIM_DEVICES");
-    if (s != NULL && parse_devices(s, &g_cfg.device_count) != 0) {
+    if (s != NULL && *s != '\0' && parse_devices(s, &g_cfg.device_count) != 0) {
         fprintf(stderr, "memhook sim: MEMHOOK_SIM_DEVICES=\"%s\" is invalid: "
                 "expected an integer from 1 to %d; using %d\n",
                 s, SIM_MAX_DEVICES, DEFAULT_DEVICES);
         g_cfg.device_count = DEFAULT_DEVICES;
     }
     s = getenv("MEMHOOK_SIM_DEVICE_MEMORY");
-    if (s != NULL && parse_memory(s, &g_cfg.device_memory) != 0) {
+    if (s != NULL && *s != '\0' && parse_memory(s, &g_cfg.device_memory) != 0) {
         fprintf(stderr, "memhook sim: MEMHOOK_SIM_DEVICE_MEMORY=\"%s\" is invalid: "
                 "expected bytes per device as a positive integer with an optional "
                 "K, M or G suffix, from 4096 to 1T; using 16G\n", s);
@@ -94,17 +103,15 @@ static void init_once(void)
     }
 }
 
-static void ensure_once(void) { pthread_once(&g_once, init_once); }
-
 SIM_HIDDEN const sim_config *sim_cfg(void)
 {
-    ensure_once();
+    pthread_once(&g_cfg_once, init_config);
     return &g_cfg;
 }
 
 SIM_HIDDEN void sim_lock(void)
 {
-    ensure_once();
+    pthread_once(&g_lock_once, init_lock);
     pthread_mutex_lock(&g_lock);
 }
 
@@ -121,16 +128,20 @@ SIM_HIDDEN CUresult sim_check_init(void)
 
 static void atfork_prepare(void) { sim_lock(); }
 static void atfork_parent(void) { sim_unlock(); }
+/* The child's only thread has a new thread id, so it cannot unlock the
+ * recursive mutex the parent's thread locked in prepare (glibc checks the
+ * owner): it gets a fresh, unlocked one instead.  No other thread exists in
+ * the child, and every table is consistent because prepare held the lock. */
 static void atfork_child(void)
 {
     if (atomic_load_explicit(&g_initialised, memory_order_relaxed))
         atomic_store_explicit(&g_poisoned, true, memory_order_release);
-    sim_unlock();
+    init_lock();
 }
 
 __attribute__((constructor)) static void sim_state_ctor(void)
 {
-    ensure_once();
+    pthread_once(&g_lock_once, init_lock);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
@@ -142,6 +153,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (atomic_load_explicit(&g_initialised, memory_order_acquire))
         return CUDA_SUCCESS;
+    (void)sim_cfg();
     sim_lock();
     CUresult rc = CUDA_SUCCESS;
     if (!atomic_load_explicit(&g_initialised, memory_order_relaxed)) {

@@ -222,12 +222,18 @@ static void test_devices(void)
 
     for (int dev = 0; dev < g_devices; dev++) {
         char bus[32], want[32];
-        int busno = -1, dom = -1;
+        int busno = -1, dom = -1, slot = -1;
         OK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
         OK(cuDeviceGetAttribute(&busno, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev));
         OK(cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev));
-        snprintf(want, sizeof want, "%04x:%02x:00.0", dom, busno);
+        OK(cuDeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev));
+        snprintf(want, sizeof want, "%04x:%02x:%02x.0", dom, busno, slot);
         CHECK(strcmp(bus, want) == 0);
+        if (dev > 0) {
+            int bus0 = -1;
+            OK(cuDeviceGetAttribute(&bus0, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0));
+            CHECK(bus0 != busno);
+        }
     }
     char bus[32];
     CHECK_RC(cuDeviceGetPCIBusId(NULL, 13, 0), CUDA_ERROR_INVALID_VALUE);
@@ -678,18 +684,26 @@ static void test_proc_address(void)
     PROC("cuGetProcAddress", 11030, DEF, "cuGetProcAddress");
     PROC("cuLibraryGetGlobal", 12000, PT, "cuLibraryGetGlobal");
 
-    PROC_FAIL("cuNoSuchThing", 13000, DEF, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    PROC_FAIL("cuMemAlloc_v2", 13000, DEF, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    PROC_FAIL("cuMemAllocAsync", 11010, DEF, CUDA_ERROR_NOT_FOUND,
-              CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-    PROC_FAIL("cuMemAlloc", 1000, PT, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-    PROC_FAIL("cuMemAlloc", 13000, 4, CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    PROC_FAIL("cuMemAlloc", 13000, LEG | PT, CUDA_ERROR_INVALID_VALUE,
-              CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    PROC_FAIL(NULL, 13000, DEF, CUDA_ERROR_INVALID_VALUE, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    /* both stream bits: accepted (the recorded driver does), per-thread wins */
+    PROC("cuMemAlloc", 13000, LEG | PT, "cuMemAlloc_v2");
+    PROC("cuMemAllocAsync", 13000, LEG | PT, "cuMemAllocAsync_ptsz");
+
+    /* With a status pointer, "not found" is reported through the status and
+     * the call succeeds (what libcuda 580 does); the status is left alone
+     * when the arguments are invalid. */
+    const CUdriverProcAddressQueryResult UNTOUCHED = (CUdriverProcAddressQueryResult)99;
+    PROC_FAIL("cuNoSuchThing", 13000, DEF, CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    PROC_FAIL("cuMemAlloc_v2", 13000, DEF, CUDA_SUCCESS, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    PROC_FAIL("cuMemAllocAsync", 11010, DEF, CUDA_SUCCESS, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    PROC_FAIL("cuMemAlloc", 1000, PT, CUDA_SUCCESS, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    PROC_FAIL("cuMemAlloc", 13000, 4, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
+    PROC_FAIL("cuMemAlloc", 13000, 8 | PT, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
+    PROC_FAIL("cuMemAlloc", 99000, DEF, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
+    PROC_FAIL("cuMemAlloc", 13010, DEF, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
+    PROC_FAIL(NULL, 13000, DEF, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
     CHECK_RC(cuGetProcAddress_v2("cuMemAlloc", NULL, 13000, 0, NULL), CUDA_ERROR_INVALID_VALUE);
 
-    /* v1 spelling, and a NULL status pointer */
+    /* without a status pointer (v1, or v2 with NULL): CUDA_ERROR_NOT_FOUND */
     void *fn = NULL;
     OK(cuGetProcAddress("cuMemFree", &fn, 13000, 0));
     CHECK(strcmp(sym_name(fn), "cuMemFree_v2") == 0);
@@ -697,6 +711,12 @@ static void test_proc_address(void)
     CHECK(strcmp(sym_name(fn), "cuMemFree") == 0);
     fn = (void *)0x1;
     CHECK_RC(cuGetProcAddress("cuNoSuchThing", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL);
+    fn = (void *)0x1;
+    CHECK_RC(cuGetProcAddress("cuMemAllocAsync", &fn, 11010, 0), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL);
+    fn = (void *)0x1;
+    CHECK_RC(cuGetProcAddress_v2("cuNoSuchThing", &fn, 13000, 0, NULL), CUDA_ERROR_NOT_FOUND);
     CHECK(fn == NULL);
 
     /* what cuGetProcAddress returns is callable and is the export */
