@@ -19,7 +19,9 @@ def test_library_path_is_the_loaded_core() -> None:
     assert os.path.isabs(path) and os.path.basename(path) == "libmemhook.so"
     assert os.path.isfile(path)
     with open("/proc/self/maps", encoding="utf-8") as maps:
-        mapped = {line.split()[-1] for line in maps if "libmemhook" in line}
+        # field 6 is the path; a rebuild while we run appends " (deleted)"
+        mapped = {line.split(maxsplit=5)[5].strip().removesuffix(" (deleted)")
+                  for line in maps if "libmemhook" in line}
     assert mapped == {path}, "exactly one libmemhook.so is mapped, the one reported"
 
 

@@ -1,9 +1,11 @@
-"""The simulator behaves like the real driver, fact for fact.
+"""The simulator behaves like the real driver and runtime, fact for fact.
 
-tools/gpu/probe_driver.py was run against libcuda 580.159.04 on an H200
-(tests/data/h200-driver-facts.json).  Here the same probe runs against the
-simulated libcuda.so.1 and every fact is compared, except the few that are
-deliberately different and listed in ``DELIBERATE`` with the reason.
+tools/gpu/probe_driver.py and probe_runtime.py were run against libcuda
+580.159.04 and libcudart 13.0 on an H200 (tests/data/h200-*-facts.json; the
+run is tools/gpu/run_on_gpu.sh).  Here the same probes run against the
+simulated libcuda.so.1 and libcudart.so.13 and every fact is compared, except
+the few that are deliberately different and listed in ``DELIBERATE`` with
+the reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data" / "h200-driver-facts.json"
+RECORDED_RUNTIME = ROOT / "tests" / "data" / "h200-runtime-facts.json"
 PROBE = ROOT / "tools" / "gpu" / "probe_driver.py"
+PROBE_RUNTIME = ROOT / "tools" / "gpu" / "probe_runtime.py"
 
 # Facts where the simulator differs on purpose.  Keys are "/"-joined paths into
 # the facts document; a trailing "*" matches any key at that level.
@@ -81,7 +85,8 @@ def facts(native, tmp_path_factory) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.parametrize("section", [
-    "top", "errors", "edge", "edge2", "kinds", "proc_address", "after_fork",
+    "top", "errors", "edge", "edge2", "kinds", "proc_address", "proc_address_v1", "legacy_v1",
+    "after_fork",
 ])
 def test_simulator_matches_recorded_driver(facts, section: str) -> None:
     real, sim = facts
@@ -103,3 +108,25 @@ def test_device_attributes_match_h200(facts) -> None:
         if got is None or got[0] != result or (result == 0 and got[1] != value):
             differences.append(f"attribute {attr}: driver {[result, value]}, simulator {got}")
     assert not differences, "\n".join(differences)
+
+
+@pytest.fixture(scope="module")
+def runtime_facts(native, tmp_path_factory) -> tuple[dict[str, Any], dict[str, Any]]:
+    out = tmp_path_factory.mktemp("probe-rt") / "sim-runtime-facts.json"
+    env = native.env(MEMHOOK_PROBE_LIBCUDART=str(native.sim_dir / "libcudart.so.13"))
+    proc = subprocess.run([sys.executable, str(PROBE_RUNTIME), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"runtime probe failed on the simulator:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(RECORDED_RUNTIME.read_text()), json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("section", ["behaviour", "strings", "kinds"])
+def test_simulated_runtime_matches_recorded_runtime(runtime_facts, section: str) -> None:
+    real, sim = runtime_facts
+    if section == "behaviour":
+        real = {k: v for k, v in real.items() if k not in ("strings", "kinds")}
+        sim = {k: sim.get(k) for k in real}
+    else:
+        real, sim = {section: real[section]}, {section: sim.get(section, {})}
+    differences = _diff(real, sim)
+    assert not differences, "simulated runtime differs from libcudart 13:\n" + "\n".join(differences)

@@ -174,6 +174,42 @@ def _after_fork(drv: Driver) -> dict[str, Any]:
     return json.loads(data or b"{}")
 
 
+def _legacy_v1(drv: Driver) -> dict[str, Any]:
+    """The 32-bit (pre-3.2) entry points, with a current context."""
+    out: dict[str, Any] = {}
+    u = c_uint()
+    d = CUdeviceptr()
+    drv.cuMemAlloc_v2(ctypes.byref(d), c_size_t(4096))
+    out["cuMemAllocPitch"] = drv.cuMemAllocPitch(ctypes.byref(u), ctypes.byref(c_uint()), c_uint(1000), c_uint(10), c_uint(4))
+    out["cuMemGetAddressRange"] = drv.cuMemGetAddressRange(ctypes.byref(c_uint()), ctypes.byref(c_uint()), c_uint(d.value & 0xFFFFFFFF))
+    out["cuMemGetInfo"] = drv.cuMemGetInfo(ctypes.byref(c_uint()), ctypes.byref(c_uint()))
+    out["cuDeviceTotalMem"] = drv.cuDeviceTotalMem(ctypes.byref(c_uint()), c_int(0))
+    h = c_void_p()
+    out["cuMemAllocHost"] = drv.cuMemAllocHost(ctypes.byref(h), c_uint(4096))
+    if out["cuMemAllocHost"] == 0:
+        out["cuMemHostGetDevicePointer"] = drv.cuMemHostGetDevicePointer(ctypes.byref(c_uint()), h, c_uint(0))
+        drv.cuMemFreeHost(h)
+    buf = ctypes.create_string_buffer(64)
+    out["cuMemcpyHtoD"] = drv.cuMemcpyHtoD(c_uint(d.value & 0xFFFFFFFF), buf, c_uint(64))
+    out["cuMemsetD8"] = drv.cuMemsetD8(c_uint(d.value & 0xFFFFFFFF), ctypes.c_ubyte(1), c_uint(64))
+    out["cuMemFree"] = drv.cuMemFree(c_uint(d.value & 0xFFFFFFFF))
+    drv.cuMemFree_v2(d)
+    # other v2-era edge cases
+    stream = c_void_p()
+    drv.cuStreamCreate(ctypes.byref(stream), c_uint(0))
+    out["cuMemAllocAsync_size0"] = drv.cuMemAllocAsync(ctypes.byref(d), c_size_t(0), stream)
+    drv.cuMemAlloc_v2(ctypes.byref(d), c_size_t(4096))
+    out["cuMemFreeAsync_of_cuMemAlloc"] = drv.cuMemFreeAsync(d, stream)
+    drv.cuStreamSynchronize(stream)
+    out["range_after_freeasync_of_cuMemAlloc"] = _range(drv, d.value)["result"]
+    drv.cuMemAlloc_v2(ctypes.byref(d), c_size_t(4096))
+    out["range_null_outs"] = drv.cuMemGetAddressRange_v2(None, None, d)
+    out["cuMemFreeHost_null"] = drv.cuMemFreeHost(None)
+    out["cuMemFree_v2_of_freed_async"] = drv.cuMemFree_v2(d)
+    out["cuStreamDestroy"] = drv.cuStreamDestroy_v2(stream)
+    return out
+
+
 def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     drv = Driver(path)
     facts: dict[str, Any] = {}
@@ -370,6 +406,19 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     ]:
         pa[f"{name}@{version}/{flags}"] = _proc(drv, name, version, flags)
     facts["proc_address"] = pa
+    # v1 cuGetProcAddress (no status out-parameter) and v2 with a NULL status
+    v1 = {}
+    for name, version in [("cuMemAlloc", 13000), ("cuNoSuchFunction", 13000), ("cuMemAlloc", 1000),
+                          ("cuMemAllocAsync", 11010)]:
+        pfn = c_void_p()
+        v1[f"{name}@{version}"] = [drv.cuGetProcAddress(name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0)),
+                                   drv.symbol_name(pfn.value or 0)]
+        pfn = c_void_p()
+        v1[f"{name}@{version}/v2-null-status"] = [
+            drv.cuGetProcAddress_v2(name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0), None),
+            drv.symbol_name(pfn.value or 0)]
+    facts["proc_address_v1"] = v1
+    facts["legacy_v1"] = _legacy_v1(drv)
     drv.cuCtxSetCurrent(c_void_p(0))
     facts["after_fork"] = _after_fork(drv)
     return facts

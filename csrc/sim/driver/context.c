@@ -16,6 +16,9 @@
  * entries; pushing past it is CUDA_ERROR_OUT_OF_MEMORY).  A thread whose
  * current context was destroyed elsewhere sees no usable current context
  * (INVALID_CONTEXT), and cuCtxGetCurrent reports CONTEXT_IS_DESTROYED.
+ *
+ * A context made by the v1 cuCtxCreate (API version 3010) is a legacy one:
+ * only there do the 32-bit v1 entry points work (sim_ctx_require_legacy).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,26 @@ SIM_HIDDEN CUresult sim_ctx_check(CUcontext handle, sim_ctx **out)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (out != NULL)
         *out = (sim_ctx *)handle;
+    return CUDA_SUCCESS;
+}
+
+/* ---- the legacy 32-bit (v1) API ---------------------------------------- */
+
+SIM_HIDDEN bool sim_ctx_is_legacy(const sim_ctx *ctx)
+{
+    return ctx != NULL && ((const ctx_obj *)ctx)->api_version < 3020;
+}
+
+SIM_HIDDEN CUresult sim_ctx_require_legacy(sim_ctx **out)
+{
+    sim_ctx *c;
+    CUresult rc = sim_ctx_require(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!sim_ctx_is_legacy(c))
+        return CUDA_ERROR_INVALID_CONTEXT; /* what the H200's driver answers */
+    if (out != NULL)
+        *out = c;
     return CUDA_SUCCESS;
 }
 

@@ -7,6 +7,9 @@
  * faults.  Host pointers are trusted, as the driver trusts them, except
  * that a "host" pointer inside the simulator's own reserved VA (where
  * nothing is allocated) is refused rather than faulted on.
+ *
+ * The v1 spellings (32-bit pointers and counts) need a current context
+ * created by the v1 cuCtxCreate, else INVALID_CONTEXT (sim_internal.h).
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -46,11 +49,11 @@ static CUresult check_ptr(uint64_t p, uint64_t n, ptr_kind k, bool write)
     return CUDA_SUCCESS; /* host memory: trusted */
 }
 
-static CUresult do_copy(uint64_t dst, ptr_kind dk, uint64_t src, ptr_kind sk, uint64_t n,
-                        bool async, CUstream stream)
+static CUresult do_copy(bool v1, uint64_t dst, ptr_kind dk, uint64_t src, ptr_kind sk,
+                        uint64_t n, bool async, CUstream stream)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(false, &ctx);
+    CUresult rc = sim_enter_api(v1, false, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (async)
@@ -66,11 +69,11 @@ static CUresult do_copy(uint64_t dst, ptr_kind dk, uint64_t src, ptr_kind sk, ui
     return rc;
 }
 
-static CUresult do_set(uint64_t dst, unsigned int value, unsigned int width, uint64_t count,
-                       bool async, CUstream stream)
+static CUresult do_set(bool v1, uint64_t dst, unsigned int value, unsigned int width,
+                       uint64_t count, bool async, CUstream stream)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(false, &ctx);
+    CUresult rc = sim_enter_api(v1, false, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (async)
@@ -98,30 +101,35 @@ static CUresult do_set(uint64_t dst, unsigned int value, unsigned int width, uin
     return rc;
 }
 
+/* First argument of do_copy / do_set: V1 for the 32-bit v1 spellings (which
+ * need a legacy context), V2 for every other one. */
+#define V1 true
+#define V2 false
+
 #define HP(p) ((uint64_t)(uintptr_t)(p))
 
 /* ---- unified ----------------------------------------------------------- */
 
 SIM_API CUresult cuMemcpy(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount)
 {
-    return do_copy(dst, P_ANY, src, P_ANY, ByteCount, false, NULL);
+    return do_copy(V2, dst, P_ANY, src, P_ANY, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpy_ptds(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount)
 {
-    return do_copy(dst, P_ANY, src, P_ANY, ByteCount, false, NULL);
+    return do_copy(V2, dst, P_ANY, src, P_ANY, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyAsync(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount,
                                CUstream hStream)
 {
-    return do_copy(dst, P_ANY, src, P_ANY, ByteCount, true, hStream);
+    return do_copy(V2, dst, P_ANY, src, P_ANY, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size_t ByteCount,
                                     CUstream hStream)
 {
-    return do_copy(dst, P_ANY, src, P_ANY, ByteCount, true, hStream);
+    return do_copy(V2, dst, P_ANY, src, P_ANY, ByteCount, true, hStream);
 }
 
 /* ---- host to device -------------------------------------------------------- */
@@ -129,71 +137,71 @@ SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr_v2 dst, CUdeviceptr_v2 src, size
 SIM_API CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost,
                               unsigned int ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
+    return do_copy(V1, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
+    return do_copy(V2, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr_v2 dstDevice, const void *srcHost,
                                       size_t ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
+    return do_copy(V2, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost,
                                    unsigned int ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
+    return do_copy(V1, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr_v2 dstDevice, const void *srcHost,
                                       size_t ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
+    return do_copy(V2, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr_v2 dstDevice, const void *srcHost,
                                            size_t ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
+    return do_copy(V2, dstDevice, P_DEV, HP(srcHost), P_HOST, ByteCount, true, hStream);
 }
 
 /* ---- device to host -------------------------------------------------------- */
 
 SIM_API CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V1, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V2, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V2, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice,
                                    unsigned int ByteCount, CUstream hStream)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V1, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount,
                                       CUstream hStream)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V2, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr_v2 srcDevice,
                                            size_t ByteCount, CUstream hStream)
 {
-    return do_copy(HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V2, HP(dstHost), P_HOST, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 /* ---- device to device ------------------------------------------------------ */
@@ -201,118 +209,118 @@ SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr_v2 srcDevi
 SIM_API CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
                               unsigned int ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V1, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice,
                                  size_t ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V2, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice,
                                       size_t ByteCount)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
+    return do_copy(V2, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, false, NULL);
 }
 
 SIM_API CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
                                    unsigned int ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V1, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice,
                                       size_t ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V2, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice,
                                            size_t ByteCount, CUstream hStream)
 {
-    return do_copy(dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
+    return do_copy(V2, dstDevice, P_DEV, srcDevice, P_DEV, ByteCount, true, hStream);
 }
 
 /* ---- memset ------------------------------------------------------------------ */
 
 SIM_API CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
 {
-    return do_set(dstDevice, uc, 1, N, false, NULL);
+    return do_set(V1, dstDevice, uc, 1, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD8_v2(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N)
 {
-    return do_set(dstDevice, uc, 1, N, false, NULL);
+    return do_set(V2, dstDevice, uc, 1, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N)
 {
-    return do_set(dstDevice, uc, 1, N, false, NULL);
+    return do_set(V2, dstDevice, uc, 1, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N)
 {
-    return do_set(dstDevice, us, 2, N, false, NULL);
+    return do_set(V1, dstDevice, us, 2, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD16_v2(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N)
 {
-    return do_set(dstDevice, us, 2, N, false, NULL);
+    return do_set(V2, dstDevice, us, 2, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N)
 {
-    return do_set(dstDevice, us, 2, N, false, NULL);
+    return do_set(V2, dstDevice, us, 2, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
 {
-    return do_set(dstDevice, ui, 4, N, false, NULL);
+    return do_set(V1, dstDevice, ui, 4, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD32_v2(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N)
 {
-    return do_set(dstDevice, ui, 4, N, false, NULL);
+    return do_set(V2, dstDevice, ui, 4, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N)
 {
-    return do_set(dstDevice, ui, 4, N, false, NULL);
+    return do_set(V2, dstDevice, ui, 4, N, false, NULL);
 }
 
 SIM_API CUresult cuMemsetD8Async(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N,
                                  CUstream hStream)
 {
-    return do_set(dstDevice, uc, 1, N, true, hStream);
+    return do_set(V2, dstDevice, uc, 1, N, true, hStream);
 }
 
 SIM_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N,
                                       CUstream hStream)
 {
-    return do_set(dstDevice, uc, 1, N, true, hStream);
+    return do_set(V2, dstDevice, uc, 1, N, true, hStream);
 }
 
 SIM_API CUresult cuMemsetD16Async(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N,
                                   CUstream hStream)
 {
-    return do_set(dstDevice, us, 2, N, true, hStream);
+    return do_set(V2, dstDevice, us, 2, N, true, hStream);
 }
 
 SIM_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N,
                                        CUstream hStream)
 {
-    return do_set(dstDevice, us, 2, N, true, hStream);
+    return do_set(V2, dstDevice, us, 2, N, true, hStream);
 }
 
 SIM_API CUresult cuMemsetD32Async(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N,
                                   CUstream hStream)
 {
-    return do_set(dstDevice, ui, 4, N, true, hStream);
+    return do_set(V2, dstDevice, ui, 4, N, true, hStream);
 }
 
 SIM_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N,
                                        CUstream hStream)
 {
-    return do_set(dstDevice, ui, 4, N, true, hStream);
+    return do_set(V2, dstDevice, ui, 4, N, true, hStream);
 }

@@ -4,8 +4,13 @@
  *
  * Every allocation gets VA of its own (page-rounded) and pages of the
  * memfd, mapped read-write; freeing maps the range back to no-access and
- * punches the pages out of the memfd.  The legacy v1 entry points (32-bit
- * device pointers) allocate from the window below 4 GiB.
+ * punches the pages out of the memfd.
+ *
+ * The legacy v1 entry points (32-bit pointers and sizes) need a current
+ * context created by the v1 cuCtxCreate, else they answer INVALID_CONTEXT
+ * as the H200's driver does (sim_enter_v1; see sim_internal.h).  In such a
+ * context cuMemAlloc / cuMemAllocPitch allocate from the window below 4 GiB
+ * (OUT_OF_MEMORY when it cannot be reserved or is full).
  */
 #include <errno.h>
 #include <limits.h>
@@ -153,16 +158,15 @@ SIM_HIDDEN void sim_mem_free_ctx_locked(sim_ctx *ctx)
 
 /* ---- device memory ----------------------------------------------------- */
 
+/* space SIM_SPACE_LEGACY32: the v1 spelling. */
 static CUresult mem_alloc(CUdeviceptr *dptr, uint64_t size, sim_space space)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(dptr == NULL, &ctx);
+    CUresult rc = sim_enter_api(space == SIM_SPACE_LEGACY32, dptr == NULL, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_mrec *r;
-    if (space == SIM_SPACE_LEGACY32 && !sim_legacy32_available())
-        rc = CUDA_ERROR_INVALID_CONTEXT; /* what the H200's driver answers */
-    else if (size == 0)
+    if (size == 0)
         rc = CUDA_ERROR_INVALID_VALUE;
     else
         rc = sim_mrec_create(ctx, SIM_ALLOC_DEVICE, space, ctx->device,
@@ -193,14 +197,11 @@ static CUresult mem_alloc_pitch(CUdeviceptr *dptr, uint64_t *pitch_out, uint64_t
                                 uint64_t height, unsigned int elem, sim_space space)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(dptr == NULL || pitch_out == NULL, &ctx);
+    CUresult rc = sim_enter_api(space == SIM_SPACE_LEGACY32,
+                                dptr == NULL || pitch_out == NULL, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     uint64_t pitch = SIM_ALIGN_UP(width, PITCH_ALIGN);
-    if (space == SIM_SPACE_LEGACY32 && !sim_legacy32_available()) {
-        sim_unlock();
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
     if (width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16) ||
         pitch < width) {
         sim_unlock();
@@ -269,9 +270,10 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr_v2 *dptr, size_t bytesize, unsign
     return rc;
 }
 
-static CUresult mem_free(CUdeviceptr dptr)
+/* The v1 spelling needs a legacy current context (sim_internal.h). */
+static CUresult mem_free(CUdeviceptr dptr, bool v1)
 {
-    CUresult rc = sim_check_init();
+    CUresult rc = v1 ? sim_ctx_require_legacy(NULL) : sim_check_init();
     if (rc != CUDA_SUCCESS)
         return rc;
     if (dptr == 0)
@@ -289,12 +291,12 @@ static CUresult mem_free(CUdeviceptr dptr)
 
 SIM_API CUresult cuMemFree_v2(CUdeviceptr_v2 dptr)
 {
-    return mem_free(dptr);
+    return mem_free(dptr, false);
 }
 
 SIM_API CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
-    return mem_free(dptr);
+    return mem_free(dptr, true);
 }
 
 /* ---- pinned host memory ------------------------------------------------- */
@@ -302,10 +304,10 @@ SIM_API CUresult cuMemFree(CUdeviceptr_v1 dptr)
 #define HOSTALLOC_FLAGS \
     (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)
 
-static CUresult host_alloc(void **pp, uint64_t size, unsigned int flags)
+static CUresult host_alloc(void **pp, uint64_t size, unsigned int flags, bool v1)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(pp == NULL, &ctx);
+    CUresult rc = sim_enter_api(v1, pp == NULL, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_mrec *r;
@@ -324,17 +326,17 @@ static CUresult host_alloc(void **pp, uint64_t size, unsigned int flags)
 
 SIM_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    return host_alloc(pp, bytesize, 0);
+    return host_alloc(pp, bytesize, 0, false);
 }
 
 SIM_API CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
 {
-    return host_alloc(pp, bytesize, 0);
+    return host_alloc(pp, bytesize, 0, true);
 }
 
 SIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    return host_alloc(pp, bytesize, Flags);
+    return host_alloc(pp, bytesize, Flags, false);
 }
 
 SIM_API CUresult cuMemFreeHost(void *p)
@@ -435,10 +437,11 @@ SIM_API CUresult cuMemHostUnregister(void *p)
     return rc;
 }
 
-static CUresult host_device_pointer(CUdeviceptr *pdptr, void *p, unsigned int flags)
+static CUresult host_device_pointer(CUdeviceptr *pdptr, void *p, unsigned int flags,
+                                    bool v1)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(pdptr == NULL || p == NULL || flags != 0, &ctx);
+    CUresult rc = sim_enter_api(v1, pdptr == NULL || p == NULL || flags != 0, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_alloc *a = sim_registry_find((uint64_t)(uintptr_t)p);
@@ -453,13 +456,13 @@ static CUresult host_device_pointer(CUdeviceptr *pdptr, void *p, unsigned int fl
 SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr_v2 *pdptr, void *p,
                                               unsigned int Flags)
 {
-    return host_device_pointer(pdptr, p, Flags);
+    return host_device_pointer(pdptr, p, Flags, false);
 }
 
 SIM_API CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags)
 {
     CUdeviceptr d = 0;
-    CUresult rc = host_device_pointer(pdptr ? &d : NULL, p, Flags);
+    CUresult rc = host_device_pointer(pdptr ? &d : NULL, p, Flags, true);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (d > UINT_MAX) /* not expressible as a 32-bit device pointer */
@@ -484,9 +487,9 @@ SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 
 /* ---- queries ----------------------------------------------------------- */
 
-static CUresult address_range(uint64_t *pbase, uint64_t *psize, uint64_t dptr)
+static CUresult address_range(uint64_t *pbase, uint64_t *psize, uint64_t dptr, bool v1)
 {
-    CUresult rc = sim_enter(false, NULL);
+    CUresult rc = sim_enter_api(v1, false, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_alloc *a = sim_registry_find(dptr);
@@ -511,7 +514,7 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr_v2 *pbase, size_t *psize,
                                          CUdeviceptr_v2 dptr)
 {
     uint64_t b = 0, s = 0;
-    CUresult rc = address_range(&b, &s, dptr);
+    CUresult rc = address_range(&b, &s, dptr, false);
     if (rc != CUDA_SUCCESS)
         return rc; /* CUDA_ERROR_NOT_FOUND for an unknown address, as the driver */
     if (pbase)
@@ -525,7 +528,7 @@ SIM_API CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize
                                       CUdeviceptr_v1 dptr)
 {
     uint64_t b = 0, s = 0;
-    CUresult rc = address_range(&b, &s, dptr);
+    CUresult rc = address_range(&b, &s, dptr, true);
     if (rc != CUDA_SUCCESS)
         return rc; /* CUDA_ERROR_NOT_FOUND for an unknown address, as the driver */
     if (b > UINT_MAX || s > UINT_MAX || b + s > (uint64_t)UINT_MAX + 1)
@@ -537,10 +540,10 @@ SIM_API CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize
     return CUDA_SUCCESS;
 }
 
-static CUresult mem_info(uint64_t *pfree, uint64_t *ptotal)
+static CUresult mem_info(uint64_t *pfree, uint64_t *ptotal, bool bad_arg, bool v1)
 {
     sim_ctx *ctx;
-    CUresult rc = sim_enter(false, &ctx);
+    CUresult rc = sim_enter_api(v1, bad_arg, &ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     rc = sim_vaspace_init();
@@ -556,13 +559,8 @@ static CUresult mem_info(uint64_t *pfree, uint64_t *ptotal)
 
 SIM_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    CUresult rc = sim_check_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!free || !total)
-        return CUDA_ERROR_INVALID_VALUE;
     uint64_t f, t;
-    rc = mem_info(&f, &t);
+    CUresult rc = mem_info(&f, &t, !free || !total, false);
     if (rc == CUDA_SUCCESS) {
         *free = f;
         *total = t;
@@ -572,13 +570,8 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 SIM_API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 {
-    CUresult rc = sim_check_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!free || !total)
-        return CUDA_ERROR_INVALID_VALUE;
     uint64_t f, t;
-    rc = mem_info(&f, &t);
+    CUresult rc = mem_info(&f, &t, !free || !total, true);
     if (rc == CUDA_SUCCESS) {
         *free = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
         *total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;

@@ -28,8 +28,10 @@
  * (owner = the module) and flagged SIM_ALLOC_FLAG_MODULE_GLOBAL, so that
  * cuMemFree refuses them: only unloading frees them.
  *
- * cuModuleGetGlobal (the 32-bit v1 ABI) answers only when the values fit in
- * 32 bits.  Globals live in the 64-bit device range, so asking v1 for an
+ * cuModuleGetGlobal (the 32-bit v1 ABI) first needs a current context
+ * created by the v1 cuCtxCreate, else CUDA_ERROR_INVALID_CONTEXT, as every
+ * v1 entry point (sim_internal.h).  Then it answers only when the values fit
+ * in 32 bits.  Globals live in the 64-bit device range, so asking v1 for an
  * address returns CUDA_ERROR_INVALID_VALUE (nothing written); asking it only
  * for the size (dptr == NULL) works.  A 64-bit process cannot hold such a
  * pointer in a CUdeviceptr_v1 on a real driver either.
@@ -446,7 +448,7 @@ SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 SIM_API CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod,
                                    const char *name)
 {
-    CUresult rc = sim_check_init();
+    CUresult rc = sim_ctx_require_legacy(NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (name == NULL)

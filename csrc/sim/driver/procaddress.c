@@ -22,10 +22,11 @@
  *     cudaVersion newer than the driver (SIM_DRIVER_VERSION):
  *     CUDA_ERROR_INVALID_VALUE, symbolStatus left untouched;
  *   - an unknown base name (SYMBOL_NOT_FOUND) or a known one asked for with
- *     a version older than its first row (VERSION_NOT_SUFFICIENT): when the
- *     caller passed a symbolStatus, the call returns CUDA_SUCCESS and the
- *     status says why; without one (cuGetProcAddress, or _v2 with NULL) it
- *     returns CUDA_ERROR_NOT_FOUND.
+ *     a version older than its first row (VERSION_NOT_SUFFICIENT):
+ *     cuGetProcAddress_v2 returns CUDA_SUCCESS with *pfn NULL and, when the
+ *     caller passed a symbolStatus, the reason in it (with NULL too: the
+ *     recorded driver returns success either way); the older
+ *     cuGetProcAddress, which has no status, returns CUDA_ERROR_NOT_FOUND.
  * On every failure *pfn is NULL.  Lookups work before cuInit and in a forked
  * child (they touch no driver state).
  */
@@ -218,17 +219,20 @@ static bool is_pt_twin(const sim_proc_row *pt, const sim_proc_row *legacy)
            (strcmp(pt->symbol + n, "_ptds") == 0 || strcmp(pt->symbol + n, "_ptsz") == 0);
 }
 
-static CUresult not_found(CUdriverProcAddressQueryResult *status,
+typedef enum proc_api { PROC_API_V1, PROC_API_V2 } proc_api;
+
+static CUresult not_found(proc_api api, CUdriverProcAddressQueryResult *status,
                           CUdriverProcAddressQueryResult why)
 {
-    if (status == NULL)
+    if (api == PROC_API_V1)
         return CUDA_ERROR_NOT_FOUND;
-    *status = why;
+    if (status != NULL)
+        *status = why;
     return CUDA_SUCCESS;
 }
 
-static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                       CUdriverProcAddressQueryResult *status)
+static CUresult lookup(proc_api api, const char *symbol, void **pfn, int cudaVersion,
+                       cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
     if (pfn != NULL)
         *pfn = NULL;
@@ -251,9 +255,9 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
             best = r;
     }
     if (!found)
-        return not_found(status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+        return not_found(api, status, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     if (best == NULL)
-        return not_found(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+        return not_found(api, status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     if (per_thread) {
         for (size_t i = 0; i < N_ROWS; i++) {
             const sim_proc_row *r = &k_rows[i];
@@ -272,11 +276,11 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int driverVersion,
                                   cuuint64_t flags)
 {
-    return lookup(symbol, pfn, driverVersion, flags, NULL);
+    return lookup(PROC_API_V1, symbol, pfn, driverVersion, flags, NULL);
 }
 
 SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int driverVersion,
                                      cuuint64_t flags, CUdriverProcAddressQueryResult *symbolFound)
 {
-    return lookup(symbol, pfn, driverVersion, flags, symbolFound);
+    return lookup(PROC_API_V2, symbol, pfn, driverVersion, flags, symbolFound);
 }

@@ -83,6 +83,30 @@ SIM_HIDDEN CUresult sim_ctx_require(sim_ctx **out);
 /* Validate a handle passed in by the user: NULL or dead -> INVALID_CONTEXT. */
 SIM_HIDDEN CUresult sim_ctx_check(CUcontext handle, sim_ctx **out);
 
+/* ---- the legacy 32-bit (v1) API (context.c) ----------------------------
+ *
+ * The pre-3.2 entry points with 32-bit device pointers and sizes
+ * (cuMemAlloc, cuMemAllocPitch, cuMemFree, cuMemAllocHost,
+ * cuMemHostGetDevicePointer, cuMemGetAddressRange, cuMemGetInfo,
+ * cuMemcpyHtoD/DtoH/DtoD and their v1 Async forms, cuMemsetD8/D16/D32 and
+ * cuModuleGetGlobal, all without _v2) only work in a context created by the
+ * v1 cuCtxCreate (API version 3010).  With a current context made by the
+ * modern API (a primary context, cuCtxCreate_v2 and later) the H200's driver
+ * answers every one of them CUDA_ERROR_INVALID_CONTEXT, and so does the
+ * simulator.  In a legacy context their device pointers come from a window
+ * below 4 GiB (SIM_SPACE_LEGACY32), reserved the first time it is needed;
+ * when it cannot be reserved the v1 allocators return OUT_OF_MEMORY.
+ * (cuDeviceTotalMem, which needs no context, works everywhere.) */
+
+/* True when ctx was created by the v1 cuCtxCreate (API version < 3020). */
+SIM_HIDDEN bool sim_ctx_is_legacy(const sim_ctx *ctx);
+/* The context check of every v1 entry point that needs a context, made
+ * before any argument is looked at: NOT_INITIALIZED before cuInit, then
+ * INVALID_CONTEXT unless the current context is a legacy one.  On success
+ * *out (when not NULL) is that context.  May be called with or without
+ * sim_lock held. */
+SIM_HIDDEN CUresult sim_ctx_require_legacy(sim_ctx **out);
+
 /* ---- stream.c --------------------------------------------------------- */
 
 /* Accepts NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and live streams of

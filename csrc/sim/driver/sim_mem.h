@@ -69,6 +69,27 @@ static inline CUresult sim_enter(bool bad_arg, sim_ctx **ctx)
     return CUDA_SUCCESS;
 }
 
+/* Entry prologue of the 32-bit v1 entry points that need a context (see
+ * sim_internal.h): NOT_INITIALIZED before cuInit, then INVALID_CONTEXT
+ * unless the current context is a legacy one, then INVALID_VALUE when
+ * bad_arg.  On CUDA_SUCCESS the caller holds sim_lock and must release it. */
+static inline CUresult sim_enter_v1(bool bad_arg, sim_ctx **ctx)
+{
+    sim_lock();
+    CUresult rc = sim_ctx_require_legacy(ctx);
+    if (rc == CUDA_SUCCESS && bad_arg)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc != CUDA_SUCCESS)
+        sim_unlock();
+    return rc;
+}
+
+/* sim_enter_v1 for the v1 spellings, sim_enter for the others. */
+static inline CUresult sim_enter_api(bool v1, bool bad_arg, sim_ctx **ctx)
+{
+    return v1 ? sim_enter_v1(bad_arg, ctx) : sim_enter(bad_arg, ctx);
+}
+
 /* ---- vaspace.c ---- */
 /* memfd shared by all physical memory, its size, and whether the VA range
  * at addr belongs to the simulator's reservation (any slice). */
@@ -77,7 +98,6 @@ SIM_HIDDEN bool sim_va_is_ours(uint64_t addr, uint64_t size);
 SIM_HIDDEN int sim_map_fd(uint64_t addr, uint64_t size, int fd,
                           uint64_t offset, int prot);
 SIM_HIDDEN uint64_t sim_phys_capacity(int device);
-SIM_HIDDEN bool sim_legacy32_available(void);
 
 /* ---- registry.c ---- */
 SIM_HIDDEN CUresult sim_registry_insert(sim_alloc *a);

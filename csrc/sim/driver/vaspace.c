@@ -4,14 +4,17 @@
  * One PROT_NONE reservation holds, in order: a slice per device (4x its
  * memory), a slice for VMM reservations (cuMemAddressReserve), and a slice
  * for host-located memory (pinned host, host pools, host VMM).  A small
- * window below 4 GiB serves the legacy 32-bit (v1) entry points.
+ * window below 4 GiB serves the legacy 32-bit (v1) allocators in a legacy
+ * context (see sim_internal.h); it is reserved the first time one of them
+ * asks for VA (sim_va_reserve(SIM_SPACE_LEGACY32, ...)), never before.
  *
  * Physical memory is one sparse memfd: [dev0][dev1]...[host].  Each region
  * is a first-fit extent allocator; freed ranges are punched out of the file
  * so their pages really go back to the kernel.
  *
  * Everything here runs under sim_lock, except sim_vaspace_init which is
- * idempotent and guarded by its own mutex.
+ * idempotent and guarded by its own mutex (which the lazy reservation of the
+ * 32-bit window takes too).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,7 +57,7 @@ static struct {
     uint64_t dev_mem, host_cap;
     uint64_t va_base, va_size;
     arena dev_va[SIM_MAX_DEVICES], vmm_va, host_va, legacy_va;
-    bool have_legacy;
+    atomic_bool have_legacy;     /* legacy_va is set up (then for good) */
     arena dev_phys[SIM_MAX_DEVICES], host_phys;
 } V = {.memfd = -1};
 
@@ -200,12 +203,18 @@ static void arena_free(arena *a, uint64_t start, uint64_t size)
 
 /* ---- initialisation --------------------------------------------------- */
 
-static void reserve_legacy32(void)
+/* Reserve the 32-bit window, once; false when it cannot be had (then a
+ * later call tries again). */
+static bool reserve_legacy32(void)
 {
+    if (atomic_load_explicit(&V.have_legacy, memory_order_acquire))
+        return true;
+    pthread_mutex_lock(&init_mu);
+    bool ok = atomic_load_explicit(&V.have_legacy, memory_order_relaxed);
     static const uint64_t candidates[] = {0x40000000ull, 0x80000000ull,
                                           0xC0000000ull, 0x20000000ull,
                                           0x60000000ull, 0xA0000000ull};
-    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+    for (size_t i = 0; !ok && i < sizeof(candidates) / sizeof(candidates[0]); i++) {
         void *want = (void *)(uintptr_t)candidates[i];
         void *p = mmap(want, LEGACY32_SIZE, PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
@@ -216,12 +225,21 @@ static void reserve_legacy32(void)
             munmap(p, LEGACY32_SIZE);
             continue;
         }
-        if (arena_init(&V.legacy_va, candidates[i], LEGACY32_SIZE))
-            V.have_legacy = true;
-        else
+        if (arena_init(&V.legacy_va, candidates[i], LEGACY32_SIZE)) {
+            atomic_store_explicit(&V.have_legacy, true, memory_order_release);
+            ok = true;
+        } else {
             munmap(p, LEGACY32_SIZE);
-        return;
+            break;
+        }
     }
+    pthread_mutex_unlock(&init_mu);
+    return ok;
+}
+
+static bool have_legacy(void)
+{
+    return atomic_load_explicit(&V.have_legacy, memory_order_acquire);
 }
 
 SIM_HIDDEN CUresult sim_vaspace_init(void)
@@ -292,12 +310,6 @@ SIM_HIDDEN CUresult sim_vaspace_init(void)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
-    /* The H200's driver refuses the 32-bit v1 allocators (INVALID_CONTEXT);
-     * MEMHOOK_SIM_LEGACY32=1 serves them from a window below 4 GiB. */
-    const char *l32 = getenv("MEMHOOK_SIM_LEGACY32");
-    if (l32 && l32[0] == '1' && l32[1] == '\0')
-        reserve_legacy32();
-
     V.memfd = fd;
     V.ndev = ndev;
     V.dev_mem = dev_mem;
@@ -324,14 +336,14 @@ static arena *va_arena_for(sim_space space, int device)
     case SIM_SPACE_HOST:
         return &V.host_va;
     case SIM_SPACE_LEGACY32:
-        return V.have_legacy ? &V.legacy_va : NULL;
+        return reserve_legacy32() ? &V.legacy_va : NULL;
     }
     return NULL;
 }
 
 static arena *va_arena_of(uint64_t addr)
 {
-    if (V.have_legacy && arena_contains(&V.legacy_va, addr))
+    if (have_legacy() && arena_contains(&V.legacy_va, addr))
         return &V.legacy_va;
     if (addr < V.va_base || addr - V.va_base >= V.va_size)
         return NULL;
@@ -354,7 +366,7 @@ SIM_HIDDEN CUresult sim_va_reserve(sim_space space, int device, uint64_t size,
     if (rc != CUDA_SUCCESS)
         return rc;
     arena *a = va_arena_for(space, device);
-    if (!a)
+    if (!a) /* a bad device, or the 32-bit window could not be reserved */
         return space == SIM_SPACE_LEGACY32 ? CUDA_ERROR_OUT_OF_MEMORY
                                            : CUDA_ERROR_INVALID_DEVICE;
     if (align < SIM_PAGE_SIZE)
@@ -393,15 +405,10 @@ SIM_HIDDEN bool sim_va_is_ours(uint64_t addr, uint64_t size)
     uint64_t end = addr + size;
     if (end < addr)
         return true;
-    if (V.have_legacy && addr < V.legacy_va.base + V.legacy_va.size &&
+    if (have_legacy() && addr < V.legacy_va.base + V.legacy_va.size &&
         end > V.legacy_va.base)
         return true;
     return addr < V.va_base + V.va_size && end > V.va_base;
-}
-
-SIM_HIDDEN bool sim_legacy32_available(void)
-{
-    return atomic_load(&V.ready) && V.have_legacy;
 }
 
 /* ---- physical memory --------------------------------------------------- */

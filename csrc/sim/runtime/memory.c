@@ -15,8 +15,7 @@
  *   cudaFreeAsync(_ptsz)     cuMemFreeAsync(_ptsz)
  *
  * Runtime behaviour that differs from the driver: a zero-byte request
- * (except cudaMallocManaged's) succeeds with a NULL pointer and calls no
- * driver allocator; freeing NULL
+ * succeeds with a NULL pointer and calls no driver allocator; freeing NULL
  * succeeds.  Both still initialise the runtime and the thread's context
  * (cudaFree(0) is the customary way to create the context).
  */
@@ -77,11 +76,11 @@ CUDART_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned in
     if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)
         return memhook_cudart_ret(cudaErrorInvalidValue);
     CUDART_ENSURE();
-    /* Documented for cudaMallocManaged (unlike cudaMalloc): size 0 is an
-     * invalid value. */
+    /* The documentation calls size 0 invalid, but libcudart 13 answers
+     * cudaSuccess (tests/data/h200-runtime-facts.json): follow the library. */
     if (size == 0) {
         *devPtr = NULL;
-        return memhook_cudart_ret(cudaErrorInvalidValue);
+        return cudaSuccess;
     }
     CUdeviceptr p = 0;
     return out_ptr(devPtr, p, CUDART_CALL(cuMemAllocManaged, &p, size, flags));

@@ -2,8 +2,9 @@
  * pointer.c - cudaPointerGetAttributes, built on cuPointerGetAttributes.
  *
  * Since CUDA 11 the runtime answers for any pointer: memory the driver does
- * not know is cudaMemoryTypeUnregistered (device cudaInvalidDeviceId, both
- * aliases NULL) with cudaSuccess.  Known memory:
+ * not know is cudaMemoryTypeUnregistered with cudaSuccess, device
+ * cudaInvalidDeviceId, devicePointer NULL and hostPointer the pointer itself
+ * (what libcudart 13 reports, tests/data/h200-runtime-facts.json).  Known memory:
  *   managed             -> Managed, device and host alias both the pointer
  *   device (incl pools) -> Device, hostPointer NULL
  *   pinned / registered -> Host, with the device alias the driver reports
@@ -18,12 +19,12 @@ _Static_assert(sizeof(struct cudaPointerAttributes) == 4 + 4 + 8 + 8 + 8 * sizeo
 _Static_assert(offsetof(struct cudaPointerAttributes, devicePointer) == 8, "layout");
 _Static_assert(offsetof(struct cudaPointerAttributes, hostPointer) == 16, "layout");
 
-static void set_unregistered(struct cudaPointerAttributes *a)
+static void set_unregistered(struct cudaPointerAttributes *a, const void *ptr)
 {
     a->type = cudaMemoryTypeUnregistered;
     a->device = cudaInvalidDeviceId;
     a->devicePointer = NULL;
-    a->hostPointer = NULL;
+    a->hostPointer = (void *)ptr;
 }
 
 /* One attribute on its own, so that an attribute the driver cannot answer
@@ -48,7 +49,7 @@ CUDART_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at
 
     struct cudaPointerAttributes out;
     memset(&out, 0, sizeof(out));
-    set_unregistered(&out);
+    set_unregistered(&out, ptr);
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
 
     unsigned int memtype = 0;

@@ -120,6 +120,7 @@ static void test_before_init(void)
     CHECK_RC(cuStreamCreate(&s, 0), CUDA_ERROR_NOT_INITIALIZED);
     CUmodule m;
     CHECK_RC(cuModuleLoadData(&m, "MEMHOOK-SIM-MODULE 1\n"), CUDA_ERROR_NOT_INITIALIZED);
+    CHECK_RC(cuModuleGetGlobal(NULL, NULL, NULL, NULL), CUDA_ERROR_NOT_INITIALIZED);
     CUdeviceptr p;
     CHECK_RC(cuMemAlloc_v2(&p, 16), CUDA_ERROR_NOT_INITIALIZED);
     const char *str;
@@ -284,6 +285,7 @@ static void test_no_context(void)
     CUmodule m;
     CHECK_RC(cuModuleLoadData(&m, "MEMHOOK-SIM-MODULE 1\nglobal x 4\n"),
              CUDA_ERROR_INVALID_CONTEXT);
+    CHECK_RC(cuModuleGetGlobal(NULL, NULL, NULL, NULL), CUDA_ERROR_INVALID_CONTEXT);
 }
 
 static void test_primary(void)
@@ -703,7 +705,8 @@ static void test_proc_address(void)
     PROC_FAIL(NULL, 13000, DEF, CUDA_ERROR_INVALID_VALUE, UNTOUCHED);
     CHECK_RC(cuGetProcAddress_v2("cuMemAlloc", NULL, 13000, 0, NULL), CUDA_ERROR_INVALID_VALUE);
 
-    /* without a status pointer (v1, or v2 with NULL): CUDA_ERROR_NOT_FOUND */
+    /* v1 has no status: CUDA_ERROR_NOT_FOUND; v2 with a NULL status still
+     * answers CUDA_SUCCESS and a NULL pfn (the recorded H200 driver) */
     void *fn = NULL;
     OK(cuGetProcAddress("cuMemFree", &fn, 13000, 0));
     CHECK(strcmp(sym_name(fn), "cuMemFree_v2") == 0);
@@ -716,7 +719,10 @@ static void test_proc_address(void)
     CHECK_RC(cuGetProcAddress("cuMemAllocAsync", &fn, 11010, 0), CUDA_ERROR_NOT_FOUND);
     CHECK(fn == NULL);
     fn = (void *)0x1;
-    CHECK_RC(cuGetProcAddress_v2("cuNoSuchThing", &fn, 13000, 0, NULL), CUDA_ERROR_NOT_FOUND);
+    OK(cuGetProcAddress_v2("cuNoSuchThing", &fn, 13000, 0, NULL));
+    CHECK(fn == NULL);
+    fn = (void *)0x1;
+    OK(cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11010, 0, NULL));
     CHECK(fn == NULL);
 
     /* what cuGetProcAddress returns is callable and is the export */
@@ -836,14 +842,32 @@ static void test_modules(void)
     check_global(table, 0x2000, c, 0);
     check_global(flags, 24, c, 1);
 
-    /* the 32-bit spelling: sizes always, addresses only below 4 GiB */
+    /* the 32-bit spelling needs a legacy context (made by the v1
+     * cuCtxCreate): in this one (cuCtxCreate_v2) it is INVALID_CONTEXT
+     * before anything else is looked at, as on the H200's driver */
     unsigned int size32 = 0;
     CUdeviceptr_v1 p32 = 0;
+    CHECK_RC(cuModuleGetGlobal(NULL, &size32, m, "table"), CUDA_ERROR_INVALID_CONTEXT);
+    CHECK_RC(cuModuleGetGlobal(&p32, NULL, m, "table"), CUDA_ERROR_INVALID_CONTEXT);
+    CHECK_RC(cuModuleGetGlobal(NULL, &size32, m, "nope"), CUDA_ERROR_INVALID_CONTEXT);
+    CHECK_RC(cuModuleGetGlobal(NULL, NULL, NULL, NULL), CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(size32 == 0 && p32 == 0);
+    /* in a legacy context: sizes always, addresses only below 4 GiB (module
+     * globals live above it) */
+    CUcontext legacy = NULL;
+    unsigned int ver = 0;
+    OK(cuCtxCreate(&legacy, 0, 0));
+    OK(cuCtxGetApiVersion(legacy, &ver));
+    CHECK(ver == 3010);
     OK(cuModuleGetGlobal(NULL, &size32, m, "table"));
     CHECK(size32 == 0x2000);
-    CHECK_RC(cuModuleGetGlobal(&p32, NULL, m, "table"),
-             table > 0xffffffffull ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+    CHECK(table > 0xffffffffull);
+    CHECK_RC(cuModuleGetGlobal(&p32, NULL, m, "table"), CUDA_ERROR_INVALID_VALUE);
+    CHECK(p32 == 0);
     CHECK_RC(cuModuleGetGlobal(NULL, &size32, m, "nope"), CUDA_ERROR_NOT_FOUND);
+    CHECK_RC(cuModuleGetGlobal(NULL, &size32, m, NULL), CUDA_ERROR_INVALID_VALUE);
+    OK(cuCtxDestroy(legacy)); /* c is current again */
+    CHECK_RC(cuModuleGetGlobal(NULL, &size32, m, "table"), CUDA_ERROR_INVALID_CONTEXT);
 
     OK(cuModuleUnload(m));
     CHECK(!alloc_alive(counter) && !alloc_alive(table) && !alloc_alive(flags));
