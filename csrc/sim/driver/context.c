@@ -34,10 +34,13 @@ typedef struct ctx_obj {
     struct ctx_obj *next;        /* list of live created contexts */
 } ctx_obj;
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static ctx_obj g_primary[SIM_MAX_DEVICES];
 static ctx_obj *g_created;                  /* live non-primary contexts */
 static unsigned long long g_next_id = 1;    /* cuCtxGetId */
 
+/* Per thread, as in the driver: each thread has its own current-context stack. */
 static __thread sim_ctx *t_stack[SIM_CTX_STACK];
 static __thread int t_depth;
 

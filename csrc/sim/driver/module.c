@@ -85,6 +85,8 @@ typedef struct library_obj {
     struct library_obj *next;
 } library_obj;
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static module_obj *g_modules;      /* published modules, all contexts */
 static library_obj *g_libraries;
 

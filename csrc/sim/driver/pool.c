@@ -27,6 +27,8 @@ typedef struct sim_pool {
     struct sim_pool *next;
 } sim_pool;
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static sim_pool *pools;
 static sim_pool *default_pool[SIM_MAX_DEVICES];
 static sim_pool *current_pool[SIM_MAX_DEVICES];

@@ -10,6 +10,8 @@
 
 #include "sim_mem.h"
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static sim_alloc **R;
 static size_t Rn, Rcap;
 static unsigned long long next_buffer_id = 1;

@@ -20,6 +20,7 @@
 #include "sim_api.h"
 #include "sim_control.h"
 
+/* The driver-wide lock and configuration: process-wide by definition. */
 static pthread_mutex_t g_lock;
 static pthread_once_t g_lock_once = PTHREAD_ONCE_INIT;
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;

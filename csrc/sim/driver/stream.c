@@ -24,6 +24,8 @@ typedef struct stream_obj {
     struct stream_obj *next;
 } stream_obj;
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static stream_obj *g_streams;
 
 static bool is_special(CUstream s)

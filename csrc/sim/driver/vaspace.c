@@ -50,6 +50,9 @@ typedef struct arena {
     uint64_t base, size, used;
 } arena;
 
+/* The one simulated address space and physical memory of the process (the
+ * driver has one per process too); set up once under init_mu, then its
+ * arenas are guarded by sim_lock. */
 static struct {
     atomic_bool ready;
     int memfd;

@@ -32,6 +32,8 @@ typedef struct vmm_resv {
     uint64_t base, size;
 } vmm_resv;
 
+/* Process-wide, like the driver state it simulates (one per process, shared
+ * by every thread and context); guarded by sim_lock. */
 static vmm_handle **H;           /* sorted by id (ids only grow) */
 static size_t Hn, Hcap;
 static unsigned long long next_id = 1;
