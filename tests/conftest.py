@@ -1,91 +1,16 @@
-"""Shared fixtures: where the native libraries are, and how to compile C.
-
-By default the tests use the libraries of the installed package (the README's
-install command builds them).  With ``MEMHOOK_TEST_SANITIZE=address,undefined``
-the session instead builds the whole native tree with those sanitizers into a
-scratch folder, and every C test program is compiled with them too, so the
-same tests run under ASan/UBSan:
-
-    MEMHOOK_TEST_SANITIZE=address,undefined pytest tests/sim
+"""Session fixtures shared by every test folder: the native build the tests
+run against, and a scratch folder for compiled C programs.  The helpers they
+use live in tests/memhook_testing.py; see its docstring for the sanitizer mode
+(MEMHOOK_TEST_SANITIZE=address,undefined).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CSRC = ROOT / "csrc"
-sys.path.insert(0, str(CSRC))
-import build_native  # noqa: E402
-
-SANITIZE = os.environ.get("MEMHOOK_TEST_SANITIZE", "")
-
-
-@dataclasses.dataclass(frozen=True)
-class NativeBuild:
-    """Where one build of the native tree lives, and how to use it."""
-
-    root: Path                 # folder holding memhook/...
-    sanitize: str              # "" or e.g. "address,undefined"
-
-    @property
-    def core(self) -> Path:
-        return self.root / "memhook" / "libmemhook.so"
-
-    @property
-    def sim_dir(self) -> Path:
-        return self.root / "memhook" / "sim" / "lib"
-
-    @property
-    def libcuda(self) -> Path:
-        return self.sim_dir / "libcuda.so.1"
-
-    def cflags(self) -> list[str]:
-        flags = ["-std=c11", "-D_GNU_SOURCE", "-g", "-O1", "-Wall", "-Wextra", "-Werror",
-                 f"-I{CSRC / 'include'}", f"-I{self.sim_dir}"]
-        if self.sanitize:
-            flags += [f"-fsanitize={self.sanitize}", "-fno-omit-frame-pointer",
-                      "-fno-sanitize-recover=all"]
-        return flags
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """Environment for a child that runs on this build's simulator."""
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            [str(self.sim_dir), *[p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]])
-        if self.sanitize:
-            # Children that fork+exec and the forked-child checks would
-            # otherwise report the deliberately leaked parent state.
-            env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
-            env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
-        env.update(extra)
-        return env
-
-    def compile(self, sources: list[Path] | Path, out: Path, *, cc: str = "cc",
-                extra: list[str] | None = None, std: str | None = None) -> Path:
-        """Compile and link a C (or C++) test program; fails the test on error."""
-        srcs = [sources] if isinstance(sources, Path) else list(sources)
-        flags = self.cflags()
-        if std is not None:
-            flags = [f for f in flags if not f.startswith("-std=")] + [f"-std={std}"]
-        cmd = [cc, *flags, *map(str, srcs), "-o", str(out), *(extra or [])]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.fail(f"compile failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-        return out
-
-    def run(self, cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """Run a test program on this build's simulator; fail with its output
-        when it exits non-zero."""
-        return run_checked(cmd, env=self.env() if env is None else env, timeout=timeout, cwd=cwd)
+from memhook_testing import SANITIZE, NativeBuild, build_native
 
 
 def _installed_root() -> Path | None:
@@ -116,14 +41,3 @@ def c_test_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ctests")
 
 
-def run_checked(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a test program; fail with its whole output when it exits non-zero."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
-                    f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
-    return proc
-
-
-HAVE_CC = shutil.which("cc") is not None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NativeBuild, run_checked
+from memhook_testing import NativeBuild, run_checked
 
 HERE = Path(__file__).resolve().parent
 C_DIR = HERE / "c"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CSRC, HAVE_CC
+from memhook_testing import CSRC, HAVE_CC
 
 SRC = Path(__file__).resolve().parent / "c" / "test_sim_memory.c"
 
