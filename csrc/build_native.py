@@ -59,9 +59,10 @@ class Target:
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        sources=("core/*.c",),
+        sources=("core/*.c", "bistro/*.c"),
         soname="libmemhook.so",
         libs=("-ldl", "-lpthread"),
+        includes=("bistro",),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

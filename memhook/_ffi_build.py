@@ -24,6 +24,29 @@ int memhook_log_level_set(int level);
 int memhook_log_level_parse(const char *name);
 const char *memhook_log_level_name(int level);
 void memhook_log_write(int level, const char *message);
+typedef struct memhook_bistro_patch memhook_bistro_patch;
+int memhook_bistro_install(void *target, void *hook, int jump_size, void **original,
+                           memhook_bistro_patch **out, char *why, size_t why_len);
+int memhook_bistro_remove(memhook_bistro_patch *patch);
+int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
+
+int memhook_x86_insn_length(const void *code, size_t avail);
+size_t memhook_x86_lengths(const void *buf, size_t stride, size_t count, int8_t *out_lengths);
+int memhook_x86_relocate(const void *src, uint64_t src_addr, size_t avail, size_t need,
+                         void *dst, uint64_t dst_addr, size_t dst_cap,
+                         size_t *consumed, size_t *written, char *reason, size_t reason_cap);
+typedef struct memhook_bistro_analysis {
+    int patchable;
+    int jump_size;
+    size_t patch_offset;
+    size_t consumed;
+    int refusal;
+    char reason[256];
+} memhook_bistro_analysis;
+int memhook_bistro_analyze(const void *code, size_t avail, uint64_t address,
+                           size_t symbol_size, int jump_size,
+                           uint64_t trampoline_address, const char *name,
+                           const char *library, memhook_bistro_analysis *out);
 """
 
 ffibuilder = FFI()

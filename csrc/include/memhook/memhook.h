@@ -8,6 +8,9 @@
 #ifndef MEMHOOK_H
 #define MEMHOOK_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,6 +50,82 @@ MEMHOOK_API const char *memhook_log_level_name(int level);
 /* Write one line to stderr at the given level (if enabled).  For the Python
  * layer's own diagnostics that must interleave with the native ones. */
 MEMHOOK_API void memhook_log_write(int level, const char *message);
+
+/* ---- bistro: x86-64 analysis (csrc/bistro/analyze.c) ---- */
+
+/* Length of the x86-64 instruction at code (at most avail bytes), or a
+ * negative mh_x86_status (-1 truncated, -2 unknown opcode, -3 invalid). */
+MEMHOOK_API int memhook_x86_insn_length(const void *code, size_t avail);
+
+/* Bulk form of memhook_x86_insn_length, for differential tests: decodes the
+ * first instruction of each of `count` sequences laid out `stride` bytes
+ * apart in buf (each sequence has stride readable bytes) and stores its
+ * length or negative status in out_lengths[i].  Returns how many decoded. */
+MEMHOOK_API size_t memhook_x86_lengths(const void *buf, size_t stride, size_t count,
+                                       int8_t *out_lengths);
+
+/* Relocate the whole instructions covering src[0 .. need) (running at
+ * src_addr; avail readable bytes) to run at dst_addr, writing at most
+ * dst_cap bytes to dst (no jump back is appended).  Returns 0 (an
+ * mh_reloc_refusal code otherwise, with reason filled), and the bytes moved
+ * and written.  A diagnostic and test entry to the relocator the patch
+ * engine uses; it writes only to dst. */
+MEMHOOK_API int memhook_x86_relocate(const void *src, uint64_t src_addr, size_t avail, size_t need,
+                                     void *dst, uint64_t dst_addr, size_t dst_cap,
+                                     size_t *consumed, size_t *written, char *reason,
+                                     size_t reason_cap);
+
+typedef struct memhook_bistro_analysis {
+    int patchable;           /* 1: the entry can be patched with jump_size */
+    int jump_size;           /* 5 (jmp rel32) or 12 (movabs rax; jmp rax) */
+    size_t patch_offset;     /* 4 when an endbr64 is kept at the entry, else 0 */
+    size_t consumed;         /* bytes moved to the trampoline (whole insns) */
+    int refusal;             /* 0 or an mh_reloc_refusal code */
+    char reason[256];        /* names the function, library and the bytes */
+} memhook_bistro_analysis;
+
+/* Judge whether the function at code (avail readable bytes; it runs at
+ * `address`; symbol_size 0 = unknown) can be patched with a jump of
+ * jump_size bytes and its displaced instructions relocated to a trampoline
+ * at trampoline_address.  name/library only feed the reason text.  Returns
+ * 0 and fills *out (even when not patchable), or -1 on a bad argument.
+ *
+ * The back-branch sweep decodes the body from the end of the moved window
+ * to min(avail, symbol_size).  When only the first bytes of a longer
+ * function are known (avail < symbol_size), an instruction cut off by the
+ * end of those bytes ends the sweep without a refusal.  A branch that lands
+ * exactly at the patch's first byte (a tail call to the function itself) is
+ * allowed: it runs the patch, which is what a call would do. */
+MEMHOOK_API int memhook_bistro_analyze(const void *code, size_t avail, uint64_t address,
+                                       size_t symbol_size, int jump_size,
+                                       uint64_t trampoline_address, const char *name,
+                                       const char *library, memhook_bistro_analysis *out);
+
+/* ---- bistro: the patch engine (csrc/bistro/patch.c) ---- */
+
+typedef struct memhook_bistro_patch memhook_bistro_patch; /* opaque */
+
+/* Patch `target` to jump to `hook`.  On success returns 0, sets *original to
+ * a callable that behaves like the unpatched function (the trampoline) and
+ * *out to the patch record.  On failure returns a positive errno (EPERM/EACCES
+ * from a W^X host, ENOEXEC for a refusal by the relocator, ENOMEM, EINVAL,
+ * EEXIST if already patched, EBUSY if a thread stayed inside the window) and
+ * writes a one-line reason into why[why_len] naming the function, its library
+ * and the prologue bytes; nothing is written to the target then.
+ * jump_size: 0 = automatic (5 when the hook or a jump slot near the target is
+ * reachable, else 12; MEMHOOK_BISTRO_FAR_JUMP=1 forces 12), 5 or 12 to demand
+ * one.  Safe while other threads call `target`.  *original is written
+ * before the patch goes live (and put back on failure), so a hook that calls
+ * through the variable passed as `original` never sees it unset. */
+MEMHOOK_API int memhook_bistro_install(void *target, void *hook, int jump_size, void **original,
+                                       memhook_bistro_patch **out, char *why, size_t why_len);
+/* Restore every byte and the page protection; frees the record (the
+ * trampoline memory stays mapped, because a thread may still be inside it).
+ * Returns 0, EINVAL (not a live patch) or EBUSY (our jump was overwritten by
+ * someone else: nothing restored), or the errno of a refused mprotect. */
+MEMHOOK_API int memhook_bistro_remove(memhook_bistro_patch *patch);
+/* 5 or 12: the size of the jump the patch wrote. */
+MEMHOOK_API int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
 
 #ifdef __cplusplus
 }

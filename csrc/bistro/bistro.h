@@ -1,0 +1,110 @@
+/*
+ * bistro.h - internal API of the bistro patch engine (binary instrumentation
+ * of function entries).  Layers, bottom up:
+ *
+ *   x86.h        decode / relocate / branch sweep (no side effects)
+ *   island.c     executable memory near a target (never writable+executable)
+ *   trampoline.c relocated prologue + jump back, and far-jump slots
+ *   text_poke.c  the live-write protocol (int3, core sync, quiesce, SIGTRAP)
+ *   patch.c      install/remove and the public memhook_bistro_* API
+ *
+ * Everything here is called with the bistro mutex held (patch.c owns it),
+ * except the SIGTRAP handler, which only reads atomics.
+ */
+#ifndef MEMHOOK_BISTRO_H
+#define MEMHOOK_BISTRO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "x86.h"
+
+/* Reachable by a rel32 displacement from the end of a 5-byte jmp/call. */
+static inline bool mh_rel32_reachable(uint64_t insn_end, uint64_t dest)
+{
+    int64_t d = (int64_t)(dest - insn_end);
+    return d >= INT32_MIN && d <= INT32_MAX;
+}
+
+/* ---- island.c: executable memory within +-2 GiB of a target ------------ */
+
+/* Islands are placed this close to a target (leaves room for RIP-relative
+ * operands of the relocated prologue that point elsewhere in the library). */
+#define MH_ISLAND_NEAR ((uint64_t)1 << 30)
+
+typedef struct mh_island_chunk {
+    uint64_t addr;       /* where the code will run (the R+X view) */
+    size_t size;
+    struct mh_island_page *page;
+} mh_island_chunk;
+
+/* Reserve `size` bytes of executable memory (16-byte aligned) within
+ * MH_ISLAND_NEAR of `near` (or anywhere when near == 0).  Returns 0, or an
+ * errno (ENOMEM when nothing could be mapped there).  The bytes are not
+ * executable content yet: fill them with mh_island_commit. */
+MH_HIDDEN int mh_island_reserve(uint64_t near, size_t size, mh_island_chunk *out);
+/* Shrink a reservation to `size` (gives the tail back if nothing followed). */
+MH_HIDDEN void mh_island_shrink(mh_island_chunk *chunk, size_t size);
+/* Write `len` bytes at chunk->addr and make them executable.  The R+X view
+ * is never writable: the bytes go through a transient RW alias of the same
+ * memfd page, or (fallback: no memfd) into a page that has never been
+ * executable and is then sealed R+X for good.  Returns 0 or an errno (e.g.
+ * EACCES when the host forbids making anything executable). */
+MH_HIDDEN int mh_island_commit(mh_island_chunk *chunk, const void *bytes, size_t len);
+/* Give back an uncommitted reservation (best effort: the tail of a page). */
+MH_HIDDEN void mh_island_release(mh_island_chunk *chunk);
+/* After fork: the child must not append to pages it shares with its parent. */
+MH_HIDDEN void mh_island_atfork_child(void);
+
+/* ---- trampoline.c -------------------------------------------------------- */
+
+#define MH_TRAMP_MAX 160        /* endbr64 + relocated window + jump back */
+#define MH_FARSLOT_SIZE 14      /* jmp *0(%rip); .quad dest */
+
+/* Build the trampoline for the window src[0 .. need) of a function at
+ * src_addr (avail readable bytes), to run at tramp_addr:
+ *   endbr64; <relocated whole instructions>; jmp src_addr+consumed
+ * The jump back is rel32 when reachable, else jmp *0(%rip) + .quad.
+ * Returns the trampoline length (0 on refusal: res says why). */
+MH_HIDDEN size_t mh_tramp_build(const uint8_t *src, uint64_t src_addr, size_t avail, size_t need,
+                                uint64_t tramp_addr, uint8_t out[MH_TRAMP_MAX],
+                                mh_reloc_result *res);
+/* Offset of the relocated code inside a trampoline (after its endbr64). */
+#define MH_TRAMP_BODY 4
+/* jmp *0(%rip); .quad dest */
+MH_HIDDEN void mh_farslot_build(uint64_t dest, uint8_t out[MH_FARSLOT_SIZE]);
+/* The patch bytes: jmp rel32 (5) or movabs $dest,%rax; jmp *%rax (12). */
+MH_HIDDEN size_t mh_patch_jump_build(uint64_t at, uint64_t dest, int size, uint8_t out[16]);
+
+/* ---- text_poke.c: the live-write protocol ------------------------------- */
+
+/* The protection of the page holding addr, from /proc/self/maps (PROT_*),
+ * or -1 when addr is not mapped. */
+MH_HIDDEN int mh_page_prot(uint64_t addr);
+
+/* Serializing event on every CPU that runs a thread of this process. */
+MH_HIDDEN void mh_sync_cores(void);
+
+/* One patch site known to the SIGTRAP handler.  `at` is the first patched
+ * byte; a thread that hits an int3 there continues at `redirect` (the
+ * trampoline body: "original behaviour").  Entries are never removed: a trap
+ * taken just before a write may be delivered after it. */
+MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t redirect);
+/* Make sure our SIGTRAP handler is the installed one (chains to others). */
+MH_HIDDEN int mh_trap_handler_ensure(void);
+
+/*
+ * Replace code[at .. at+len) with new_bytes while other threads may be
+ * executing it, without ever letting one execute a torn instruction:
+ *   mprotect RWX (fails on W^X hosts: nothing written) -> int3 at byte 0 ->
+ *   sync -> wait until no thread stands inside (at, at+len) [only when
+ *   `interior` says the old bytes have instruction boundaries there] ->
+ *   bytes 1.. -> sync -> byte 0 -> sync -> original protections back.
+ * The site must be registered with mh_trap_register first.  Returns 0 or an
+ * errno; on error the bytes are as before and protections restored.
+ */
+MH_HIDDEN int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interior,
+                           char *why, size_t why_len);
+
+#endif /* MEMHOOK_BISTRO_H */
