@@ -52,9 +52,17 @@ class Target:
     libs: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
     rpath_origin: bool = False
     needed: tuple[str, ...] = ()  # extra sonames to record (shim libraries)
 
+
+# The simulator's exported entry points are mostly thin wrappers; with tail
+# calls GCC turns them into a lone 5-byte `jmp`, which no real NVIDIA entry
+# point is and which bistro's 12-byte form cannot patch.  Without sibling-call
+# optimisation every wrapper is a real call frame of at least 12 bytes, so the
+# simulator is as patchable as libcuda/libcudart are (see the census).
+SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls",)
 
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -68,6 +76,7 @@ TARGETS: tuple[Target, ...] = (
         name="memhook/sim/lib/libcuda.so.1",
         sources=("sim/driver/*.c",),
         soname="libcuda.so.1",
+        cflags=SIM_ENTRY_CFLAGS,
         libs=("-ldl", "-lpthread"),
         includes=("sim/driver",),
     ),
@@ -75,6 +84,7 @@ TARGETS: tuple[Target, ...] = (
         name="memhook/sim/lib/libcudart.so.13",
         sources=("sim/runtime/*.c",),
         soname="libcudart.so.13",
+        cflags=SIM_ENTRY_CFLAGS,
         libs=("-ldl", "-lpthread"),
         includes=("sim/runtime",),
     ),
@@ -83,6 +93,7 @@ TARGETS: tuple[Target, ...] = (
         sources=("sim/runtime/*.c",),
         kind="static",
         includes=("sim/runtime",),
+        cflags=SIM_ENTRY_CFLAGS,
         defines=("MEMHOOK_CUDART_STATIC=1",),
     ),
 )
@@ -125,6 +136,7 @@ def compile_flags(target: Target | None = None, sanitize: str | None = None) -> 
     if target is not None:
         flags += [f"-I{CSRC / inc}" for inc in target.includes]
         flags += [f"-D{d}" for d in target.defines]
+        flags += list(target.cflags)
     return flags + _sanitize(sanitize)
 
 

@@ -89,3 +89,16 @@ def test_census_over_libc(path: str, tmp_path: Path) -> None:
     refusals = summary["libraries"][Path(path).name]["5"]["refusals"]
     assert not [r for r in refusals if r.startswith(("decode-failed", "unsupported"))], refusals
     assert five["patchable"] >= 0.95 * five["total"]
+
+
+@pytest.mark.parametrize("library", ["libcuda.so.1", "libcudart.so.13"])
+def test_simulator_entry_points_are_patchable_in_both_forms(native, library: str,
+                                                             tmp_path: Path) -> None:
+    """The simulator stands in for NVIDIA's libraries in hook tests, so its
+    allocation/free entry points must be as patchable as theirs (none is a
+    lone tail-call `jmp`; see SIM_ENTRY_CFLAGS in csrc/build_native.py)."""
+    stdout, summary = run_census(native.sim_dir / library, tmp_path)
+    check_last_line(stdout, summary)
+    (entry_points,) = summary["entry_points"].values()
+    assert entry_points["present"] >= (25 if library == "libcuda.so.1" else 13)
+    assert not entry_points["refused"], stdout
