@@ -504,21 +504,35 @@ static CUresult library_from_text(CUlibrary *library, const char *text)
     return CUDA_SUCCESS;
 }
 
-/* JIT and library options are accepted and ignored. */
+/* The checks cuLibraryLoadData and cuLibraryLoadFromFile share.  JIT and
+ * library options are accepted (when well-formed) and ignored. */
+static CUresult library_load_checks(CUlibrary *library, const void *source,
+                                    sim_jit_option *jitOptions, void **jitOptionsValues,
+                                    unsigned int numJitOptions,
+                                    sim_library_option *libraryOptions,
+                                    void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+    CUresult rc = sim_check_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (library == NULL || source == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (check_options(jitOptions, jitOptionsValues, numJitOptions) != CUDA_SUCCESS ||
+        check_options(libraryOptions, libraryOptionValues, numLibraryOptions) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
 SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code,
                                    sim_jit_option *jitOptions, void **jitOptionsValues,
                                    unsigned int numJitOptions,
                                    sim_library_option *libraryOptions,
                                    void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    CUresult rc = sim_check_init();
+    CUresult rc = library_load_checks(library, code, jitOptions, jitOptionsValues, numJitOptions,
+                                      libraryOptions, libraryOptionValues, numLibraryOptions);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (library == NULL || code == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (check_options(jitOptions, jitOptionsValues, numJitOptions) != CUDA_SUCCESS ||
-        check_options(libraryOptions, libraryOptionValues, numLibraryOptions) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_VALUE;
     return library_from_text(library, code);
 }
 
@@ -528,14 +542,11 @@ SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
                                        sim_library_option *libraryOptions,
                                        void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    CUresult rc = sim_check_init();
+    CUresult rc = library_load_checks(library, fileName, jitOptions, jitOptionsValues,
+                                      numJitOptions, libraryOptions, libraryOptionValues,
+                                      numLibraryOptions);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (library == NULL || fileName == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (check_options(jitOptions, jitOptionsValues, numJitOptions) != CUDA_SUCCESS ||
-        check_options(libraryOptions, libraryOptionValues, numLibraryOptions) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_VALUE;
     char *text;
     rc = read_file(fileName, &text);
     if (rc != CUDA_SUCCESS)

@@ -189,17 +189,19 @@ SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
     return rc;
 }
 
-SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+/* cuDeviceGetDefaultMemPool / cuDeviceGetMemPool: the same checks, a
+ * different pool of the device. */
+static CUresult device_pool(CUmemoryPool *out, CUdevice dev, sim_pool *(*pick)(int))
 {
-    CUresult rc = sim_enter(pool_out == NULL, NULL);
+    CUresult rc = sim_enter(out == NULL, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!device_ok(dev)) {
         rc = CUDA_ERROR_INVALID_DEVICE;
     } else {
-        sim_pool *p = default_for(dev);
+        sim_pool *p = pick(dev);
         if (p)
-            *pool_out = (CUmemoryPool)p;
+            *out = (CUmemoryPool)p;
         else
             rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -207,22 +209,14 @@ SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     return rc;
 }
 
+SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    return device_pool(pool_out, dev, default_for);
+}
+
 SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    CUresult rc = sim_enter(pool == NULL, NULL);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!device_ok(dev)) {
-        rc = CUDA_ERROR_INVALID_DEVICE;
-    } else {
-        sim_pool *p = current_for(dev);
-        if (p)
-            *pool = (CUmemoryPool)p;
-        else
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    sim_unlock();
-    return rc;
+    return device_pool(pool, dev, current_for);
 }
 
 SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)

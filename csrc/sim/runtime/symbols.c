@@ -340,38 +340,46 @@ CUDART_API cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
     return cudaSuccess;
 }
 
-static cudaError_t to_symbol(const void *symbol, const void *src, size_t count, size_t offset,
-                             enum cudaMemcpyKind kind, bool ptds)
+/* The device address of [offset, offset+count) inside a registered symbol,
+ * after checking the copy direction against `allowed` (the two kinds that
+ * are valid besides cudaMemcpyDefault). */
+static cudaError_t symbol_span(const void *symbol, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind, enum cudaMemcpyKind allowed,
+                               CUdeviceptr *at)
 {
-    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice &&
-        kind != cudaMemcpyDefault)
-        return memhook_cudart_ret(cudaErrorInvalidMemcpyDirection);
+    if (kind != allowed && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
+        return cudaErrorInvalidMemcpyDirection;
     CUdeviceptr p = 0;
     size_t size = 0;
     cudaError_t err = resolve_symbol(symbol, &p, &size);
     if (err != cudaSuccess)
-        return memhook_cudart_ret(err);
+        return err;
     if (offset > size || count > size - offset)
-        return memhook_cudart_ret(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
+    *at = p + offset;
+    return cudaSuccess;
+}
+
+static cudaError_t to_symbol(const void *symbol, const void *src, size_t count, size_t offset,
+                             enum cudaMemcpyKind kind, bool ptds)
+{
+    CUdeviceptr at = 0;
+    cudaError_t err = symbol_span(symbol, count, offset, kind, cudaMemcpyHostToDevice, &at);
+    if (err != cudaSuccess)
+        return memhook_cudart_ret(err);
     return memhook_cudart_ret(
-        memhook_cudart_memcpy((void *)(uintptr_t)(p + offset), src, count, kind, ptds));
+        memhook_cudart_memcpy((void *)(uintptr_t)at, src, count, kind, ptds));
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t count, size_t offset,
                                enum cudaMemcpyKind kind, bool ptds)
 {
-    if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice &&
-        kind != cudaMemcpyDefault)
-        return memhook_cudart_ret(cudaErrorInvalidMemcpyDirection);
-    CUdeviceptr p = 0;
-    size_t size = 0;
-    cudaError_t err = resolve_symbol(symbol, &p, &size);
+    CUdeviceptr at = 0;
+    cudaError_t err = symbol_span(symbol, count, offset, kind, cudaMemcpyDeviceToHost, &at);
     if (err != cudaSuccess)
         return memhook_cudart_ret(err);
-    if (offset > size || count > size - offset)
-        return memhook_cudart_ret(cudaErrorInvalidValue);
     return memhook_cudart_ret(
-        memhook_cudart_memcpy(dst, (const void *)(uintptr_t)(p + offset), count, kind, ptds));
+        memhook_cudart_memcpy(dst, (const void *)(uintptr_t)at, count, kind, ptds));
 }
 
 CUDART_API cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count,
