@@ -19,9 +19,8 @@ __all__ = ["main"]
 
 
 def _cmd_version(_args: argparse.Namespace) -> int:
-    from . import __version__, library_path
+    from . import __version__, library_path, sim
     from ._core import native_version
-    from . import sim
 
     print(f"memhook {__version__}")
     print(f"core    {native_version()} {library_path()}")

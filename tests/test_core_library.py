@@ -73,7 +73,7 @@ def test_log_level_from_environment() -> None:
 
     chatty = _import_with_log_level("info")
     assert "hello-info" in chatty.stderr
-    line = next(l for l in chatty.stderr.splitlines() if "libmemhook" in l and "loaded" in l)
+    line = next(ln for ln in chatty.stderr.splitlines() if "libmemhook" in ln and "loaded" in ln)
     assert re.match(r"memhook\[\d+:\d+\] info: libmemhook 0\.1\.0 loaded from /", line), line
 
     errors_only = _import_with_log_level("error")

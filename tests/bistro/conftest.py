@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from bistro_testing import FIXTURES, Bistro
+
 
 def _cc(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)

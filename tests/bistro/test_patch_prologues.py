@@ -35,7 +35,6 @@ fine, short_mov_ret 6, jmp_indirect 10) are patched with 5 bytes only; the
 from __future__ import annotations
 
 import pytest
-
 from bistro_testing import HOOK_MARK
 
 EXPECT = {

@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from memhook_testing import NativeBuild, run_checked
 
 HERE = Path(__file__).resolve().parent

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest

@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from memhook_testing import CSRC, HAVE_CC
 
 SRC = Path(__file__).resolve().parent / "c" / "test_sim_memory.c"

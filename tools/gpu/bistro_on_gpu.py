@@ -20,18 +20,30 @@ import subprocess
 import sys
 from typing import Any
 
-c_size_t, c_void_p, c_int, c_ull = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong
+c_size_t, c_void_p, c_int, c_ull = (
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_int,
+    ctypes.c_ulonglong,
+)
 
 
 class Analysis(ctypes.Structure):
-    _fields_ = [("patchable", c_int), ("jump_size", c_int), ("patch_offset", c_size_t),
-                ("consumed", c_size_t), ("refusal", c_int), ("reason", ctypes.c_char * 256)]
+    _fields_ = [
+        ("patchable", c_int),
+        ("jump_size", c_int),
+        ("patch_offset", c_size_t),
+        ("consumed", c_size_t),
+        ("refusal", c_int),
+        ("reason", ctypes.c_char * 256),
+    ]
 
 
 def _exports(path: str) -> list[tuple[str, int, int]]:
     """(name, value, size) of the defined dynamic functions, from nm."""
-    out = subprocess.run(["nm", "-D", "--defined-only", "-S", path], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", "-S", path], capture_output=True, text=True, check=True
+    ).stdout
     rows = []
     for line in out.splitlines():
         parts = line.split()
@@ -44,7 +56,9 @@ def _base_of(handle_path: str) -> int:
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
-            if len(fields) == 6 and os.path.realpath(fields[5].strip()) == os.path.realpath(handle_path):
+            if len(fields) == 6 and os.path.realpath(fields[5].strip()) == os.path.realpath(
+                handle_path
+            ):
                 start = int(fields[0].split("-")[0], 16)
                 offset = int(fields[2], 16)
                 if offset == 0:
@@ -63,16 +77,26 @@ def live_census(mh: ctypes.CDLL, lib_path: str) -> dict[str, Any]:
             avail = size if size else 64
             code = ctypes.string_at(addr, avail)
             a = Analysis()
-            mh.memhook_bistro_analyze(code, c_size_t(len(code)), c_ull(addr), c_size_t(size),
-                                      c_int(jump), c_ull(addr + (1 << 30)), name.encode(),
-                                      os.path.basename(lib_path).encode(), ctypes.byref(a))
+            mh.memhook_bistro_analyze(
+                code,
+                c_size_t(len(code)),
+                c_ull(addr),
+                c_size_t(size),
+                c_int(jump),
+                c_ull(addr + (1 << 30)),
+                name.encode(),
+                os.path.basename(lib_path).encode(),
+                ctypes.byref(a),
+            )
             if a.patchable:
                 ok += 1
             else:
                 refusals.setdefault(str(a.refusal), []).append(a.reason.decode(errors="replace"))
         result["functions"] = len(funcs)
         result[f"patchable_{jump}"] = ok
-        result[f"refusals_{jump}"] = {k: {"count": len(v), "examples": v[:3]} for k, v in refusals.items()}
+        result[f"refusals_{jump}"] = {
+            k: {"count": len(v), "examples": v[:3]} for k, v in refusals.items()
+        }
     return result
 
 
@@ -99,16 +123,33 @@ def live_patch(mh: ctypes.CDLL, cuda: ctypes.CDLL, jump: int) -> dict[str, Any]:
 
     alloc_cb, free_cb = HOOK(alloc_hook), FREE_HOOK(free_hook)
     why = ctypes.create_string_buffer(512)
-    rc1 = mh.memhook_bistro_install(c_void_p(target_alloc), ctypes.cast(alloc_cb, c_void_p), c_int(jump),
-                                    ctypes.byref(orig_alloc), ctypes.byref(patch_alloc), why, c_size_t(512))
+    rc1 = mh.memhook_bistro_install(
+        c_void_p(target_alloc),
+        ctypes.cast(alloc_cb, c_void_p),
+        c_int(jump),
+        ctypes.byref(orig_alloc),
+        ctypes.byref(patch_alloc),
+        why,
+        c_size_t(512),
+    )
     reason1 = why.value.decode()
-    rc2 = mh.memhook_bistro_install(c_void_p(target_free), ctypes.cast(free_cb, c_void_p), c_int(jump),
-                                    ctypes.byref(orig_free), ctypes.byref(patch_free), why, c_size_t(512))
+    rc2 = mh.memhook_bistro_install(
+        c_void_p(target_free),
+        ctypes.cast(free_cb, c_void_p),
+        c_int(jump),
+        ctypes.byref(orig_free),
+        ctypes.byref(patch_free),
+        why,
+        c_size_t(512),
+    )
     out: dict[str, Any] = {"install": [rc1, rc2], "reason": [reason1, why.value.decode()]}
     if rc1 == 0 and rc2 == 0:
         holder["alloc"] = HOOK(orig_alloc.value)
         holder["free"] = FREE_HOOK(orig_free.value)
-        out["patched_bytes"] = [ctypes.string_at(target_alloc, 16).hex(), ctypes.string_at(target_free, 16).hex()]
+        out["patched_bytes"] = [
+            ctypes.string_at(target_alloc, 16).hex(),
+            ctypes.string_at(target_free, 16).hex(),
+        ]
         ptrs, results = [], []
         for size in (1 << 10, 1 << 20, 1 << 26):
             p = c_ull()
@@ -118,9 +159,14 @@ def live_patch(mh: ctypes.CDLL, cuda: ctypes.CDLL, jump: int) -> dict[str, Any]:
             results.append(cuda.cuMemFree_v2(c_ull(p)))
         out["results"] = results
         out["counts"] = dict(counts)
-        out["jump_size"] = [mh.memhook_bistro_patch_jump_size(patch_alloc),
-                            mh.memhook_bistro_patch_jump_size(patch_free)]
-        out["remove"] = [mh.memhook_bistro_remove(patch_alloc), mh.memhook_bistro_remove(patch_free)]
+        out["jump_size"] = [
+            mh.memhook_bistro_patch_jump_size(patch_alloc),
+            mh.memhook_bistro_patch_jump_size(patch_free),
+        ]
+        out["remove"] = [
+            mh.memhook_bistro_remove(patch_alloc),
+            mh.memhook_bistro_remove(patch_free),
+        ]
     after = (ctypes.string_at(target_alloc, 16), ctypes.string_at(target_free, 16))
     out["restored"] = before == after
     # after removal, calls no longer reach the hooks
@@ -151,7 +197,12 @@ def main(argv: list[str]) -> int:
     try:
         import glob
         import site
-        hits = [h for b in site.getsitepackages() for h in glob.glob(b + "/nvidia/**/libcudart.so.13", recursive=True)]
+
+        hits = [
+            h
+            for b in site.getsitepackages()
+            for h in glob.glob(b + "/nvidia/**/libcudart.so.13", recursive=True)
+        ]
         if hits:
             ctypes.CDLL(hits[0])
             libs["libcudart"] = os.path.realpath(hits[0])
@@ -165,12 +216,27 @@ def main(argv: list[str]) -> int:
         with open(argv[2], "w") as fh:
             fh.write(text + "\n")
     for name, c in facts["census"].items():
-        print(f"{name}: patchable 5-byte: {c['patchable_5']}/{c['functions']}, "
-              f"12-byte: {c['patchable_12']}/{c['functions']}")
+        print(
+            f"{name}: patchable 5-byte: {c['patchable_5']}/{c['functions']}, "
+            f"12-byte: {c['patchable_12']}/{c['functions']}"
+        )
     for key in ("patch_5", "patch_12"):
         p = facts[key]
-        print(key, {k: p.get(k) for k in ("install", "results", "counts", "jump_size", "remove",
-                                          "restored", "counts_after_remove")})
+        print(
+            key,
+            {
+                k: p.get(k)
+                for k in (
+                    "install",
+                    "results",
+                    "counts",
+                    "jump_size",
+                    "remove",
+                    "restored",
+                    "counts_after_remove",
+                )
+            },
+        )
     return 0
 
 

@@ -31,20 +31,130 @@ CUdeviceptr = c_ull
 
 # Values from cuda.h (CUDA 13).
 ATTR = {
-    "CONTEXT": 1, "MEMORY_TYPE": 2, "DEVICE_POINTER": 3, "HOST_POINTER": 4,
-    "SYNC_MEMOPS": 6, "BUFFER_ID": 7, "IS_MANAGED": 8, "DEVICE_ORDINAL": 9,
-    "IS_LEGACY_CUDA_IPC_CAPABLE": 10, "RANGE_START_ADDR": 11, "RANGE_SIZE": 12,
-    "MAPPED": 13, "ALLOWED_HANDLE_TYPES": 14, "IS_GPU_DIRECT_RDMA_CAPABLE": 15,
-    "ACCESS_FLAGS": 16, "MEMPOOL_HANDLE": 17, "MAPPING_SIZE": 18,
-    "MAPPING_BASE_ADDR": 19, "MEMORY_BLOCK_ID": 20, "IS_HW_DECOMPRESS_CAPABLE": 21,
+    "CONTEXT": 1,
+    "MEMORY_TYPE": 2,
+    "DEVICE_POINTER": 3,
+    "HOST_POINTER": 4,
+    "SYNC_MEMOPS": 6,
+    "BUFFER_ID": 7,
+    "IS_MANAGED": 8,
+    "DEVICE_ORDINAL": 9,
+    "IS_LEGACY_CUDA_IPC_CAPABLE": 10,
+    "RANGE_START_ADDR": 11,
+    "RANGE_SIZE": 12,
+    "MAPPED": 13,
+    "ALLOWED_HANDLE_TYPES": 14,
+    "IS_GPU_DIRECT_RDMA_CAPABLE": 15,
+    "ACCESS_FLAGS": 16,
+    "MEMPOOL_HANDLE": 17,
+    "MAPPING_SIZE": 18,
+    "MAPPING_BASE_ADDR": 19,
+    "MEMORY_BLOCK_ID": 20,
+    "IS_HW_DECOMPRESS_CAPABLE": 21,
 }
-ERROR_CODES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 34, 36, 46, 100, 101, 102, 200, 201, 202,
-               205, 206, 207, 208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218,
-               219, 220, 221, 222, 223, 224, 225, 226, 300, 301, 302, 303, 304, 400,
-               401, 402, 500, 600, 700, 701, 702, 703, 704, 705, 708, 709, 710, 711,
-               712, 713, 714, 715, 716, 717, 718, 719, 720, 721, 800, 801, 802, 803,
-               804, 805, 806, 807, 808, 809, 810, 811, 812, 900, 901, 902, 903, 904,
-               905, 906, 907, 908, 909, 910, 911, 912, 913, 914, 915, 916, 999]
+ERROR_CODES = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    34,
+    36,
+    46,
+    100,
+    101,
+    102,
+    200,
+    201,
+    202,
+    205,
+    206,
+    207,
+    208,
+    209,
+    210,
+    211,
+    212,
+    213,
+    214,
+    215,
+    216,
+    217,
+    218,
+    219,
+    220,
+    221,
+    222,
+    223,
+    224,
+    225,
+    226,
+    300,
+    301,
+    302,
+    303,
+    304,
+    400,
+    401,
+    402,
+    500,
+    600,
+    700,
+    701,
+    702,
+    703,
+    704,
+    705,
+    708,
+    709,
+    710,
+    711,
+    712,
+    713,
+    714,
+    715,
+    716,
+    717,
+    718,
+    719,
+    720,
+    721,
+    800,
+    801,
+    802,
+    803,
+    804,
+    805,
+    806,
+    807,
+    808,
+    809,
+    810,
+    811,
+    812,
+    900,
+    901,
+    902,
+    903,
+    904,
+    905,
+    906,
+    907,
+    908,
+    909,
+    910,
+    911,
+    912,
+    913,
+    914,
+    915,
+    916,
+    999,
+]
 
 
 class CUmemLocation(ctypes.Structure):
@@ -52,10 +162,16 @@ class CUmemLocation(ctypes.Structure):
 
 
 class CUmemAllocationProp(ctypes.Structure):
-    _fields_ = [("type", c_int), ("requestedHandleTypes", c_int), ("location", CUmemLocation),
-                ("win32HandleMetaData", c_void_p), ("compressionType", ctypes.c_ubyte),
-                ("gpuDirectRDMACapable", ctypes.c_ubyte), ("usage", ctypes.c_ushort),
-                ("reserved", ctypes.c_ubyte * 4)]
+    _fields_ = [
+        ("type", c_int),
+        ("requestedHandleTypes", c_int),
+        ("location", CUmemLocation),
+        ("win32HandleMetaData", c_void_p),
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
 
 
 class CUmemAccessDesc(ctypes.Structure):
@@ -63,9 +179,15 @@ class CUmemAccessDesc(ctypes.Structure):
 
 
 class CUmemPoolProps(ctypes.Structure):
-    _fields_ = [("allocType", c_int), ("handleTypes", c_int), ("location", CUmemLocation),
-                ("win32SecurityAttributes", c_void_p), ("maxSize", c_size_t),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+    _fields_ = [
+        ("allocType", c_int),
+        ("handleTypes", c_int),
+        ("location", CUmemLocation),
+        ("win32SecurityAttributes", c_void_p),
+        ("maxSize", c_size_t),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 54),
+    ]
 
 
 class Driver:
@@ -82,8 +204,13 @@ class Driver:
 
     def symbol_name(self, address: int) -> str | None:
         class DlInfo(ctypes.Structure):
-            _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", c_void_p),
-                        ("dli_sname", ctypes.c_char_p), ("dli_saddr", c_void_p)]
+            _fields_ = [
+                ("dli_fname", ctypes.c_char_p),
+                ("dli_fbase", c_void_p),
+                ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", c_void_p),
+            ]
+
         info = DlInfo()
         dladdr = self.libdl.dladdr
         dladdr.argtypes = [c_void_p, ctypes.POINTER(DlInfo)]
@@ -109,9 +236,23 @@ def _attrs(drv: Driver, ptr: int) -> dict[str, Any]:
         value: Any = None
         if r["result"] == 0:
             raw = bytes.fromhex(r["raw"])
-            width = 8 if name in ("CONTEXT", "DEVICE_POINTER", "HOST_POINTER", "BUFFER_ID",
-                                  "RANGE_START_ADDR", "RANGE_SIZE", "MEMPOOL_HANDLE",
-                                  "MAPPING_SIZE", "MAPPING_BASE_ADDR", "MEMORY_BLOCK_ID") else 4
+            width = (
+                8
+                if name
+                in (
+                    "CONTEXT",
+                    "DEVICE_POINTER",
+                    "HOST_POINTER",
+                    "BUFFER_ID",
+                    "RANGE_START_ADDR",
+                    "RANGE_SIZE",
+                    "MEMPOOL_HANDLE",
+                    "MAPPING_SIZE",
+                    "MAPPING_BASE_ADDR",
+                    "MEMORY_BLOCK_ID",
+                )
+                else 4
+            )
             value = int.from_bytes(raw[:width], "little")
         out[name] = {"result": r["result"], "value": value, "bytes_changed": r["bytes_changed"]}
     return out
@@ -120,8 +261,11 @@ def _attrs(drv: Driver, ptr: int) -> dict[str, Any]:
 def _range(drv: Driver, ptr: int) -> dict[str, Any]:
     base, size = CUdeviceptr(), c_size_t()
     res = drv.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), CUdeviceptr(ptr))
-    return {"result": res, "base_offset": (ptr - base.value) if res == 0 else None,
-            "size": size.value if res == 0 else None}
+    return {
+        "result": res,
+        "base_offset": (ptr - base.value) if res == 0 else None,
+        "size": size.value if res == 0 else None,
+    }
 
 
 def _describe(drv: Driver, ptr: int, requested: int) -> dict[str, Any]:
@@ -132,13 +276,25 @@ def _describe(drv: Driver, ptr: int, requested: int) -> dict[str, Any]:
         "requested": requested,
         "range": rng,
         "interior_range": _range(drv, ptr + 8),
-        "attributes": {k: v for k, v in attrs.items()
-                       if k not in ("CONTEXT", "DEVICE_POINTER", "HOST_POINTER", "BUFFER_ID",
-                                    "MEMPOOL_HANDLE", "MEMORY_BLOCK_ID", "RANGE_START_ADDR",
-                                    "MAPPING_BASE_ADDR")},
+        "attributes": {
+            k: v
+            for k, v in attrs.items()
+            if k
+            not in (
+                "CONTEXT",
+                "DEVICE_POINTER",
+                "HOST_POINTER",
+                "BUFFER_ID",
+                "MEMPOOL_HANDLE",
+                "MEMORY_BLOCK_ID",
+                "RANGE_START_ADDR",
+                "MAPPING_BASE_ADDR",
+            )
+        },
         "range_start_offset": (ptr - start) if start is not None else None,
         "mapping_base_offset": (ptr - attrs["MAPPING_BASE_ADDR"]["value"])
-        if attrs["MAPPING_BASE_ADDR"]["value"] is not None else None,
+        if attrs["MAPPING_BASE_ADDR"]["value"] is not None
+        else None,
         "has_context": bool(attrs["CONTEXT"]["value"]),
         "device_pointer_equal": attrs["DEVICE_POINTER"]["value"] == ptr,
         "host_pointer_equal": attrs["HOST_POINTER"]["value"] == ptr,
@@ -148,8 +304,9 @@ def _describe(drv: Driver, ptr: int, requested: int) -> dict[str, Any]:
 
 def _proc(drv: Driver, name: str, version: int, flags: int) -> dict[str, Any]:
     pfn, status = c_void_p(), c_int(-1)
-    res = drv.cuGetProcAddress_v2(name.encode(), ctypes.byref(pfn), c_int(version),
-                                  c_ull(flags), ctypes.byref(status))
+    res = drv.cuGetProcAddress_v2(
+        name.encode(), ctypes.byref(pfn), c_int(version), c_ull(flags), ctypes.byref(status)
+    )
     return {"result": res, "status": status.value, "symbol": drv.symbol_name(pfn.value or 0)}
 
 
@@ -163,8 +320,12 @@ def _after_fork(drv: Driver) -> dict[str, Any]:
         alloc = drv.cuMemAlloc_v2(ctypes.byref(ptr), c_size_t(4096))
         count = c_int(-1)
         dcount = drv.cuDeviceGetCount(ctypes.byref(count))
-        os.write(wfd, json.dumps({"cuInit": init, "cuMemAlloc_v2": alloc,
-                                  "cuDeviceGetCount": dcount}).encode())
+        os.write(
+            wfd,
+            json.dumps(
+                {"cuInit": init, "cuMemAlloc_v2": alloc, "cuDeviceGetCount": dcount}
+            ).encode(),
+        )
         os._exit(0)
     os.close(wfd)
     data = b""
@@ -180,14 +341,20 @@ def _legacy_v1(drv: Driver) -> dict[str, Any]:
     u = c_uint()
     d = CUdeviceptr()
     drv.cuMemAlloc_v2(ctypes.byref(d), c_size_t(4096))
-    out["cuMemAllocPitch"] = drv.cuMemAllocPitch(ctypes.byref(u), ctypes.byref(c_uint()), c_uint(1000), c_uint(10), c_uint(4))
-    out["cuMemGetAddressRange"] = drv.cuMemGetAddressRange(ctypes.byref(c_uint()), ctypes.byref(c_uint()), c_uint(d.value & 0xFFFFFFFF))
+    out["cuMemAllocPitch"] = drv.cuMemAllocPitch(
+        ctypes.byref(u), ctypes.byref(c_uint()), c_uint(1000), c_uint(10), c_uint(4)
+    )
+    out["cuMemGetAddressRange"] = drv.cuMemGetAddressRange(
+        ctypes.byref(c_uint()), ctypes.byref(c_uint()), c_uint(d.value & 0xFFFFFFFF)
+    )
     out["cuMemGetInfo"] = drv.cuMemGetInfo(ctypes.byref(c_uint()), ctypes.byref(c_uint()))
     out["cuDeviceTotalMem"] = drv.cuDeviceTotalMem(ctypes.byref(c_uint()), c_int(0))
     h = c_void_p()
     out["cuMemAllocHost"] = drv.cuMemAllocHost(ctypes.byref(h), c_uint(4096))
     if out["cuMemAllocHost"] == 0:
-        out["cuMemHostGetDevicePointer"] = drv.cuMemHostGetDevicePointer(ctypes.byref(c_uint()), h, c_uint(0))
+        out["cuMemHostGetDevicePointer"] = drv.cuMemHostGetDevicePointer(
+            ctypes.byref(c_uint()), h, c_uint(0)
+        )
         drv.cuMemFreeHost(h)
     buf = ctypes.create_string_buffer(64)
     out["cuMemcpyHtoD"] = drv.cuMemcpyHtoD(c_uint(d.value & 0xFFFFFFFF), buf, c_uint(64))
@@ -233,7 +400,9 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     cur = c_void_p()
     facts["cuCtxGetCurrent_none"] = [drv.cuCtxGetCurrent(ctypes.byref(cur)), cur.value]
     facts["cuMemAlloc_no_context"] = drv.cuMemAlloc_v2(ctypes.byref(p), c_size_t(16))
-    facts["cuMemAllocHost_no_context"] = drv.cuMemAllocHost_v2(ctypes.byref(c_void_p()), c_size_t(16))
+    facts["cuMemAllocHost_no_context"] = drv.cuMemAllocHost_v2(
+        ctypes.byref(c_void_p()), c_size_t(16)
+    )
     ctx = c_void_p()
     drv.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
     drv.cuCtxSetCurrent(ctx)
@@ -243,9 +412,15 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
         s_name, s_text = ctypes.c_char_p(), ctypes.c_char_p()
         r1 = drv.cuGetErrorName(c_int(code), ctypes.byref(s_name))
         r2 = drv.cuGetErrorString(c_int(code), ctypes.byref(s_text))
-        facts["errors"][str(code)] = [r1, s_name.value.decode() if s_name.value else None,
-                                      r2, s_text.value.decode() if s_text.value else None]
-    facts["cuGetErrorName_unknown"] = drv.cuGetErrorName(c_int(12345), ctypes.byref(ctypes.c_char_p()))
+        facts["errors"][str(code)] = [
+            r1,
+            s_name.value.decode() if s_name.value else None,
+            r2,
+            s_text.value.decode() if s_text.value else None,
+        ]
+    facts["cuGetErrorName_unknown"] = drv.cuGetErrorName(
+        c_int(12345), ctypes.byref(ctypes.c_char_p())
+    )
 
     attrs = {}
     for attr in range(1, 160):
@@ -288,14 +463,22 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     r = drv.cuPointerGetAttributes(c_uint(n), kinds, ptrs, CUdeviceptr(host_addr))
     e["getattributes_unknown"] = {"result": r, "raw": [bytes(v).hex() for v in vals]}
     pitch = c_size_t()
-    e["pitch_elem3"] = drv.cuMemAllocPitch_v2(ctypes.byref(p), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(3))
+    e["pitch_elem3"] = drv.cuMemAllocPitch_v2(
+        ctypes.byref(p), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(3)
+    )
     e["managed_flags0"] = drv.cuMemAllocManaged(ctypes.byref(p), c_size_t(4096), c_uint(0))
     e["managed_size0"] = drv.cuMemAllocManaged(ctypes.byref(p), c_size_t(0), c_uint(1))
-    e["hostalloc_badflags"] = drv.cuMemHostAlloc(ctypes.byref(c_void_p()), c_size_t(4096), c_uint(0x100))
+    e["hostalloc_badflags"] = drv.cuMemHostAlloc(
+        ctypes.byref(c_void_p()), c_size_t(4096), c_uint(0x100)
+    )
     e["hostunregister_unknown"] = drv.cuMemHostUnregister(c_void_p(host_addr))
     e["hostregister"] = drv.cuMemHostRegister_v2(c_void_p(host_addr), c_size_t(8192), c_uint(0))
-    e["hostregister_again"] = drv.cuMemHostRegister_v2(c_void_p(host_addr), c_size_t(8192), c_uint(0))
-    e["hostregister_overlap"] = drv.cuMemHostRegister_v2(c_void_p(host_addr + 4096), c_size_t(8192), c_uint(0))
+    e["hostregister_again"] = drv.cuMemHostRegister_v2(
+        c_void_p(host_addr), c_size_t(8192), c_uint(0)
+    )
+    e["hostregister_overlap"] = drv.cuMemHostRegister_v2(
+        c_void_p(host_addr + 4096), c_size_t(8192), c_uint(0)
+    )
     facts["edge"] = e
 
     # --- every kind of allocation: attributes and ranges ---
@@ -307,12 +490,16 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     drv.cuMemAlloc_v2(ctypes.byref(d), c_size_t(3 << 20))
     kinds_out["device_3MiB"] = _describe(drv, d.value, 3 << 20)
     drv.cuMemFree_v2(d)
-    drv.cuMemAllocPitch_v2(ctypes.byref(d), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(4))
+    drv.cuMemAllocPitch_v2(
+        ctypes.byref(d), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(4)
+    )
     kinds_out["pitch_1000x10"] = _describe(drv, d.value, 10000)
     kinds_out["pitch_1000x10"]["pitch"] = pitch.value
     for elem in (8, 16):
         pp = CUdeviceptr()
-        drv.cuMemAllocPitch_v2(ctypes.byref(pp), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(elem))
+        drv.cuMemAllocPitch_v2(
+            ctypes.byref(pp), ctypes.byref(pitch), c_size_t(1000), c_size_t(10), c_uint(elem)
+        )
         kinds_out["pitch_1000x10"][f"pitch_elem{elem}"] = pitch.value
         drv.cuMemFree_v2(pp)
     drv.cuMemFree_v2(d)
@@ -357,17 +544,27 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     facts["granularity"] = [gran_min.value, gran_rec.value]
     g = gran_min.value
     handle = c_ull()
-    e2["cuMemCreate_unaligned"] = drv.cuMemCreate(ctypes.byref(handle), c_size_t(g + 1), ctypes.byref(prop), c_ull(0))
-    e2["cuMemCreate"] = drv.cuMemCreate(ctypes.byref(handle), c_size_t(2 * g), ctypes.byref(prop), c_ull(0))
+    e2["cuMemCreate_unaligned"] = drv.cuMemCreate(
+        ctypes.byref(handle), c_size_t(g + 1), ctypes.byref(prop), c_ull(0)
+    )
+    e2["cuMemCreate"] = drv.cuMemCreate(
+        ctypes.byref(handle), c_size_t(2 * g), ctypes.byref(prop), c_ull(0)
+    )
     va = CUdeviceptr()
-    e2["cuMemAddressReserve"] = drv.cuMemAddressReserve(ctypes.byref(va), c_size_t(4 * g), c_size_t(0), CUdeviceptr(0), c_ull(0))
+    e2["cuMemAddressReserve"] = drv.cuMemAddressReserve(
+        ctypes.byref(va), c_size_t(4 * g), c_size_t(0), CUdeviceptr(0), c_ull(0)
+    )
     e2["range_reserved_unmapped"] = _range(drv, va.value)["result"]
     e2["attr_reserved_unmapped"] = _attr_width(drv, ATTR["MEMORY_TYPE"], va.value)["result"]
-    e2["cuMemMap"] = drv.cuMemMap(CUdeviceptr(va.value + g), c_size_t(2 * g), c_size_t(0), handle, c_ull(0))
+    e2["cuMemMap"] = drv.cuMemMap(
+        CUdeviceptr(va.value + g), c_size_t(2 * g), c_size_t(0), handle, c_ull(0)
+    )
     desc = CUmemAccessDesc()
     desc.location.type, desc.location.id, desc.flags = 1, 0, 3
     kinds_out["vmm_before_access"] = _describe(drv, va.value + g, 2 * g)
-    e2["cuMemSetAccess"] = drv.cuMemSetAccess(CUdeviceptr(va.value + g), c_size_t(2 * g), ctypes.byref(desc), c_size_t(1))
+    e2["cuMemSetAccess"] = drv.cuMemSetAccess(
+        CUdeviceptr(va.value + g), c_size_t(2 * g), ctypes.byref(desc), c_size_t(1)
+    )
     kinds_out["vmm_mapped"] = _describe(drv, va.value + g, 2 * g)
     kinds_out["vmm_mapped_second_half"] = _describe(drv, va.value + 2 * g, 2 * g)
     e2["cuMemRelease_while_mapped"] = drv.cuMemRelease(handle)
@@ -379,7 +576,9 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     ipc = (ctypes.c_char * 64)()
     e2["cuIpcGetMemHandle"] = drv.cuIpcGetMemHandle(ipc, d)
     opened = CUdeviceptr()
-    e2["cuIpcOpenMemHandle_same_process"] = drv.cuIpcOpenMemHandle_v2(ctypes.byref(opened), ipc, c_uint(1))
+    e2["cuIpcOpenMemHandle_same_process"] = drv.cuIpcOpenMemHandle_v2(
+        ctypes.byref(opened), ipc, c_uint(1)
+    )
     drv.cuMemFree_v2(d)
     # v1 (32-bit) entry point
     p32 = c_uint()
@@ -393,30 +592,57 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     # --- cuGetProcAddress ---
     pa = {}
     for name, version, flags in [
-        ("cuMemAlloc", 13000, 0), ("cuMemAlloc", 3020, 0), ("cuMemAlloc", 3010, 0),
-        ("cuMemAlloc", 2000, 0), ("cuMemAlloc", 1000, 0), ("cuMemAlloc_v2", 13000, 0),
-        ("cuMemAllocAsync", 13000, 2), ("cuMemAllocAsync", 13000, 1), ("cuMemAllocAsync", 11010, 0),
-        ("cuMemcpy", 13000, 2), ("cuMemcpyHtoD", 13000, 2), ("cuStreamSynchronize", 13000, 2),
-        ("cuCtxCreate", 13000, 0), ("cuCtxCreate", 12050, 0), ("cuCtxCreate", 11040, 0),
-        ("cuGetProcAddress", 13000, 0), ("cuGetProcAddress", 11030, 0), ("cuMemFree", 13000, 0),
-        ("cuIpcOpenMemHandle", 13000, 0), ("cuIpcOpenMemHandle", 10000, 0),
-        ("cuMemHostRegister", 13000, 0), ("cuMemHostRegister", 6000, 0),
-        ("cuNoSuchFunction", 13000, 0), ("cuMemAlloc", 13000, 4), ("cuMemAlloc", 13000, 3),
-        ("cuMemAlloc", 99000, 0), ("cuInit", 13000, 0), ("cuMemAllocManaged", 13000, 2),
+        ("cuMemAlloc", 13000, 0),
+        ("cuMemAlloc", 3020, 0),
+        ("cuMemAlloc", 3010, 0),
+        ("cuMemAlloc", 2000, 0),
+        ("cuMemAlloc", 1000, 0),
+        ("cuMemAlloc_v2", 13000, 0),
+        ("cuMemAllocAsync", 13000, 2),
+        ("cuMemAllocAsync", 13000, 1),
+        ("cuMemAllocAsync", 11010, 0),
+        ("cuMemcpy", 13000, 2),
+        ("cuMemcpyHtoD", 13000, 2),
+        ("cuStreamSynchronize", 13000, 2),
+        ("cuCtxCreate", 13000, 0),
+        ("cuCtxCreate", 12050, 0),
+        ("cuCtxCreate", 11040, 0),
+        ("cuGetProcAddress", 13000, 0),
+        ("cuGetProcAddress", 11030, 0),
+        ("cuMemFree", 13000, 0),
+        ("cuIpcOpenMemHandle", 13000, 0),
+        ("cuIpcOpenMemHandle", 10000, 0),
+        ("cuMemHostRegister", 13000, 0),
+        ("cuMemHostRegister", 6000, 0),
+        ("cuNoSuchFunction", 13000, 0),
+        ("cuMemAlloc", 13000, 4),
+        ("cuMemAlloc", 13000, 3),
+        ("cuMemAlloc", 99000, 0),
+        ("cuInit", 13000, 0),
+        ("cuMemAllocManaged", 13000, 2),
     ]:
         pa[f"{name}@{version}/{flags}"] = _proc(drv, name, version, flags)
     facts["proc_address"] = pa
     # v1 cuGetProcAddress (no status out-parameter) and v2 with a NULL status
     v1 = {}
-    for name, version in [("cuMemAlloc", 13000), ("cuNoSuchFunction", 13000), ("cuMemAlloc", 1000),
-                          ("cuMemAllocAsync", 11010)]:
+    for name, version in [
+        ("cuMemAlloc", 13000),
+        ("cuNoSuchFunction", 13000),
+        ("cuMemAlloc", 1000),
+        ("cuMemAllocAsync", 11010),
+    ]:
         pfn = c_void_p()
-        v1[f"{name}@{version}"] = [drv.cuGetProcAddress(name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0)),
-                                   drv.symbol_name(pfn.value or 0)]
+        v1[f"{name}@{version}"] = [
+            drv.cuGetProcAddress(name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0)),
+            drv.symbol_name(pfn.value or 0),
+        ]
         pfn = c_void_p()
         v1[f"{name}@{version}/v2-null-status"] = [
-            drv.cuGetProcAddress_v2(name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0), None),
-            drv.symbol_name(pfn.value or 0)]
+            drv.cuGetProcAddress_v2(
+                name.encode(), ctypes.byref(pfn), c_int(version), c_ull(0), None
+            ),
+            drv.symbol_name(pfn.value or 0),
+        ]
     facts["proc_address_v1"] = v1
     facts["legacy_v1"] = _legacy_v1(drv)
     drv.cuCtxSetCurrent(c_void_p(0))

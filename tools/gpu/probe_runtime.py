@@ -22,18 +22,34 @@ ERROR_CODES = list(range(0, 1000))
 
 class PointerAttributes(ctypes.Structure):
     # CUDA 13 cudaPointerAttributes, plus slack in case the real one is larger
-    _fields_ = [("type", c_int), ("device", c_int), ("devicePointer", c_void_p),
-                ("hostPointer", c_void_p), ("reserved", ctypes.c_long * 16)]
+    _fields_ = [
+        ("type", c_int),
+        ("device", c_int),
+        ("devicePointer", c_void_p),
+        ("hostPointer", c_void_p),
+        ("reserved", ctypes.c_long * 16),
+    ]
 
 
 def _attrs(rt: ctypes.CDLL, ptr: int, base: int | None = None) -> dict[str, Any]:
     a = PointerAttributes()
     a.type, a.device = 0x55, 0x55
     res = rt.cudaPointerGetAttributes(ctypes.byref(a), c_void_p(ptr))
-    rel = (lambda p: None if p is None else ("same" if p == ptr else ("zero" if p == 0 else "other")))
-    return {"result": res, "type": a.type, "device": a.device,
-            "devicePointer": rel(a.devicePointer or 0), "hostPointer": rel(a.hostPointer or 0),
-            "last_error_after": rt.cudaGetLastError()}
+
+    def rel(p: int | None) -> str | None:
+        """How an alias relates to the queried pointer (values differ per run)."""
+        if p is None:
+            return None
+        return "same" if p == ptr else ("zero" if p == 0 else "other")
+
+    return {
+        "result": res,
+        "type": a.type,
+        "device": a.device,
+        "devicePointer": rel(a.devicePointer or 0),
+        "hostPointer": rel(a.hostPointer or 0),
+        "last_error_after": rt.cudaGetLastError(),
+    }
 
 
 def probe(path: str) -> dict[str, Any]:
@@ -56,23 +72,48 @@ def probe(path: str) -> dict[str, Any]:
     p = c_void_p(0x1234)
     f["cudaMalloc_0"] = [rt.cudaMalloc(ctypes.byref(p), c_size_t(0)), p.value]
     f["cudaMalloc_null_out"] = rt.cudaMalloc(None, c_size_t(16))
-    f["last_error_sticky"] = [rt.cudaPeekAtLastError(), rt.cudaGetLastError(), rt.cudaGetLastError()]
-    f["cudaMalloc_huge"] = [rt.cudaMalloc(ctypes.byref(p), c_size_t(1 << 50)), rt.cudaGetLastError()]
+    f["last_error_sticky"] = [
+        rt.cudaPeekAtLastError(),
+        rt.cudaGetLastError(),
+        rt.cudaGetLastError(),
+    ]
+    f["cudaMalloc_huge"] = [
+        rt.cudaMalloc(ctypes.byref(p), c_size_t(1 << 50)),
+        rt.cudaGetLastError(),
+    ]
     f["cudaFree_null"] = rt.cudaFree(None)
     host = ctypes.create_string_buffer(1 << 16)
     haddr = ctypes.addressof(host)
     f["cudaFree_host_pointer"] = [rt.cudaFree(c_void_p(haddr)), rt.cudaGetLastError()]
     f["cudaFreeHost_null"] = rt.cudaFreeHost(None)
     f["cudaMallocHost_0"] = rt.cudaMallocHost(ctypes.byref(p), c_size_t(0))
-    f["cudaHostAlloc_badflags"] = [rt.cudaHostAlloc(ctypes.byref(p), c_size_t(4096), c_uint(0x100)), rt.cudaGetLastError()]
-    f["cudaMallocManaged_0"] = [rt.cudaMallocManaged(ctypes.byref(p), c_size_t(0), c_uint(1)), rt.cudaGetLastError()]
-    f["cudaMallocManaged_badflags"] = [rt.cudaMallocManaged(ctypes.byref(p), c_size_t(64), c_uint(0)), rt.cudaGetLastError()]
+    f["cudaHostAlloc_badflags"] = [
+        rt.cudaHostAlloc(ctypes.byref(p), c_size_t(4096), c_uint(0x100)),
+        rt.cudaGetLastError(),
+    ]
+    f["cudaMallocManaged_0"] = [
+        rt.cudaMallocManaged(ctypes.byref(p), c_size_t(0), c_uint(1)),
+        rt.cudaGetLastError(),
+    ]
+    f["cudaMallocManaged_badflags"] = [
+        rt.cudaMallocManaged(ctypes.byref(p), c_size_t(64), c_uint(0)),
+        rt.cudaGetLastError(),
+    ]
     pitch = c_size_t()
-    f["cudaMallocPitch"] = [rt.cudaMallocPitch(ctypes.byref(p), ctypes.byref(pitch), c_size_t(1000), c_size_t(10)), pitch.value]
+    f["cudaMallocPitch"] = [
+        rt.cudaMallocPitch(ctypes.byref(p), ctypes.byref(pitch), c_size_t(1000), c_size_t(10)),
+        pitch.value,
+    ]
     rt.cudaFree(p)
-    f["cudaHostUnregister_unknown"] = [rt.cudaHostUnregister(c_void_p(haddr)), rt.cudaGetLastError()]
+    f["cudaHostUnregister_unknown"] = [
+        rt.cudaHostUnregister(c_void_p(haddr)),
+        rt.cudaGetLastError(),
+    ]
     f["cudaSetDevice_99"] = [rt.cudaSetDevice(c_int(99)), rt.cudaGetLastError()]
-    f["cudaGetSymbolAddress_unknown"] = [rt.cudaGetSymbolAddress(ctypes.byref(p), c_void_p(haddr)), rt.cudaGetLastError()]
+    f["cudaGetSymbolAddress_unknown"] = [
+        rt.cudaGetSymbolAddress(ctypes.byref(p), c_void_p(haddr)),
+        rt.cudaGetLastError(),
+    ]
 
     kinds: dict[str, Any] = {}
     kinds["unregistered_host"] = _attrs(rt, haddr)
@@ -88,7 +129,10 @@ def probe(path: str) -> dict[str, Any]:
     kinds["host"] = _attrs(rt, p.value)
     rt.cudaFreeHost(p)
     f["cudaHostRegister"] = rt.cudaHostRegister(c_void_p(haddr), c_size_t(8192), c_uint(0))
-    f["cudaHostRegister_again"] = [rt.cudaHostRegister(c_void_p(haddr), c_size_t(8192), c_uint(0)), rt.cudaGetLastError()]
+    f["cudaHostRegister_again"] = [
+        rt.cudaHostRegister(c_void_p(haddr), c_size_t(8192), c_uint(0)),
+        rt.cudaGetLastError(),
+    ]
     kinds["registered"] = _attrs(rt, haddr)
     rt.cudaHostUnregister(c_void_p(haddr))
     stream = c_void_p()
@@ -106,8 +150,15 @@ def probe(path: str) -> dict[str, Any]:
     if pid == 0:
         os.close(rfd)
         q = c_void_p()
-        os.write(wfd, json.dumps({"cudaMalloc": rt.cudaMalloc(ctypes.byref(q), c_size_t(64)),
-                                  "cudaGetLastError": rt.cudaGetLastError()}).encode())
+        os.write(
+            wfd,
+            json.dumps(
+                {
+                    "cudaMalloc": rt.cudaMalloc(ctypes.byref(q), c_size_t(64)),
+                    "cudaGetLastError": rt.cudaGetLastError(),
+                }
+            ).encode(),
+        )
         os._exit(0)
     os.close(wfd)
     data = b""
@@ -121,6 +172,7 @@ def probe(path: str) -> dict[str, Any]:
 def _default_path() -> str:
     import glob
     import site
+
     for base in site.getsitepackages() + ["/usr/local/cuda/lib64"]:
         for hit in sorted(glob.glob(os.path.join(base, "**", "libcudart.so.13*"), recursive=True)):
             return hit
