@@ -50,6 +50,9 @@ typedef struct mh_island_page {
     bool sealed;     /* takes no more code */
 } mh_island_page;
 
+/* Process-wide: code pages serve every patch in the process (one address
+ * space), and the memfd behind them is shared by all pages.  Guarded by
+ * patch.c's install mutex (callers hold it). */
 static mh_island_page *g_pages;
 static int g_memfd = -1;
 static off_t g_memfd_size;

@@ -62,6 +62,9 @@ struct memhook_bistro_patch {
     uint8_t bytes[16];       /* what we wrote at site->at */
 };
 
+/* Process-wide: the code being patched is shared by every thread, so the
+ * record of what was patched, and the lock that serializes patching, must
+ * be too. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static mh_site *g_sites;
@@ -137,6 +140,7 @@ static bool far_jump_forced(void)
     return v && v[0] == '1' && v[1] == '\0';
 }
 
+/* Any object of ours: dladdr on it names the library memhook lives in. */
 static int self_anchor;
 
 /* ---- install -------------------------------------------------------------- */

@@ -112,6 +112,8 @@ int mh_page_prot(uint64_t addr)
 
 /* ---- sync cores --------------------------------------------------------- */
 
+/* How this process syncs cores: probed once (membarrier registration is
+ * per process), read under the install mutex. */
 enum { SYNC_UNKNOWN, SYNC_MEMBARRIER, SYNC_TLB };
 static int g_sync_mode = SYNC_UNKNOWN;
 static volatile uint8_t *g_flush_page;
@@ -154,6 +156,9 @@ void mh_sync_cores(void)
 #define MH_TRAP_SITES 4096
 #define QUIESCE_MAGIC 0x6d68626bULL /* "mhbk" */
 
+/* Process-wide, lock-free tables the signal handlers read: a handler runs
+ * on any thread at any time and can take no lock.  Entries are only added
+ * (under the install mutex) and published with release stores. */
 static struct {
     _Atomic uint64_t at;
     _Atomic uint64_t redirect;
