@@ -35,6 +35,8 @@ DELIBERATE = {
     # freed allocation really becomes no-access.  So the size and base of the
     # underlying mapping, and the 2 MiB alignment of a fresh chunk, differ.
     "kinds/*/attributes/MAPPING_SIZE/value": "per-allocation page mappings (see above)",
+    "globals/*/describe/attributes/MAPPING_SIZE/value": "per-allocation mappings (see above)",
+    "globals/*/describe/mapping_base_offset": "per-allocation mappings (see above)",
     "kinds/*/mapping_base_offset": "per-allocation page mappings (see above)",
     "edge/device_alignment_2M": "allocations are page (4 KiB) aligned, not 2 MiB",
     # Device attributes: the values are the recorded H200's, except the
@@ -85,8 +87,8 @@ def facts(native, tmp_path_factory) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.parametrize("section", [
-    "top", "errors", "edge", "edge2", "kinds", "proc_address", "proc_address_v1", "legacy_v1",
-    "after_fork",
+    "top", "errors", "edge", "edge2", "kinds", "globals", "proc_address", "proc_address_v1",
+    "legacy_v1", "after_fork",
 ])
 def test_simulator_matches_recorded_driver(facts, section: str) -> None:
     real, sim = facts

@@ -377,6 +377,59 @@ def _legacy_v1(drv: Driver) -> dict[str, Any]:
     return out
 
 
+# The same three globals, as the real driver takes them (PTX, JIT-compiled)
+# and as memhook's simulator takes them (its text image, csrc/sim/driver/module.c).
+PTX_IMAGE = b"""
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .global .align 8 .b8 gbuf[1000];
+.visible .global .align 4 .u32 gval;
+.visible .global .attribute(.managed) .align 8 .b8 gmanaged[64];
+\0"""
+SIM_IMAGE = b"MEMHOOK-SIM-MODULE 1\nglobal gbuf 1000\nglobal gval 4\nmanaged gmanaged 64\n\0"
+
+
+def _globals(drv: Driver, device_name: str) -> dict[str, Any]:
+    """Module and library globals: what the driver says of them."""
+    image = SIM_IMAGE if "memhook simulator" in device_name else PTX_IMAGE
+    out: dict[str, Any] = {}
+    mod = c_void_p()
+    out["cuModuleLoadData"] = drv.cuModuleLoadData(ctypes.byref(mod), image)
+    if out["cuModuleLoadData"] != 0:
+        return out
+    d, size = CUdeviceptr(), c_size_t()
+    for name in ("gbuf", "gval", "gmanaged"):
+        r = drv.cuModuleGetGlobal_v2(ctypes.byref(d), ctypes.byref(size), mod, name.encode())
+        out[f"module_{name}"] = {"result": r, "bytes": size.value}
+        if r == 0:
+            out[f"module_{name}"]["describe"] = _describe(drv, d.value, size.value)
+            if name == "gbuf":
+                gbuf = d.value
+    out["module_missing"] = drv.cuModuleGetGlobal_v2(
+        ctypes.byref(d), ctypes.byref(size), mod, b"nope"
+    )
+    out["cuMemFree_of_global"] = drv.cuMemFree_v2(CUdeviceptr(gbuf))
+    out["cuModuleUnload"] = drv.cuModuleUnload(mod)
+    out["range_after_unload"] = _range(drv, gbuf)["result"]
+    out["attr_after_unload"] = _attr_width(drv, ATTR["MEMORY_TYPE"], gbuf)["result"]
+    lib = c_void_p()
+    out["cuLibraryLoadData"] = drv.cuLibraryLoadData(
+        ctypes.byref(lib), image, None, None, c_uint(0), None, None, c_uint(0)
+    )
+    if out["cuLibraryLoadData"] == 0:
+        r = drv.cuLibraryGetGlobal(ctypes.byref(d), ctypes.byref(size), lib, b"gbuf")
+        out["library_gbuf"] = {"result": r, "bytes": size.value}
+        if r == 0:
+            out["library_gbuf"]["describe"] = _describe(drv, d.value, size.value)
+        r = drv.cuLibraryGetManaged(ctypes.byref(d), ctypes.byref(size), lib, b"gmanaged")
+        out["library_gmanaged"] = {"result": r, "bytes": size.value}
+        if r == 0:
+            out["library_gmanaged"]["describe"] = _describe(drv, d.value, size.value)
+        out["cuLibraryUnload"] = drv.cuLibraryUnload(lib)
+    return out
+
+
 def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
     drv = Driver(path)
     facts: dict[str, Any] = {}
@@ -588,6 +641,7 @@ def probe(path: str = "libcuda.so.1") -> dict[str, Any]:
         e2["cuMemFree_v1"] = drv.cuMemFree(c_uint(p32.value))
     facts["edge2"] = e2
     facts["kinds"] = kinds_out
+    facts["globals"] = _globals(drv, facts["device_name"])
 
     # --- cuGetProcAddress ---
     pa = {}

@@ -128,6 +128,13 @@ SIM_HIDDEN CUresult sim_mem_alloc_locked(sim_ctx *ctx, sim_alloc_kind kind,
     if (rc == CUDA_SUCCESS) {
         if (kind == SIM_ALLOC_MANAGED)
             r->a.flags = CU_MEM_ATTACH_GLOBAL;
+        /* Module/library globals, as the H200's driver reports them
+         * (tests/data/h200-driver-facts.json, "globals"): neither
+         * GPUDirect-RDMA nor decompression capable, and a managed global
+         * has no CONTEXT. */
+        r->gdr = false;
+        r->hw_decompress = false;
+        r->no_ctx_attr = kind == SIM_ALLOC_MANAGED;
         *out = r->a.base;
     }
     return rc;
