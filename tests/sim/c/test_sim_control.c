@@ -755,7 +755,8 @@ static void check_global(CUdeviceptr p, size_t size, CUcontext ctx, int managed)
     OK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p));
     CHECK(is_managed == managed);
     OK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p));
-    CHECK(owner == ctx);
+    /* the H200's driver reports no context for a managed global */
+    CHECK(owner == (managed ? NULL : ctx));
     OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p));
     CHECK(start == p);
     OK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p));
