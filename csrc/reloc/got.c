@@ -1,0 +1,158 @@
+/*
+ * got.c - write one GOT (or data) slot of a loaded object.
+ *
+ * The protection of the slot's page comes from a snapshot of
+ * /proc/self/maps taken for the batch (one read per walk, not per slot), so
+ * it is whatever the loader left there: PROT_READ for a RELRO page once
+ * relocation is done, PROT_READ|PROT_WRITE for .got.plt under partial RELRO
+ * or .data.  A writable page is stored to directly.  A read-only page is
+ * made writable for that one page only, stored to, and given back exactly
+ * the protection it had, so RELRO stays read-only.  /proc/self/maps is not read atomically: while
+ * other threads map and unmap, a line can be missed; the protection then
+ * comes from the object's program headers (PT_GNU_RELRO -> PROT_READ, else
+ * its PT_LOAD's flags).  The store is one atomic
+ * 8-byte release store: other threads may be calling through the slot and
+ * see either the old or the new pointer, never a torn one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "reloc.h"
+
+static int parse_hex(const char **p, uintptr_t *out)
+{
+    uintptr_t v = 0;
+    int n = 0;
+    for (;; (*p)++, n++) {
+        char c = **p;
+        int d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else break;
+        v = (v << 4) | (uintptr_t)d;
+    }
+    *out = v;
+    return n;
+}
+
+int mh_maps_read(mh_maps *maps)
+{
+    maps->ranges = NULL;
+    maps->count = 0;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    size_t cap = 64 * 1024, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        close(fd);
+        return ENOMEM;
+    }
+    for (;;) {
+        if (len + 4096 > cap) {
+            char *grown = realloc(buf, cap * 2);
+            if (grown == NULL) {
+                free(buf);
+                close(fd);
+                return ENOMEM;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    size_t lines = 0;
+    for (size_t i = 0; i < len; i++)
+        lines += buf[i] == '\n';
+    maps->ranges = calloc(lines + 1, sizeof(*maps->ranges));
+    if (maps->ranges == NULL) {
+        free(buf);
+        return ENOMEM;
+    }
+    const char *p = buf;
+    while (*p) {
+        struct mh_map_range r = {0, 0, 0};
+        if (parse_hex(&p, &r.start) && *p == '-') {
+            p++;
+            if (parse_hex(&p, &r.end) && *p == ' ') {
+                p++;
+                if (p[0] == 'r') r.prot |= PROT_READ;
+                if (p[1] == 'w') r.prot |= PROT_WRITE;
+                if (p[2] == 'x') r.prot |= PROT_EXEC;
+                maps->ranges[maps->count++] = r;
+            }
+        }
+        const char *nl = strchr(p, '\n');
+        if (nl == NULL)
+            break;
+        p = nl + 1;
+    }
+    free(buf);
+    return 0;
+}
+
+void mh_maps_free(mh_maps *maps)
+{
+    free(maps->ranges);
+    maps->ranges = NULL;
+    maps->count = 0;
+}
+
+int mh_maps_prot(const mh_maps *maps, uintptr_t addr)
+{
+    size_t lo = 0, hi = maps->count;   /* the kernel lists ranges in order */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (addr < maps->ranges[mid].start)
+            hi = mid;
+        else if (addr >= maps->ranges[mid].end)
+            lo = mid + 1;
+        else
+            return maps->ranges[mid].prot;
+    }
+    return -1;
+}
+
+int mh_got_write(const mh_maps *maps, void **slot, void *value, int elf_prot)
+{
+    if (((uintptr_t)slot & (sizeof(void *) - 1)) != 0)
+        return EINVAL;
+    int prot = mh_maps_prot(maps, (uintptr_t)slot);
+    if (prot < 0)
+        prot = elf_prot;   /* a line the non-atomic read of maps missed */
+    if (prot < 0)
+        return EFAULT;
+    if (*slot == value)
+        return 0;
+    if (prot & PROT_WRITE) {
+        __atomic_store_n(slot, value, __ATOMIC_RELEASE);
+        return 0;
+    }
+    uintptr_t page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+    void *page = (void *)((uintptr_t)slot & ~(page_size - 1));
+    if (mprotect(page, page_size, prot | PROT_READ | PROT_WRITE) != 0) {
+        int err = errno;
+        mh_warn("reloc: mprotect(%p, RW) for slot %p failed: %s", page, (void *)slot,
+                strerror(err));
+        return err;
+    }
+    __atomic_store_n(slot, value, __ATOMIC_RELEASE);
+    if (mprotect(page, page_size, prot) != 0) {
+        int err = errno;
+        mh_error("reloc: could not restore protection of %p: %s", page, strerror(err));
+        return err;
+    }
+    return 0;
+}

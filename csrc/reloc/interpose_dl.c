@@ -1,0 +1,287 @@
+/*
+ * interpose_dl.c - memhook's dlopen, dlmopen, dlclose, dlsym and dlvsym.
+ *
+ * Every object's GOT slots for these names point here while reloc is
+ * installed (memhook's own excepted), so objects loaded later are patched
+ * before dlopen returns and a dlsym of a hooked name answers the wrapper.
+ *
+ * The caller problem.  glibc identifies the calling object by the return
+ * address of dlopen/dlsym.
+ *  - dlsym/dlvsym of a name memhook does not hook: the assembly stub
+ *    (interpose_x86_64.S) tail-jumps to the real function, so the loader
+ *    sees the real caller: RTLD_NEXT and RTLD_DEFAULT behave exactly as
+ *    without memhook.
+ *  - dlsym/dlvsym of a hooked name (mh_dlsym_hooked): handle or
+ *    RTLD_DEFAULT: the real lookup (RTLD_DEFAULT from memhook's scope, then,
+ *    if that found nothing, the caller's own local scope, for a caller that
+ *    was loaded RTLD_LOCAL); RTLD_NEXT: the first object after the caller's
+ *    in the link-map chain that itself defines the name.  That chain is the
+ *    load order of the base namespace; glibc searches the caller's scope
+ *    list, which differs only for objects loaded RTLD_LOCAL (approximation).
+ *    A non-NULL answer is replaced by the wrapper.
+ *  - dlopen/dlmopen(LM_ID_BASE) must run code after the real call, so they
+ *    cannot tail-jump.  Instead the name is resolved the way the loader
+ *    would resolve it for the caller: a name with '/' is used as is (a
+ *    leading $ORIGIN is expanded against the caller's directory); a bare name
+ *    already loaded is found with RTLD_NOLOAD; otherwise the caller's search
+ *    path (dlinfo RTLD_DI_SERINFO: its RPATH, LD_LIBRARY_PATH, its RUNPATH,
+ *    the system directories) is tried in order up to its last directory that
+ *    memhook's own search path lacks, by absolute path; then the bare name,
+ *    which resolves through LD_LIBRARY_PATH, ld.so.cache and the system
+ *    directories the same for any caller.
+ *    Remaining differences: dlmopen into another namespace is passed through
+ *    as memhook's call (its search path is memhook's); DSTs other than a
+ *    leading $ORIGIN ($LIB, $PLATFORM) are left to the loader, which expands
+ *    them against memhook; a file found in the caller's path that fails to
+ *    load makes memhook try the next directory where the loader would stop.
+ *
+ * Nesting: a dlopen/dlclose made by a constructor or destructor while this
+ * thread is inside a real dlopen/dlclose called from a wrapper (so under the
+ * loader's lock) does not patch: the outer wrapper patches everything new
+ * before it returns, and memhook's mutex is never taken under the loader's
+ * lock from there.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "reloc.h"
+
+static __thread int t_in_real_dl __attribute__((tls_model("initial-exec")));
+
+/* ---- dlsym / dlvsym ---- */
+
+/* Called by the stubs: should this lookup be answered by memhook? */
+MH_HIDDEN int mh_dl_name_hooked(const char *name);
+int mh_dl_name_hooked(const char *name)
+{
+    if (mh_reloc_inside || !mh_reloc_active())
+        return 0;
+    return mh_reloc_replacement(name) != NULL;
+}
+
+static struct link_map *caller_map(const void *caller)
+{
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (caller == NULL || dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) == 0)
+        return NULL;
+    return lm;
+}
+
+static void *lookup_in_caller_scope(const void *caller, const char *name, const char *version)
+{
+    struct link_map *lm = caller_map(caller);
+    if (lm == NULL)
+        return NULL;
+    void *h = mh_real_dlopen(lm->l_name && lm->l_name[0] ? lm->l_name : NULL,
+                             RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return NULL;
+    void *r = version ? mh_real_dlvsym(h, name, version) : mh_real_dlsym(h, name);
+    mh_real_dlclose(h);
+    return r;
+}
+
+static void *hooked_lookup(void *handle, const char *name, const char *version, void *caller)
+{
+    mh_reloc_inside++;
+    void *real;
+    if (handle == RTLD_NEXT) {
+        real = mh_reloc_find_after(caller_map(caller), name);
+    } else {
+        real = version ? mh_real_dlvsym(handle, name, version) : mh_real_dlsym(handle, name);
+        if (real == NULL && handle == RTLD_DEFAULT)
+            real = lookup_in_caller_scope(caller, name, version);
+    }
+    mh_reloc_inside--;
+    if (real == NULL)
+        return NULL;
+    mh_reloc_note_definition(name, real);
+    void *repl = mh_reloc_replacement(name);
+    return repl ? repl : real;
+}
+
+MH_HIDDEN void *mh_dlsym_hooked(void *handle, const char *name, void *caller);
+void *mh_dlsym_hooked(void *handle, const char *name, void *caller)
+{
+    return hooked_lookup(handle, name, NULL, caller);
+}
+
+MH_HIDDEN void *mh_dlvsym_hooked(void *handle, const char *name, const char *version,
+                                 void *caller);
+void *mh_dlvsym_hooked(void *handle, const char *name, const char *version, void *caller)
+{
+    return hooked_lookup(handle, name, version, caller);
+}
+
+/* ---- dlopen / dlmopen ---- */
+
+typedef struct search_path {
+    Dl_serinfo *info;
+} search_path;
+
+static Dl_serinfo *serinfo_of(void *lm)
+{
+    Dl_serinfo size;
+    if (dlinfo(lm, RTLD_DI_SERINFOSIZE, &size) != 0 || size.dls_size < sizeof(Dl_serinfo))
+        return NULL;
+    Dl_serinfo *info = malloc(size.dls_size);
+    if (info == NULL)
+        return NULL;
+    *info = size;
+    if (dlinfo(lm, RTLD_DI_SERINFOSIZE, info) != 0 || dlinfo(lm, RTLD_DI_SERINFO, info) != 0) {
+        free(info);
+        return NULL;
+    }
+    return info;
+}
+
+static bool in_list(const Dl_serinfo *list, const char *dir)
+{
+    if (list == NULL)
+        return false;
+    for (unsigned i = 0; i < list->dls_cnt; i++)
+        if (strcmp(list->dls_serpath[i].dls_name, dir) == 0)
+            return true;
+    return false;
+}
+
+/* memhook's own search path: what a bare-name dlopen from here searches. */
+static Dl_serinfo *own_serinfo(void)
+{
+    static Dl_serinfo *own;
+    static int done;
+    if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
+        struct link_map *lm = caller_map((void *)&own_serinfo);
+        Dl_serinfo *info = lm ? serinfo_of(lm) : NULL;
+        Dl_serinfo *expected = NULL;
+        if (!__atomic_compare_exchange_n(&own, &expected, info, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            free(info);
+        __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+    }
+    return own;
+}
+
+static void *real_open(Lmid_t lmid, bool is_mopen, const char *file, int mode)
+{
+    t_in_real_dl++;
+    void *h = is_mopen ? mh_real_dlmopen(lmid, file, mode) : mh_real_dlopen(file, mode);
+    t_in_real_dl--;
+    return h;
+}
+
+static bool caller_dir(struct link_map *lm, char *out, size_t cap)
+{
+    char exe[PATH_MAX];
+    const char *path = lm->l_name;
+    if (path == NULL || path[0] == '\0') {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+            return false;
+        exe[n] = '\0';
+        path = exe;
+    }
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return false;
+    size_t len = (size_t)(slash - path);
+    if (len + 1 > cap)
+        return false;
+    memcpy(out, path, len);
+    out[len] = '\0';
+    return true;
+}
+
+static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, const char *file,
+                            int mode)
+{
+    if (file == NULL || mh_reloc_inside || !mh_reloc_active() ||
+        (is_mopen && lmid != LM_ID_BASE))
+        return real_open(lmid, is_mopen, file, mode);
+    struct link_map *lm = caller_map(caller);
+    if (lm == NULL)
+        return real_open(lmid, is_mopen, file, mode);
+    char path[PATH_MAX];
+    if (strchr(file, '/') != NULL) {
+        size_t skip = strncmp(file, "$ORIGIN/", 8) == 0 ? 7
+                      : strncmp(file, "${ORIGIN}/", 10) == 0 ? 9 : 0;
+        if (skip && caller_dir(lm, path, sizeof(path)) &&
+            strlen(path) + strlen(file + skip) < sizeof(path)) {
+            strcat(path, file + skip);
+            return real_open(lmid, is_mopen, path, mode);
+        }
+        return real_open(lmid, is_mopen, file, mode);
+    }
+    /* Already loaded (by name or soname)?  The loader checks that first. */
+    void *h = real_open(lmid, is_mopen, file, mode | RTLD_NOLOAD);
+    if (h != NULL)
+        return h;
+    Dl_serinfo *mine = serinfo_of(lm);
+    if (mine != NULL) {
+        Dl_serinfo *own = own_serinfo();
+        int last = -1;
+        for (unsigned i = 0; i < mine->dls_cnt; i++)
+            if (!in_list(own, mine->dls_serpath[i].dls_name))
+                last = (int)i;
+        for (int i = 0; i <= last; i++) {
+            const char *dir = mine->dls_serpath[i].dls_name;
+            size_t dl = strlen(dir), fl = strlen(file);
+            if (dl + fl + 2 > sizeof(path))
+                continue;
+            memcpy(path, dir, dl);
+            if (dl == 0 || path[dl - 1] != '/')
+                path[dl++] = '/';
+            memcpy(path + dl, file, fl + 1);
+            if (access(path, R_OK) != 0)
+                continue;
+            h = real_open(lmid, is_mopen, path, mode);
+            if (h != NULL) {
+                free(mine);
+                return h;
+            }
+        }
+        free(mine);
+    }
+    return real_open(lmid, is_mopen, file, mode);
+}
+
+static void after_open(void *h)
+{
+    if (h != NULL && t_in_real_dl == 0)
+        mh_reloc_refresh(h);
+}
+
+void *mh_dlopen_wrapper(const char *file, int mode)
+{
+    void *h = open_as_caller(__builtin_return_address(0), LM_ID_BASE, false, file, mode);
+    after_open(h);
+    return h;
+}
+
+void *mh_dlmopen_wrapper(Lmid_t lmid, const char *file, int mode)
+{
+    void *h = open_as_caller(__builtin_return_address(0), lmid, true, file, mode);
+    after_open(h);
+    return h;
+}
+
+int mh_dlclose_wrapper(void *handle)
+{
+    if (!mh_reloc_active() || t_in_real_dl > 0 || mh_reloc_inside)
+        return mh_real_dlclose(handle);
+    /* Held across the real call: no walk may be between collecting an
+     * object and writing its slots while it is unmapped. */
+    mh_reloc_lock();
+    t_in_real_dl++;
+    int r = mh_real_dlclose(handle);
+    t_in_real_dl--;
+    mh_reloc_refresh(NULL);
+    mh_reloc_unlock();
+    return r;
+}
