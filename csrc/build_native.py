@@ -67,10 +67,10 @@ SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls",)
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        sources=("core/*.c", "bistro/*.c"),
+        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S"),
         soname="libmemhook.so",
         libs=("-ldl", "-lpthread"),
-        includes=("bistro",),
+        includes=("bistro", "reloc", "core"),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

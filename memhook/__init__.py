@@ -10,8 +10,19 @@ from __future__ import annotations
 import logging
 
 from ._core import library_path
+from ._types import MemoryType, Region
 from ._version import __version__
+from .cache import MemtypeCache, lookup, memory_type, memory_types
 
-__all__ = ["__version__", "library_path"]
+__all__ = [
+    "MemoryType",
+    "MemtypeCache",
+    "Region",
+    "__version__",
+    "library_path",
+    "lookup",
+    "memory_type",
+    "memory_types",
+]
 
 logging.getLogger("memhook").addHandler(logging.NullHandler())

@@ -19,6 +19,7 @@ CDEF = """
 const char *memhook_version(void);
 int memhook_version_number(void);
 const char *memhook_library_path(void);
+unsigned long long memhook_loader_generation(void);
 int memhook_log_level_get(void);
 int memhook_log_level_set(int level);
 int memhook_log_level_parse(const char *name);
@@ -47,6 +48,16 @@ int memhook_bistro_analyze(const void *code, size_t avail, uint64_t address,
                            size_t symbol_size, int jump_size,
                            uint64_t trampoline_address, const char *name,
                            const char *library, memhook_bistro_analysis *out);
+
+typedef struct memhook_reloc_symbol {
+    const char *name;
+    void *replacement;
+    void **original;
+} memhook_reloc_symbol;
+int memhook_reloc_install(const memhook_reloc_symbol *symbols, size_t count,
+                          char *why, size_t why_len);
+int memhook_reloc_uninstall(void);
+size_t memhook_reloc_patched_slots(void);
 """
 
 ffibuilder = FFI()

@@ -110,3 +110,15 @@ def test_preloaded_core_is_reused_not_duplicated(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     path, copies = proc.stdout.split()
     assert path == str(other) and copies == "1"
+
+
+def test_import_and_query_leave_no_writable_executable_page() -> None:
+    """memhook never leaves W+X memory in a process: not its own code, not a
+    libffi closure (a ctypes callback would make one)."""
+    code = ("import memhook\n"
+            "memhook.memory_type(0x1000); memhook.lookup(0x2000)\n"
+            "rwx = [l for l in open('/proc/self/maps') if l.split()[1].startswith('rwx')]\n"
+            "print(len(rwx)); print(''.join(rwx))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n", 1)[0] == "0", proc.stdout

@@ -30,6 +30,9 @@ MEMHOOK_API int memhook_version_number(void);
 /* Absolute path of the libmemhook.so this process has loaded: the file to
  * LD_PRELOAD so that children share the same core. */
 MEMHOOK_API const char *memhook_library_path(void);
+/* The dynamic loader's count of objects ever loaded (dl_iterate_phdr's
+ * dlpi_adds): it changes exactly when an object was loaded since. */
+MEMHOOK_API unsigned long long memhook_loader_generation(void);
 
 /* Log levels, most severe first.  The level starts from the environment
  * variable MEMHOOK_LOG_LEVEL (error|warn|info|debug, default warn). */
@@ -126,6 +129,35 @@ MEMHOOK_API int memhook_bistro_install(void *target, void *hook, int jump_size, 
 MEMHOOK_API int memhook_bistro_remove(memhook_bistro_patch *patch);
 /* 5 or 12: the size of the jump the patch wrote. */
 MEMHOOK_API int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
+
+/* ---- reloc: GOT/PLT rewriting (csrc/reloc/) ---- */
+
+typedef struct memhook_reloc_symbol {
+    const char *name;     /* symbol name, e.g. "cuMemAlloc_v2"; "name@VERSION"
+                             matches only objects that need that version */
+    void *replacement;    /* what every GOT slot of `name` will point to */
+    void **original;      /* receives the definition the loader binds for name
+                             (RTLD_DEFAULT lookup by the real dlsym; filled in
+                             later, before any slot or lookup hands out the
+                             replacement, when the name is not loaded yet), or
+                             NULL */
+} memhook_reloc_symbol;
+
+/* Add these symbols to the hooked set and rewrite every loaded object's
+ * slots (and, from now on, those of objects loaded later: dlopen, dlmopen,
+ * dlsym, dlvsym and cuGetProcAddress(_v2) are interposed while at least one
+ * symbol is installed).  memhook's own object and the dynamic linker are
+ * never patched.  Idempotent; a name installed again takes the new
+ * replacement.  Returns 0 or a positive errno with a one-line reason in why
+ * (why may be NULL). */
+MEMHOOK_API int memhook_reloc_install(const memhook_reloc_symbol *symbols, size_t count,
+                                      char *why, size_t why_len);
+/* Restore every slot ever changed (still mapped and still holding memhook's
+ * pointer) and stop interposing; forgets the installed symbols. */
+MEMHOOK_API int memhook_reloc_uninstall(void);
+/* How many GOT slots currently point at the replacements of installed
+ * symbols (the engine's own dl and cuGetProcAddress slots not counted). */
+MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,683 @@
+"""The memory-type cache: which address ranges are which kind of memory.
+
+:class:`MemtypeCache` is a standalone, thread-safe interval map with UCX's
+memtype-cache semantics (DESIGN.md section 4), and then some:
+
+* regions are half-open ``[start, start + size)``, never overlapping;
+* :meth:`~MemtypeCache.update` merges with the regions of the same type and
+  device it overlaps *or touches*, and over other regions replaces only the
+  overlapped part (the rest of them stays);
+* :meth:`~MemtypeCache.remove` punches a hole: what lies outside it stays;
+* a query ``[ptr, ptr + size)`` wholly inside one region gets that region;
+  one covered by several touching regions of one type (they differ in device,
+  or they would have been merged) gets that type, as one region with device
+  -1; any other range that touches a region - running past a region's end
+  into a gap or into another type, or starting in a gap and running into a
+  region - is ``UNKNOWN``; a range that touches no region is ``None`` from
+  :meth:`~MemtypeCache.lookup` and ``HOST`` from
+  :meth:`~MemtypeCache.memory_type`.
+
+How it is built (and why it is fast):
+
+* The regions live in a :class:`sortedcontainers.SortedKeyList` keyed by
+  their *end*.  The region holding ``ptr`` is then the first one whose end is
+  greater than ``ptr``: one ``bisect_right`` over the sublists' maxima and
+  one inside a sublist, both C calls, and no second probe backwards.  Reads
+  use the list's (stable, documented-in-source) internals ``_maxes``,
+  ``_keys`` and ``_lists``; writes use its public ``add`` and its ``_delete``
+  at a located position.  sortedcontainers is pinned below 3.
+* Reads take no lock.  Writers serialise on a lock, and every write replaces
+  the memo dict ``_hot``: with None while it changes the regions, then with a
+  new dict.  A reader holds the dict it started with and keeps its answer
+  only if ``_hot`` is still that dict (nothing was written meanwhile);
+  otherwise - rarely - it answers again under the lock.
+* Hot path: single-byte answers are memoised per pointer in that dict (it is
+  emptied when it reaches ``HOT_LIMIT`` entries), so a pointer asked about
+  again costs one dict probe.
+* :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers with
+  ``searchsorted`` on a sorted snapshot (starts, last bytes, type codes),
+  rebuilt only when the cache has changed since the last batch.
+
+The module-level :func:`memory_type`, :func:`lookup` and :func:`memory_types`
+query one process-wide cache, because a process has one address space: every
+library in it allocates from, and asks about, the same pointers, so one cache
+fed by the hooks serves them all (and a second would only be a second,
+staler copy).  Before answering they drain the hooks' pending events, and
+they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
+regions and straddling ranges always, and - while the hook layer does not say
+it covers every allocation entry point of the loaded driver, which today it
+never does - pointers the cache does not know.  The driver is asked only if
+the process has already loaded and initialised it (see :mod:`memhook._driver`);
+its answer is remembered as a region (a "not CUDA's" answer is not: without
+hooks such a pointer is asked about again, with one ``cuPointerGetAttributes``
+call).  Without hooks nothing tells the cache about frees, so a remembered
+region stays until the cache is told otherwise
+(``memhook.cache.process_cache().remove(...)`` or ``.clear()``).
+
+The hook layer plugs in with :func:`set_hook_layer`.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Callable
+
+import numpy as np
+from sortedcontainers import SortedKeyList
+
+from . import _driver, _inputs
+from ._inputs import ADDRESS_LIMIT, address_array, byte_range
+from ._types import MemoryType, Region, _make_region
+
+__all__ = [
+    "HOT_LIMIT",
+    "MemtypeCache",
+    "lookup",
+    "memory_type",
+    "memory_types",
+    "process_cache",
+    "set_hook_layer",
+]
+
+HOST = MemoryType.HOST
+UNKNOWN = MemoryType.UNKNOWN
+_ADDRESS_MAX = ADDRESS_LIMIT - 1
+_MEMORY_TYPES = tuple(MemoryType)
+
+_ONE = 1
+HOT_LIMIT = 8192
+"""Entries of the per-pointer memo before it is emptied and refilled."""
+
+# What _classify found for a range.
+_FOUND = 0    # wholly inside one region (returned)
+_RUN = 1      # covered by touching regions of one type (a synthesised region)
+_MIXED = 2    # touches a region but is not covered by one type
+_ABSENT = 3   # touches no region
+
+_ABSENT_CODE = 255  # internal code for "no region" in batch answers
+
+for _name in ("_maxes", "_keys", "_lists", "_delete", "_expand", "_len", "_load", "_index"):
+    if not hasattr(SortedKeyList(key=abs), _name):  # pragma: no cover - sortedcontainers 3?
+        raise ImportError(f"memhook.cache needs sortedcontainers 2.x (SortedKeyList.{_name} "
+                          "is missing); install sortedcontainers>=2.4,<3")
+
+
+def _end_of(region: Region) -> int:
+    return region.start + region.size
+
+
+_get_start = attrgetter("start")
+_get_type = attrgetter("mem_type")
+
+
+def _as_memory_type(value: object) -> MemoryType:
+    if value.__class__ is MemoryType:
+        return value  # type: ignore[return-value]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, str) and value.upper() in MemoryType.__members__:
+            return MemoryType[value.upper()]
+        raise TypeError(f"mem_type must be a MemoryType, not {type(value).__name__}")
+    try:
+        return _MEMORY_TYPES[int(value)] if int(value) >= 0 else MemoryType(int(value))
+    except (IndexError, ValueError):
+        raise ValueError(f"mem_type {int(value)} is not a MemoryType code "
+                         f"(0-{len(_MEMORY_TYPES) - 1})") from None
+
+
+def _as_device(value: object) -> int:
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"device must be an int, not {type(value).__name__}")
+        value = int(value)  # type: ignore[call-overload]
+    if value < -1:
+        raise ValueError(f"device must be a device ordinal or -1 (unknown), got {value}")
+    return value  # type: ignore[return-value]
+
+
+def _checked_range(start: Any, size: Any) -> tuple[int, int]:
+    """An int ``(start, size)`` for update/remove, or TypeError/ValueError."""
+    if (type(start) is int and type(size) is int and start >= 0 and size >= 1
+            and start + size <= ADDRESS_LIMIT):
+        return start, size
+    start = _inputs.address(start, "start")
+    size = _inputs.size(size)
+    if start + size > ADDRESS_LIMIT:
+        raise ValueError(f"the range [{start:#x}, {start:#x} + {size}) runs past the end of "
+                         "the 64-bit address space")
+    return start, size
+
+
+class MemtypeCache:
+    """A thread-safe map from address ranges to (memory type, device).
+
+    See the module docstring for the semantics and the design.  All methods
+    may be called from any thread; readers never block each other and take
+    no lock in the common case.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_delete",
+        "_half_load",
+        "_hot",
+        "_keys",
+        "_lists",
+        "_load2",
+        "_lock",
+        "_maxes",
+        "_regions",
+        "_snapshot",
+        "_version",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._regions = SortedKeyList(key=_end_of)
+        # sortedcontainers mutates these three lists in place, never rebinds them.
+        self._maxes: list[int] = self._regions._maxes
+        self._keys: list[list[int]] = self._regions._keys
+        self._lists: list[list[Region]] = self._regions._lists
+        self._delete = self._regions._delete
+        self._load2 = self._regions._load << 1
+        self._half_load = self._regions._load >> 1
+        # Every write replaces _hot: None while it changes the regions, then a
+        # new dict.  So "self._hot is the dict I started with" proves to a
+        # reader that no write overlapped its read.
+        self._version = 0
+        self._hot: dict[int, MemoryType] | None = {}
+        self._snapshot: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _set_load(self, load: int) -> None:
+        """Re-chunk the sorted list with sublists of ``load`` (tests use tiny
+        loads so that splits and merges happen at a few regions)."""
+        with self._lock:
+            self._hot = None  # readers: a write is under way
+            try:
+                self._regions._reset(load)
+                self._load2 = load << 1
+                self._half_load = load >> 1
+            finally:
+                self._version += 1
+                self._hot = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def memory_type(self, ptr: Any, size: Any = 1) -> MemoryType:
+        """The memory type of ``[ptr, ptr + size)``: the region's type when one
+        region holds it all, UNKNOWN when it touches regions but no single
+        type covers it, HOST when it touches none."""
+        if size is _ONE and type(ptr) is int:  # (any int equal to 1 is the cached 1)
+            hot = self._hot
+            try:
+                t = hot.get(ptr)  # type: ignore[union-attr]
+                if t is not None:
+                    return t
+                # The first region whose end is greater than ptr.
+                maxes = self._maxes
+                pos = bisect_right(maxes, ptr)
+                if pos != len(maxes):
+                    r = self._lists[pos][bisect_right(self._keys[pos], ptr)]
+                    t = r.mem_type if r.start <= ptr else HOST
+                else:
+                    t = HOST
+                # (only a HOST answer can come from an address out of range)
+                if self._hot is hot and (t is not HOST or 0 <= ptr <= _ADDRESS_MAX):
+                    if len(hot) >= HOT_LIMIT:  # type: ignore[arg-type]
+                        hot.clear()  # type: ignore[union-attr]
+                    hot[ptr] = t  # type: ignore[index]
+                    return t
+            except (AttributeError, IndexError):  # a write got in the way
+                pass
+        kind, region = self._classify_checked(*byte_range(ptr, size))
+        if kind is _FOUND or kind is _RUN:
+            return region.mem_type  # type: ignore[union-attr]
+        return UNKNOWN if kind is _MIXED else HOST
+
+    def lookup(self, ptr: Any, size: Any = 1) -> Region | None:
+        """The region holding ``[ptr, ptr + size)``; None when the range
+        touches no region; ``Region(ptr, size, UNKNOWN, -1)`` when it touches
+        regions but no single type covers it; for a range covered by touching
+        regions of one type (different devices), one region spanning them with
+        device -1."""
+        start, n = byte_range(ptr, size)
+        kind, region = self._classify_checked(start, n)
+        if kind is _MIXED:
+            return _make_region(start, n, UNKNOWN, -1)
+        return region
+
+    def memory_types(self, ptrs: Any) -> np.ndarray:
+        """Memory types of many single-byte addresses at once, as ``uint8``
+        :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array
+        or a sequence of ints)."""
+        arr = address_array(ptrs)
+        out, _ = self._memory_types(arr, False)
+        shape = getattr(ptrs, "shape", None)
+        return out.reshape(shape) if shape is not None and len(shape) != 1 else out
+
+    def regions(self) -> list[Region]:
+        """All regions, in address order (a copy)."""
+        with self._lock:
+            return list(self._regions)
+
+    def __len__(self) -> int:
+        return len(self._regions)
+
+    def __iter__(self) -> Iterator[Region]:
+        return iter(self.regions())
+
+    def __repr__(self) -> str:
+        return f"<MemtypeCache: {len(self)} regions>"
+
+    # ----------------------------------------------------------------- writes
+
+    def update(self, start: Any, size: Any, mem_type: Any, device: Any = -1) -> None:
+        """Record ``[start, start + size)`` as ``mem_type`` on ``device``:
+        merged with the regions of the same type and device it overlaps or
+        touches; over other regions it replaces only the overlapped part."""
+        if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
+                and start + size <= ADDRESS_LIMIT):
+            start, size = _checked_range(start, size)
+        if mem_type.__class__ is not MemoryType:
+            mem_type = _as_memory_type(mem_type)
+        if type(device) is not int or device < -1:
+            device = _as_device(device)
+        end = start + size
+        with self._lock:
+            maxes = self._maxes
+            pos = bisect_left(maxes, start)  # first sublist with an end >= start
+            if pos != len(maxes):
+                keys = self._keys[pos]
+                idx = bisect_left(keys, start)
+                r = self._lists[pos][idx]
+                if r.start <= end:  # something overlaps or touches: the general case
+                    touching = self._touching(pos, idx, end)
+                    if (len(touching) == 1 and r.mem_type is mem_type and r.device == device
+                            and r.start <= start and end <= keys[idx]):
+                        return  # already recorded as such: nothing changes, memos stay
+                    self._hot = None  # readers: a write is under way
+                    try:
+                        self._apply_update(touching, start, end, mem_type, device)
+                    finally:
+                        self._version += 1
+                        self._hot = {}
+                    return
+            # Touches nothing: insert where a key of `end` goes, i.e. at (pos, idx).
+            self._hot = None  # readers: a write is under way
+            try:
+                if pos == len(maxes):
+                    self._insert(pos, 0, _make_region(start, size, mem_type, device), end)
+                else:
+                    self._insert(pos, idx, _make_region(start, size, mem_type, device), end)
+            finally:
+                self._version += 1
+                self._hot = {}
+
+    def remove(self, start: Any, size: Any) -> None:
+        """Forget ``[start, start + size)``: regions lose the overlapped part
+        and keep the rest (a region may be split in two)."""
+        if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
+                and start + size <= ADDRESS_LIMIT):
+            start, size = _checked_range(start, size)
+        end = start + size
+        with self._lock:
+            maxes = self._maxes
+            pos = bisect_right(maxes, start)  # first sublist with an end > start
+            if pos == len(maxes):
+                return
+            keys = self._keys[pos]
+            idx = bisect_right(keys, start)
+            r = self._lists[pos][idx]
+            if r.start >= end:
+                return  # nothing overlaps
+            self._hot = None  # readers: a write is under way
+            try:
+                if r.start == start and keys[idx] == end:  # a whole region: the usual free
+                    self._remove_at(pos, idx)
+                    return
+                hit = [x for x in self._touching(pos, idx, end) if x.start < end]
+                for x in hit:
+                    self._remove_region(x)
+                for x in hit:
+                    x_end = _end_of(x)
+                    if x.start < start:
+                        self._add(_make_region(x.start, start - x.start, x.mem_type, x.device))
+                    if x_end > end:
+                        self._add(_make_region(end, x_end - end, x.mem_type, x.device))
+            finally:
+                self._version += 1
+                self._hot = {}
+
+    def clear(self) -> None:
+        """Forget every region."""
+        with self._lock:
+            self._hot = None  # readers: a write is under way
+            try:
+                self._regions.clear()
+            finally:
+                self._version += 1
+                self._hot = {}
+
+    # -------------------------------------------------------------- internals
+
+    # The sorted-list primitives.  They mirror SortedKeyList.add/_delete at a
+    # position already located (saving the second search and the key call);
+    # the positional index (_index) is never built, as no positional method
+    # of the list is ever used.
+
+    def _insert(self, pos: int, idx: int, region: Region, key: int) -> None:
+        """Insert ``region`` (whose end is ``key``) at ``(pos, idx)``; pos may
+        be ``len(_maxes)``: append after everything."""
+        lists, keys, maxes = self._lists, self._keys, self._maxes
+        if not maxes:
+            lists.append([region])
+            keys.append([key])
+            maxes.append(key)
+        else:
+            if pos == len(maxes):
+                pos -= 1
+                lists[pos].append(region)
+                keys[pos].append(key)
+                maxes[pos] = key
+            else:
+                lists[pos].insert(idx, region)
+                keys[pos].insert(idx, key)
+            if len(keys[pos]) > self._load2:
+                self._regions._expand(pos)
+        self._regions._len += 1
+
+    def _add(self, region: Region) -> None:
+        key = _end_of(region)
+        maxes = self._maxes
+        pos = bisect_left(maxes, key)
+        self._insert(pos, bisect_left(self._keys[pos], key) if pos != len(maxes) else 0,
+                     region, key)
+
+    def _remove_at(self, pos: int, idx: int) -> None:
+        keys = self._keys[pos]
+        if len(keys) > self._half_load + 1:  # SortedKeyList._delete's common case
+            del self._lists[pos][idx]
+            del keys[idx]
+            self._maxes[pos] = keys[-1]
+            self._regions._len -= 1
+        else:
+            self._delete(pos, idx)
+
+    def _remove_region(self, r: Region) -> None:
+        key = _end_of(r)
+        pos = bisect_left(self._maxes, key)
+        idx = bisect_left(self._keys[pos], key)
+        assert self._lists[pos][idx] is r
+        self._remove_at(pos, idx)
+
+    def _touching(self, pos: int, idx: int, end: int) -> list[Region]:
+        """From ``(pos, idx)`` on, the regions that start at or before ``end``
+        (caller holds the lock, or validates)."""
+        lists = self._lists
+        count = len(lists)
+        sub = lists[pos]
+        out: list[Region] = []
+        while True:
+            r = sub[idx]
+            if r.start > end:
+                return out
+            out.append(r)
+            idx += 1
+            if idx == len(sub):
+                pos += 1
+                if pos == count:
+                    return out
+                sub = lists[pos]
+                idx = 0
+
+    def _apply_update(self, touching: list[Region], start: int, end: int,
+                      mem_type: MemoryType, device: int) -> None:
+        new_start, new_end = start, end
+        add: list[Region] = []
+        for r in touching:
+            r_end = _end_of(r)
+            if r.mem_type is mem_type and r.device == device:
+                if r.start < new_start:  # noqa: PLR1730 - cheaper than min() here
+                    new_start = r.start
+                if r_end > new_end:  # noqa: PLR1730
+                    new_end = r_end
+                self._remove_region(r)
+            elif r_end == start or r.start == end:
+                continue  # another type, only touching: stays as it is
+            else:
+                self._remove_region(r)
+                if r.start < start:
+                    add.append(_make_region(r.start, start - r.start, r.mem_type, r.device))
+                if r_end > end:
+                    add.append(_make_region(end, r_end - end, r.mem_type, r.device))
+        add.append(_make_region(new_start, new_end - new_start, mem_type, device))
+        for r in add:
+            self._add(r)
+
+    def _classify(self, ptr: int, stop: int) -> tuple[int, Region | None]:
+        """What covers ``[ptr, stop)`` (caller holds the lock, or validates)."""
+        maxes = self._maxes
+        pos = bisect_right(maxes, ptr)
+        if pos == len(maxes):
+            return _ABSENT, None
+        keys = self._keys[pos]
+        idx = bisect_right(keys, ptr)
+        sub = self._lists[pos]
+        r = sub[idx]
+        if r.start > ptr:
+            return (_MIXED, None) if r.start < stop else (_ABSENT, None)
+        end = keys[idx]
+        if stop <= end:
+            return _FOUND, r
+        # Runs past r: follow touching regions of the same type.
+        mem_type = r.mem_type
+        first = r.start
+        while True:
+            idx += 1
+            if idx == len(sub):
+                pos += 1
+                if pos == len(maxes):
+                    return _MIXED, None
+                keys = self._keys[pos]
+                sub = self._lists[pos]
+                idx = 0
+            nxt = sub[idx]
+            if nxt.start != end or nxt.mem_type is not mem_type:
+                return _MIXED, None
+            end = keys[idx]
+            if stop <= end:
+                return _RUN, _make_region(first, end - first, mem_type, -1)
+
+    def _classify_checked(self, ptr: int, size: int) -> tuple[int, Region | None]:
+        """:meth:`_classify` of ``[ptr, ptr + size)`` without the lock when no
+        write overlaps; a size-1 answer also goes into the hot memo."""
+        hot = self._hot
+        if hot is not None:
+            try:
+                found = self._classify(ptr, ptr + size)
+            except IndexError:
+                found = None
+            if found is not None and self._hot is hot:
+                if size == 1:
+                    region = found[1]
+                    if len(hot) >= HOT_LIMIT:
+                        hot.clear()
+                    hot[ptr] = HOST if region is None else region.mem_type
+                return found
+        with self._lock:
+            return self._classify(ptr, ptr + size)
+
+    def _build_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        with self._lock:  # only long enough to copy the references
+            version = self._version
+            regions = list(chain.from_iterable(self._lists))
+            keys = list(chain.from_iterable(self._keys))
+        n = len(regions)
+        starts = np.empty(n + 1, dtype=np.uint64)
+        starts[:n] = np.fromiter(map(_get_start, regions), dtype=np.uint64, count=n)
+        starts[n] = _ADDRESS_MAX  # sentinel: past every region
+        lasts = np.empty(n + 1, dtype=np.uint64)  # last byte: an end of 2**64 fits
+        full = n - 1 if n and keys[-1] == ADDRESS_LIMIT else n
+        lasts[:full] = np.fromiter(keys, dtype=np.uint64, count=full)
+        lasts[:full] -= np.uint64(1)
+        lasts[full:] = _ADDRESS_MAX
+        types = np.empty(n + 1, dtype=np.uint8)
+        types[:n] = np.fromiter(map(_get_type, regions), dtype=np.uint8, count=n)
+        types[n] = HOST
+        snap = (version, starts, lasts, types)
+        self._snapshot = snap
+        return snap
+
+    def _memory_types(self, arr: np.ndarray, want_absent: bool) -> tuple[np.ndarray, Any]:
+        """Codes for a flat uint64 array; with ``want_absent``, also a mask of
+        the pointers that no region holds (their code is HOST)."""
+        snap = self._snapshot
+        if snap is None or snap[0] != self._version or self._hot is None:
+            snap = self._build_snapshot()
+        _, starts, lasts, types = snap
+        n = len(types) - 1
+        idx = lasts.searchsorted(arr)  # first region whose last byte >= ptr
+        out = types.take(idx)
+        inside = starts.take(idx) <= arr
+        if not want_absent:
+            np.multiply(out, inside, out=out)  # HOST is 0
+            return out, None
+        inside &= idx != n
+        np.multiply(out, inside, out=out)
+        return out, ~inside
+
+
+# ---------------------------------------------------------------------------
+# the process-wide cache and the module-level queries
+
+_process_cache = MemtypeCache()
+_drain: Callable[[], object] | None = None
+_coverage_complete: Callable[[], bool] | None = None
+
+
+def process_cache() -> MemtypeCache:
+    """The one cache of this process, that the hooks feed and the module-level
+    queries read."""
+    return _process_cache
+
+
+def set_hook_layer(drain: Callable[[], object] | None,
+                   coverage_complete: Callable[[], bool] | None) -> None:
+    """The seam for the hook layer (DESIGN.md section 3).
+
+    ``drain()`` is called before every module-level query; it must apply the
+    pending events to :func:`process_cache` (``update`` on ALLOC, ``remove`` on
+    FREE) in order.  ``coverage_complete()`` returns True while the hooks cover
+    every allocation entry point of the loaded driver; only then does a
+    pointer the cache does not know count as HOST without asking the driver.
+    Pass None for either to detach it."""
+    global _drain, _coverage_complete
+    _drain = drain
+    _coverage_complete = coverage_complete
+
+
+def _vouched() -> bool:
+    predicate = _coverage_complete
+    return predicate is not None and bool(predicate())
+
+
+def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
+    """Resolve ``[start, start + n)`` through the driver and remember a CUDA
+    answer; None when the driver gives no answer."""
+    answer = _driver.query(start, n)
+    if answer is None:
+        return None
+    if answer.mem_type is HOST:
+        # The driver does not know the pointer.  A range that starts in host
+        # memory and runs into a region is still mixed.
+        return UNKNOWN if kind is _MIXED else HOST
+    _process_cache.update(answer.start, answer.size, answer.mem_type, answer.device)
+    if answer.start <= start and start + n <= answer.start + answer.size:
+        return answer.mem_type
+    return UNKNOWN
+
+
+def _memory_type_slow(start: int, n: int) -> MemoryType:
+    kind, region = _process_cache._classify_checked(start, n)
+    if kind is _FOUND or kind is _RUN:
+        t = region.mem_type  # type: ignore[union-attr]
+        if t is not UNKNOWN:
+            return t
+        answer = _ask_driver(start, n, kind)
+        return UNKNOWN if answer is None else answer
+    if kind is _MIXED:
+        answer = None if _vouched() else _ask_driver(start, n, kind)
+        return UNKNOWN if answer is None else answer
+    if _vouched():
+        return HOST
+    answer = _ask_driver(start, n, kind)
+    return HOST if answer is None else answer
+
+
+def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
+    """The memory type of ``[ptr, ptr + size)``, or of an object's whole
+    extent (``__cuda_array_interface__``, ``__array_interface__``, DLPack,
+    buffer protocol).  Pending hook events are applied first; UNKNOWN regions,
+    and ranges the hooks cannot vouch for, are resolved through the driver."""
+    drain = _drain
+    if drain is not None:
+        drain()
+    if size is _ONE and type(ptr) is int:
+        hot = _process_cache._hot
+        t = hot.get(ptr) if hot is not None else None
+        if t is not None:
+            if t is not HOST and t is not UNKNOWN:
+                return t  # a region's type: what the hooks (or the driver) recorded
+            if t is HOST and (_vouched() or not _driver.is_cuda(ptr)):
+                return t  # in no region, and the hooks or the driver say so
+    return _memory_type_slow(*byte_range(ptr, size))
+
+
+def lookup(ptr: Any, size: Any = 1) -> Region | None:
+    """The region holding ``[ptr, ptr + size)`` (or an object's extent), as
+    :meth:`MemtypeCache.lookup` answers it, after applying pending hook events
+    and resolving through the driver what the cache cannot vouch for."""
+    drain = _drain
+    if drain is not None:
+        drain()
+    start, n = byte_range(ptr, size)
+    cache = _process_cache
+    kind, region = cache._classify_checked(start, n)
+    if kind is _FOUND or kind is _RUN:
+        if region.mem_type is not UNKNOWN:  # type: ignore[union-attr]
+            return region
+    elif _vouched():
+        return None if kind is _ABSENT else _make_region(start, n, UNKNOWN, -1)
+    answer = _ask_driver(start, n, kind)
+    if answer is None:  # no answer: what the cache has
+        return _make_region(start, n, UNKNOWN, -1) if kind is _MIXED else region
+    if answer is HOST:  # the driver does not know it: host memory
+        return None
+    return cache.lookup(start, n)  # the remembered region (merged, maybe)
+
+
+def memory_types(ptrs: Any) -> np.ndarray:
+    """:func:`memory_type` of many single-byte addresses, as ``uint8``
+    :class:`MemoryType` codes shaped like ``ptrs``."""
+    drain = _drain
+    if drain is not None:
+        drain()
+    arr = address_array(ptrs)
+    out, absent = _process_cache._memory_types(arr, True)
+    need = out == UNKNOWN
+    if not _vouched():
+        need |= absent
+    if need.any() and _driver.driver_loaded():
+        todo = np.flatnonzero(need)
+        answers: dict[int, MemoryType] = {}
+        for i in todo.tolist():
+            p = int(arr[i])
+            t = answers.get(p)
+            if t is None:
+                t = answers[p] = _memory_type_slow(p, 1)
+            out[i] = t
+    shape = getattr(ptrs, "shape", None)
+    return out.reshape(shape) if shape is not None and len(shape) != 1 else out
