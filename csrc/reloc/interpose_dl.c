@@ -51,6 +51,8 @@
 #include "log.h"
 #include "reloc.h"
 
+/* Per thread: inside the real dlopen/dlclose (a constructor or destructor
+ * that dlopens again must not re-enter memhook's walk). */
 static __thread int t_in_real_dl __attribute__((tls_model("initial-exec")));
 
 /* ---- dlsym / dlvsym ---- */

@@ -49,6 +49,9 @@
 #include "log.h"
 #include "reloc.h"
 
+/* The real dl* and cuGetProcAddress entry points: process-wide because the
+ * functions they name are (one loader, one driver per process); written once
+ * under g_lock before any wrapper can run, then only read. */
 mh_dlsym_fn mh_real_dlsym;
 mh_dlvsym_fn mh_real_dlvsym;
 mh_dlopen_fn mh_real_dlopen;
@@ -56,6 +59,8 @@ mh_dlmopen_fn mh_real_dlmopen;
 mh_dlclose_fn mh_real_dlclose;
 void *mh_real_cuGetProcAddress;
 void *mh_real_cuGetProcAddress_v2;
+/* Per thread: set while a wrapper runs, so a hook reached from inside
+ * memhook never recurses. */
 __thread int mh_reloc_inside __attribute__((tls_model("initial-exec")));
 
 #define MAX_ENTRIES 1024
@@ -73,6 +78,10 @@ typedef struct entry {
     void **real_store;         /* internal entries: memhook's copy of the real */
 } entry;
 
+/* Process-wide: the hooked-symbol set applies to every object of the one
+ * address space.  Fixed arrays (no malloc) because the dlsym and
+ * cuGetProcAddress wrappers read them lock-free on any thread; entries are
+ * appended under g_lock and published with release stores. */
 static entry g_entries[MAX_ENTRIES];
 static size_t g_count;          /* published with release */
 static int g_active;            /* published with release */
@@ -98,6 +107,8 @@ typedef struct object {
     size_t nrecs, cap;
 } object;
 
+/* Process-wide record of every object walked and every slot written (what
+ * uninstall restores); guarded by g_lock. */
 static object *g_objs;
 static size_t g_nobjs, g_objcap;
 static unsigned long long g_adds = ~0ULL, g_subs = ~0ULL;
