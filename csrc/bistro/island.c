@@ -25,6 +25,7 @@
  * All functions run with the bistro mutex held.
  */
 #include "bistro.h"
+#include "procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,33 +77,7 @@ static uint64_t dist(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 /* Read /proc/self/maps into a malloc'd, NUL-terminated buffer. */
 static char *read_maps(void)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (cap - len < 4096) {
-            char *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        ssize_t n = read(fd, buf + len, cap - len - 1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
-    close(fd);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
+    return mh_read_whole_file("/proc/self/maps", NULL);
 }
 
 #define MAX_CANDIDATES 16

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "procfs.h"
 #include "reloc.h"
 
 static int parse_hex(const char **p, uintptr_t *out)
@@ -44,35 +45,10 @@ int mh_maps_read(mh_maps *maps)
 {
     maps->ranges = NULL;
     maps->count = 0;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    size_t cap = 64 * 1024, len = 0;
-    char *buf = malloc(cap);
-    if (buf == NULL) {
-        close(fd);
-        return ENOMEM;
-    }
-    for (;;) {
-        if (len + 4096 > cap) {
-            char *grown = realloc(buf, cap * 2);
-            if (grown == NULL) {
-                free(buf);
-                close(fd);
-                return ENOMEM;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        ssize_t n = read(fd, buf + len, cap - len - 1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
+    size_t len = 0;
+    char *buf = mh_read_whole_file("/proc/self/maps", &len);
+    if (buf == NULL)
+        return errno ? errno : ENOMEM;
     size_t lines = 0;
     for (size_t i = 0; i < len; i++)
         lines += buf[i] == '\n';
