@@ -33,7 +33,7 @@ def _bind_core() -> ctypes.CDLL:
 try:
     _core_handle = _bind_core()
     from ._native import ffi, lib  # type: ignore[import-not-found]
-except ImportError as exc:  # pragma: no cover - only on a broken install
+except (ImportError, OSError) as exc:  # pragma: no cover - only on a broken install
     raise ImportError(
         "memhook's native extension or its core libmemhook.so is missing or cannot load "
         f"({exc}); reinstall with `pip install .` (or `pip install -e .`) "

@@ -34,6 +34,11 @@ How it is built (and why it is fast):
 * Hot path: single-byte answers are memoised per pointer in that dict (it is
   emptied when it reaches ``HOT_LIMIT`` entries), so a pointer asked about
   again costs one dict probe.
+* Small caches (up to ``FLAT_LIMIT`` regions): every write also publishes,
+  in one store, a tuple ``(bounds, types, memo)`` - the region starts and
+  ends as one flat sorted list, the type of each interval between them, and
+  the memo dict - so a single lookup is one ``bisect_right`` and one index
+  into an immutable snapshot, with nothing to validate afterwards.
 * :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers with
   ``searchsorted`` on a sorted snapshot (starts, last bytes, type codes),
   rebuilt only when the cache has changed since the last batch.
@@ -91,6 +96,13 @@ _MEMORY_TYPES = tuple(MemoryType)
 _ONE = 1
 HOT_LIMIT = 8192
 """Entries of the per-pointer memo before it is emptied and refilled."""
+
+FLAT_LIMIT = 64
+"""Up to this many regions, single lookups read a flat copy of the regions."""
+
+FLAT_HOT_LIMIT = 256
+"""The memo's limit for such a small cache: its lookups are cheap anyway, and a
+small memo costs a cold lookup less."""
 
 # What _classify found for a range.
 _FOUND = 0    # wholly inside one region (returned)
@@ -162,6 +174,7 @@ class MemtypeCache:
     __slots__ = (
         "__weakref__",
         "_delete",
+        "_flat",
         "_half_load",
         "_hot",
         "_keys",
@@ -189,6 +202,8 @@ class MemtypeCache:
         # reader that no write overlapped its read.
         self._version = 0
         self._hot: dict[int, MemoryType] | None = {}
+        self._flat: tuple[list[int], list[MemoryType | None], dict[int, MemoryType]] | None \
+            = ([0, ADDRESS_LIMIT], [None, HOST, None], self._hot)
         self._snapshot: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _set_load(self, load: int) -> None:
@@ -201,8 +216,7 @@ class MemtypeCache:
                 self._load2 = load << 1
                 self._half_load = load >> 1
             finally:
-                self._version += 1
-                self._hot = {}
+                self._published()
 
     # ------------------------------------------------------------------ reads
 
@@ -211,6 +225,19 @@ class MemtypeCache:
         region holds it all, UNKNOWN when it touches regions but no single
         type covers it, HOST when it touches none."""
         if size is _ONE and type(ptr) is int:  # (any int equal to 1 is the cached 1)
+            flat = self._flat
+            if flat is not None:  # a small cache: one snapshot, nothing to validate
+                bounds, types, hot = flat
+                t = hot.get(ptr)
+                if t is not None:
+                    return t
+                t = types[bisect_right(bounds, ptr)]
+                if t is not None:  # (None: an address out of range)
+                    if len(hot) >= FLAT_HOT_LIMIT:
+                        hot.clear()
+                    hot[ptr] = t
+                    return t
+                return self._memory_type_checked(ptr, size)
             hot = self._hot
             try:
                 t = hot.get(ptr)  # type: ignore[union-attr]
@@ -232,6 +259,9 @@ class MemtypeCache:
                     return t
             except (AttributeError, IndexError):  # a write got in the way
                 pass
+        return self._memory_type_checked(ptr, size)
+
+    def _memory_type_checked(self, ptr: Any, size: Any) -> MemoryType:
         kind, region = self._classify_checked(*byte_range(ptr, size))
         if kind is _FOUND or kind is _RUN:
             return region.mem_type  # type: ignore[union-attr]
@@ -302,8 +332,7 @@ class MemtypeCache:
                     try:
                         self._apply_update(touching, start, end, mem_type, device)
                     finally:
-                        self._version += 1
-                        self._hot = {}
+                        self._published()
                     return
             # Touches nothing: insert where a key of `end` goes, i.e. at (pos, idx).
             self._hot = None  # readers: a write is under way
@@ -313,8 +342,7 @@ class MemtypeCache:
                 else:
                     self._insert(pos, idx, _make_region(start, size, mem_type, device), end)
             finally:
-                self._version += 1
-                self._hot = {}
+                self._published()
 
     def remove(self, start: Any, size: Any) -> None:
         """Forget ``[start, start + size)``: regions lose the overlapped part
@@ -348,8 +376,7 @@ class MemtypeCache:
                     if x_end > end:
                         self._add(_make_region(end, x_end - end, x.mem_type, x.device))
             finally:
-                self._version += 1
-                self._hot = {}
+                self._published()
 
     def clear(self) -> None:
         """Forget every region."""
@@ -358,10 +385,35 @@ class MemtypeCache:
             try:
                 self._regions.clear()
             finally:
-                self._version += 1
-                self._hot = {}
+                self._published()
 
     # -------------------------------------------------------------- internals
+
+    def _published(self) -> None:
+        """End a write (caller holds the lock): a new memo and, for a small
+        cache, a new flat snapshot with it, each published by one store."""
+        self._version += 1
+        hot: dict[int, MemoryType] = {}
+        self._flat = self._flat_snapshot(hot) if self._regions._len <= FLAT_LIMIT else None
+        self._hot = hot
+
+    def _flat_snapshot(self, hot: dict[int, MemoryType]) \
+            -> tuple[list[int], list[MemoryType | None], dict[int, MemoryType]]:
+        """``(bounds, types, hot)``: the region starts and ends interleaved,
+        between 0 and 2**64, so that ``types[bisect_right(bounds, ptr)]`` is
+        the type of ``ptr`` - HOST in a gap, None out of range.  A gap of no
+        length (touching regions) is a pair of equal bounds, which
+        ``bisect_right`` steps over."""
+        regions = list(chain.from_iterable(self._lists))
+        n = len(regions)
+        bounds: list[int] = [0] * (2 * n + 2)
+        bounds[1:-1:2] = map(_get_start, regions)
+        bounds[2:-1:2] = chain.from_iterable(self._keys)
+        bounds[-1] = ADDRESS_LIMIT
+        types: list[MemoryType | None] = [HOST] * (2 * n + 3)
+        types[0] = types[-1] = None
+        types[2:-1:2] = map(_get_type, regions)
+        return bounds, types, hot
 
     # The sorted-list primitives.  They mirror SortedKeyList.add/_delete at a
     # position already located (saving the second search and the key call);

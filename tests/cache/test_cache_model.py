@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import memhook.cache as cache_module
 from memhook import MemoryType, MemtypeCache, Region
 
 BASE = 0x7F00_0000_0000
@@ -104,8 +105,19 @@ def check_all(cache: MemtypeCache, model: Model) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, load=st.sampled_from([4, 1000]))
-def test_random_sequences_match_the_byte_map(ops, load) -> None:  # type: ignore[no-untyped-def]
+@given(ops=ops, load=st.sampled_from([4, 1000]), flat=st.booleans())
+def test_random_sequences_match_the_byte_map(ops, load, flat) -> None:  # type: ignore[no-untyped-def]
+    # flat=False turns off the small-cache flat copy, so the bisect path over
+    # the sorted sublists is checked on small caches too.
+    saved = cache_module.FLAT_LIMIT
+    cache_module.FLAT_LIMIT = saved if flat else 0
+    try:
+        _run_against_model(ops, load)
+    finally:
+        cache_module.FLAT_LIMIT = saved
+
+
+def _run_against_model(ops, load) -> None:  # type: ignore[no-untyped-def]
     cache, model = MemtypeCache(), Model()
     cache._set_load(load)
     for op in ops:
