@@ -22,18 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from reloc_testing import GOT_VARIANTS
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-
-# name -> extra flags for got_driver (compiler + linker)
-GOT_VARIANTS = {
-    "pie_lazy_partial": ["-fPIE", "-pie", "-Wl,-z,lazy", "-Wl,-z,relro"],
-    "pie_now_full": ["-fPIE", "-pie", "-Wl,-z,now", "-Wl,-z,relro"],
-    "nopie_lazy_partial": ["-fno-pie", "-no-pie", "-Wl,-z,lazy", "-Wl,-z,relro"],
-    "nopie_now_full": ["-fno-pie", "-no-pie", "-Wl,-z,now", "-Wl,-z,relro"],
-    "pie_fnoplt_now_full": ["-fPIE", "-pie", "-fno-plt", "-Wl,-z,now", "-Wl,-z,relro"],
-    "pie_fnoplt_lazy_partial": ["-fPIE", "-pie", "-fno-plt", "-Wl,-z,lazy", "-Wl,-z,relro"],
-}
-
 
 class RelocBuild:
     def __init__(self, native, out: Path) -> None:

@@ -6,7 +6,7 @@ caller's RUNPATH, uninstall."""
 from __future__ import annotations
 
 import pytest
-from conftest import GOT_VARIANTS
+from reloc_testing import GOT_VARIANTS
 
 EXPECTED = {
     "baseline", "install", "original_resolved", "call_hooked", "slots_counted",
