@@ -67,10 +67,10 @@ SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls",)
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S"),
+        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c"),
         soname="libmemhook.so",
         libs=("-ldl", "-lpthread"),
-        includes=("bistro", "reloc", "core"),
+        includes=("bistro", "reloc", "core", "cuda"),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

@@ -159,6 +159,126 @@ MEMHOOK_API int memhook_reloc_uninstall(void);
  * symbols (the engine's own dl and cuGetProcAddress slots not counted). */
 MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 
+
+/* ---- the CUDA hook layer (csrc/cuda/) ----
+ *
+ * The functions of DESIGN.md section 3, each with a wrapper that turns one
+ * user call into one event.  bistro patches the driver's exported entries;
+ * reloc points GOT slots, dlsym and cuGetProcAddress answers at the same
+ * wrappers.  Events go into one lock-free multi-producer queue that grows
+ * instead of dropping; memhook_events_drain takes them out in order. */
+
+/* Mechanism bits: the MEMHOOK_CUDA_MODE bitmask. */
+#define MEMHOOK_MODE_NONE   0u
+#define MEMHOOK_MODE_BISTRO 1u
+#define MEMHOOK_MODE_RELOC  2u
+#define MEMHOOK_MODE_ALL    3u
+#define MEMHOOK_MODE_DEFAULT (MEMHOOK_MODE_BISTRO | MEMHOOK_MODE_RELOC)
+
+/* Event kinds: the bits of Python's memhook.EventKind. */
+#define MEMHOOK_EVENT_ALLOC 1
+#define MEMHOOK_EVENT_FREE  2
+
+/* Memory types: the codes of Python's memhook.MemoryType. */
+#define MEMHOOK_MEM_HOST         0
+#define MEMHOOK_MEM_CUDA         1
+#define MEMHOOK_MEM_CUDA_MANAGED 2
+#define MEMHOOK_MEM_CUDA_HOST    3
+#define MEMHOOK_MEM_UNKNOWN      4
+
+/* Which API a hooked function belongs to. */
+#define MEMHOOK_API_DRIVER  0
+#define MEMHOOK_API_RUNTIME 1
+
+/* memhook_event.flags */
+#define MEMHOOK_EVENT_SIZE_UNKNOWN 0x1u  /* FREE whose size nobody knew: 0 */
+#define MEMHOOK_EVENT_SKIPPED      0x2u  /* a slot whose producer vanished in
+                                            fork(); never handed out */
+
+/* One completed user call.  64 bytes. */
+typedef struct memhook_event {
+    uint64_t seq;            /* position in this process's event order */
+    uint64_t address;        /* 0 for a failed ALLOC */
+    uint64_t size;           /* requested bytes; pitch*height; global size;
+                                the allocation's size for a FREE */
+    uint64_t timestamp_ns;   /* CLOCK_MONOTONIC */
+    int32_t kind;            /* MEMHOOK_EVENT_ALLOC or _FREE */
+    int32_t function;        /* index in the hook table (memhook_hook_get) */
+    int32_t mem_type;        /* MEMHOOK_MEM_* */
+    int32_t device;          /* device ordinal, -1 unknown */
+    int32_t pid;
+    int32_t tid;
+    int32_t result;          /* CUresult or cudaError_t of the call */
+    uint32_t flags;          /* MEMHOOK_EVENT_* flags */
+} memhook_event;
+
+/* Parse a MEMHOOK_CUDA_MODE value: "none", "bistro", "reloc", a comma list
+ * of those, or an integer 0-3 (surrounding blanks allowed, case-insensitive).
+ * NULL or "" gives the default.  Returns 0 and sets *mode, or EINVAL with a
+ * reason naming the bad token and the valid values. */
+MEMHOOK_API int memhook_mode_parse(const char *text, unsigned *mode, char *why, size_t why_len);
+
+/* Install the hooks with the mechanisms in mode (MEMHOOK_MODE_* bits),
+ * replacing whatever mode is installed: idempotent for the same mode, a
+ * switch for another.  bistro loads libcuda.so.1 if it is not loaded yet.
+ * Per-function failures (a refused prologue, a W^X host) are not errors:
+ * memhook_hook_get says which function is covered by what, and why not.
+ * Returns 0, or EINVAL for bits outside MEMHOOK_MODE_ALL (nothing changed),
+ * or the errno of a whole-mechanism failure with a reason in why. */
+MEMHOOK_API int memhook_hooks_install(unsigned mode, char *why, size_t why_len);
+/* Restore every byte and GOT slot the hooks changed.  Wrappers a caller
+ * still holds (from dlsym or cuGetProcAddress) keep working and record
+ * nothing. */
+MEMHOOK_API int memhook_hooks_uninstall(void);
+/* The installed mode (MEMHOOK_MODE_* bits). */
+MEMHOOK_API unsigned memhook_hooks_mode(void);
+/* 1 while the installed hooks see every allocation the loaded driver can
+ * make (so a pointer in no known region is host memory); 0 when some
+ * present entry point is uncovered, or the driver was in use before the
+ * hooks and reloc alone cannot vouch for pointers it handed out then. */
+MEMHOOK_API int memhook_hooks_coverage_complete(void);
+
+typedef struct memhook_hook_info {
+    const char *name;        /* "cuMemAlloc_v2", "cudaMalloc", ... */
+    int api;                 /* MEMHOOK_API_DRIVER or _RUNTIME */
+    int kind;                /* MEMHOOK_EVENT_ALLOC or _FREE */
+    int present;             /* 1: the loaded library exports it */
+    unsigned mechanisms;     /* MEMHOOK_MODE_* bits covering it now */
+    int bistro_jump;         /* 5 or 12 when bistro patched it, else 0 */
+    char reason[320];        /* why not covered (or why bistro refused) */
+} memhook_hook_info;
+
+/* The number of functions in the hook table. */
+MEMHOOK_API size_t memhook_hook_count(void);
+/* Fill *out for table entry index.  Returns 0, or EINVAL past the end. */
+MEMHOOK_API int memhook_hook_get(size_t index, memhook_hook_info *out);
+/* The table index of a function name, or -1. */
+MEMHOOK_API int memhook_hook_index(const char *name);
+
+/* Move up to capacity pending events, oldest first, into out.  Returns how
+ * many.  Never blocks producers; consumers serialise on an internal lock
+ * that no hook takes.  An event whose producer has claimed its place but
+ * not finished writing it ends the batch (it comes in a later one). */
+MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
+
+typedef struct memhook_queue_stats {
+    uint64_t produced;        /* events claimed by producers */
+    uint64_t consumed;        /* events handed to drainers */
+    uint64_t segments_live;   /* segments mapped now (queue + awaiting reuse) */
+    uint64_t segments_peak;   /* most segments mapped at once */
+    uint64_t segment_bytes;   /* bytes of one segment */
+    uint64_t free_size_from_driver; /* FREEs whose size came from the driver */
+    uint64_t free_size_unknown;     /* FREEs whose size nobody knew */
+} memhook_queue_stats;
+
+MEMHOOK_API void memhook_queue_stats_get(memhook_queue_stats *out);
+
+/* Record an event as a hook would (for tests and for a native transport's
+ * own bookkeeping); same path, same guarantees.  Returns its seq. */
+MEMHOOK_API uint64_t memhook_events_record(int kind, int function, uint64_t address,
+                                           uint64_t size, int mem_type, int device,
+                                           int result);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,171 @@
+/*
+ * cuda_hooks.h - internal API of the CUDA hook layer.
+ *
+ *   hook_table.def   the hooked functions, in event-ABI order
+ *   table.c          the table itself: names, wrappers, what each calls
+ *   event_queue.c    the lock-free multi-producer event queue
+ *   live_table.c     address -> (size, type, device) of live allocations,
+ *                    so a FREE knows its size without asking the driver
+ *   emit.c           building events: pid/tid/clock, the ALLOC and FREE paths
+ *   driver_calls.c   the few driver queries the wrappers make themselves
+ *   wrap_driver.c    wrappers of the driver API
+ *   wrap_runtime.c   wrappers of the runtime API
+ *   install.c        install/uninstall/switch modes with bistro and reloc,
+ *                    per-function status, coverage
+ *   mode.c           MEMHOOK_CUDA_MODE parsing
+ *
+ * A wrapper runs in the caller's thread with no lock held by memhook; it
+ * never calls into Python, never takes a lock Python may hold, and records
+ * nothing when reached from inside another wrapper (the runtime calling the
+ * driver, or memhook's own driver queries): mh_hook_depth.
+ */
+#ifndef MEMHOOK_CUDA_HOOKS_H
+#define MEMHOOK_CUDA_HOOKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memhook/cuda_abi.h"
+#include "memhook/memhook.h"
+
+#define MH_HIDDEN __attribute__((visibility("hidden")))
+
+typedef enum mh_fn {
+#define MH_HOOK(name, api, kind, type, fallback) MH_FN_##name,
+#include "hook_table.def"
+#undef MH_HOOK
+    MH_FN_COUNT
+} mh_fn;
+
+/* One hooked function.  The wrapper calls, in order of preference: bistro's
+ * trampoline (the entry itself is patched), the definition found at install,
+ * or the definition reloc learned (possibly later, when the library that
+ * defines the name is loaded).  Each is published with a release store
+ * before anything can route a call to the wrapper. */
+typedef struct mh_hook {
+    const char *name;
+    const char *fallback;      /* same-ABI older spelling, or NULL */
+    void *wrapper;
+    int api;                   /* MEMHOOK_API_* */
+    int kind;                  /* MEMHOOK_EVENT_* */
+    int mem_type;              /* MEMHOOK_MEM_* */
+    bool tracked;              /* its allocations have a matching free */
+    void *trampoline;          /* atomic */
+    void *resolved;            /* atomic */
+    void *reloc_original;      /* atomic; written by reloc */
+    memhook_bistro_patch *patch;  /* install lock */
+    void *patched_at;          /* install lock: the entry bistro patched */
+    int bistro_errno;          /* install lock */
+    char reason[320];          /* install lock: why bistro did not patch */
+} mh_hook;
+
+/* The table: one row per line of hook_table.def.  Process-wide because the
+ * functions it describes are (one driver per process); rows are written by
+ * install under its lock and read lock-free by the wrappers. */
+MH_HIDDEN extern mh_hook mh_hooks[MH_FN_COUNT];
+
+/* Fill in what the table's initialiser cannot (once, under the install
+ * lock). */
+MH_HIDDEN void mh_table_init(void);
+/* The same-ABI older spelling of a row, or NULL. */
+MH_HIDDEN const char *mh_fallback_name(const mh_hook *h);
+
+/* 1 while a mode other than none is installed.  Process-wide: it is the
+ * switch every wrapper reads. */
+MH_HIDDEN extern int mh_recording;
+
+/* Per thread: >0 while the thread is inside a wrapper (or memhook's own
+ * driver query), so nested hooks pass straight through. */
+MH_HIDDEN extern __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
+
+static inline void *mh_next(mh_fn f)
+{
+    const mh_hook *h = &mh_hooks[f];
+    void *p = __atomic_load_n(&h->trampoline, __ATOMIC_ACQUIRE);
+    if (p == NULL)
+        p = __atomic_load_n(&h->resolved, __ATOMIC_ACQUIRE);
+    if (p == NULL)
+        p = __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE);
+    return p;
+}
+
+/* Enter a recording call: false (and nothing to undo) when this call must
+ * pass straight through - hooks off, or nested inside another wrapper. */
+static inline bool mh_record_begin(void)
+{
+    if (!__atomic_load_n(&mh_recording, __ATOMIC_RELAXED) || mh_hook_depth != 0)
+        return false;
+    mh_hook_depth++;
+    return true;
+}
+
+static inline void mh_record_end(void) { mh_hook_depth--; }
+
+/* ---- event_queue.c ---- */
+
+/* Append ev (its seq is assigned here) and return the seq.  Lock-free,
+ * never drops: grows by one segment when full. */
+MH_HIDDEN uint64_t mh_queue_push(memhook_event *ev);
+MH_HIDDEN void mh_queue_note_free_source(bool from_driver, bool unknown);
+
+/* ---- live_table.c ---- */
+
+typedef struct mh_live {
+    uint64_t size;
+    int32_t mem_type;
+    int32_t device;
+} mh_live;
+
+/* Remember a live allocation (replacing a stale record of the same
+ * address).  False when the table is too crowded near addr: the FREE will
+ * ask the driver instead. */
+MH_HIDDEN bool mh_live_insert(uint64_t addr, const mh_live *rec);
+/* Take (find and forget) the record of addr. */
+MH_HIDDEN bool mh_live_take(uint64_t addr, mh_live *out);
+
+/* ---- driver_calls.c ---- */
+
+/* The current context's device ordinal, or -1. */
+MH_HIDDEN int mh_current_device(void);
+/* The driver's allocation range holding addr: true and base/size, or false. */
+MH_HIDDEN bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size);
+/* cudaGetSymbolSize from the runtime that defines `symbol_address_fn`. */
+MH_HIDDEN bool mh_runtime_symbol_size(void *cudaGetSymbolAddress_fn, const void *symbol,
+                                      uint64_t *size);
+/* Forget cached driver entry points (the driver was unloaded). */
+MH_HIDDEN void mh_driver_calls_reset(void);
+
+/* ---- emit.c ---- */
+
+#define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
+
+/* After an allocating call: one ALLOC event (address 0 when it failed);
+ * a successful, tracked allocation is remembered for its FREE. */
+MH_HIDDEN void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_type,
+                             int device);
+
+/* A FREE is planned before the real call: its size and type come from the
+ * live table, else from the driver.  When the allocation is known the
+ * event goes out BEFORE the call (no later ALLOC of the address can be
+ * ordered before it); when it is not, the call would fail or frees memory
+ * nobody saw, and the event goes out after it with the call's result. */
+typedef struct mh_free_plan {
+    uint64_t addr;
+    mh_live rec;
+    bool known;
+    bool from_table;
+    uint32_t flags;
+} mh_free_plan;
+
+MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);
+MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
+
+/* Refresh the cached pid and the calling thread's tid (after fork). */
+MH_HIDDEN void mh_emit_after_fork_child(void);
+
+/* Called by a wrapper whose real function is not known (cannot happen once
+ * install finished; kept so a wrapper never jumps to NULL). */
+MH_HIDDEN int mh_unresolved(mh_fn f);
+
+#endif

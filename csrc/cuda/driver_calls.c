@@ -1,0 +1,100 @@
+/*
+ * driver_calls.c - the few driver queries the wrappers make themselves:
+ * the current device (for an ALLOC), an allocation's range (for a FREE the
+ * live table does not know, and for an IPC mapping's size), and the size
+ * of a runtime symbol.
+ *
+ * The entry points are looked up in the loaded libcuda.so.1 on first use
+ * and cached.  These functions are not hooked, and they run with the
+ * caller's mh_hook_depth already raised, so anything the driver calls in
+ * turn passes through unrecorded.
+ */
+#include <dlfcn.h>
+#include <stdatomic.h>
+
+#include "cuda_hooks.h"
+
+typedef CUresult (*ctx_get_device_fn)(CUdevice *);
+typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+typedef int (*get_symbol_size_fn)(size_t *, const void *);
+
+/* Cached entry points of the one driver in the process (NULL: not looked
+ * up yet, or the driver is not loaded yet - looked up again next time). */
+static _Atomic(void *) g_ctx_get_device;
+static _Atomic(void *) g_get_address_range;
+/* cudaGetSymbolSize of the runtime whose cudaGetSymbolAddress was hooked
+ * last, keyed by that function (a process normally has one runtime). */
+static _Atomic(void *) g_symbol_size_key;
+static _Atomic(void *) g_symbol_size;
+
+static void *driver_symbol(_Atomic(void *) *cache, const char *name)
+{
+    void *fn = atomic_load_explicit(cache, memory_order_acquire);
+    if (fn != NULL)
+        return fn;
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return NULL;
+    fn = dlsym(h, name);
+    dlclose(h);  /* NOLOAD took a reference; the library stays loaded */
+    if (fn != NULL)
+        atomic_store_explicit(cache, fn, memory_order_release);
+    return fn;
+}
+
+void mh_driver_calls_reset(void)
+{
+    atomic_store(&g_ctx_get_device, NULL);
+    atomic_store(&g_get_address_range, NULL);
+    atomic_store(&g_symbol_size_key, NULL);
+    atomic_store(&g_symbol_size, NULL);
+}
+
+int mh_current_device(void)
+{
+    ctx_get_device_fn fn = (ctx_get_device_fn)driver_symbol(&g_ctx_get_device, "cuCtxGetDevice");
+    CUdevice dev = -1;
+    if (fn == NULL || fn(&dev) != CUDA_SUCCESS)
+        return -1;
+    return dev;
+}
+
+bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size)
+{
+    get_address_range_fn fn =
+        (get_address_range_fn)driver_symbol(&g_get_address_range, "cuMemGetAddressRange_v2");
+    CUdeviceptr b = 0;
+    size_t s = 0;
+    if (fn == NULL || fn(&b, &s, (CUdeviceptr)addr) != CUDA_SUCCESS)
+        return false;
+    *base = b;
+    *size = s;
+    return true;
+}
+
+bool mh_runtime_symbol_size(void *get_symbol_address_fn, const void *symbol, uint64_t *size)
+{
+    void *fn = NULL;
+    if (atomic_load_explicit(&g_symbol_size_key, memory_order_acquire) == get_symbol_address_fn)
+        fn = atomic_load_explicit(&g_symbol_size, memory_order_acquire);
+    if (fn == NULL) {
+        Dl_info info;
+        if (get_symbol_address_fn == NULL || dladdr(get_symbol_address_fn, &info) == 0 ||
+            info.dli_fname == NULL)
+            return false;
+        void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        if (h == NULL)
+            return false;
+        fn = dlsym(h, "cudaGetSymbolSize");
+        dlclose(h);
+        if (fn == NULL)
+            return false;
+        atomic_store_explicit(&g_symbol_size, fn, memory_order_release);
+        atomic_store_explicit(&g_symbol_size_key, get_symbol_address_fn, memory_order_release);
+    }
+    size_t s = 0;
+    if (((get_symbol_size_fn)fn)(&s, symbol) != 0)
+        return false;
+    *size = s;
+    return true;
+}

@@ -1,0 +1,320 @@
+/*
+ * install.c - putting the wrappers in place with bistro and reloc,
+ * switching modes, and saying which mechanism covers each function.
+ *
+ * Switching installs the new mechanisms before removing the old ones, so a
+ * call made during the switch is always recorded by one of them.  Every
+ * mechanism routes to the same wrapper, and the wrapper calls bistro's
+ * trampoline when the entry is patched (calling the entry itself would
+ * come straight back), else the real definition: a call that reaches the
+ * wrapper through both a GOT slot and a patched entry is still one call.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_hooks.h"
+#include "log.h"
+
+int mh_recording;
+__thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
+
+/* Install state: one set of hooks per process, changed under g_lock. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned g_mode;
+static bool g_reloc_on;
+static char g_reloc_why[256];
+/* Was libcuda loaded when reloc went in?  Then objects may hold driver
+ * pointers they resolved before, which reloc cannot see through. */
+static bool g_driver_before_reloc;
+/* bistro's reference on libcuda.so.1, kept for the life of the process:
+ * callers may hold wrappers that call into it. */
+static void *g_libcuda;
+static char g_libcuda_error[200];
+
+static const char *loaded_driver_path(void *handle, const char *any_symbol, char *buf, size_t n)
+{
+    Dl_info info;
+    void *sym = handle ? dlsym(handle, any_symbol) : NULL;
+    snprintf(buf, n, "%s", sym && dladdr(sym, &info) && info.dli_fname ? info.dli_fname
+                                                                     : "libcuda.so.1");
+    return buf;
+}
+
+static void bistro_apply_one(mh_hook *h, void *lib, const char *lib_path)
+{
+    const char *fallback = mh_fallback_name(h);
+    void *addr = dlsym(lib, h->name);
+    const char *via = h->name;
+    if (addr == NULL && fallback != NULL) {
+        addr = dlsym(lib, fallback);
+        via = fallback;
+    }
+    if (addr == NULL) {
+        snprintf(h->reason, sizeof h->reason, "%.200s does not export %s", lib_path, h->name);
+        return;
+    }
+    if (h->patch != NULL && h->patched_at == addr)
+        return;  /* already in place */
+    if (via != h->name && memhook_hook_index(via) >= 0) {
+        __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
+        snprintf(h->reason, sizeof h->reason,
+                 "%.160s does not export %s; bistro patches its older spelling %s in its own row",
+                 lib_path, h->name, via);
+        return;
+    }
+    for (int i = 0; i < MH_FN_COUNT; i++) {
+        if (&mh_hooks[i] != h && mh_hooks[i].patch != NULL && mh_hooks[i].patched_at == addr) {
+            __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
+            snprintf(h->reason, sizeof h->reason,
+                     "%.60s is the same code as %.60s, which bistro patched", h->name,
+                     mh_hooks[i].name);
+            return;
+        }
+    }
+    __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
+    char why[256] = "";
+    int rc = memhook_bistro_install(addr, h->wrapper, 0, &h->trampoline, &h->patch, why,
+                                    sizeof why);
+    h->bistro_errno = rc;
+    if (rc == 0) {
+        h->patched_at = addr;
+        h->reason[0] = '\0';
+    } else {
+        h->patch = NULL;
+        __atomic_store_n(&h->trampoline, NULL, __ATOMIC_RELEASE);
+        snprintf(h->reason, sizeof h->reason, "bistro: %.250s (%.40s)", why, strerror(rc));
+        mh_info("bistro could not patch %s: %s", h->name, why);
+    }
+}
+
+/* Returns 0, or the first errno when bistro is alone and patched nothing. */
+static int bistro_apply(bool alone, char *why, size_t why_len)
+{
+    if (g_libcuda == NULL) {
+        g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (g_libcuda == NULL) {
+            const char *e = dlerror();
+            snprintf(g_libcuda_error, sizeof g_libcuda_error, "%s", e ? e : "not found");
+        }
+    }
+    char path[512];
+    loaded_driver_path(g_libcuda, "cuInit", path, sizeof path);
+    int tried = 0, patched = 0, first_errno = 0;
+    const char *first_reason = NULL;
+    for (int i = 0; i < MH_FN_COUNT; i++) {
+        mh_hook *h = &mh_hooks[i];
+        if (h->api != MEMHOOK_API_DRIVER)
+            continue;
+        if (g_libcuda == NULL) {
+            snprintf(h->reason, sizeof h->reason, "bistro: libcuda.so.1 cannot be loaded (%.200s)",
+                     g_libcuda_error);
+            continue;
+        }
+        bistro_apply_one(h, g_libcuda, path);
+        if (h->patch != NULL) {
+            patched++;
+            tried++;
+        } else if (h->bistro_errno != 0) {
+            tried++;
+            if (first_errno == 0) {
+                first_errno = h->bistro_errno;
+                first_reason = h->reason;
+            }
+        }
+    }
+    if (alone && tried > 0 && patched == 0) {
+        snprintf(why, why_len, "bistro could not patch any driver entry point of %.160s: %.300s", path,
+                 first_reason ? first_reason : "?");
+        return first_errno;
+    }
+    return 0;
+}
+
+static void bistro_remove_all(void)
+{
+    for (int i = 0; i < MH_FN_COUNT; i++) {
+        mh_hook *h = &mh_hooks[i];
+        if (h->patch == NULL) {
+            h->bistro_errno = 0;
+            h->reason[0] = '\0';
+            continue;
+        }
+        int rc = memhook_bistro_remove(h->patch);
+        if (rc != 0)
+            mh_warn("bistro: restoring %s failed: %s", h->name, strerror(rc));
+        if (rc == 0 || rc == EINVAL || rc == EBUSY) {
+            h->patch = NULL;
+            h->patched_at = NULL;
+            /* A thread that already loaded the trampoline may still run it:
+             * trampolines stay mapped. */
+            __atomic_store_n(&h->trampoline, NULL, __ATOMIC_RELEASE);
+        }
+        h->bistro_errno = 0;
+        h->reason[0] = '\0';
+    }
+}
+
+static int reloc_apply(char *why, size_t why_len)
+{
+    memhook_reloc_symbol syms[MH_FN_COUNT];
+    for (int i = 0; i < MH_FN_COUNT; i++) {
+        syms[i].name = mh_hooks[i].name;
+        syms[i].replacement = mh_hooks[i].wrapper;
+        syms[i].original = &mh_hooks[i].reloc_original;
+    }
+    if (!g_reloc_on) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        g_driver_before_reloc = h != NULL;
+        if (h)
+            dlclose(h);
+    }
+    int rc = memhook_reloc_install(syms, MH_FN_COUNT, g_reloc_why, sizeof g_reloc_why);
+    if (rc != 0) {
+        snprintf(why, why_len, "reloc: %.250s", g_reloc_why);
+        return rc;
+    }
+    g_reloc_why[0] = '\0';
+    g_reloc_on = true;
+    return 0;
+}
+
+static void reloc_remove(void)
+{
+    if (g_reloc_on)
+        memhook_reloc_uninstall();
+    g_reloc_on = false;
+}
+
+int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
+{
+    char scratch[8];
+    if (why == NULL || why_len == 0) {
+        why = scratch;
+        why_len = sizeof scratch;
+    }
+    why[0] = '\0';
+    if (mode & ~MEMHOOK_MODE_ALL) {
+        snprintf(why, why_len, "mode %u has bits other than bistro (1) and reloc (2); "
+                 "valid: 0-3", mode);
+        return EINVAL;
+    }
+    pthread_mutex_lock(&g_lock);
+    static bool table_ready;
+    if (!table_ready) {
+        mh_table_init();
+        table_ready = true;
+    }
+    int rc = 0;
+    if (mode & MEMHOOK_MODE_RELOC)
+        rc = reloc_apply(why, why_len);
+    if (mode & MEMHOOK_MODE_BISTRO) {
+        int brc = bistro_apply(!(mode & MEMHOOK_MODE_RELOC), why, why_len);
+        if (rc == 0)
+            rc = brc;
+    } else {
+        bistro_remove_all();
+    }
+    if (!(mode & MEMHOOK_MODE_RELOC))
+        reloc_remove();
+    g_mode = mode;
+    __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_lock);
+    if (rc != 0)
+        mh_warn("%s", why);
+    return rc;
+}
+
+int memhook_hooks_uninstall(void)
+{
+    pthread_mutex_lock(&g_lock);
+    __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
+    bistro_remove_all();
+    reloc_remove();
+    g_mode = 0;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}
+
+unsigned memhook_hooks_mode(void)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned m = g_mode;
+    pthread_mutex_unlock(&g_lock);
+    return m;
+}
+
+int memhook_hooks_coverage_complete(void)
+{
+    pthread_mutex_lock(&g_lock);
+    int complete = g_mode != 0;
+    void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    if (complete && lib != NULL) {
+        bool bistro_all = true;
+        for (int i = 0; i < MH_FN_COUNT && complete; i++) {
+            const mh_hook *h = &mh_hooks[i];
+            if (h->api != MEMHOOK_API_DRIVER)
+                continue;
+            void *addr = dlsym(lib, h->name);
+            if (addr == NULL)
+                continue;
+            bool patched = h->patch != NULL && h->patched_at == addr;
+            for (int j = 0; j < MH_FN_COUNT && !patched; j++)
+                patched = mh_hooks[j].patch != NULL && mh_hooks[j].patched_at == addr;
+            bistro_all &= patched;
+            if (!patched && !g_reloc_on)
+                complete = 0;
+        }
+        if (complete && !bistro_all && g_driver_before_reloc)
+            complete = 0;
+    }
+    if (lib != NULL)
+        dlclose(lib);
+    pthread_mutex_unlock(&g_lock);
+    return complete;
+}
+
+static bool present(const mh_hook *h)
+{
+    if (__atomic_load_n(&h->resolved, __ATOMIC_ACQUIRE) != NULL ||
+        __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
+        return true;
+    void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)
+                                             : RTLD_DEFAULT;
+    if (lib == NULL)
+        return false;
+    bool found = dlsym(lib, h->name) != NULL;
+    if (lib != RTLD_DEFAULT)
+        dlclose(lib);
+    return found;
+}
+
+int memhook_hook_get(size_t index, memhook_hook_info *out)
+{
+    if (index >= MH_FN_COUNT || out == NULL)
+        return EINVAL;
+    pthread_mutex_lock(&g_lock);
+    const mh_hook *h = &mh_hooks[index];
+    memset(out, 0, sizeof *out);
+    out->name = h->name;
+    out->api = h->api;
+    out->kind = h->kind;
+    out->present = present(h);
+    out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
+                      (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
+    out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
+    if (g_mode == 0)
+        snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
+    else if (h->reason[0] != '\0')
+        snprintf(out->reason, sizeof out->reason, "%s", h->reason);
+    else if (!out->mechanisms && h->api == MEMHOOK_API_RUNTIME)
+        snprintf(out->reason, sizeof out->reason,
+                 "runtime entry points are hooked by reloc only (bistro patches the "
+                 "driver's exports, which the runtime calls)");
+    else if (!out->mechanisms && (g_mode & MEMHOOK_MODE_RELOC) && g_reloc_why[0] != '\0')
+        snprintf(out->reason, sizeof out->reason, "reloc: %s", g_reloc_why);
+    pthread_mutex_unlock(&g_lock);
+    return 0;
+}

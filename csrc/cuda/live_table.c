@@ -1,0 +1,136 @@
+/*
+ * live_table.c - address -> (size, type, device) of the allocations the
+ * hooks have seen and not yet seen freed.
+ *
+ * Why: a FREE must carry the allocation's size, and asking the driver
+ * (cuMemGetAddressRange) costs a driver lock and a tree walk per free - and
+ * the driver does not answer at all for host-located pool memory.  The
+ * table answers in a few loads.  When it cannot (allocation made before
+ * install, or the table is crowded), the FREE falls back to the driver.
+ *
+ * Lock-free open addressing with linear probing over a fixed array mapped
+ * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
+ * EMPTY, TOMB (deleted), BUSY (being written) or an address; an insert
+ * claims an EMPTY/TOMB slot with a CAS to BUSY, writes the record and
+ * publishes the address with a release store; a take CASes the address to
+ * TOMB after reading the record.  Keys are unique among live allocations
+ * (CUDA never hands out one address twice without a free between), so an
+ * insert may reuse the first TOMB it meets.  Probes stop after
+ * MAX_PROBE slots; that bounds the time in a hook, and a miss is still
+ * correct (the driver answers).
+ */
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#include "cuda_hooks.h"
+
+#define TABLE_BITS 16u
+#define TABLE_SLOTS (1u << TABLE_BITS)
+#define MAX_PROBE 64u
+
+#define KEY_EMPTY 0u
+#define KEY_TOMB 1u
+#define KEY_BUSY 2u
+
+typedef struct live_slot {
+    _Atomic uint64_t key;
+    mh_live rec;
+} live_slot;
+
+/* Process-wide: allocations are (any thread frees what another made). */
+static _Atomic(live_slot *) g_table;
+
+static live_slot *table(void)
+{
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (t != NULL)
+        return t;
+    void *m = mmap(NULL, sizeof(live_slot) * TABLE_SLOTS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    live_slot *expected = NULL;
+    if (!atomic_compare_exchange_strong(&g_table, &expected, (live_slot *)m)) {
+        munmap(m, sizeof(live_slot) * TABLE_SLOTS);
+        return expected;
+    }
+    return m;
+}
+
+static uint32_t home(uint64_t addr)
+{
+    return (uint32_t)((addr * 0x9E3779B97F4A7C15ull) >> (64 - TABLE_BITS));
+}
+
+static bool is_address(uint64_t key) { return key > KEY_BUSY; }
+
+bool mh_live_insert(uint64_t addr, const mh_live *rec)
+{
+    live_slot *t = table();
+    if (t == NULL || !is_address(addr))
+        return false;
+    uint32_t h = home(addr);
+    live_slot *free_slot = NULL;
+    for (uint32_t i = 0; i < MAX_PROBE; i++) {
+        live_slot *s = &t[(h + i) & (TABLE_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == addr) {
+            /* A stale record (its free went by unseen): overwrite it. */
+            if (atomic_compare_exchange_strong(&s->key, &k, KEY_BUSY)) {
+                s->rec = *rec;
+                atomic_store_explicit(&s->key, addr, memory_order_release);
+                return true;
+            }
+            continue;
+        }
+        if ((k == KEY_TOMB || k == KEY_EMPTY) && free_slot == NULL)
+            free_slot = s;
+        if (k == KEY_EMPTY)
+            break;  /* addr is not further along the chain */
+    }
+    while (free_slot != NULL) {
+        uint64_t k = atomic_load_explicit(&free_slot->key, memory_order_acquire);
+        if (k != KEY_TOMB && k != KEY_EMPTY)
+            break;
+        if (atomic_compare_exchange_strong(&free_slot->key, &k, KEY_BUSY)) {
+            free_slot->rec = *rec;
+            atomic_store_explicit(&free_slot->key, addr, memory_order_release);
+            return true;
+        }
+    }
+    /* Lost the slot to another thread: claim the first free one from home. */
+    for (uint32_t i = 0; i < MAX_PROBE; i++) {
+        live_slot *s = &t[(h + i) & (TABLE_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if ((k == KEY_TOMB || k == KEY_EMPTY) &&
+            atomic_compare_exchange_strong(&s->key, &k, KEY_BUSY)) {
+            s->rec = *rec;
+            atomic_store_explicit(&s->key, addr, memory_order_release);
+            return true;
+        }
+    }
+    return false;
+}
+
+bool mh_live_take(uint64_t addr, mh_live *out)
+{
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (t == NULL || !is_address(addr))
+        return false;
+    uint32_t h = home(addr);
+    for (uint32_t i = 0; i < MAX_PROBE; i++) {
+        live_slot *s = &t[(h + i) & (TABLE_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == KEY_EMPTY)
+            return false;
+        if (k == addr) {
+            mh_live rec = s->rec;
+            if (atomic_compare_exchange_strong(&s->key, &k, KEY_TOMB)) {
+                *out = rec;
+                return true;
+            }
+            return false;
+        }
+    }
+    return false;
+}

@@ -1,0 +1,118 @@
+/*
+ * wrap_driver.c - wrappers of the driver API entry points of DESIGN.md
+ * section 3.  Sizes: the requested bytes; pitched: pitch * height; globals:
+ * the global's size; IPC: the mapped allocation's size.  Types: what the
+ * call decides (UNKNOWN for VMM maps and explicit pools, which may be
+ * host-located; memory_type() asks the driver about those).
+ */
+#include "cuda_signatures.h"
+
+#define CUR MH_DEVICE_CURRENT
+
+/* ---- device memory ---- */
+
+MH_ALLOC_WRAPPER(CUresult, cuMemAlloc, (CUdeviceptr_v1 *dptr, unsigned int bytesize),
+                 (dptr, bytesize), *dptr, bytesize, MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize),
+                 (dptr, bytesize), *dptr, bytesize, MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocPitch,
+                 (CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                  unsigned int Height, unsigned int ElementSizeBytes),
+                 (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes), *dptr,
+                 r_ == 0 ? (uint64_t)*pPitch * Height : (uint64_t)WidthInBytes * Height,
+                 MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocPitch_v2,
+                 (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                  unsigned int ElementSizeBytes),
+                 (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes), *dptr,
+                 r_ == 0 ? (uint64_t)*pPitch * Height : (uint64_t)WidthInBytes * Height,
+                 MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocManaged,
+                 (CUdeviceptr *dptr, size_t bytesize, unsigned int flags),
+                 (dptr, bytesize, flags), *dptr, bytesize, MEMHOOK_MEM_CUDA_MANAGED, CUR)
+MH_FREE_WRAPPER(CUresult, cuMemFree, (CUdeviceptr_v1 dptr), (dptr), dptr, 0)
+MH_FREE_WRAPPER(CUresult, cuMemFree_v2, (CUdeviceptr dptr), (dptr), dptr, 0)
+
+/* ---- page-locked host memory ---- */
+
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocHost, (void **pp, unsigned int bytesize), (pp, bytesize),
+                 (uintptr_t)*pp, bytesize, MEMHOOK_MEM_CUDA_HOST, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocHost_v2, (void **pp, size_t bytesize), (pp, bytesize),
+                 (uintptr_t)*pp, bytesize, MEMHOOK_MEM_CUDA_HOST, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags),
+                 (pp, bytesize, Flags), (uintptr_t)*pp, bytesize, MEMHOOK_MEM_CUDA_HOST, CUR)
+MH_FREE_WRAPPER(CUresult, cuMemFreeHost, (void *p), (p), (uintptr_t)p, 0)
+MH_ALLOC_WRAPPER(CUresult, cuMemHostRegister, (void *p, size_t bytesize, unsigned int Flags),
+                 (p, bytesize, Flags), (uintptr_t)p, bytesize, MEMHOOK_MEM_CUDA_HOST, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemHostRegister_v2, (void *p, size_t bytesize, unsigned int Flags),
+                 (p, bytesize, Flags), (uintptr_t)p, bytesize, MEMHOOK_MEM_CUDA_HOST, CUR)
+MH_FREE_WRAPPER(CUresult, cuMemHostUnregister, (void *p), (p), (uintptr_t)p, 0)
+
+/* ---- virtual memory management: a map is an allocation of its range ---- */
+
+MH_ALLOC_WRAPPER(CUresult, cuMemMap,
+                 (CUdeviceptr ptr, size_t size, size_t offset,
+                  CUmemGenericAllocationHandle handle, unsigned long long flags),
+                 (ptr, size, offset, handle, flags), ptr, size, MEMHOOK_MEM_UNKNOWN, -1)
+MH_FREE_WRAPPER(CUresult, cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size), ptr, size)
+
+/* ---- stream-ordered allocation: cuMemFreeAsync is a FREE at call time ---- */
+
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s),
+                 (dptr, bytesize, s), *dptr, bytesize, MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocAsync_ptsz,
+                 (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s), *dptr,
+                 bytesize, MEMHOOK_MEM_CUDA, CUR)
+MH_FREE_WRAPPER(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s), dptr, 0)
+MH_FREE_WRAPPER(CUresult, cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream s), (dptr, s), dptr,
+                0)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync,
+                 (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s),
+                 (dptr, bytesize, pool, s), *dptr, bytesize, MEMHOOK_MEM_UNKNOWN, -1)
+MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync_ptsz,
+                 (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s),
+                 (dptr, bytesize, pool, s), *dptr, bytesize, MEMHOOK_MEM_UNKNOWN, -1)
+
+/* ---- module and library globals: the size comes from the call itself,
+ * through the caller's `bytes` or, when the caller passed NULL, ours ---- */
+
+#define MH_GLOBAL_WRAPPER(name, ptr_t, size_t_, handle_t, mem_type)              \
+    CUresult mh_w_##name(ptr_t *dptr, size_t_ *bytes, handle_t h, const char *n)  \
+    {                                                                            \
+        name##_fn real = (name##_fn)mh_next(MH_FN_##name);                       \
+        if (real == NULL)                                                        \
+            return (CUresult)mh_unresolved(MH_FN_##name);                        \
+        if (!mh_record_begin())                                                  \
+            return real(dptr, bytes, h, n);                                      \
+        size_t_ own = 0;                                                         \
+        size_t_ *sizep = bytes != NULL ? bytes : &own;                           \
+        CUresult r = real(dptr, sizep, h, n);                                    \
+        mh_emit_alloc(MH_FN_##name, r, r == CUDA_SUCCESS ? (uint64_t)*dptr : 0,  \
+                      r == CUDA_SUCCESS ? (uint64_t)*sizep : 0, mem_type, CUR);  \
+        mh_record_end();                                                         \
+        return r;                                                                \
+    }
+
+MH_GLOBAL_WRAPPER(cuModuleGetGlobal, CUdeviceptr_v1, unsigned int, CUmodule, MEMHOOK_MEM_CUDA)
+MH_GLOBAL_WRAPPER(cuModuleGetGlobal_v2, CUdeviceptr, size_t, CUmodule, MEMHOOK_MEM_CUDA)
+MH_GLOBAL_WRAPPER(cuLibraryGetGlobal, CUdeviceptr, size_t, CUlibrary, MEMHOOK_MEM_CUDA)
+MH_GLOBAL_WRAPPER(cuLibraryGetManaged, CUdeviceptr, size_t, CUlibrary,
+                  MEMHOOK_MEM_CUDA_MANAGED)
+
+/* ---- IPC: the opened mapping's size is the exporter's allocation's ---- */
+
+static uint64_t mapped_size(CUresult r, const CUdeviceptr *pdptr)
+{
+    uint64_t base = 0, size = 0;
+    if (r != CUDA_SUCCESS || !mh_driver_range(*pdptr, &base, &size))
+        return 0;
+    return size;
+}
+
+MH_ALLOC_WRAPPER(CUresult, cuIpcOpenMemHandle,
+                 (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),
+                 (pdptr, handle, Flags), *pdptr, mapped_size(r_, pdptr), MEMHOOK_MEM_CUDA, CUR)
+MH_ALLOC_WRAPPER(CUresult, cuIpcOpenMemHandle_v2,
+                 (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),
+                 (pdptr, handle, Flags), *pdptr, mapped_size(r_, pdptr), MEMHOOK_MEM_CUDA, CUR)
+MH_FREE_WRAPPER(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr), dptr, 0)
