@@ -106,12 +106,27 @@ static void segment_free(mh_segment *s)
     atomic_fetch_sub(&q.segments_live, 1);
 }
 
-__attribute__((constructor)) static void queue_init(void)
+/* The first segment, made by whoever needs the queue first (a hook may run
+ * from another library's constructor before ours). */
+static _Atomic(mh_segment *) g_first;
+
+static mh_segment *queue_first(void)
 {
-    mh_segment *s = segment_new(0);
-    q.head = s;
-    atomic_store(&q.tail, s);
+    mh_segment *first = atomic_load_explicit(&g_first, memory_order_acquire);
+    if (first == NULL) {
+        mh_segment *fresh = segment_new(0);
+        if (atomic_compare_exchange_strong(&g_first, &first, fresh)) {
+            first = fresh;
+        } else {
+            segment_free(fresh);
+        }
+    }
+    mh_segment *t = NULL;  /* whoever gets here first points the hint at it */
+    atomic_compare_exchange_strong(&q.tail, &t, first);
+    return first;
 }
+
+__attribute__((constructor)) static void queue_init(void) { queue_first(); }
 
 static uint64_t producer_enter(void)
 {
@@ -159,6 +174,10 @@ uint64_t mh_queue_push(memhook_event *ev)
     /* Load the hint before claiming: every segment the hint can reach
      * starts at or below any seq claimed after it was published. */
     mh_segment *s = atomic_load_explicit(&q.tail, memory_order_acquire);
+    if (s == NULL) {
+        queue_first();
+        s = atomic_load_explicit(&q.tail, memory_order_acquire);
+    }
     uint64_t seq = atomic_fetch_add(&q.next_seq, 1);
     mh_slot *slot = slot_of(&s, seq);
     ev->seq = seq;
@@ -211,6 +230,8 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
     if (out == NULL && capacity != 0)
         return 0;
     pthread_mutex_lock(&q.lock);
+    if (q.head == NULL)
+        q.head = queue_first();
     size_t n = 0;
     while (n < capacity) {
         mh_segment *s = q.head;
@@ -268,6 +289,8 @@ static void fork_child(void)
     atomic_store(&q.active_even, 0);
     atomic_store(&q.active_odd, 0);
     uint64_t end = atomic_load(&q.next_seq);
+    if (q.head == NULL)
+        q.head = queue_first();
     mh_segment *s = q.head;
     for (uint64_t seq = q.head_seq; seq < end; seq++) {
         mh_slot *slot = slot_of(&s, seq);
