@@ -58,6 +58,69 @@ int memhook_reloc_install(const memhook_reloc_symbol *symbols, size_t count,
                           char *why, size_t why_len);
 int memhook_reloc_uninstall(void);
 size_t memhook_reloc_patched_slots(void);
+
+/* the CUDA hook layer (csrc/cuda/) */
+#define MEMHOOK_MODE_NONE ...
+#define MEMHOOK_MODE_BISTRO ...
+#define MEMHOOK_MODE_RELOC ...
+#define MEMHOOK_MODE_ALL ...
+#define MEMHOOK_MODE_DEFAULT ...
+#define MEMHOOK_EVENT_ALLOC ...
+#define MEMHOOK_EVENT_FREE ...
+#define MEMHOOK_MEM_HOST ...
+#define MEMHOOK_MEM_CUDA ...
+#define MEMHOOK_MEM_CUDA_MANAGED ...
+#define MEMHOOK_MEM_CUDA_HOST ...
+#define MEMHOOK_MEM_UNKNOWN ...
+#define MEMHOOK_API_DRIVER ...
+#define MEMHOOK_API_RUNTIME ...
+#define MEMHOOK_EVENT_SIZE_UNKNOWN ...
+#define MEMHOOK_EVENT_SKIPPED ...
+typedef struct memhook_event {
+    uint64_t seq;
+    uint64_t address;
+    uint64_t size;
+    uint64_t timestamp_ns;
+    int32_t kind;
+    int32_t function;
+    int32_t mem_type;
+    int32_t device;
+    int32_t pid;
+    int32_t tid;
+    int32_t result;
+    uint32_t flags;
+} memhook_event;
+int memhook_mode_parse(const char *text, unsigned *mode, char *why, size_t why_len);
+int memhook_hooks_install(unsigned mode, char *why, size_t why_len);
+int memhook_hooks_uninstall(void);
+unsigned memhook_hooks_mode(void);
+int memhook_hooks_coverage_complete(void);
+typedef struct memhook_hook_info {
+    const char *name;
+    int api;
+    int kind;
+    int present;
+    unsigned mechanisms;
+    int bistro_jump;
+    char reason[320];
+} memhook_hook_info;
+size_t memhook_hook_count(void);
+int memhook_hook_get(size_t index, memhook_hook_info *out);
+int memhook_hook_index(const char *name);
+size_t memhook_events_drain(memhook_event *out, size_t capacity);
+typedef struct memhook_queue_stats {
+    uint64_t produced;
+    uint64_t consumed;
+    uint64_t segments_live;
+    uint64_t segments_peak;
+    uint64_t segment_bytes;
+    uint64_t free_size_from_driver;
+    uint64_t free_size_unknown;
+} memhook_queue_stats;
+void memhook_queue_stats_get(memhook_queue_stats *out);
+uint64_t memhook_events_record(int kind, int function, uint64_t address,
+                               uint64_t size, int mem_type, int device,
+                               int result);
 """
 
 ffibuilder = FFI()

@@ -1,0 +1,155 @@
+"""At ``install()``: mark the VA ranges CUDA had reserved already as UNKNOWN.
+
+Why: the hooks only see calls made after they are installed.  Memory the
+driver handed out before that is in no cache region, and once the hooks
+vouch for complete coverage a pointer in no region is answered HOST without
+asking the driver - wrong for those allocations.  UCX's memtype cache has
+the same problem and the same cure: every range where CUDA may have put
+memory is recorded as UNKNOWN, and :func:`memhook.memory_type` resolves
+UNKNOWN through the driver (and remembers the answer).
+
+Where CUDA puts memory, as ``/proc/self/maps`` shows it:
+
+* anonymous no-access mappings (``---p``, no path): the driver reserves its
+  unified VA window this way and maps device memory into pieces of it;
+* mappings of ``/dev/nvidia*`` (``nvidiactl``, ``nvidia-uvm``,
+  ``nvidia0``...): device, UVM and pinned memory the driver mapped;
+* the simulator (``memhook.sim``, csrc/sim/driver/vaspace.c): one PROT_NONE
+  anonymous reservation (caught by the first rule), into which allocated
+  "device" memory is mapped read-write from a memfd named
+  ``memhook-sim-gpu`` (shown as ``/memfd:memhook-sim-gpu (deleted)``).
+
+This over-approximates on purpose: other no-access mappings (thread stack
+guards, malloc arena reserves) are marked too, and a query there costs one
+driver call - correct, just slower.  Only ranges not in the cache already are
+marked, so regions the hooks recorded keep their types.  And nothing is
+marked unless the process has a driver loaded *and initialised* before
+install: a driver that was never initialised has handed out nothing, so the
+no-access mappings in the process are not CUDA's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+
+from ._types import MemoryType
+from .cache import MemtypeCache
+
+__all__ = ["SIM_MEMFD_PREFIX", "Mapping", "cuda_reserved_ranges", "driver_initialised",
+           "mark_preexisting", "parse_maps"]
+
+_log = logging.getLogger("memhook")
+
+SIM_MEMFD_PREFIX = "/memfd:memhook-sim-gpu"
+"""How /proc/self/maps names the simulator's device-memory memfd."""
+
+_NVIDIA_PREFIX = "/dev/nvidia"
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One line of /proc/self/maps."""
+
+    start: int
+    end: int
+    perms: str
+    path: str
+
+    @property
+    def cuda_reserved(self) -> bool:
+        """True for a range where CUDA may hold memory (see the module docstring)."""
+        if not self.path:
+            return not any(c in self.perms[:3] for c in "rwx")
+        return self.path.startswith(_NVIDIA_PREFIX) or self.path.startswith(SIM_MEMFD_PREFIX)
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """The mappings of a /proc/<pid>/maps text (lines it cannot read are skipped)."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5:
+            continue
+        lo, sep, hi = fields[0].partition("-")
+        try:
+            start, end = int(lo, 16), int(hi, 16)
+        except ValueError:
+            continue
+        if not sep or end <= start:
+            continue
+        out.append(Mapping(start, end, fields[1], fields[5].strip() if len(fields) == 6 else ""))
+    return out
+
+
+def _read_maps() -> str:
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def cuda_reserved_ranges(maps_text: str | None = None) -> list[tuple[int, int]]:
+    """``(start, end)`` of the CUDA-reserved ranges, touching ones merged,
+    in address order (``maps_text``: default this process's maps)."""
+    text = _read_maps() if maps_text is None else maps_text
+    ranges: list[tuple[int, int]] = []
+    for m in sorted(parse_maps(text), key=lambda m: m.start):
+        if not m.cuda_reserved:
+            continue
+        if ranges and m.start <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], m.end))
+        else:
+            ranges.append((m.start, m.end))
+    return ranges
+
+
+def mark_preexisting(cache: MemtypeCache, maps_text: str | None = None) \
+        -> list[tuple[int, int]]:
+    """Record the CUDA-reserved ranges that no cache region covers as UNKNOWN
+    in ``cache``.  Returns the ``(start, end)`` ranges it marked."""
+    regions = [(r.start, r.end) for r in cache.regions()]
+    marked: list[tuple[int, int]] = []
+    i = 0
+    for start, end in cuda_reserved_ranges(maps_text):
+        while i < len(regions) and regions[i][1] <= start:
+            i += 1
+        cur = start
+        j = i
+        while cur < end:
+            if j < len(regions) and regions[j][0] < end:
+                r_start, r_end = regions[j]
+                if r_start > cur:
+                    marked.append((cur, r_start))
+                cur = max(cur, r_end)
+                j += 1
+            else:
+                marked.append((cur, end))
+                cur = end
+    for start, end in marked:
+        cache.update(start, end - start, MemoryType.UNKNOWN, -1)
+    if marked:
+        _log.debug("memhook: marked %d pre-existing CUDA-reserved ranges UNKNOWN (%d bytes)",
+                   len(marked), sum(e - s for s, e in marked))
+    return marked
+
+
+_CUDA_SUCCESS = 0
+
+
+def driver_initialised() -> bool:
+    """True when libcuda.so.1 is loaded in this process and initialised
+    (``cuDeviceGetCount`` succeeds: before ``cuInit`` it answers
+    CUDA_ERROR_NOT_INITIALIZED).  Never loads or initialises a driver."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    try:
+        fn = driver.cuDeviceGetCount
+    except AttributeError:
+        return False
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    count = ctypes.c_int(0)
+    return fn(ctypes.byref(count)) == _CUDA_SUCCESS

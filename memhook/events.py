@@ -1,0 +1,198 @@
+"""Hook events and the subscribers that receive them.
+
+Every completed CUDA allocation or free call the hooks see becomes one
+:class:`Event` (DESIGN.md section 3).  The hooks only record events into the
+core's lock-free queue; Python takes them out when it drains the queue -
+lazily before every module-level cache query (:func:`memhook.memory_type`
+and friends), and on :func:`flush`.  Draining applies each event to the
+process-wide cache and then hands it to the subscribers, in event order
+(:mod:`memhook._drain` does the work).
+
+Subscribers run in the thread that drains, one event at a time, while that
+thread holds the drain lock:
+
+* an exception in a subscriber is logged (logger ``"memhook"``) and the
+  other subscribers still get the event;
+* a subscriber may query memhook (``memory_type`` and friends see the cache
+  up to and including its event) but a drain it starts does nothing - the
+  outer drain is still delivering events in order;
+* a subscriber must not wait for another thread that queries memhook: that
+  thread waits for the drain to finish.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ._types import MemoryType
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["Event", "EventKind", "Subscription", "flush", "subscribe", "subscriptions"]
+
+
+class EventKind(enum.IntFlag):
+    """What an event reports: an allocation or a free.  A flag, so that
+    :func:`subscribe` can take ``ALLOC | FREE``."""
+
+    ALLOC = 1
+    FREE = 2
+
+    def __str__(self) -> str:
+        names = [name.lower() for name, bit in (("ALLOC", 1), ("FREE", 2)) if self & bit]
+        return "|".join(names) or "none"
+
+
+_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+
+@dataclass(frozen=True, **_SLOTS)
+class Event:
+    """One completed user call of a hooked function.
+
+    ``address`` is 0 for a failed ALLOC; ``size`` is the requested bytes
+    (pitch x height for pitched allocations, the global's size for module
+    and library globals, the allocation's size for a FREE; 0 for a FREE whose
+    size nobody knew - then ``size_unknown`` is True); ``device`` is -1 when
+    unknown; ``result`` is the CUresult / cudaError_t of the call (0:
+    success); ``timestamp_ns`` is CLOCK_MONOTONIC.  ``seq`` is the event's
+    position in this process's event order, ``flags`` the core's
+    ``MEMHOOK_EVENT_*`` flags."""
+
+    kind: EventKind
+    function: str
+    address: int
+    size: int
+    mem_type: MemoryType
+    device: int
+    pid: int
+    tid: int
+    timestamp_ns: int
+    result: int
+    seq: int = -1
+    flags: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the call succeeded (``result == 0``)."""
+        return self.result == 0
+
+    @property
+    def size_unknown(self) -> bool:
+        """True for a FREE whose size nobody knew (``size`` is 0 then)."""
+        return bool(self.flags & SIZE_UNKNOWN)
+
+    @property
+    def end(self) -> int:
+        """One past the last byte: ``address + size``."""
+        return self.address + self.size
+
+
+SIZE_UNKNOWN = 0x1
+"""``Event.flags`` bit: a FREE whose size nobody knew (MEMHOOK_EVENT_SIZE_UNKNOWN)."""
+
+_ALL_KINDS = EventKind.ALLOC | EventKind.FREE
+
+Callback = Callable[[Event], object]
+
+
+class Subscription:
+    """A callback registered with :func:`subscribe`.  :meth:`close` (or
+    leaving a ``with`` block) unregisters it; closing twice is harmless.
+    A subscription closed while a drain is delivering gets no further
+    events."""
+
+    __slots__ = ("__weakref__", "_active", "callback", "kinds")
+
+    def __init__(self, callback: Callback, kinds: EventKind) -> None:
+        self.callback = callback
+        self.kinds = kinds
+        self._active = True
+
+    @property
+    def closed(self) -> bool:
+        return not self._active
+
+    def close(self) -> None:
+        """Stop receiving events (idempotent)."""
+        if self._active:
+            self._active = False
+            _registry.remove(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if not self._active else str(self.kinds)
+        return f"<Subscription {self.callback!r} ({state})>"
+
+
+class _Registry:
+    """The live subscriptions, published as one tuple (copy on write), so
+    the drain reads them with no lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: tuple[Subscription, ...] = ()
+
+    def add(self, sub: Subscription) -> None:
+        with self.lock:
+            self.current = (*self.current, sub)
+
+    def remove(self, sub: Subscription) -> None:
+        with self.lock:
+            self.current = tuple(s for s in self.current if s is not sub)
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+
+
+_registry = _Registry()
+os.register_at_fork(after_in_child=_registry.after_fork_in_child)
+
+
+def _as_kinds(kinds: EventKind | int) -> EventKind:
+    if isinstance(kinds, bool) or not isinstance(kinds, int):
+        raise TypeError(f"kinds must be an EventKind (ALLOC, FREE or both), "
+                        f"not {type(kinds).__name__}")
+    if not 0 < int(kinds) <= int(_ALL_KINDS):
+        raise ValueError(f"kinds must be EventKind.ALLOC, EventKind.FREE or both, got {kinds!r}")
+    return EventKind(int(kinds))
+
+
+def subscribe(callback: Callback,
+              kinds: EventKind | int = EventKind.ALLOC | EventKind.FREE) -> Subscription:
+    """Call ``callback(event)`` for every event of ``kinds`` drained from now
+    on (failed calls included), in event order.  Returns the
+    :class:`Subscription`; close it (or use it as a context manager) to
+    stop.  See the module docstring for which thread runs the callback."""
+    if not callable(callback):
+        raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+    sub = Subscription(callback, _as_kinds(kinds))
+    _registry.add(sub)
+    return sub
+
+
+def subscriptions() -> tuple[Subscription, ...]:
+    """The live subscriptions (a snapshot)."""
+    return _registry.current
+
+
+def flush() -> int:
+    """Drain the pending events now: apply them to the process-wide cache
+    and hand them to the subscribers.  Returns how many events were
+    drained; 0 when called from a subscriber (the drain under way in this
+    thread delivers the rest)."""
+    from ._drain import drain
+
+    return drain()
+

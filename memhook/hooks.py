@@ -1,0 +1,193 @@
+"""Installing, removing and inspecting the CUDA hooks.
+
+:func:`install` puts the hooks of the core's table (DESIGN.md section 3) in
+place with the mechanisms of a :class:`~memhook.HookMode`; :func:`uninstall`
+restores every byte and GOT slot; :func:`status` says, per function, which
+mechanism covers it and, where none does, why.  The work is the core's
+(``memhook_hooks_install`` and friends); this module parses the mode,
+serialises Python callers, marks the ranges CUDA reserved before the hooks
+(:mod:`memhook._preexisting`) and turns the core's table into
+:class:`HookReport` / :class:`HookInfo`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _coverage, _drain, _preexisting
+from ._core import ffi, lib
+from ._modes import HookMode
+from .cache import process_cache
+from .events import EventKind
+
+__all__ = ["HookInfo", "HookReport", "QueueStats", "hook_index", "install", "status", "uninstall"]
+
+_log = logging.getLogger("memhook")
+
+_API_NAMES = {int(lib.MEMHOOK_API_DRIVER): "driver", int(lib.MEMHOOK_API_RUNTIME): "runtime"}
+
+
+@dataclass(frozen=True)
+class HookInfo:
+    """One function of the hook table.
+
+    ``api`` is ``"driver"`` or ``"runtime"``; ``mechanism`` the mechanisms
+    covering it now (``HookMode.NONE`` when nothing does); ``installed`` is
+    True when some mechanism covers it; ``reason`` says why it is not covered
+    (or why bistro refused it while reloc covers it), "" otherwise.
+    ``present`` is True when the loaded library exports the function,
+    ``bistro_jump`` the size of bistro's jump (5 or 12, 0 when bistro did
+    not patch it), ``index`` its place in the table (``Event`` order)."""
+
+    name: str
+    api: str
+    mechanism: HookMode
+    installed: bool
+    reason: str
+    kind: EventKind
+    present: bool
+    bistro_jump: int
+    index: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The core event queue's counters (``memhook_queue_stats``)."""
+
+    produced: int
+    consumed: int
+    segments_live: int
+    segments_peak: int
+    segment_bytes: int
+    free_size_from_driver: int
+    free_size_unknown: int
+
+    @property
+    def pending(self) -> int:
+        """Events recorded but not drained yet."""
+        return self.produced - self.consumed
+
+
+@dataclass(frozen=True)
+class HookReport:
+    """What the hooks are doing: the installed ``mode``, every table
+    function (``hooks``), and whether the hooks cover every allocation entry
+    point of the loaded driver (``coverage_complete``: only then is a pointer
+    in no cache region answered HOST without asking the driver)."""
+
+    mode: HookMode
+    hooks: list[HookInfo]
+    coverage_complete: bool
+    queue: QueueStats = field(repr=False)
+
+    def hook(self, name: str) -> HookInfo:
+        """The entry for function ``name`` (KeyError if not in the table)."""
+        for info in self.hooks:
+            if info.name == name:
+                return info
+        raise KeyError(f"{name!r} is not in memhook's hook table")
+
+    @property
+    def uncovered(self) -> list[HookInfo]:
+        """The functions the loaded libraries export that nothing covers."""
+        return [h for h in self.hooks if h.present and not h.installed]
+
+
+_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def install(mode: str | int | HookMode | None = None) -> HookReport:
+    """Install the hooks with the mechanisms of ``mode`` and return
+    :func:`status`.
+
+    ``mode``: a :class:`HookMode`, its text (``"bistro,reloc"``) or 0-3;
+    None reads ``MEMHOOK_CUDA_MODE``, then the default ``bistro,reloc``
+    (see :meth:`HookMode.parse`).  A bad mode raises ValueError and installs
+    nothing.  Idempotent; a different mode replaces the installed one
+    (``"none"`` removes the hooks).  A function a mechanism cannot hook is
+    not an error - :func:`status` says why; a whole mechanism that fails
+    raises OSError with the core's reason.  Ranges CUDA had reserved before
+    (when a driver is loaded and initialised) are marked UNKNOWN in the
+    cache, so lookups there are checked with the driver."""
+    parsed = HookMode.parse(mode)
+    with _lock:
+        why = ffi.new("char[]", 512)
+        rc = lib.memhook_hooks_install(int(parsed), why, len(why))
+        _coverage.invalidate()
+        if rc != 0:
+            reason = ffi.string(why).decode(errors="replace")
+            raise OSError(rc, f"memhook: installing the hooks with mode {parsed} failed: "
+                              f"{reason or os.strerror(rc)}")
+        _log.info("memhook: hooks installed, mode %s", parsed)
+        if parsed and _preexisting.driver_initialised():
+            _drain.drain()  # what the hooks saw so far, so marking does not cover it
+            _preexisting.mark_preexisting(process_cache())
+    return status()
+
+
+def uninstall() -> None:
+    """Remove every hook: restore every byte and GOT slot they changed.
+    Pending events are drained first (they still reach the cache and the
+    subscribers).  Idempotent."""
+    with _lock:
+        _drain.drain()
+        rc = lib.memhook_hooks_uninstall()
+        _coverage.invalidate()
+        if rc != 0:
+            raise OSError(rc, f"memhook: removing the hooks failed: {os.strerror(rc)}")
+    _log.info("memhook: hooks removed")
+
+
+def _queue_stats() -> QueueStats:
+    raw = ffi.new("memhook_queue_stats *")
+    lib.memhook_queue_stats_get(raw)
+    return QueueStats(int(raw.produced), int(raw.consumed), int(raw.segments_live),
+                      int(raw.segments_peak), int(raw.segment_bytes),
+                      int(raw.free_size_from_driver), int(raw.free_size_unknown))
+
+
+def _hook_info(index: int, raw: Any) -> HookInfo:
+    mechanism = HookMode(int(raw.mechanisms) & int(HookMode.BISTRO | HookMode.RELOC))
+    return HookInfo(
+        name=ffi.string(raw.name).decode(),
+        api=_API_NAMES.get(int(raw.api), f"api#{int(raw.api)}"),
+        mechanism=mechanism,
+        installed=bool(mechanism),
+        reason=ffi.string(raw.reason).decode(errors="replace"),
+        kind=EventKind(int(raw.kind)),
+        present=bool(raw.present),
+        bistro_jump=int(raw.bistro_jump),
+        index=index,
+    )
+
+
+def status() -> HookReport:
+    """The installed mode, and per table function its API, the mechanism
+    covering it (or none) and why not."""
+    raw = ffi.new("memhook_hook_info *")
+    hooks = []
+    for i in range(int(lib.memhook_hook_count())):
+        if lib.memhook_hook_get(i, raw) != 0:  # pragma: no cover - count says it exists
+            break
+        hooks.append(_hook_info(i, raw))
+    return HookReport(mode=HookMode(int(lib.memhook_hooks_mode())), hooks=hooks,
+                      coverage_complete=_coverage.coverage_complete(), queue=_queue_stats())
+
+
+def hook_index(name: str) -> int | None:
+    """The table index of function ``name``, or None."""
+    index = int(lib.memhook_hook_index(name.encode()))
+    return None if index < 0 else index
+

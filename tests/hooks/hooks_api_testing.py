@@ -1,0 +1,107 @@
+"""Shared helpers of the hook-API tests (tests/hooks/test_api_*.py), imported
+as ``from hooks_api_testing import ...``.
+
+In-process tests feed events through ``memhook_events_record`` (the path a
+hook takes) at addresses in a window no real allocation uses, and clean that
+window out of the process cache afterwards.  Tests that install hooks run a
+script in a child process on the simulator (installing hooks in the pytest
+process would leak into every later test).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import memhook
+from memhook._core import lib
+from memhook.cache import process_cache
+
+__all__ = [
+    "DRIVER_NAMES",
+    "RUNTIME_NAMES",
+    "TABLE",
+    "WINDOW",
+    "WINDOW_SIZE",
+    "clean_events",
+    "record",
+    "run_sim_script",
+]
+
+DRIVER_NAMES = (
+    "cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocPitch", "cuMemAllocPitch_v2", "cuMemAllocManaged",
+    "cuMemFree", "cuMemFree_v2", "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemHostAlloc",
+    "cuMemFreeHost", "cuMemMap", "cuMemUnmap", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+    "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync",
+    "cuMemAllocFromPoolAsync_ptsz", "cuModuleGetGlobal", "cuModuleGetGlobal_v2",
+    "cuLibraryGetGlobal", "cuLibraryGetManaged", "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle", "cuMemHostRegister", "cuMemHostRegister_v2", "cuMemHostUnregister",
+)
+RUNTIME_NAMES = (
+    "cudaMalloc", "cudaMallocManaged", "cudaMallocPitch", "cudaMallocAsync",
+    "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz",
+    "cudaMallocHost", "cudaHostAlloc", "cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz",
+    "cudaFreeHost", "cudaGetSymbolAddress", "cudaHostRegister", "cudaHostUnregister",
+)
+TABLE = DRIVER_NAMES + RUNTIME_NAMES
+"""The hook table of DESIGN.md section 3, in table order."""
+
+WINDOW = 0x7E00_0000_0000
+"""Start of the address window the in-process tests record events in."""
+WINDOW_SIZE = 1 << 40
+
+ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
+FREE = int(lib.MEMHOOK_EVENT_FREE)
+
+
+def record(kind: int, function: str, address: int, size: int,
+           mem_type: memhook.MemoryType = memhook.MemoryType.CUDA, device: int = 0,
+           result: int = 0) -> int:
+    """Record one event as a hook would; returns its seq."""
+    index = int(lib.memhook_hook_index(function.encode()))
+    assert index >= 0, f"{function} is not in the hook table"
+    return int(lib.memhook_events_record(kind, index, address, size, int(mem_type), device,
+                                         result))
+
+
+@pytest.fixture
+def clean_events() -> Iterator[None]:
+    """Drain what is pending before the test, and after it drain again,
+    close its subscriptions and forget the test window in the cache."""
+    memhook.flush()
+    before = set(memhook.events.subscriptions())
+    try:
+        yield
+    finally:
+        for sub in memhook.events.subscriptions():
+            if sub not in before:
+                sub.close()
+        memhook.flush()
+        process_cache().remove(WINDOW, WINDOW_SIZE)
+
+
+def run_sim_script(native: object, tmp_path: Path, body: str, *, setup: str = "",
+                   env: dict[str, str] | None = None, timeout: float = 180) -> str:
+    """Run ``setup`` then ``body`` (Python, each dedented) in a child on the
+    simulator, with ``import memhook`` done, the simulator active
+    (``memhook.sim.activate()``) and ``cu`` its ctypes handle.  The script
+    must print "ALL OK" last.  Returns its stdout."""
+    prologue = textwrap.dedent("""\
+        import ctypes, os, sys
+        import memhook
+        import memhook.sim
+        cu = memhook.sim.activate()
+        """)
+    script = tmp_path / "script.py"
+    script.write_text(prologue + textwrap.dedent(setup) + textwrap.dedent(body))
+    child_env = native.env() if env is None else env  # type: ignore[attr-defined]
+    proc = subprocess.run([sys.executable, str(script)], env=child_env, capture_output=True,
+                          text=True, timeout=timeout, cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ALL OK"), (
+        f"exit {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    return proc.stdout

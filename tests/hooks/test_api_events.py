@@ -1,0 +1,381 @@
+"""Events, subscribers and the drain that feeds the cache, driven through
+``memhook_events_record`` (the very path a hook takes), in this process:
+no CUDA needed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+from hooks_api_testing import ALLOC, FREE, WINDOW, clean_events, record  # noqa: F401
+
+import memhook
+from memhook import Event, EventKind, MemoryType, Subscription, _coverage, _drain
+from memhook.cache import process_cache
+
+pytestmark = pytest.mark.usefixtures("clean_events")
+
+M = MemoryType
+A = WINDOW + 0x1000_0000  # an address in the test window
+
+
+def test_the_cache_drains_before_every_query() -> None:
+    from memhook import cache
+
+    assert cache._drain is _drain.drain and cache._coverage_complete is _coverage.coverage_complete
+    record(ALLOC, "cuMemAlloc_v2", A, 1 << 20, M.CUDA, 0)
+    # No flush: the query itself drains.
+    assert memhook.memory_type(A + 100) is M.CUDA
+    assert memhook.lookup(A + 100, 64) == memhook.Region(A, 1 << 20, M.CUDA, 0)
+    assert memhook.memory_types([A, A + (1 << 20)]).tolist() == [M.CUDA, M.HOST]
+    record(FREE, "cuMemFree_v2", A, 1 << 20, M.CUDA, 0)
+    assert memhook.memory_type(A + 100) is M.HOST
+    assert memhook.lookup(A + 100) is None
+
+
+@pytest.mark.parametrize("with_subscriber", [False, True])
+def test_events_feed_the_cache(with_subscriber: bool) -> None:
+    """Both drain paths (plain rows; Event objects for subscribers) apply
+    the same changes."""
+    seen: list[Event] = []
+    if with_subscriber:
+        memhook.subscribe(seen.append)
+    cache = process_cache()
+    record(ALLOC, "cuMemAllocManaged", A, 4096, M.CUDA_MANAGED, 1)
+    record(ALLOC, "cuMemAllocHost_v2", A + 8192, 4096, M.CUDA_HOST, -1)
+    record(ALLOC, "cuMemMap", A + 65536, 65536, M.UNKNOWN, 0)
+    record(ALLOC, "cudaMalloc", A + (1 << 20), 0, M.CUDA, 0)          # size 0: nothing
+    record(ALLOC, "cudaMalloc", 0, 512, M.CUDA, 0, result=2)           # failed: nothing
+    record(FREE, "cuMemFreeHost", A + 8192, 4096, M.CUDA_HOST, -1, result=1)  # failed: stays
+    assert memhook.flush() == 6
+    assert [(r.start - A, r.size, r.mem_type, r.device) for r in cache.regions()
+            if r.start >= WINDOW] == [(0, 4096, M.CUDA_MANAGED, 1),
+                                      (8192, 4096, M.CUDA_HOST, -1),
+                                      (65536, 65536, M.UNKNOWN, 0)]
+    record(FREE, "cuMemFree_v2", A, 4096, M.CUDA_MANAGED, 1)
+    record(FREE, "cuMemFreeHost", A + 8192, 4096, M.CUDA_HOST, -1)
+    record(FREE, "cuMemUnmap", A + 65536, 32768, M.UNKNOWN, 0)  # half of the map
+    assert memhook.flush() == 3
+    assert [(r.start - A, r.size) for r in cache.regions() if r.start >= WINDOW] == \
+        [(65536 + 32768, 32768)]
+    assert len(seen) == (9 if with_subscriber else 0)
+
+
+def test_failed_alloc_reaches_subscribers_not_the_cache() -> None:
+    seen: list[Event] = []
+    with memhook.subscribe(seen.append):
+        before = len(process_cache())
+        record(ALLOC, "cuMemAlloc_v2", 0, 256 << 20, M.CUDA, 0, result=2)  # OUT_OF_MEMORY
+        assert memhook.flush() == 1
+        assert len(process_cache()) == before
+    (event,) = seen
+    assert event.kind is EventKind.ALLOC and event.function == "cuMemAlloc_v2"
+    assert (event.address, event.size, event.result, event.ok) == (0, 256 << 20, 2, False)
+
+
+def test_event_fields_and_order() -> None:
+    seen: list[Event] = []
+    memhook.subscribe(seen.append)
+    t0 = time.monotonic_ns()
+    seqs = [record(ALLOC, "cudaMallocManaged", A, 100, M.CUDA_MANAGED, 3),
+            record(ALLOC, "cuMemAllocPitch_v2", A + 4096, 512 * 8, M.CUDA, 0),
+            record(FREE, "cudaFree", A, 100, M.CUDA_MANAGED, 3),
+            record(FREE, "cuMemFree_v2", A + 4096, 512 * 8, M.CUDA, 0)]
+    t1 = time.monotonic_ns()
+    assert memhook.flush() == 4
+    assert memhook.flush() == 0
+    assert [e.seq for e in seen] == seqs and seqs == sorted(seqs)
+    assert [(e.kind, e.function, e.address - A, e.size, e.mem_type, e.device) for e in seen] == [
+        (EventKind.ALLOC, "cudaMallocManaged", 0, 100, M.CUDA_MANAGED, 3),
+        (EventKind.ALLOC, "cuMemAllocPitch_v2", 4096, 4096, M.CUDA, 0),
+        (EventKind.FREE, "cudaFree", 0, 100, M.CUDA_MANAGED, 3),
+        (EventKind.FREE, "cuMemFree_v2", 4096, 4096, M.CUDA, 0)]
+    for e in seen:
+        assert e.pid == os.getpid() and e.tid == threading.get_native_id()
+        assert t0 <= e.timestamp_ns <= t1 and e.result == 0 and e.ok and e.flags == 0
+        assert type(e.kind) is EventKind and type(e.mem_type) is MemoryType
+        assert e.end == e.address + e.size
+    assert [e.timestamp_ns for e in seen] == sorted(e.timestamp_ns for e in seen)
+    with pytest.raises(AttributeError):
+        seen[0].size = 1  # type: ignore[misc]
+
+
+def test_kinds_filter() -> None:
+    allocs: list[Event] = []
+    frees: list[Event] = []
+    both: list[Event] = []
+    memhook.subscribe(allocs.append, EventKind.ALLOC)
+    memhook.subscribe(frees.append, kinds=EventKind.FREE)
+    memhook.subscribe(both.append, 3)
+    record(ALLOC, "cuMemAllocAsync", A, 64)
+    record(FREE, "cuMemFreeAsync", A, 64)
+    record(ALLOC, "cudaMallocAsync", A, 64, result=2)
+    memhook.flush()
+    assert [e.function for e in allocs] == ["cuMemAllocAsync", "cudaMallocAsync"]
+    assert [e.function for e in frees] == ["cuMemFreeAsync"]
+    assert [e.function for e in both] == ["cuMemAllocAsync", "cuMemFreeAsync", "cudaMallocAsync"]
+
+
+def test_subscribe_arguments() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        memhook.subscribe("print")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ALLOC"):
+        memhook.subscribe(print, 0)
+    with pytest.raises(ValueError, match="ALLOC"):
+        memhook.subscribe(print, 4)
+    with pytest.raises(TypeError, match="EventKind"):
+        memhook.subscribe(print, "alloc")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="EventKind"):
+        memhook.subscribe(print, True)
+
+
+def test_exception_in_a_subscriber_is_logged_and_the_others_run(
+        caplog: pytest.LogCaptureFixture) -> None:
+    first: list[int] = []
+    last: list[int] = []
+    calls: list[int] = []
+
+    def broken(event: Event) -> None:
+        calls.append(event.seq)
+        raise RuntimeError(f"broken subscriber on {event.size}")
+
+    memhook.subscribe(lambda e: first.append(e.seq))
+    memhook.subscribe(broken)
+    memhook.subscribe(lambda e: last.append(e.seq))
+    with caplog.at_level(logging.ERROR, logger="memhook"):
+        seqs = [record(ALLOC, "cudaMalloc", A, 11), record(FREE, "cudaFree", A, 11)]
+        assert memhook.flush() == 2
+    assert first == last == calls == seqs  # the broken one keeps getting events too
+    errors = [r for r in caplog.records if r.name == "memhook" and r.levelno == logging.ERROR]
+    assert len(errors) == 2
+    assert all(r.exc_info and "broken subscriber on 11" in str(r.exc_info[1]) for r in errors)
+    assert "subscriber" in errors[0].getMessage()
+    assert memhook.memory_type(A) is M.HOST  # and the cache got both events
+
+
+def test_subscription_close_and_context_manager() -> None:
+    seen: list[int] = []
+    sub = memhook.subscribe(lambda e: seen.append(e.seq))
+    assert isinstance(sub, Subscription) and not sub.closed and sub in memhook.events.subscriptions()
+    s1 = record(ALLOC, "cudaMalloc", A, 8)
+    memhook.flush()
+    sub.close()
+    sub.close()  # idempotent
+    assert sub.closed and sub not in memhook.events.subscriptions()
+    record(FREE, "cudaFree", A, 8)
+    memhook.flush()
+    assert seen == [s1]
+
+    with memhook.subscribe(lambda e: seen.append(e.seq)) as sub2:
+        assert isinstance(sub2, Subscription) and not sub2.closed
+        s2 = record(ALLOC, "cudaMalloc", A, 8)
+        memhook.flush()
+    assert sub2.closed
+    record(FREE, "cudaFree", A, 8)
+    memhook.flush()
+    assert seen == [s1, s2]
+
+
+def test_closing_during_delivery_stops_at_once() -> None:
+    seen: list[int] = []
+    sub: Subscription
+
+    def once(event: Event) -> None:
+        seen.append(event.seq)
+        sub.close()
+
+    sub = memhook.subscribe(once)
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(5)]
+    assert memhook.flush() == 5  # one batch
+    assert seen == seqs[:1]
+
+
+def test_subscriber_may_query_memhook_without_deadlock() -> None:
+    """A subscriber's query drains nothing (its thread is draining) and sees
+    the cache with its own event applied."""
+    answers: list[tuple[int, MemoryType, int]] = []
+
+    def query(event: Event) -> None:
+        answers.append((event.seq, memhook.memory_type(event.address), memhook.flush()))
+
+    memhook.subscribe(query, EventKind.ALLOC)
+    seqs = [record(ALLOC, "cuMemAllocHost", A, 4096, M.CUDA_HOST, -1),
+            record(ALLOC, "cudaMallocManaged", A + 8192, 4096, M.CUDA_MANAGED, 0)]
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (memhook.flush(), done.set()), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done.is_set(), "the drain deadlocked on a subscriber's query"
+    assert answers == [(seqs[0], M.CUDA_HOST, 0), (seqs[1], M.CUDA_MANAGED, 0)]
+
+
+class _Interrupt(BaseException):
+    pass
+
+
+def test_base_exception_in_a_subscriber_loses_nothing() -> None:
+    """A KeyboardInterrupt-like exception escapes flush(); the rest of the
+    batch is delivered, in order, by the next drain."""
+    seen: list[int] = []
+    armed = [True]
+
+    def sub(event: Event) -> None:
+        seen.append(event.seq)
+        if armed[0] and len(seen) == 2:
+            armed[0] = False
+            raise _Interrupt
+
+    memhook.subscribe(sub)
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(5)]
+    with pytest.raises(_Interrupt):
+        memhook.flush()
+    assert seen == seqs[:2]
+    assert memhook.flush() == 3
+    assert seen == seqs
+    assert len([r for r in process_cache().regions() if r.start >= WINDOW]) == 1  # merged
+    assert memhook.lookup(A, 5 * 64) == memhook.Region(A, 5 * 64, M.CUDA, 0)
+
+
+def test_more_than_one_batch_in_order() -> None:
+    seen: list[int] = []
+    memhook.subscribe(lambda e: seen.append(e.seq))
+    n = _drain.BATCH * 2 + 17
+    first = record(ALLOC, "cudaMalloc", A, 64)
+    for i in range(1, n):
+        record(ALLOC if i % 2 == 0 else FREE, "cudaMalloc" if i % 2 == 0 else "cudaFree", A, 64)
+    assert memhook.flush() == n
+    assert seen == list(range(first, first + n))
+    last_is_alloc = (n - 1) % 2 == 0
+    assert memhook.memory_type(A) is (M.CUDA if last_is_alloc else M.HOST)
+
+
+def _row(kind: int, address: int, size: int, mem_type: int = 1, device: int = 0,
+         result: int = 0, flags: int = 0, seq: int = 0) -> tuple[int, ...]:
+    return (seq, address, size, 0, kind, 0, mem_type, device, 1, 1, result, flags)
+
+
+def test_skipped_slots_are_ignored_entirely() -> None:
+    """(The core never hands out a SKIPPED slot; the drain ignores one anyway.)"""
+    skipped = int(_drain.lib.MEMHOOK_EVENT_SKIPPED)
+    seen: list[Event] = []
+    for subscribed in (False, True):
+        if subscribed:
+            memhook.subscribe(seen.append)
+        assert _drain._deliver([_row(ALLOC, A, 64, flags=skipped)]) == 0
+        assert memhook.lookup(A) is None and seen == []
+
+
+def test_free_of_unknown_size_demotes_the_region_to_unknown() -> None:
+    """A FREE nobody knew the size of cannot punch an exact hole, and the
+    region holding the address may hold live neighbours (touching regions of
+    one type merge): it becomes UNKNOWN, for the driver to decide."""
+    size_unknown = int(_drain.lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
+    cache = process_cache()
+    record(ALLOC, "cuMemHostRegister_v2", A, 4096, M.CUDA_HOST, -1)
+    record(ALLOC, "cuMemHostRegister_v2", A + 4096, 4096, M.CUDA_HOST, -1)
+    memhook.flush()
+    assert cache.lookup(A) == memhook.Region(A, 8192, M.CUDA_HOST, -1)
+    assert _drain._deliver([_row(FREE, A, 0, M.CUDA_HOST, -1, flags=size_unknown)]) == 1
+    assert cache.lookup(A) == memhook.Region(A, 8192, M.UNKNOWN, -1)
+    # One that is not in the cache, or failed, changes nothing.
+    assert _drain._deliver([_row(FREE, A + (1 << 20), 0, flags=size_unknown),
+                            _row(FREE, A, 0, flags=size_unknown, result=1)]) == 2
+    assert [r for r in cache.regions() if r.start >= WINDOW] == \
+        [memhook.Region(A, 8192, M.UNKNOWN, -1)]
+
+
+def test_malformed_event_is_logged_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    """An event from a native recorder that runs past the address space (or
+    has a nonsense type code) does not stop the drain."""
+    seen: list[Event] = []
+    memhook.subscribe(seen.append)
+    with caplog.at_level(logging.WARNING, logger="memhook"):
+        record(ALLOC, "cudaMalloc", (1 << 64) - 16, 64)
+        _drain.lib.memhook_events_record(ALLOC, -1, A, 64, 99, -7, 0)
+        assert memhook.flush() == 2
+    assert any("ignored" in r.getMessage() for r in caplog.records if r.name == "memhook")
+    assert seen[1].function == "function#-1" and seen[1].mem_type is M.UNKNOWN
+    assert memhook.lookup(A) == memhook.Region(A, 64, M.UNKNOWN, -1)
+
+
+def test_threads_record_and_drain_concurrently() -> None:
+    """4 threads record alloc/free pairs while 3 others drain (flush and
+    queries); a subscriber sees every event exactly once, in seq order, each
+    thread's ALLOC before its FREE, and the cache ends empty."""
+    producers, pairs = 4, 3000
+    seen: list[Event] = []
+    memhook.subscribe(seen.append)
+    start = threading.Barrier(producers + 3)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce(t: int) -> None:
+        try:
+            start.wait()
+            base = A + t * (1 << 30)
+            for i in range(pairs):
+                record(ALLOC, "cuMemAlloc_v2", base + i * 256, 256, M.CUDA, t)
+                record(FREE, "cuMemFree_v2", base + i * 256, 256, M.CUDA, t)
+        except BaseException as exc:  # noqa: BLE001  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def consume(k: int) -> None:
+        try:
+            start.wait()
+            while not stop.is_set():
+                if k == 0:
+                    memhook.flush()
+                else:
+                    memhook.memory_type(A + k)
+        except BaseException as exc:  # noqa: BLE001  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(producers)]
+    drainers = [threading.Thread(target=consume, args=(k,)) for k in range(3)]
+    for th in threads + drainers:
+        th.start()
+    for th in threads:
+        th.join()
+    stop.set()
+    for th in drainers:
+        th.join()
+    memhook.flush()
+    assert not errors, errors
+    assert len(seen) == producers * pairs * 2
+    seqs = [e.seq for e in seen]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    open_allocs: dict[int, int] = {}
+    for e in seen:
+        if e.kind is EventKind.ALLOC:
+            assert e.address not in open_allocs
+            open_allocs[e.address] = e.tid
+        else:
+            assert open_allocs.pop(e.address) == e.tid
+    assert not open_allocs
+    assert not [r for r in process_cache().regions() if r.start >= WINDOW]
+
+
+def test_coverage_answer_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """coverage_complete asks the core only when the mode, the loader's
+    object count or the install epoch changed."""
+    assert _coverage.coverage_complete() is False  # no hooks in this process
+    asked: list[int] = []
+    generation = [100]
+    monkeypatch.setattr(_coverage, "_mode", lambda: 3)
+    monkeypatch.setattr(_coverage, "_generation", lambda: generation[0])
+    monkeypatch.setattr(_coverage, "_ask", lambda: asked.append(1) or 1)
+    assert _coverage.coverage_complete() is True
+    assert _coverage.coverage_complete() is True
+    assert len(asked) == 1
+    generation[0] += 1  # an object was loaded
+    assert _coverage.coverage_complete() is True and len(asked) == 2
+    _coverage.invalidate()  # (install/uninstall)
+    assert _coverage.coverage_complete() is True and len(asked) == 3
+    monkeypatch.setattr(_coverage, "_mode", lambda: 2)
+    assert _coverage.coverage_complete() is True and len(asked) == 4
+    monkeypatch.setattr(_coverage, "_mode", lambda: 0)
+    assert _coverage.coverage_complete() is False and len(asked) == 4
+    _coverage.invalidate()
