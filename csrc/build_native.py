@@ -62,15 +62,17 @@ class Target:
 # point is and which bistro's 12-byte form cannot patch.  Without sibling-call
 # optimisation every wrapper is a real call frame of at least 12 bytes, so the
 # simulator is as patchable as libcuda/libcudart are (see the census).
-SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls",)
+SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls", "-fno-omit-frame-pointer", "-fstack-protector-all")
 
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c"),
+        # trace/ after cuda/: .init_array runs in link order, and trace's
+        # constructor must come after the event queue's (csrc/trace/trace.c).
+        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c", "trace/*.c"),
         soname="libmemhook.so",
         libs=("-ldl", "-lpthread"),
-        includes=("bistro", "reloc", "core", "cuda"),
+        includes=("bistro", "reloc", "core", "cuda", "trace"),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

@@ -108,6 +108,8 @@ size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);
+const volatile uint64_t *memhook_events_produced_counter(void);
+const volatile uint64_t *memhook_events_consumed_counter(void);
 typedef struct memhook_queue_stats {
     uint64_t produced;
     uint64_t consumed;

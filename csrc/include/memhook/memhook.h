@@ -261,6 +261,13 @@ MEMHOOK_API int memhook_hook_index(const char *name);
  * not finished writing it ends the batch (it comes in a later one). */
 MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 
+/* Two counters a drainer may read without calling in (Python reads them
+ * through cffi before each query): events claimed by producers so far, and
+ * events the drains have taken out (handed out or skipped).  Equal: nothing
+ * is pending.  64-bit aligned; read them with plain loads. */
+MEMHOOK_API const volatile uint64_t *memhook_events_produced_counter(void);
+MEMHOOK_API const volatile uint64_t *memhook_events_consumed_counter(void);
+
 typedef struct memhook_queue_stats {
     uint64_t produced;        /* events claimed by producers */
     uint64_t consumed;        /* events handed to drainers */
