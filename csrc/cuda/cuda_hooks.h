@@ -109,6 +109,15 @@ static inline void mh_record_end(void) { mh_hook_depth--; }
 MH_HIDDEN uint64_t mh_queue_push(memhook_event *ev);
 MH_HIDDEN void mh_queue_note_free_source(bool from_driver, bool unknown);
 
+/* A sink sees every batch memhook_events_drain hands out, called inside the
+ * drain under the consumer lock, so it gets each event exactly once and in
+ * order whoever drains (the trace streamer, or Python in a traced process
+ * that imports memhook).  It must not drain, and it runs in the draining
+ * thread; producers never call it.  NULL (the default) turns it off.
+ * Set by csrc/trace/. */
+typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
+MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
+
 /* ---- live_table.c ---- */
 
 typedef struct mh_live {

@@ -13,10 +13,11 @@
  * producer has not published yet ends the batch.
  *
  * Memory stays bounded while the queue is drained: consumed segments are
- * unmapped after a grace period.  A producer may still hold a pointer to an
+ * reused (up to SPARE_SEGMENTS kept) or unmapped after a grace period.  A producer may still hold a pointer to an
  * old segment (it loaded `tail` long ago), so retirement uses a two-epoch
- * scheme: producers announce themselves in active[epoch & 1] for the few
- * instructions they touch segments; the consumer retires segments into a
+ * scheme: producers announce themselves in active[epoch & 1] while they
+ * walk to their slot (not while they write it: a segment with an
+ * unpublished slot is never retired); the consumer retires segments into a
  * limbo list, flips the epoch, and frees the limbo once the old epoch's
  * count has drained to zero.  No producer ever waits for the consumer.
  *
@@ -37,6 +38,9 @@
 #include "log.h"
 
 #define SEG_SLOTS 1024u
+/* Retired segments kept mapped for reuse (segment_reuse); the queue's
+ * memory is bounded by the live segments plus these. */
+#define SPARE_SEGMENTS 4
 
 typedef struct mh_slot {
     _Atomic uint64_t ready;   /* seq + 1 once published; 0 before */
@@ -61,6 +65,11 @@ static struct {
     _Alignas(64) pthread_mutex_t lock;     /* consumers only */
     mh_segment *head;                      /* consumer: oldest live segment */
     uint64_t head_seq;                     /* consumer: next seq to hand out */
+    /* head_seq as others may read it without the lock (memhook_events_
+     * counters), and whether retired segments still wait for reclaim:
+     * together they let an empty drain return without the lock. */
+    _Alignas(64) _Atomic uint64_t consumed_seq;
+    _Atomic int reclaim_pending;
     mh_segment *limbo_new;                 /* retired since the last flip */
     mh_segment *limbo_old;                 /* retired before it */
     int old_parity;                        /* parity whose count must reach 0 */
@@ -69,6 +78,7 @@ static struct {
     _Atomic uint64_t segments_peak;
     _Atomic uint64_t free_from_driver;
     _Atomic uint64_t free_unknown;
+    _Alignas(64) _Atomic(mh_segment *) spare[SPARE_SEGMENTS];  /* see segment_reuse */
 } q = {.lock = PTHREAD_MUTEX_INITIALIZER, .old_parity = -1};
 
 static _Atomic uint64_t *active_counter(uint64_t parity)
@@ -76,8 +86,43 @@ static _Atomic uint64_t *active_counter(uint64_t parity)
     return (parity & 1) ? &q.active_odd : &q.active_even;
 }
 
+/* Spare segments.  A retired segment whose grace period is over is parked
+ * here by the consumer (segment_retire), and a producer that runs off the
+ * end of the queue takes it instead of mapping a fresh one: munmap, mmap
+ * and one page fault per 4 KiB of a fresh segment cost more than the rest
+ * of a push together (bench/hook_bench.py, stub driver: ~1/3 of the hooks'
+ * time per pair, plus the TLB-shootdown IPIs munmap sends to the producers'
+ * cores).
+ *
+ * A reused segment keeps its old slots' `ready` values.  They are harmless:
+ * each is old_seq + 1 for an old_seq below the segment's new `first` (seqs
+ * only grow), and a slot counts as published only when `ready` equals its
+ * own seq + 1.  A spare slot goes segment -> NULL only by exchange (a
+ * producer taking it) and NULL -> segment only by compare-exchange from
+ * NULL, so no one ever compares against a pointer that may have been
+ * reused meanwhile (no ABA). */
+static mh_segment *segment_reuse(uint64_t first)
+{
+    for (int i = 0; i < SPARE_SEGMENTS; i++) {
+        if (atomic_load_explicit(&q.spare[i], memory_order_relaxed) == NULL)
+            continue;
+        mh_segment *s = atomic_exchange_explicit(&q.spare[i], NULL, memory_order_acquire);
+        if (s != NULL) {
+            /* Published to others by the CAS that links it (slot_of). */
+            atomic_store_explicit(&s->next, NULL, memory_order_relaxed);
+            s->first = first;
+            s->limbo_next = NULL;
+            return s;
+        }
+    }
+    return NULL;
+}
+
 static mh_segment *segment_new(uint64_t first)
 {
+    mh_segment *reused = segment_reuse(first);
+    if (reused != NULL)
+        return reused;
     for (unsigned attempt = 0;; attempt++) {
         void *m = mmap(NULL, sizeof(mh_segment), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -104,6 +149,19 @@ static void segment_free(mh_segment *s)
 {
     munmap(s, sizeof(mh_segment));
     atomic_fetch_sub(&q.segments_live, 1);
+}
+
+/* A segment nobody can reach any more: park it as a spare, or unmap it
+ * when the spares are full. */
+static void segment_retire(mh_segment *s)
+{
+    for (int i = 0; i < SPARE_SEGMENTS; i++) {
+        mh_segment *expected = NULL;
+        if (atomic_compare_exchange_strong_explicit(&q.spare[i], &expected, s,
+                                                    memory_order_release, memory_order_relaxed))
+            return;
+    }
+    segment_free(s);
 }
 
 /* The first segment, made by whoever needs the queue first (a hook may run
@@ -156,7 +214,7 @@ static mh_slot *slot_of(mh_segment **sp, uint64_t seq)
             if (atomic_compare_exchange_strong(&s->next, &expected, fresh)) {
                 n = fresh;
             } else {
-                segment_free(fresh);
+                segment_retire(fresh);  /* never linked: nobody else saw it */
                 n = expected;
             }
         }
@@ -180,10 +238,21 @@ uint64_t mh_queue_push(memhook_event *ev)
     }
     uint64_t seq = atomic_fetch_add(&q.next_seq, 1);
     mh_slot *slot = slot_of(&s, seq);
-    ev->seq = seq;
-    slot->ev = *ev;
-    atomic_store_explicit(&slot->ready, seq + 1, memory_order_release);
+    /* Leave the epoch section BEFORE writing the slot.  The section only
+     * guards the walk (the hint and the `next` links, which may lead
+     * through segments being retired); the segment that holds our slot
+     * cannot be retired or reused until every one of its slots is
+     * published, ours included.  Leaving first keeps the locked decrement
+     * from waiting for the slot's stores (a cache line the consumer has
+     * been reading) to drain: measured, that wait was most of a push. */
     producer_leave(e);
+    /* seq goes into the slot after the copy: writing it into *ev first
+     * and copying 16-byte chunks over it stalls on store forwarding
+     * (~5 ns per event, measured). */
+    slot->ev = *ev;
+    slot->ev.seq = seq;
+    ev->seq = seq;
+    atomic_store_explicit(&slot->ready, seq + 1, memory_order_release);
     return seq;
 }
 
@@ -197,6 +266,10 @@ void mh_queue_note_free_source(bool from_driver, bool unknown)
 
 /* ---- consumer side (q.lock held) ---- */
 
+/* Process-wide like the queue it watches: where drained batches are copied
+ * to (the trace streamer's socket), or NULL. */
+static _Atomic mh_queue_sink_fn g_sink;
+
 static void reclaim(void)
 {
     if (q.old_parity >= 0) {
@@ -205,7 +278,7 @@ static void reclaim(void)
         while (q.limbo_old) {
             mh_segment *s = q.limbo_old;
             q.limbo_old = s->limbo_next;
-            segment_free(s);
+            segment_retire(s);
         }
         q.old_parity = -1;
     }
@@ -218,7 +291,7 @@ static void reclaim(void)
             while (q.limbo_old) {
                 mh_segment *s = q.limbo_old;
                 q.limbo_old = s->limbo_next;
-                segment_free(s);
+                segment_retire(s);
             }
             q.old_parity = -1;
         }
@@ -228,6 +301,12 @@ static void reclaim(void)
 size_t memhook_events_drain(memhook_event *out, size_t capacity)
 {
     if (out == NULL && capacity != 0)
+        return 0;
+    /* Nothing claimed since the last drain and nothing to reclaim: the
+     * common case of a query-heavy process, answered without the lock. */
+    if (atomic_load_explicit(&q.next_seq, memory_order_acquire) ==
+            atomic_load_explicit(&q.consumed_seq, memory_order_acquire) &&
+        !atomic_load_explicit(&q.reclaim_pending, memory_order_acquire))
         return 0;
     pthread_mutex_lock(&q.lock);
     if (q.head == NULL)
@@ -257,9 +336,33 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         out[n++] = slot->ev;
     }
     q.consumed += n;
+    /* The sink (set by `memhook trace`, csrc/trace/) sees every batch that
+     * leaves the queue, whoever drains it, under this lock: exactly once
+     * and in order. */
+    mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
+    if (sink != NULL && n != 0)
+        sink(out, n);
     reclaim();
+    atomic_store_explicit(&q.reclaim_pending, q.limbo_new != NULL || q.limbo_old != NULL,
+                          memory_order_release);
+    atomic_store_explicit(&q.consumed_seq, q.head_seq, memory_order_release);
     pthread_mutex_unlock(&q.lock);
     return n;
+}
+
+const volatile uint64_t *memhook_events_produced_counter(void)
+{
+    return (const volatile uint64_t *)&q.next_seq;
+}
+
+const volatile uint64_t *memhook_events_consumed_counter(void)
+{
+    return (const volatile uint64_t *)&q.consumed_seq;
+}
+
+void mh_queue_set_sink(mh_queue_sink_fn sink)
+{
+    atomic_store_explicit(&g_sink, sink, memory_order_release);
 }
 
 void memhook_queue_stats_get(memhook_queue_stats *out)
