@@ -110,13 +110,22 @@ MH_HIDDEN uint64_t mh_queue_push(memhook_event *ev);
 MH_HIDDEN void mh_queue_note_free_source(bool from_driver, bool unknown);
 
 /* A sink sees every batch memhook_events_drain hands out, called inside the
- * drain under the consumer lock, so it gets each event exactly once and in
- * order whoever drains (the trace streamer, or Python in a traced process
- * that imports memhook).  It must not drain, and it runs in the draining
+ * drain under the consumer lock, and every batch mh_queue_tee reads, so it
+ * gets each event exactly once and in order whoever takes it out (Python in
+ * a traced process that imports memhook, or the trace's own reader).  It must not drain, and it runs in the draining
  * thread; producers never call it.  NULL (the default) turns it off.
  * Set by csrc/trace/. */
 typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
 MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
+/* The trace's reader: copy up to capacity pending events it has not read
+ * yet into out and hand them to the sink, WITHOUT consuming them (the
+ * process's own consumer still drains them; the sink does not see them
+ * twice).  Returns how many. */
+MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
+/* While nothing ever called memhook_events_drain, consume (drop) the
+ * events the tee has read except the newest `keep`: a traced process with
+ * no consumer of its own holds at most that many. */
+MH_HIDDEN void mh_queue_trim(uint64_t keep);
 
 /* ---- live_table.c ---- */
 
@@ -139,6 +148,11 @@ MH_HIDDEN bool mh_live_take(uint64_t addr, mh_live *out);
 MH_HIDDEN int mh_current_device(void);
 /* The driver's allocation range holding addr: true and base/size, or false. */
 MH_HIDDEN bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size);
+/* Whether the driver says addr is managed memory (false when it cannot say). */
+MH_HIDDEN bool mh_driver_is_managed(uint64_t addr);
+/* Where a VMM allocation handle's memory lives: CUDA (and its device),
+ * CUDA_MANAGED or CUDA_HOST; false when the driver does not say. */
+MH_HIDDEN bool mh_handle_kind(uint64_t handle, int *mem_type, int *device);
 /* cudaGetSymbolSize from the runtime that defines `symbol_address_fn`. */
 MH_HIDDEN bool mh_runtime_symbol_size(void *cudaGetSymbolAddress_fn, const void *symbol,
                                       uint64_t *size);

@@ -1,7 +1,8 @@
 /*
  * driver_calls.c - the few driver queries the wrappers make themselves:
  * the current device (for an ALLOC), an allocation's range (for a FREE the
- * live table does not know, and for an IPC mapping's size), and the size
+ * live table does not know, and for an IPC mapping's size), whether memory
+ * is managed (a __managed__ variable's cudaGetSymbolAddress), and the size
  * of a runtime symbol.
  *
  * The entry points are looked up in the loaded libcuda.so.1 on first use
@@ -11,17 +12,22 @@
  */
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "cuda_hooks.h"
 
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
 typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef int (*get_symbol_size_fn)(size_t *, const void *);
+typedef CUresult (*handle_properties_fn)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+typedef CUresult (*pointer_get_attribute_fn)(void *, int, CUdeviceptr);
 
 /* Cached entry points of the one driver in the process (NULL: not looked
  * up yet, or the driver is not loaded yet - looked up again next time). */
 static _Atomic(void *) g_ctx_get_device;
 static _Atomic(void *) g_get_address_range;
+static _Atomic(void *) g_handle_properties;
+static _Atomic(void *) g_pointer_get_attribute;
 /* cudaGetSymbolSize of the runtime whose cudaGetSymbolAddress was hooked
  * last, keyed by that function (a process normally has one runtime). */
 static _Atomic(void *) g_symbol_size_key;
@@ -46,6 +52,8 @@ void mh_driver_calls_reset(void)
 {
     atomic_store(&g_ctx_get_device, NULL);
     atomic_store(&g_get_address_range, NULL);
+    atomic_store(&g_handle_properties, NULL);
+    atomic_store(&g_pointer_get_attribute, NULL);
     atomic_store(&g_symbol_size_key, NULL);
     atomic_store(&g_symbol_size, NULL);
 }
@@ -70,6 +78,17 @@ bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size)
     *base = b;
     *size = s;
     return true;
+}
+
+bool mh_driver_is_managed(uint64_t addr)
+{
+    pointer_get_attribute_fn fn = (pointer_get_attribute_fn)driver_symbol(
+        &g_pointer_get_attribute, "cuPointerGetAttribute");
+    unsigned int managed = 0;
+    if (fn == NULL || fn(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (CUdeviceptr)addr) !=
+                          CUDA_SUCCESS)
+        return false;
+    return managed != 0;
 }
 
 bool mh_runtime_symbol_size(void *get_symbol_address_fn, const void *symbol, uint64_t *size)
@@ -97,4 +116,30 @@ bool mh_runtime_symbol_size(void *get_symbol_address_fn, const void *symbol, uin
         return false;
     *size = s;
     return true;
+}
+
+bool mh_handle_kind(uint64_t handle, int *mem_type, int *device)
+{
+    handle_properties_fn fn = (handle_properties_fn)driver_symbol(
+        &g_handle_properties, "cuMemGetAllocationPropertiesFromHandle");
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (fn == NULL || fn(&prop, (CUmemGenericAllocationHandle)handle) != CUDA_SUCCESS)
+        return false;
+    switch (prop.location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        *mem_type = (int)prop.type == 2 /* CU_MEM_ALLOCATION_TYPE_MANAGED */
+                        ? MEMHOOK_MEM_CUDA_MANAGED
+                        : MEMHOOK_MEM_CUDA;
+        *device = prop.location.id;
+        return true;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        *mem_type = MEMHOOK_MEM_CUDA_HOST;
+        *device = -1;
+        return true;
+    default:
+        return false;
+    }
 }

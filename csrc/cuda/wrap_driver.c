@@ -2,8 +2,8 @@
  * wrap_driver.c - wrappers of the driver API entry points of DESIGN.md
  * section 3.  Sizes: the requested bytes; pitched: pitch * height; globals:
  * the global's size; IPC: the mapped allocation's size.  Types: what the
- * call decides (UNKNOWN for VMM maps and explicit pools, which may be
- * host-located; memory_type() asks the driver about those).
+ * call decides (VMM maps: where their handle's memory lives; UNKNOWN for
+ * explicit pools, which may be host-located: memory_type() asks the driver).
  */
 #include "cuda_signatures.h"
 
@@ -50,10 +50,25 @@ MH_FREE_WRAPPER(CUresult, cuMemHostUnregister, (void *p), (p), (uintptr_t)p, 0)
 
 /* ---- virtual memory management: a map is an allocation of its range ---- */
 
-MH_ALLOC_WRAPPER(CUresult, cuMemMap,
-                 (CUdeviceptr ptr, size_t size, size_t offset,
-                  CUmemGenericAllocationHandle handle, unsigned long long flags),
-                 (ptr, size, offset, handle, flags), ptr, size, MEMHOOK_MEM_UNKNOWN, -1)
+/* The handle says where the memory lives (device n, or host), so a map is
+ * typed like any allocation and adjacent maps of one device merge in the
+ * cache - PyTorch's expandable segments map a tensor piece by piece. */
+CUresult mh_w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                       CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    cuMemMap_fn real = (cuMemMap_fn)mh_next(MH_FN_cuMemMap);
+    if (real == NULL)
+        return (CUresult)mh_unresolved(MH_FN_cuMemMap);
+    if (!mh_record_begin())
+        return real(ptr, size, offset, handle, flags);
+    CUresult r = real(ptr, size, offset, handle, flags);
+    int mem_type = MEMHOOK_MEM_UNKNOWN, device = -1;
+    if (r == CUDA_SUCCESS)
+        mh_handle_kind(handle, &mem_type, &device);
+    mh_emit_alloc(MH_FN_cuMemMap, r, r == CUDA_SUCCESS ? ptr : 0, size, mem_type, device);
+    mh_record_end();
+    return r;
+}
 MH_FREE_WRAPPER(CUresult, cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size), ptr, size)
 
 /* ---- stream-ordered allocation: cuMemFreeAsync is a FREE at call time ---- */
@@ -82,7 +97,8 @@ MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync_ptsz,
         name##_fn real = (name##_fn)mh_next(MH_FN_##name);                       \
         if (real == NULL)                                                        \
             return (CUresult)mh_unresolved(MH_FN_##name);                        \
-        if (!mh_record_begin())                                                  \
+        /* dptr NULL: a size-only query hands out no memory - no event */      \
+        if (dptr == NULL || !mh_record_begin())                                  \
             return real(dptr, bytes, h, n);                                      \
         size_t_ own = 0;                                                         \
         size_t_ *sizep = bytes != NULL ? bytes : &own;                           \
