@@ -1,10 +1,17 @@
 """The ``memhook`` command line.
 
-Subcommands so far:
+Subcommands:
 
+* ``memhook trace [...] -- CMD ...`` run CMD with the hooks preloaded and trace its
+                                 allocations (exit status is CMD's); see memhook.cli.trace
+* ``memhook info [--json]``      driver/runtime versions, loaded CUDA libraries, and
+                                 which mechanism covers each hooked function per mode
+* ``memhook demo``               a short allocation workload run under ``trace``
 * ``memhook version``            versions and paths of the package and its core
 * ``memhook sim env``            shell ``export`` lines to run programs on the simulator
 * ``memhook sim run -- CMD ...`` run CMD on the simulator (exit status is CMD's)
+
+``python -m memhook`` and the ``memhook`` console script are the same program.
 """
 
 from __future__ import annotations
@@ -72,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     p_run = sim_sub.add_parser("run", help="run a command on the simulator")
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p_run.set_defaults(func=_cmd_sim_run)
+    from .cli import demo, info, trace
+
+    trace.add_parser(sub)
+    info.add_parser(sub)
+    demo.add_parser(sub)
     return parser
 
 

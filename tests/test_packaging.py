@@ -33,7 +33,8 @@ def test_wheel_contains_native_parts(wheel: Path) -> None:
     for required in ("memhook/libmemhook.so", "memhook/sim/lib/libcuda.so.1",
                      "memhook/sim/lib/libcudart.so.13", "memhook/sim/lib/libcudart.so",
                      "memhook/sim/lib/libcudart_static.a", "memhook/sim/lib/cudart_sim.h",
-                     "memhook/__init__.py", "memhook/sim/__init__.py"):
+                     "memhook/__init__.py", "memhook/sim/__init__.py",
+                     "memhook/cli/__init__.py", "memhook/cli/demo_workload.py"):
         assert required in names, f"{required} missing from {wheel.name}"
     assert any(n.startswith("memhook/_native.") and n.endswith(".so") for n in names)
 

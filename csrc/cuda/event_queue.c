@@ -270,6 +270,37 @@ void mh_queue_note_free_source(bool from_driver, bool unknown)
  * to (the trace streamer's socket), or NULL. */
 static _Atomic mh_queue_sink_fn g_sink;
 
+/* The trace's own reader (csrc/trace/).  `memhook trace` must see every
+ * event without taking any away from the process's own consumer (Python's
+ * memhook or a native transport draining this queue), and a traced process
+ * with no consumer must not keep every event.  So, under q.lock:
+ *  - mh_queue_tee reads what is pending from g_tee_seq on WITHOUT consuming
+ *    it, hands it to the sink and moves g_tee_seq past it;
+ *  - a drain hands the sink only what the tee has not read yet;
+ *  - mh_queue_trim: while no consumer has ever drained, the trace drops what
+ *    it has read except the newest `keep` events, so memory stays bounded
+ *    and a consumer that starts later still finds those. */
+static uint64_t g_tee_seq;            /* first seq the sink has not seen */
+static mh_segment *g_tee_seg;         /* where the tee stopped (a hint)... */
+static uint64_t g_tee_seg_first;      /* ...valid while >= q.head->first */
+static _Atomic bool g_consumer_seen;  /* memhook_events_drain was called */
+
+/* The consumer moves past its full head segment: retire it.  Returns the
+ * next segment, or NULL (none yet).  q.lock held. */
+static mh_segment *advance_head(mh_segment *s)
+{
+    mh_segment *next = atomic_load_explicit(&s->next, memory_order_acquire);
+    if (next == NULL)
+        return NULL;
+    /* No producer may find s through the hint any more. */
+    mh_segment *t = s;
+    atomic_compare_exchange_strong(&q.tail, &t, next);
+    s->limbo_next = q.limbo_new;
+    q.limbo_new = s;
+    q.head = next;
+    return next;
+}
+
 static void reclaim(void)
 {
     if (q.old_parity >= 0) {
@@ -302,6 +333,8 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
 {
     if (out == NULL && capacity != 0)
         return 0;
+    if (!atomic_load_explicit(&g_consumer_seen, memory_order_relaxed))
+        atomic_store(&g_consumer_seen, true);  /* the trace keeps its events for us now */
     /* Nothing claimed since the last drain and nothing to reclaim: the
      * common case of a query-heavy process, answered without the lock. */
     if (atomic_load_explicit(&q.next_seq, memory_order_acquire) ==
@@ -316,15 +349,8 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         mh_segment *s = q.head;
         uint64_t idx = q.head_seq - s->first;
         if (idx == SEG_SLOTS) {
-            mh_segment *next = atomic_load_explicit(&s->next, memory_order_acquire);
-            if (next == NULL)
+            if (advance_head(s) == NULL)
                 break;
-            /* No producer may find s through the hint any more. */
-            mh_segment *t = s;
-            atomic_compare_exchange_strong(&q.tail, &t, next);
-            s->limbo_next = q.limbo_new;
-            q.limbo_new = s;
-            q.head = next;
             continue;
         }
         mh_slot *slot = &s->slots[idx];
@@ -338,10 +364,17 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
     q.consumed += n;
     /* The sink (set by `memhook trace`, csrc/trace/) sees every batch that
      * leaves the queue, whoever drains it, under this lock: exactly once
-     * and in order. */
+     * and in order (less what the trace's tee read already). */
     mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
-    if (sink != NULL && n != 0)
-        sink(out, n);
+    if (sink != NULL && n != 0) {
+        size_t first = 0;
+        while (first < n && out[first].seq < g_tee_seq)
+            first++;
+        if (first < n)
+            sink(out + first, n - first);
+    }
+    if (g_tee_seq < q.head_seq)
+        g_tee_seq = q.head_seq;
     reclaim();
     atomic_store_explicit(&q.reclaim_pending, q.limbo_new != NULL || q.limbo_old != NULL,
                           memory_order_release);
@@ -363,6 +396,65 @@ const volatile uint64_t *memhook_events_consumed_counter(void)
 void mh_queue_set_sink(mh_queue_sink_fn sink)
 {
     atomic_store_explicit(&g_sink, sink, memory_order_release);
+}
+
+size_t mh_queue_tee(memhook_event *out, size_t capacity)
+{
+    pthread_mutex_lock(&q.lock);
+    if (q.head == NULL)
+        q.head = queue_first();
+    uint64_t seq = g_tee_seq > q.head_seq ? g_tee_seq : q.head_seq;
+    /* Segments from the head on stay mapped while we hold the lock. */
+    mh_segment *s = g_tee_seg != NULL && g_tee_seg_first >= q.head->first ? g_tee_seg : q.head;
+    size_t n = 0;
+    while (n < capacity) {
+        if (seq >= s->first + SEG_SLOTS) {
+            mh_segment *next = atomic_load_explicit(&s->next, memory_order_acquire);
+            if (next == NULL)
+                break;
+            s = next;
+            continue;
+        }
+        mh_slot *slot = &s->slots[seq - s->first];
+        if (atomic_load_explicit(&slot->ready, memory_order_acquire) != seq + 1)
+            break;
+        seq++;
+        if (slot->ev.flags & MEMHOOK_EVENT_SKIPPED)
+            continue;
+        out[n++] = slot->ev;
+    }
+    g_tee_seq = seq;
+    g_tee_seg = s;
+    g_tee_seg_first = s->first;
+    mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
+    if (sink != NULL && n != 0)
+        sink(out, n);
+    pthread_mutex_unlock(&q.lock);
+    return n;
+}
+
+void mh_queue_trim(uint64_t keep)
+{
+    if (atomic_load(&g_consumer_seen))
+        return;
+    pthread_mutex_lock(&q.lock);
+    if (q.head != NULL && !atomic_load(&g_consumer_seen) && g_tee_seq > q.head_seq + keep) {
+        uint64_t target = g_tee_seq - keep;  /* every slot below g_tee_seq is published */
+        while (q.head_seq < target) {
+            uint64_t end = q.head->first + SEG_SLOTS;
+            if (q.head_seq == end) {
+                if (advance_head(q.head) == NULL)
+                    break;
+                continue;
+            }
+            q.head_seq = target < end ? target : end;
+        }
+        reclaim();
+        atomic_store_explicit(&q.reclaim_pending, q.limbo_new != NULL || q.limbo_old != NULL,
+                              memory_order_release);
+        atomic_store_explicit(&q.consumed_seq, q.head_seq, memory_order_release);
+    }
+    pthread_mutex_unlock(&q.lock);
 }
 
 void memhook_queue_stats_get(memhook_queue_stats *out)

@@ -1,0 +1,67 @@
+"""``memhook demo``: :mod:`memhook.cli.demo_workload` run under ``memhook trace``.
+
+On the GPU when the host has a usable CUDA driver with a device, on memhook's
+simulator otherwise; the trace is text, to stdout, with its summary.  Extra
+``memhook trace`` options (``-f``, ``-o``, ``-m``) pass through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "gpu_present", "run"]
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from .formats import FORMATS
+
+    p = sub.add_parser(
+        "demo", help="trace a short allocation workload (GPU if present, else the simulator)",
+        description="Run a short, readable allocation workload (memhook/cli/demo_workload.py) "
+                    "under `memhook trace`: on the GPU when there is one, on memhook's CUDA "
+                    "simulator otherwise.")
+    p.add_argument("--sim", action="store_true", help="use the simulator even if a GPU is present")
+    p.add_argument("-m", "--mode", default=None, help="hook mechanisms (as for trace)")
+    p.add_argument("-f", "--format", default="text", choices=FORMATS,
+                   help="output format (as for trace)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="as for trace")
+    p.set_defaults(func=run)
+    return p
+
+
+def gpu_present() -> bool:
+    """A CUDA driver loads, initialises and has at least one device.
+
+    Probed in a child process, so this process never loads the host's
+    driver (the simulator must be the only driver of a --sim child; and a
+    real one here would make nothing simpler)."""
+    import subprocess
+
+    code = ("import ctypes, sys\n"
+            "try:\n    cuda = ctypes.CDLL('libcuda.so.1')\nexcept OSError:\n    sys.exit(1)\n"
+            "n = ctypes.c_int(0)\n"
+            "sys.exit(0 if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0"
+            " and n.value > 0 else 1)\n")
+    try:
+        return subprocess.run([sys.executable, "-c", code], check=False,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from .trace import run_trace
+
+    sim = args.sim or not gpu_present()
+    where = "memhook's CUDA simulator (no GPU found)" if sim and not args.sim else \
+        "memhook's CUDA simulator" if sim else "the GPU"
+    print(f"memhook demo: tracing memhook/cli/demo_workload.py on {where}", file=sys.stderr)
+    sys.stderr.flush()
+    workload = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_workload.py")
+    return run_trace([sys.executable, workload], mode=args.mode,
+                     sim=sim, fmt=args.format, output=args.output)
+
+

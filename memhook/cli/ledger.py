@@ -1,0 +1,315 @@
+"""What ``memhook trace`` keeps while events stream in: the summary's figures.
+
+Memory is bounded by what is *live*, never by how many events went by: per
+function a few counters, per failure kind one entry, per device the live
+and peak bytes, per traced process its live allocations (address -> size),
+and per process a small record.  Events themselves are not kept.
+
+Accounting rules:
+
+* bytes of an ALLOC are the requested size (pitch x height for pitched),
+  of a FREE the size the allocation had (the event's, else the one this
+  ledger remembered);
+* a failed call (result != 0) counts as a call and a failure, never as
+  bytes or live memory;
+* module/library globals (``cuModuleGetGlobal``...``cudaGetSymbolAddress``)
+  are calls with bytes but not allocations: they are never freed, so they
+  are kept out of the live set and the never-freed list;
+* pinned host memory (``CUDA_HOST``) is counted on its own "host (pinned)"
+  line, not on a device;
+* live sets are per connection (one per process image), so a FREE matches
+  an ALLOC of the same process; what a process still holds when it ends is
+  "never freed" and leaves the live totals (the driver reclaims it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from .cuda_errors import error_name
+from .protocol import Hello
+
+__all__ = ["GLOBAL_FUNCTIONS", "HOST_KEY", "Ledger", "Process", "device_label"]
+
+ALLOC, FREE = 1, 2
+MEM_TYPES = ("HOST", "CUDA", "CUDA_MANAGED", "CUDA_HOST", "UNKNOWN")
+MEM_CUDA_HOST = 3
+HOST_KEY = -100
+"""The live-bytes key of pinned host memory (device keys are ordinals, -1 unknown)."""
+
+GLOBAL_FUNCTIONS = frozenset({
+    "cuModuleGetGlobal", "cuModuleGetGlobal_v2", "cuLibraryGetGlobal", "cuLibraryGetManaged",
+    "cudaGetSymbolAddress",
+})
+
+
+def device_label(key: int) -> str:
+    if key == HOST_KEY:
+        return "host (pinned)"
+    return f"cuda:{key}" if key >= 0 else "cuda:?"
+
+
+def mem_type_name(code: int) -> str:
+    return MEM_TYPES[code] if 0 <= code < len(MEM_TYPES) else f"type#{code}"
+
+
+@dataclasses.dataclass
+class Process:
+    """One connection: one traced process image."""
+
+    conn_id: int
+    hello: Hello | None = None
+    events: int = 0
+    events_sent: int | None = None   # from BYE: the process reached exit()
+    ended: bool = False
+    execed: bool = False                # a later connection came from the same pid
+    live: dict[int, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+    # address -> (size, device key, function)
+
+    @property
+    def pid(self) -> int:
+        return self.hello.pid if self.hello else -1
+
+    @property
+    def how_ended(self) -> str:
+        if not self.ended:
+            return "still running"
+        if self.events_sent is not None:
+            return "exited"
+        if self.execed:
+            return "exec'd"
+        return "left without exit() (exec, _exit or a signal)"
+
+
+class Ledger:
+    """Aggregates of every event, per function, device and process."""
+
+    def __init__(self, names: list[str], runtime: list[bool]) -> None:
+        self.names = names
+        self.runtime = runtime
+        self.globals_ = frozenset(i for i, n in enumerate(names) if n in GLOBAL_FUNCTIONS)
+        self.calls: dict[int, int] = defaultdict(int)
+        self.failed: dict[int, int] = defaultdict(int)
+        self.bytes: dict[int, int] = defaultdict(int)
+        self.failures: dict[tuple[int, int], list[int]] = {}  # (fn, result) -> [n, max size]
+        self.live_bytes: dict[int, int] = defaultdict(int)
+        self.peak_bytes: dict[int, int] = defaultdict(int)
+        self.never_freed: dict[int, list[int]] = {}  # fn -> [count, bytes]
+        self.processes: list[Process] = []
+        self.events = 0
+        self.first_ns: int | None = None
+        self.last_ns = 0
+
+    # ---------------------------------------------------------------- names
+
+    def function_name(self, fn: int) -> str:
+        return self.names[fn] if 0 <= fn < len(self.names) else f"function#{fn}"
+
+    def error_name(self, fn: int, result: int) -> str:
+        runtime = self.runtime[fn] if 0 <= fn < len(self.runtime) else False
+        return error_name(result, runtime)
+
+    # ------------------------------------------------------------ processes
+
+    def process_started(self, proc: Process) -> None:
+        if proc.hello is not None:
+            for other in self.processes:
+                if other.pid == proc.pid and other is not proc:
+                    other.execed = True  # (exit() sends BYE first; how_ended checks it)
+        self.processes.append(proc)
+
+    def process_ended(self, proc: Process) -> list[tuple[int, int, int]]:
+        """Its live allocations become never-freed and leave the totals.
+        Returns the live-bytes changes: (-1, device key, live after)."""
+        proc.ended = True
+        if proc.hello is not None:
+            for other in self.processes:
+                if other is not proc and other.pid == proc.pid and other.conn_id > proc.conn_id:
+                    proc.execed = True
+        return self._release(proc)
+
+    def _release(self, proc: Process) -> list[tuple[int, int, int]]:
+        changes = []
+        live_bytes = self.live_bytes
+        for size, key, fn in proc.live.values():
+            entry = self.never_freed.get(fn)
+            if entry is None:
+                self.never_freed[fn] = [1, size]
+            else:
+                entry[0] += 1
+                entry[1] += size
+            live_bytes[key] -= size
+            changes.append((-1, key, live_bytes[key]))
+        proc.live.clear()
+        return changes
+
+    def finish(self) -> list[tuple[int, int, int]]:
+        """The trace ended: what processes still hold is never freed."""
+        changes = []
+        for proc in self.processes:
+            if proc.live:
+                changes += self._release(proc)
+        return changes
+
+    # --------------------------------------------------------------- events
+
+    def add(self, proc: Process, rows: list[tuple]) -> list[tuple[int, int, int]]:
+        """Account for ``rows`` (EVENT_DTYPE tuples, in order).  Returns the
+        live-bytes changes they made: (row index, device key, live after)."""
+        if not rows:
+            return []
+        calls, nbytes = self.calls, self.bytes
+        live, live_bytes, peak = proc.live, self.live_bytes, self.peak_bytes
+        globals_ = self.globals_
+        changes = []
+        i = -1
+        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _ in rows:
+            i += 1
+            calls[fn] += 1
+            if result:
+                self._failed(fn, result, size)
+                continue
+            if kind == ALLOC:
+                nbytes[fn] += size
+                if not address or fn in globals_:
+                    continue
+                dev = HOST_KEY if mem_type == MEM_CUDA_HOST else device
+                old = live.get(address)
+                if old is not None:  # an ALLOC over a live one: its FREE was not seen
+                    live_bytes[old[1]] -= old[0]
+                live[address] = (size, dev, fn)
+                total = live_bytes[dev] + size
+                live_bytes[dev] = total
+                if total > peak[dev]:  # noqa: PLR1730 (a compare is cheaper than max() here)
+                    peak[dev] = total
+                changes.append((i, dev, total))
+            else:
+                old = live.pop(address, None)
+                if old is None:
+                    nbytes[fn] += size
+                    continue
+                nbytes[fn] += size or old[0]
+                dev = old[1]
+                total = live_bytes[dev] - old[0]
+                live_bytes[dev] = total
+                changes.append((i, dev, total))
+        self.events += len(rows)
+        proc.events += len(rows)
+        if self.first_ns is None:
+            self.first_ns = rows[0][3]
+        self.last_ns = max(self.last_ns, rows[-1][3])
+        return changes
+
+    def _failed(self, fn: int, result: int, size: int) -> None:
+        self.failed[fn] += 1
+        entry = self.failures.get((fn, result))
+        if entry is None:
+            self.failures[(fn, result)] = [1, size]
+        else:
+            entry[0] += 1
+            entry[1] = max(entry[1], size)
+
+    # -------------------------------------------------------------- summary
+
+    def summary(self) -> dict:
+        """The summary as plain data (what :func:`format_summary` prints)."""
+        fns = sorted(self.calls, key=lambda f: (-self.calls[f], self.function_name(f)))
+        return {
+            "events": self.events,
+            "processes": [
+                {"pid": p.pid, "ppid": p.hello.ppid if p.hello else None,
+                 "command": p.hello.command if p.hello else "?",
+                 "forked": bool(p.hello and p.hello.forked), "events": p.events,
+                 "ended": p.how_ended,
+                 "hooks": _install_note(p.hello) if p.hello else "no hello"}
+                for p in self.processes
+            ],
+            "functions": [
+                {"function": self.function_name(f), "calls": self.calls[f],
+                 "failed": self.failed.get(f, 0), "bytes": self.bytes.get(f, 0)}
+                for f in fns
+            ],
+            "peak_bytes": {device_label(k): v for k, v in
+                           sorted(self.peak_bytes.items(), key=lambda kv: (kv[0] == HOST_KEY, kv[0]))},
+            "failed": [
+                {"function": self.function_name(f), "result": r,
+                 "error": self.error_name(f, r), "count": n, "max_size": size}
+                for (f, r), (n, size) in sorted(self.failures.items(),
+                                                key=lambda kv: (-kv[1][0], kv[0]))
+            ],
+            "never_freed": [
+                {"function": self.function_name(f), "count": n, "bytes": b}
+                for f, (n, b) in sorted(self.never_freed.items(), key=lambda kv: -kv[1][1])
+            ],
+        }
+
+
+def _install_note(hello: Hello) -> str:
+    if hello.install_rc:
+        return f"hooks failed ({hello.why or 'errno ' + str(hello.install_rc)})"
+    names = [n for bit, n in ((1, "bistro"), (2, "reloc")) if hello.mode & bit]
+    return ",".join(names) if names else "none"
+
+
+def human_size(n: int) -> str:
+    """1536 -> '1.5 KiB'; bytes below 1 KiB as 'N B'."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        value /= 1024.0
+        if value < 1024.0 or unit == "PiB":
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{n} B"  # pragma: no cover
+
+
+def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: int) -> str:
+    """The summary as the text block ``memhook trace`` ends with."""
+    out = []
+    procs = summary["processes"]
+    out.append(f"== memhook trace summary: {summary['events']} events from {len(procs)} "
+               f"process{'es' if len(procs) != 1 else ''} (mode {mode})")
+    if procs:
+        out.append("processes:")
+        for p in procs:
+            forked = ", forked" if p["forked"] else ""
+            out.append(f"  pid {p['pid']:<7} {p['events']:>9} events  {p['ended']}{forked}; "
+                       f"hooks {p['hooks']}: {_clip(p['command'], 60)}")
+    out.append("calls and bytes per function:")
+    if summary["functions"]:
+        out.append(f"  {'function':<30} {'calls':>10} {'failed':>8} {'bytes':>12}")
+        for f in summary["functions"]:
+            out.append(f"  {f['function']:<30} {f['calls']:>10} {f['failed']:>8} "
+                       f"{human_size(f['bytes']):>12}")
+    else:
+        out.append("  (no calls)")
+    out.append("peak live bytes per device:")
+    if summary["peak_bytes"]:
+        for dev, peak in summary["peak_bytes"].items():
+            out.append(f"  {dev:<16} {human_size(peak):>12}  ({peak} bytes)")
+    else:
+        out.append("  (nothing allocated)")
+    out.append("failed calls:")
+    if summary["failed"]:
+        for f in summary["failed"]:
+            out.append(f"  {f['function']:<30} {f['error']} ({f['result']})  x{f['count']}"
+                       f"  (largest request {human_size(f['max_size'])})")
+    else:
+        out.append("  (none)")
+    out.append("allocations never freed:")
+    if summary["never_freed"]:
+        for f in summary["never_freed"]:
+            plural = "s" if f["count"] != 1 else ""
+            out.append(f"  {f['function']:<30} {f['count']:>6} allocation{plural}  "
+                       f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
+    else:
+        out.append("  (none)")
+    rate = summary["events"] / elapsed_s if elapsed_s > 0 else 0.0
+    out.append(f"collector: {summary['events']} events in {elapsed_s:.2f} s "
+               f"({rate:,.0f} events/s), peak RSS {collector_rss / 2**20:.1f} MiB")
+    return "\n".join(out) + "\n"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."

@@ -1,0 +1,126 @@
+"""The wire format between traced processes and the ``memhook trace`` collector.
+
+Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
+``SOCK_SEQPACKET`` connection per traced process, every message one header
+(:data:`HEADER`) and its payload:
+
+* HELLO - who the process is (:class:`Hello`);
+* EVENTS - ``count`` 64-byte ``memhook_event`` records (:data:`EVENT_DTYPE`);
+* BYE - the process reached ``exit()``, with how many events it sent.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "BATCH", "BYE", "EVENT", "EVENTS", "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED",
+    "HELLO_FORKED", "MAGIC", "MAX_MESSAGE", "VERSION", "Hello", "ProtocolError",
+    "events", "parse_bye", "parse_header", "parse_hello",
+]
+
+MAGIC = 0x3154484D          # "MHT1"
+VERSION = 1
+HELLO, EVENTS, BYE = 1, 2, 3
+BATCH = 1024                # most events in one EVENTS message
+HELLO_FORKED = 0x1
+
+HEADER = struct.Struct("<IHHII")            # magic, version, type, count, reserved
+HELLO_FIXED = struct.Struct("<iiIiIIQIIII")  # mh_trace_hello (48 bytes)
+_BYE = struct.Struct("<Q")
+
+EVENT_DTYPE = np.dtype([
+    ("seq", "<u8"), ("address", "<u8"), ("size", "<u8"), ("timestamp_ns", "<u8"),
+    ("kind", "<i4"), ("function", "<i4"), ("mem_type", "<i4"), ("device", "<i4"),
+    ("pid", "<i4"), ("tid", "<i4"), ("result", "<i4"), ("flags", "<u4"),
+])
+"""``memhook_event`` (memhook.h), 64 bytes."""
+
+EVENT = struct.Struct("<QQQQiiiiiiiI")
+"""``memhook_event`` as a struct (the same layout as :data:`EVENT_DTYPE`)."""
+
+
+MAX_MESSAGE = HEADER.size + BATCH * EVENT_DTYPE.itemsize + 8192
+"""A receive buffer that holds any message whole (HELLO is at most ~3.6 KiB)."""
+
+assert HEADER.size == 16 and HELLO_FIXED.size == 48 and EVENT_DTYPE.itemsize == 64 == EVENT.size
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow trace_proto.h."""
+
+
+@dataclass
+class Hello:
+    """The first message of a connection."""
+
+    pid: int
+    ppid: int
+    mode: int
+    install_rc: int
+    core_version: int
+    flags: int
+    start_ns: int
+    exe: str
+    argv: list[str]
+    why: str
+
+    @property
+    def forked(self) -> bool:
+        return bool(self.flags & HELLO_FORKED)
+
+    @property
+    def command(self) -> str:
+        """The command line as one string (argv joined), or the exe."""
+        return " ".join(self.argv) if self.argv else self.exe
+
+
+def parse_header(data: bytes) -> tuple[int, int]:
+    """(type, count) of a message; ProtocolError if it is not one."""
+    if len(data) < HEADER.size:
+        raise ProtocolError(f"message of {len(data)} bytes is shorter than a header")
+    magic, version, kind, count, _ = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic:#x}")
+    if version != VERSION:
+        raise ProtocolError(f"protocol version {version}, expected {VERSION}")
+    if kind == EVENTS and len(data) != HEADER.size + count * EVENT_DTYPE.itemsize:
+        raise ProtocolError(f"EVENTS message of {len(data)} bytes does not hold {count} events")
+    return kind, count
+
+
+def parse_hello(data: bytes) -> Hello:
+    body = memoryview(data)[HEADER.size:]
+    if len(body) < HELLO_FIXED.size:
+        raise ProtocolError("HELLO message too short")
+    (pid, ppid, mode, install_rc, core_version, flags, start_ns, exe_len, cmd_len, why_len,
+     _) = HELLO_FIXED.unpack_from(body)
+    rest = bytes(body[HELLO_FIXED.size:])
+    if exe_len + cmd_len + why_len > len(rest):
+        raise ProtocolError("HELLO message shorter than its strings")
+    exe = os.fsdecode(rest[:exe_len])
+    cmdline = rest[exe_len:exe_len + cmd_len]
+    why = rest[exe_len + cmd_len:exe_len + cmd_len + why_len].decode(errors="replace")
+    argv = [os.fsdecode(a) for a in cmdline.split(b"\0")]
+    if argv and argv[-1] == "":
+        argv.pop()
+    return Hello(pid, ppid, mode, install_rc, core_version, flags, start_ns, exe, argv, why)
+
+
+def parse_bye(data: bytes) -> int | None:
+    """events_sent of a BYE message (None if it carries none)."""
+    if len(data) < HEADER.size + _BYE.size:
+        return None
+    return int(_BYE.unpack_from(data, HEADER.size)[0])
+
+
+def events(data: bytes) -> list[tuple]:
+    """The events of an EVENTS message, as tuples in EVENT_DTYPE's field
+    order (seq, address, size, timestamp_ns, kind, function, mem_type,
+    device, pid, tid, result, flags).  struct's iter_unpack makes plain
+    ints at about half the cost of numpy's ``tolist``."""
+    return list(EVENT.iter_unpack(memoryview(data)[HEADER.size:]))

@@ -1,0 +1,249 @@
+"""``memhook trace [-m MODE] [--sim] [-f FORMAT] [-o FILE] -- CMD ARGS...``
+
+Runs CMD with the core (``libmemhook.so``) in ``LD_PRELOAD``, so the trace
+is the same whether or not CMD is a Python program; its children (fork,
+exec, subprocesses) inherit it.  Every traced process connects to this
+command's socket and streams its events (csrc/trace/trace.c); this process
+collects them (:mod:`memhook.cli.collector`), writes them in the chosen
+format as they come, and ends with a summary.
+
+Where things go:
+
+* ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
+  interleaved with CMD's own output;
+* ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
+  CMD's stdout is sent to stderr so the stream stays parseable;
+* ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
+  ``memhook-trace.pickle``);
+* for every format but text the summary goes to stderr.
+
+Exit status: CMD's (128+N when a signal N ended it); 127 when CMD cannot
+be found, 126 when it cannot be executed; 2 for a usage error (bad flag,
+missing CMD, unknown format or mode, unwritable output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Any
+
+__all__ = ["add_parser", "run", "run_trace"]
+
+DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
+USAGE = "memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] -- CMD [ARGS...]"
+
+
+class UsageError(Exception):
+    """A bad invocation: message printed, exit status 2."""
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from .formats import FORMATS
+
+    p = sub.add_parser(
+        "trace", usage=USAGE,
+        help="run a command and trace its CUDA allocations",
+        description="Run CMD with memhook's hooks preloaded (children and exec'd programs "
+                    "too), stream every process's allocation events back, print them, and "
+                    "end with a summary. The exit status is CMD's.")
+    p.add_argument("-m", "--mode", default=None,
+                   help="hook mechanisms: none, bistro, reloc or bistro,reloc "
+                        "(default: $MEMHOOK_CUDA_MODE, else bistro,reloc)")
+    p.add_argument("--sim", action="store_true",
+                   help="run CMD on memhook's CUDA simulator (no GPU needed)")
+    p.add_argument("-f", "--format", default="text", choices=FORMATS,
+                   help="output format (default text)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="write the trace here ('-' = stdout; default stdout for text and "
+                        "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz)")
+    p.add_argument("--memviz-entries", type=int, default=100_000, metavar="N",
+                   help="memviz keeps the last N trace entries (default 100000)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    p.set_defaults(func=run)
+    return p
+
+
+def _fail(message: str, status: int = 2) -> int:
+    print(f"memhook trace: {message}", file=sys.stderr)
+    return status
+
+
+def _resolve(command: list[str], env: dict[str, str]) -> str | None:
+    """The program CMD names, as the child's exec would find it, or None."""
+    prog = command[0]
+    if os.sep in prog:
+        return prog if os.path.exists(prog) else None
+    return shutil.which(prog, path=env.get("PATH", os.defpath))
+
+
+def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
+    """(stream, is our stdout, shown name)."""
+    if path is None:
+        path = DEFAULT_FILES.get(fmt, "-")
+    binary = fmt == "memviz"
+    if path == "-":
+        if binary and sys.stdout.isatty():
+            raise UsageError("memviz is a binary pickle; give -o FILE or redirect stdout")
+        return (sys.stdout.buffer if binary else sys.stdout), True, "stdout"
+    try:
+        # The caller closes it when the trace is over.
+        stream = open(path, "wb" if binary else "w",  # noqa: SIM115
+                      encoding=None if binary else "utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return stream, False, path
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        return _fail(f"missing command; usage: {USAGE}")
+    if args.memviz_entries < 1:
+        return _fail("--memviz-entries must be at least 1")
+    return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
+                     output=args.output, memviz_entries=args.memviz_entries)
+
+
+def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
+              fmt: str = "text", output: str | None = None,
+              memviz_entries: int = 100_000) -> int:
+    """The whole of ``memhook trace``; returns the exit status."""
+    from .. import library_path
+    from .._modes import HookMode
+    from .formats import FORMATS
+
+    if fmt not in FORMATS:
+        return _fail(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    try:
+        hook_mode = HookMode.parse(mode)
+    except (ValueError, TypeError) as exc:
+        return _fail(str(exc))
+    env = dict(os.environ)
+    if sim:
+        from .. import sim as _sim
+
+        try:
+            env = _sim.environ(env)
+        except _sim.SimulatorError as exc:
+            return _fail(str(exc))
+    program = _resolve(command, env)
+    if program is None:
+        return _fail(f"{command[0]}: command not found", 127)
+    try:
+        out, to_stdout, out_name = _open_output(fmt, output)
+    except UsageError as exc:
+        return _fail(str(exc))
+    try:
+        return _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
+                      library_path(), memviz_entries)
+    finally:
+        if not to_stdout:
+            out.close()
+
+
+def _function_table() -> tuple[list[str], list[bool]]:
+    from .._core import ffi, lib
+
+    info = ffi.new("memhook_hook_info *")
+    names, runtime = [], []
+    for i in range(int(lib.memhook_hook_count())):
+        if lib.memhook_hook_get(i, info) != 0:  # pragma: no cover
+            break
+        names.append(ffi.string(info.name).decode())
+        runtime.append(int(info.api) == int(lib.MEMHOOK_API_RUNTIME))
+    return names, runtime
+
+
+def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
+           out: IO[Any], to_stdout: bool, out_name: str, core: str,
+           memviz_entries: int) -> int:
+    from .collector import Collector
+    from .formats import make_writer
+    from .ledger import Ledger, Process, format_summary
+
+    names, runtime = _function_table()
+    ledger = Ledger(names, runtime)
+    collector = Collector(ledger)
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p]
+    env["LD_PRELOAD"] = ":".join([core] + [p for p in preload if p != core])
+    env["MEMHOOK_TRACE_SOCKET"] = collector.path
+    env["MEMHOOK_CUDA_MODE"] = str(mode)
+    child_stdout = sys.stderr.fileno() if (to_stdout and fmt != "text") else None
+    t0 = time.monotonic_ns()
+    started = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The terminal's ^C goes to CMD too; CMD decides, and we report its status.
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child: subprocess.Popen | None = None
+    try:
+        try:
+            child = subprocess.Popen(command, executable=program, env=env, stdout=child_stdout,
+                                     close_fds=True)
+        except FileNotFoundError:
+            return _fail(f"{command[0]}: command not found", 127)
+        except PermissionError as exc:
+            return _fail(f"{command[0]}: cannot execute: {exc.strerror}", 126)
+        except OSError as exc:
+            return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
+        forward = _forward_signals(child)
+        writer = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
+                             memviz_entries=memviz_entries)
+        collector.writers.append(writer)
+        try:
+            status = collector.run(child)
+        finally:
+            _restore_signals(forward)
+        changes = ledger.finish()
+        if changes:  # what processes still running held: "every process" ends
+            writer.process_ended(Process(conn_id=-1), changes)
+        elapsed = time.monotonic() - started
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        text = format_summary(ledger.summary(), str(mode), elapsed, rss)
+        for problem in collector.errors:
+            text += f"warning: {problem}\n"
+        writer.close(text)
+        if not writer.summary_inline:
+            sys.stderr.write(text)
+            if not to_stdout:
+                sys.stderr.write(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
+        sys.stderr.flush()
+        return _exit_status(status)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        if child is not None and child.poll() is None:  # pragma: no cover - interrupted
+            child.kill()
+            child.wait()
+        collector.close()
+
+
+def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
+    """SIGTERM/SIGHUP/SIGQUIT to us go to CMD (and we go on collecting)."""
+    def forward(signum: int, _frame: Any) -> None:
+        try:
+            child.send_signal(signum)
+        except OSError:  # pragma: no cover - already gone
+            pass
+
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        old[sig] = signal.signal(sig, forward)
+    return old
+
+
+def _restore_signals(old: dict[int, Any]) -> None:
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode

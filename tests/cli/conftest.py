@@ -1,0 +1,38 @@
+"""Fixtures of the CLI tests: the C programs they trace, compiled once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from cli_testing import HERE
+from memhook_testing import HAVE_CC, NativeBuild
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    static_app: Path     # linked with libcudart_static.a; argv[1] = exit status
+    fork_exec: Path      # fork, exec, events pending across fork
+    event_storm: Path    # argv[1] events through memhook_events_record
+    tiny_driver_dir: Path  # holds a libcuda.so.1 bistro must refuse
+
+
+@pytest.fixture(scope="session")
+def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
+    if not HAVE_CC:
+        pytest.skip("no C compiler")
+    if native.sanitize:
+        pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
+                    "programs need their runtime first in the library list")
+    src = HERE / "c"
+    static = [str(native.sim_dir / "libcudart_static.a"), "-ldl", "-lpthread"]
+    static_app = native.compile(src / "static_app.c", c_test_dir / "cli_static_app", extra=static)
+    fork_exec = native.compile(src / "fork_exec.c", c_test_dir / "cli_fork_exec", extra=static)
+    storm = native.compile(src / "event_storm.c", c_test_dir / "cli_event_storm",
+                           extra=["-O2", "-ldl"])
+    driver_dir = c_test_dir / "cli_tiny_driver"
+    driver_dir.mkdir(exist_ok=True)
+    native.compile(src / "tiny_driver.c", driver_dir / "libcuda.so.1",
+                   extra=["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"])
+    return Programs(static_app, fork_exec, storm, driver_dir)

@@ -1,0 +1,54 @@
+"""A traced Python program that imports memhook and drains the queue itself.
+
+memhook binds the core `memhook trace` preloaded, so Python drains the same
+queue the trace reads.  Neither may take events from the other: the trace
+(through the queue's tee and sink) gets each event once, and Python's cache
+and subscribers get every event too - also one made before memhook was
+imported, while the trace alone was reading.  Prints what Python saw.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from cuda.bindings import driver as cu
+
+
+def check(result):
+    err, *values = result
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    check(cu.cuInit(0))
+    ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(0))))
+    check(cu.cuCtxSetCurrent(ctx))
+    early = check(cu.cuMemAlloc(1 << 20))
+    time.sleep(0.1)  # the trace's streamer reads (and sends) it meanwhile
+
+    import memhook
+
+    assert memhook.memory_type(int(early)) == memhook.MemoryType.CUDA, "early allocation lost"
+    seen = []
+    sub = memhook.subscribe(seen.append)
+    for i in range(rounds):
+        ptr = check(cu.cuMemAlloc(4096 * (i + 1)))
+        # The cache drains before answering: Python takes this event out.
+        assert memhook.memory_type(int(ptr)) == memhook.MemoryType.CUDA
+        check(cu.cuMemFree(ptr))
+        if i % 7 == 0:
+            time.sleep(0.02)  # and sometimes the streamer reads first
+    memhook.flush()
+    sub.close()
+    check(cu.cuMemFree(early))
+    allocs = sum(1 for e in seen if e.kind == memhook.EventKind.ALLOC)
+    frees = sum(1 for e in seen if e.kind == memhook.EventKind.FREE)
+    print(f"python_drains: subscriber saw {allocs} allocs {frees} frees")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The CLI's pieces on their own: the wire format matches trace_proto.h, the
+CUDA error tables match the headers, and the ledger's accounting rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from memhook_testing import CSRC
+
+from memhook.cli import cuda_errors, protocol
+from memhook.cli.ledger import HOST_KEY, Ledger, Process, human_size
+
+
+def _defines(path: Path) -> dict[str, int]:
+    out = {}
+    for name, value in re.findall(r"#define (MH_TRACE_\w+) (0x[0-9A-Fa-f]+|\d+)u?",
+                                  path.read_text()):
+        out[name] = int(value, 0)
+    return out
+
+
+def test_protocol_matches_trace_proto_h() -> None:
+    d = _defines(CSRC / "trace" / "trace_proto.h")
+    assert d["MH_TRACE_MAGIC"] == protocol.MAGIC
+    assert d["MH_TRACE_VERSION"] == protocol.VERSION
+    assert (d["MH_TRACE_HELLO"], d["MH_TRACE_EVENTS"], d["MH_TRACE_BYE"]) == (
+        protocol.HELLO, protocol.EVENTS, protocol.BYE)
+    assert d["MH_TRACE_BATCH"] == protocol.BATCH
+    assert d["MH_TRACE_HELLO_FORKED"] == protocol.HELLO_FORKED
+    assert protocol.HEADER.size == 16 and protocol.HELLO_FIXED.size == 48
+
+
+def test_event_layout_matches_the_core() -> None:
+    from memhook._core import ffi
+
+    assert ffi.sizeof("memhook_event") == protocol.EVENT.size == protocol.EVENT_DTYPE.itemsize
+    for name in protocol.EVENT_DTYPE.names:
+        assert ffi.offsetof("memhook_event", name) == protocol.EVENT_DTYPE.fields[name][1]
+
+
+def _enum(path: Path, start: str, prefix: str) -> dict[int, str]:
+    text = path.read_text()
+    body = text[text.index(start):]
+    body = body[:body.index("}")]
+    out: dict[int, str] = {}
+    for name, value in re.findall(rf"\b({prefix}\w*)\s*=\s*(\d+)", body):
+        out.setdefault(int(value), name)
+    return out
+
+
+def test_error_tables_match_the_headers() -> None:
+    driver = _enum(CSRC / "include" / "memhook" / "cuda_abi.h", "typedef enum cudaError_enum",
+                   "CUDA_")
+    runtime = _enum(CSRC / "sim" / "runtime" / "include" / "cudart_sim.h", "enum cudaError {",
+                    "cuda")
+    assert cuda_errors.DRIVER_ERRORS == driver
+    assert cuda_errors.RUNTIME_ERRORS == runtime
+    assert cuda_errors.error_name(2, runtime=False) == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert cuda_errors.error_name(2, runtime=True) == "cudaErrorMemoryAllocation"
+    assert cuda_errors.error_name(123456, runtime=False) == "error 123456"
+
+
+def _row(kind, fn, address, size, *, mem_type=1, device=0, result=0, pid=1, ts=0):
+    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0)
+
+
+@pytest.fixture()
+def ledger() -> Ledger:
+    names = ["cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocHost_v2", "cuModuleGetGlobal",
+             "cudaMalloc"]
+    return Ledger(names, [False, False, False, False, True])
+
+
+def test_ledger_accounting(ledger: Ledger) -> None:
+    a, b = Process(0), Process(1)
+    ledger.process_started(a)
+    ledger.process_started(b)
+    ledger.add(a, [_row(1, 0, 0x1000, 100), _row(1, 0, 0x2000, 50),
+                   _row(1, 2, 0x9000, 7, mem_type=3),          # pinned host
+                   _row(1, 3, 0x5000, 11),                      # a module global
+                   _row(1, 4, 0, 1 << 40, result=2),            # a failed runtime call
+                   _row(2, 1, 0x1000, 0)])                      # size from the ledger
+    ledger.add(b, [_row(1, 0, 0x1000, 30, device=1)])            # same address, other process
+    assert ledger.peak_bytes[0] == 150 and ledger.peak_bytes[1] == 30
+    assert ledger.peak_bytes[HOST_KEY] == 7
+    assert ledger.bytes[1] == 100  # the FREE's size came from the ALLOC
+    changes = ledger.process_ended(a)
+    assert sorted(c[1:] for c in changes) == [(HOST_KEY, 0), (0, 0)]
+    ledger.finish()
+    summary = ledger.summary()
+    assert summary["failed"] == [{"function": "cudaMalloc", "result": 2,
+                                  "error": "cudaErrorMemoryAllocation", "count": 1,
+                                  "max_size": 1 << 40}]
+    never = {f["function"]: (f["count"], f["bytes"]) for f in summary["never_freed"]}
+    assert never == {"cuMemAlloc_v2": (2, 80), "cuMemAllocHost_v2": (1, 7)}  # no global
+    assert list(summary["peak_bytes"]) == ["cuda:0", "cuda:1", "host (pinned)"]
+
+
+def test_human_size() -> None:
+    assert [human_size(n) for n in (0, 1023, 1024, 1536, 256 << 20, 3 << 40)] == [
+        "0 B", "1023 B", "1 KiB", "1.5 KiB", "256 MiB", "3 TiB"]

@@ -1,0 +1,48 @@
+"""Every error path of `memhook trace`: a clear message and the right status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_testing import memhook
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+    ([], "missing command"),
+    (["--"], "missing command"),
+    (["-f", "xml", "--", "true"], "invalid choice: 'xml'"),
+    (["-m", "bistro,bogus", "--", "true"], "bad token 'bogus'"),
+    (["-o", "/nonexistent-dir/trace.txt", "--", "true"],
+     "cannot write /nonexistent-dir/trace.txt: No such file or directory"),
+], ids=["bad-flag", "no-command", "dash-dash-only", "unknown-format", "bad-mode",
+        "unwritable-output"])
+def test_usage_errors_exit_2(args: list[str], message: str) -> None:
+    proc = memhook("trace", *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert message in proc.stderr
+    assert "memhook trace summary" not in proc.stdout + proc.stderr  # nothing ran
+
+
+def test_command_not_found_is_127_with_one_line() -> None:
+    proc = memhook("trace", "--", "memhook-no-such-command-xyz", "arg")
+    assert proc.returncode == 127
+    assert proc.stderr == "memhook trace: memhook-no-such-command-xyz: command not found\n"
+    assert proc.stdout == ""
+
+
+def test_command_not_executable_is_126(tmp_path: Path) -> None:
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    proc = memhook("trace", "--", str(script))
+    assert proc.returncode == 126
+    assert proc.stderr.startswith(f"memhook trace: {script}: cannot execute")
+
+
+def test_bad_mode_from_environment_exits_2() -> None:
+    import os
+
+    proc = memhook("trace", "--", "true", env=dict(os.environ, MEMHOOK_CUDA_MODE="fast"))
+    assert proc.returncode == 2
+    assert "MEMHOOK_CUDA_MODE='fast'" in proc.stderr and "bad token 'fast'" in proc.stderr
