@@ -1,0 +1,564 @@
+/*
+ * hook_bench.c - the ns memhook's CUDA hooks add per alloc+free pair.
+ *
+ * The same pairs are timed unhooked and hooked in the same run.  Rounds are
+ * interleaved (unhooked, hooked, then hooked, unhooked, ...) so that drift -
+ * frequency, a neighbour on a shared VM - hits both sides alike; each
+ * figure is the median over rounds of the ns per pair.  Before a hooked
+ * round the mode is installed, after it uninstalled; the entry points are
+ * looked up with dlsym after each change, as an application that resolves
+ * after memhook would (reloc answers the wrapper then; bistro patches the
+ * entry itself).  A drainer thread empties the event queue while producers
+ * run, so the queue stays small as it would under Python's drain; the
+ * events it drained are checked against the count the pairs must produce.
+ *
+ *   hook_bench --libcuda PATH --libmemhook PATH [options]   (the simulator)
+ *   hook_bench --real --libmemhook PATH [options]           (system libcuda.so.1)
+ *
+ * Options:
+ *   --api sync,async      cuMemAlloc_v2+cuMemFree_v2 and/or
+ *                         cuMemAllocAsync+cuMemFreeAsync (default both)
+ *   --modes LIST          of bistro | reloc | bistro+reloc (default all three)
+ *   --threads LIST        producer threads (default 1,2)
+ *   --rounds N            rounds per side (default 21)
+ *   --pairs N             pairs per thread per round (default 20000)
+ *   --size BYTES          bytes per allocation (default 64)
+ *   --no-drain            no drainer thread (the queue grows; drained after each round)
+ *   --no-profile          skip the timing of the pieces (print_profile)
+ *   --goal-ns N           "goal met" when 1 thread adds at most N ns (default 60)
+ *   --goal-pct P          ... or at most P percent (replaces --goal-ns)
+ *   --label TEXT          what the driver is, for the header line
+ *
+ * Output: a table, then one `RESULT key=value ...` line per row for scripts.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memhook/cuda_abi.h"
+#include "memhook/memhook.h"
+
+/* ---- what we call, looked up at run time ---- */
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+
+static void *g_cuda;
+static CUcontext g_ctx;
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuStreamCreate)(CUstream *, unsigned int);
+static CUresult (*p_cuStreamDestroy)(CUstream);
+static CUresult (*p_cuStreamSynchronize)(CUstream);
+
+static int (*p_install)(unsigned, char *, size_t);
+static int (*p_uninstall)(void);
+static size_t (*p_drain)(memhook_event *, size_t);
+static void (*p_stats)(memhook_queue_stats *);
+
+/* The entry points as the application would see them now (re-looked-up
+ * after each install/uninstall). */
+static struct {
+    alloc_fn alloc;
+    free_fn free;
+    alloc_async_fn alloc_async;
+    free_async_fn free_async;
+} g_fn;
+
+static void *need(void *h, const char *name)
+{
+    void *p = dlsym(h, name);
+    if (p == NULL) {
+        fprintf(stderr, "hook_bench: %s not found: %s\n", name, dlerror());
+        exit(2);
+    }
+    return p;
+}
+
+static void resolve_entry_points(void)
+{
+    g_fn.alloc = (alloc_fn)need(g_cuda, "cuMemAlloc_v2");
+    g_fn.free = (free_fn)need(g_cuda, "cuMemFree_v2");
+    g_fn.alloc_async = (alloc_async_fn)need(g_cuda, "cuMemAllocAsync");
+    g_fn.free_async = (free_async_fn)need(g_cuda, "cuMemFreeAsync");
+}
+
+static void check(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "hook_bench: %s failed with CUresult %d\n", what, (int)r);
+        exit(3);
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the drainer ---- */
+
+static atomic_int g_drainer_stop;
+static atomic_ullong g_drained;
+static int g_drainer_on;
+/* Events that are not the pairs' (the profile's own records). */
+static uint64_t extra_events;
+
+static void *drainer(void *arg)
+{
+    (void)arg;
+    enum { BATCH = 4096 };
+    static memhook_event buf[BATCH];
+    for (;;) {
+        size_t n = p_drain(buf, BATCH);
+        atomic_fetch_add(&g_drained, n);
+        if (n == BATCH)
+            continue;
+        if (atomic_load(&g_drainer_stop))
+            break;
+        /* Not a spinning consumer: it would take a core from the producers
+         * on a small machine.  50 us lets ~1k events pile up at most. */
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static uint64_t drain_all(void)
+{
+    static memhook_event buf[4096];
+    uint64_t total = 0;
+    size_t n;
+    while ((n = p_drain(buf, 4096)) != 0)
+        total += n;
+    atomic_fetch_add(&g_drained, total);
+    return total;
+}
+
+/* ---- producers ---- */
+
+enum api { API_SYNC, API_ASYNC };
+static const char *const api_name[] = {"sync", "async"};
+static const char *const api_label[] = {"cuMemAlloc_v2+cuMemFree_v2",
+                                        "cuMemAllocAsync+cuMemFreeAsync"};
+
+typedef struct worker {
+    pthread_t thread;
+    enum api api;
+    long pairs;
+    size_t size;
+    pthread_barrier_t *start;
+    double ns_per_pair;
+} worker;
+
+static void run_pairs(enum api api, long n, size_t size, CUstream s)
+{
+    CUdeviceptr p;
+    if (api == API_SYNC) {
+        alloc_fn a = g_fn.alloc;
+        free_fn f = g_fn.free;
+        for (long i = 0; i < n; i++) {
+            check(a(&p, size), "cuMemAlloc_v2");
+            check(f(p), "cuMemFree_v2");
+        }
+    } else {
+        alloc_async_fn a = g_fn.alloc_async;
+        free_async_fn f = g_fn.free_async;
+        for (long i = 0; i < n; i++) {
+            check(a(&p, size, s), "cuMemAllocAsync");
+            check(f(p, s), "cuMemFreeAsync");
+        }
+    }
+}
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    check(p_cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+    CUstream s = NULL;
+    if (w->api == API_ASYNC)
+        check(p_cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+    long warm = w->pairs / 20 + 1;
+    run_pairs(w->api, warm, w->size, s);
+    if (s)
+        check(p_cuStreamSynchronize(s), "cuStreamSynchronize");
+    pthread_barrier_wait(w->start);
+    uint64_t t0 = now_ns();
+    run_pairs(w->api, w->pairs, w->size, s);
+    uint64_t t1 = now_ns();
+    w->ns_per_pair = (double)(t1 - t0) / (double)w->pairs;
+    if (s) {
+        check(p_cuStreamSynchronize(s), "cuStreamSynchronize");
+        check(p_cuStreamDestroy(s), "cuStreamDestroy");
+    }
+    return NULL;
+}
+
+/* One round: `threads` producers, each timing its own pairs; the round's
+ * figure is their mean ns per pair (the latency each thread saw). */
+static double round_ns(enum api api, int threads, long pairs, size_t size)
+{
+    worker w[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    for (int t = 0; t < threads; t++) {
+        w[t] = (worker){.api = api, .pairs = pairs, .size = size, .start = &start};
+        if (pthread_create(&w[t].thread, NULL, work, &w[t]) != 0) {
+            perror("pthread_create");
+            exit(2);
+        }
+    }
+    double sum = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(w[t].thread, NULL);
+        sum += w[t].ns_per_pair;
+    }
+    pthread_barrier_destroy(&start);
+    return sum / threads;
+}
+
+/* ---- statistics ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double quantile(const double *v, int n, double q)
+{
+    double s[512];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    double pos = q * (n - 1);
+    int i = (int)pos;
+    double f = pos - i;
+    return i + 1 < n ? s[i] * (1 - f) + s[i + 1] * f : s[i];
+}
+
+/* ---- where a hooked pair's time goes ----
+ *
+ * The pieces a hooked alloc+free pair adds, each timed alone on this
+ * machine before any hook is installed (median of 9 runs):
+ *   - clock_gettime(CLOCK_MONOTONIC): one per event, two per pair;
+ *   - cuCtxGetDevice: the query an ALLOC wrapper makes for the device;
+ *   - memhook_events_record: one event through the queue (its own
+ *     clock_gettime included), with the drainer running as in the rounds.
+ * What is left of the added ns beyond 2 x record + 1 x cuCtxGetDevice is
+ * the wrappers themselves and the live table (insert at ALLOC, take at
+ * FREE). */
+
+static double median_of(double *v, int n) { return quantile(v, n, 0.5); }
+
+static double time_clock(long n)
+{
+    struct timespec ts;
+    uint64_t sink = 0, t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        sink += (uint64_t)ts.tv_nsec;
+    }
+    double r = (double)(now_ns() - t0) / (double)n;
+    return sink == 1 ? r + 1e-9 : r;
+}
+
+static double time_ctx_get_device(CUresult (*fn)(CUdevice *), long n)
+{
+    CUdevice d;
+    uint64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        fn(&d);
+    return (double)(now_ns() - t0) / (double)n;
+}
+
+static double time_record(uint64_t (*rec)(int, int, uint64_t, uint64_t, int, int, int), long n)
+{
+    uint64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        rec(MEMHOOK_EVENT_ALLOC, 1, 0x10000 + (uint64_t)i * 256, 64, MEMHOOK_MEM_CUDA, 0, 0);
+    return (double)(now_ns() - t0) / (double)n;
+}
+
+static void print_profile(void *mh)
+{
+    uint64_t (*rec)(int, int, uint64_t, uint64_t, int, int, int) =
+        need(mh, "memhook_events_record");
+    CUresult (*ctx_dev)(CUdevice *) = need(g_cuda, "cuCtxGetDevice");
+    double c[9], d[9], r[9];
+    long n = 200000;
+    for (int i = 0; i < 9; i++) {
+        c[i] = time_clock(n);
+        d[i] = time_ctx_get_device(ctx_dev, n);
+        r[i] = time_record(rec, n);
+    }
+    printf("profile (each alone, ns per call): clock_gettime(CLOCK_MONOTONIC) %.1f | "
+           "cuCtxGetDevice %.1f | memhook_events_record (one event, clock included, "
+           "drainer %s) %.1f\n",
+           median_of(c, 9), median_of(d, 9), g_drainer_on ? "running" : "off",
+           median_of(r, 9));
+    printf("profile: a hooked pair costs at least 2 x record + 1 x cuCtxGetDevice = %.1f ns; "
+           "the rest of `added` is the wrappers and the live table\n",
+           2 * median_of(r, 9) + median_of(d, 9));
+    extra_events += (uint64_t)9 * (uint64_t)n;
+}
+
+/* ---- modes ---- */
+
+static unsigned mode_bits(const char *name)
+{
+    if (strcmp(name, "bistro") == 0)
+        return MEMHOOK_MODE_BISTRO;
+    if (strcmp(name, "reloc") == 0)
+        return MEMHOOK_MODE_RELOC;
+    if (strcmp(name, "bistro+reloc") == 0 || strcmp(name, "bistro,reloc") == 0 ||
+        strcmp(name, "3") == 0)
+        return MEMHOOK_MODE_BISTRO | MEMHOOK_MODE_RELOC;
+    fprintf(stderr, "hook_bench: unknown mode %s (bistro, reloc, bistro+reloc)\n", name);
+    exit(2);
+}
+
+static void install(unsigned mode)
+{
+    char why[512] = "";
+    int rc = p_install(mode, why, sizeof why);
+    if (rc != 0) {
+        fprintf(stderr, "hook_bench: memhook_hooks_install(%u) failed: %d %s\n", mode, rc, why);
+        exit(4);
+    }
+    resolve_entry_points();
+}
+
+static void uninstall(void)
+{
+    p_uninstall();
+    resolve_entry_points();
+}
+
+/* ---- main ---- */
+
+static int split(char *s, char **out, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < max; tok = strtok(NULL, ","))
+        out[n++] = tok;
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *libcuda = NULL, *libmemhook = NULL, *label = NULL;
+    char apis_s[64] = "sync,async", modes_s[128] = "bistro,reloc,bistro+reloc",
+         threads_s[64] = "1,2";
+    int rounds = 21, drain = 1, real = 0, profile = 1;
+    long pairs = 20000;
+    size_t size = 64;
+    double goal_ns = 60, goal_pct = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (strcmp(a, name) == 0 && v != NULL && (++i, 1))
+        if (OPT("--libcuda"))
+            libcuda = v;
+        else if (OPT("--libmemhook"))
+            libmemhook = v;
+        else if (OPT("--label"))
+            label = v;
+        else if (strcmp(a, "--real") == 0)
+            real = 1;
+        else if (OPT("--api"))
+            snprintf(apis_s, sizeof apis_s, "%s", v);
+        else if (OPT("--modes"))
+            snprintf(modes_s, sizeof modes_s, "%s", v);
+        else if (OPT("--threads"))
+            snprintf(threads_s, sizeof threads_s, "%s", v);
+        else if (OPT("--rounds"))
+            rounds = atoi(v);
+        else if (OPT("--pairs"))
+            pairs = atol(v);
+        else if (OPT("--size"))
+            size = (size_t)atol(v);
+        else if (strcmp(a, "--no-drain") == 0)
+            drain = 0;
+        else if (strcmp(a, "--no-profile") == 0)
+            profile = 0;
+        else if (OPT("--goal-ns"))
+            goal_ns = atof(v);
+        else if (OPT("--goal-pct"))
+            goal_pct = atof(v);
+        else {
+            fprintf(stderr, "hook_bench: bad argument %s (see the comment at the top of "
+                            "bench/hook_bench.c)\n", a);
+            return 2;
+        }
+#undef OPT
+    }
+    if (libmemhook == NULL || (libcuda == NULL) == (real == 0) || rounds < 1 ||
+        rounds > 512 || pairs < 1) {
+        fprintf(stderr, "usage: hook_bench (--libcuda PATH | --real) --libmemhook PATH "
+                        "[--api sync,async] [--modes bistro,reloc,bistro+reloc] "
+                        "[--threads 1,2] [--rounds 21] [--pairs 20000] [--size 64] "
+                        "[--no-drain] [--no-profile] [--goal-ns 60 | --goal-pct 10]\n");
+        return 2;
+    }
+
+    /* The driver first, by path (the simulator) or by soname (the system's):
+     * bistro's own dlopen("libcuda.so.1") then finds this one. */
+    g_cuda = dlopen(real ? "libcuda.so.1" : libcuda, RTLD_NOW | RTLD_GLOBAL);
+    if (g_cuda == NULL) {
+        fprintf(stderr, "hook_bench: %s\n", dlerror());
+        return 2;
+    }
+    void *mh = dlopen(libmemhook, RTLD_NOW | RTLD_GLOBAL);
+    if (mh == NULL) {
+        fprintf(stderr, "hook_bench: %s\n", dlerror());
+        return 2;
+    }
+    p_install = need(mh, "memhook_hooks_install");
+    p_uninstall = need(mh, "memhook_hooks_uninstall");
+    p_drain = need(mh, "memhook_events_drain");
+    p_stats = need(mh, "memhook_queue_stats_get");
+
+    CUresult (*p_cuInit)(unsigned) = need(g_cuda, "cuInit");
+    CUresult (*p_cuDeviceGet)(CUdevice *, int) = need(g_cuda, "cuDeviceGet");
+    CUresult (*p_retain)(CUcontext *, CUdevice) = need(g_cuda, "cuDevicePrimaryCtxRetain");
+    CUresult (*p_version)(int *) = need(g_cuda, "cuDriverGetVersion");
+    p_cuCtxSetCurrent = need(g_cuda, "cuCtxSetCurrent");
+    p_cuStreamCreate = need(g_cuda, "cuStreamCreate");
+    p_cuStreamDestroy = need(g_cuda, "cuStreamDestroy_v2");
+    p_cuStreamSynchronize = need(g_cuda, "cuStreamSynchronize");
+    check(p_cuInit(0), "cuInit");
+    CUdevice dev;
+    check(p_cuDeviceGet(&dev, 0), "cuDeviceGet");
+    check(p_retain(&g_ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(p_cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+    int version = 0;
+    p_version(&version);
+    Dl_info info;
+    const char *driver_path = dladdr((void *)p_cuInit, &info) && info.dli_fname ? info.dli_fname
+                                                                                  : "?";
+    resolve_entry_points();
+
+    pthread_t drain_thread;
+    g_drainer_on = drain;
+    if (drain && pthread_create(&drain_thread, NULL, drainer, NULL) != 0) {
+        perror("pthread_create");
+        return 2;
+    }
+
+    char *apis[4], *modes[8], *threads_list[8];
+    int n_api = split(apis_s, apis, 4), n_mode = split(modes_s, modes, 8),
+        n_thr = split(threads_s, threads_list, 8);
+    const char *far = getenv("MEMHOOK_BISTRO_FAR_JUMP");
+    printf("hook_bench: driver %s (version %d), %s; %d rounds x %ld pairs per thread, %zu B; "
+           "drainer %s%s\n",
+           driver_path, version, label ? label : real ? "real driver" : "simulator", rounds,
+           pairs, size,
+           drain ? "on (drains while producers run)" : "off (drained after each round)",
+           far && far[0] == '1' ? "; MEMHOOK_BISTRO_FAR_JUMP=1" : "");
+    if (profile) {
+        print_profile(mh);
+        if (!drain)
+            drain_all();
+    }
+    const char *goal_txt = goal_pct >= 0 ? "added <= goal %" : "added <= goal ns";
+    printf("%-32s %-13s %3s %11s %11s %9s %8s %17s  %s\n", "pair", "mode", "thr",
+           "unhooked ns", "hooked ns", "added ns", "added %", "paired p25..p75", goal_txt);
+
+    uint64_t expected_events = extra_events;
+    for (int ai = 0; ai < n_api; ai++) {
+        enum api api = strcmp(apis[ai], "async") == 0 ? API_ASYNC : API_SYNC;
+        if (api == API_SYNC && strcmp(apis[ai], "sync") != 0) {
+            fprintf(stderr, "hook_bench: unknown api %s (sync, async)\n", apis[ai]);
+            return 2;
+        }
+        for (int mi = 0; mi < n_mode; mi++) {
+            unsigned mode = mode_bits(modes[mi]);
+            for (int ti = 0; ti < n_thr; ti++) {
+                int threads = atoi(threads_list[ti]);
+                if (threads < 1 || threads > 64) {
+                    fprintf(stderr, "hook_bench: threads must be 1-64\n");
+                    return 2;
+                }
+                double un[512], ho[512], diff[512];
+                memhook_queue_stats before;
+                p_stats(&before);
+                for (int r = 0; r < rounds; r++) {
+                    /* ABBA: which side goes first alternates per round. */
+                    for (int side = 0; side < 2; side++) {
+                        int hooked = (side == 0) == (r % 2 == 1);
+                        if (hooked)
+                            install(mode);
+                        double v = round_ns(api, threads, pairs, size);
+                        if (hooked) {
+                            uninstall();
+                            ho[r] = v;
+                            expected_events += 2ull * (uint64_t)threads *
+                                               (uint64_t)(pairs + pairs / 20 + 1);
+                        } else {
+                            un[r] = v;
+                        }
+                        if (!drain)
+                            drain_all();
+                    }
+                    diff[r] = ho[r] - un[r];
+                }
+                memhook_queue_stats after;
+                p_stats(&after);
+                double mu = quantile(un, rounds, 0.5), mhk = quantile(ho, rounds, 0.5);
+                double added = mhk - mu, pct = 100.0 * added / mu;
+                double d25 = quantile(diff, rounds, 0.25), d75 = quantile(diff, rounds, 0.75);
+                const char *verdict = "-";
+                if (threads == 1)
+                    verdict = (goal_pct >= 0 ? pct <= goal_pct : added <= goal_ns) ? "yes"
+                                                                                    : "NO";
+                char goal_col[48];
+                snprintf(goal_col, sizeof goal_col, "%s (%g%s)", verdict,
+                         goal_pct >= 0 ? goal_pct : goal_ns, goal_pct >= 0 ? "%" : " ns");
+                char spread[32];
+                snprintf(spread, sizeof spread, "%.1f..%.1f", d25, d75);
+                printf("%-32s %-13s %3d %11.1f %11.1f %9.1f %7.1f%% %17s  %s\n",
+                       api_label[api], modes[mi], threads, mu, mhk, added, pct, spread,
+                       threads == 1 ? goal_col : "- (goal is for 1 thread)");
+                printf("RESULT api=%s mode=%s threads=%d unhooked_ns=%.2f hooked_ns=%.2f "
+                       "added_ns=%.2f added_pct=%.2f paired_p25=%.2f paired_p75=%.2f "
+                       "rounds=%d pairs=%ld size=%zu drainer=%s real=%d segments_peak=%llu "
+                       "segment_bytes=%llu events=%llu\n",
+                       api_name[api], modes[mi], threads, mu, mhk, added, pct, d25, d75,
+                       rounds, pairs, size, drain ? "on" : "off", real,
+                       (unsigned long long)after.segments_peak,
+                       (unsigned long long)after.segment_bytes,
+                       (unsigned long long)(after.produced - before.produced));
+                fflush(stdout);
+            }
+        }
+    }
+
+    if (drain) {
+        atomic_store(&g_drainer_stop, 1);
+        pthread_join(drain_thread, NULL);
+    }
+    drain_all();
+    memhook_queue_stats st;
+    p_stats(&st);
+    unsigned long long drained = atomic_load(&g_drained);
+    printf("events: expected %llu, produced %llu, drained %llu; queue peak %llu segments of "
+           "%llu B (%.1f KiB); FREE sizes from the driver %llu, unknown %llu\n",
+           (unsigned long long)expected_events, (unsigned long long)st.produced, drained,
+           (unsigned long long)st.segments_peak, (unsigned long long)st.segment_bytes,
+           (double)(st.segments_peak * st.segment_bytes) / 1024.0,
+           (unsigned long long)st.free_size_from_driver,
+           (unsigned long long)st.free_size_unknown);
+    int ok = drained == expected_events && st.produced == expected_events;
+    printf("EVENTS %s expected=%llu drained=%llu\n", ok ? "ok" : "MISMATCH",
+           (unsigned long long)expected_events, drained);
+    return ok ? 0 : 1;
+}
