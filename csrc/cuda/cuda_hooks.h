@@ -102,6 +102,30 @@ static inline bool mh_record_begin(void)
 
 static inline void mh_record_end(void) { mh_hook_depth--; }
 
+/* ---- clock.c ---- */
+
+/* memhook_event.flags bit of an event whose timestamp_ns still holds a raw
+ * TSC reading; the drain converts it (mh_clock_convert) and clears it, so
+ * no event leaves the core with it. */
+#define MH_EVENT_RAW_TSC 0x80000000u
+
+MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
+MH_HIDDEN uint64_t mh_clock_monotonic_ns(void);
+/* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
+ * Consumer side: called with the queue's consumer lock held. */
+MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
+
+/* A timestamp for an event being recorded, and the flag that says what
+ * kind it is. */
+static inline uint64_t mh_clock_stamp(uint32_t *flags)
+{
+    if (__builtin_expect(mh_clock_tsc, 1)) {
+        *flags |= MH_EVENT_RAW_TSC;
+        return __builtin_ia32_rdtsc();
+    }
+    return mh_clock_monotonic_ns();
+}
+
 /* ---- event_queue.c ---- */
 
 /* Append ev (its seq is assigned here) and return the seq.  Lock-free,

@@ -42,20 +42,14 @@ void mh_emit_after_fork_child(void)
     t_tid = 0;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
                      int result, uint32_t flags)
 {
+    uint64_t stamp = mh_clock_stamp(&flags);  /* before the initialiser reads flags */
     memhook_event ev = {
         .address = addr,
         .size = size,
-        .timestamp_ns = now_ns(),
+        .timestamp_ns = stamp,
         .kind = kind,
         .function = (int32_t)f,
         .mem_type = mem_type,

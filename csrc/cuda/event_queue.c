@@ -384,6 +384,7 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         out[n++].seq = seq;
     }
     q.consumed += n;
+    mh_clock_convert(out, n);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
     /* The sink (set by `memhook trace`, csrc/trace/) sees every batch that
      * leaves the queue, whoever drains it, under this lock: exactly once
      * and in order (less what the trace's tee read already). */
@@ -449,6 +450,7 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     g_tee_seq = seq;
     g_tee_seg = s;
     g_tee_seg_first = s->first;
+    mh_clock_convert(out, n);
     mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
     if (sink != NULL && n != 0)
         sink(out, n);
@@ -486,7 +488,10 @@ void memhook_queue_stats_get(memhook_queue_stats *out)
         return;
     pthread_mutex_lock(&q.lock);
     out->produced = atomic_load(&q.next_seq);
-    out->consumed = q.consumed;
+    /* Slots taken out, skipped ones included (a fork leaves the slots of
+     * vanished producers SKIPPED), so produced - consumed is what is
+     * pending, in a fork child too. */
+    out->consumed = q.head_seq;
     out->segments_live = atomic_load(&q.segments_live);
     out->segments_peak = atomic_load(&q.segments_peak);
     out->segment_bytes = sizeof(mh_segment);

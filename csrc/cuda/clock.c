@@ -1,0 +1,107 @@
+/*
+ * clock.c - event timestamps.
+ *
+ * An event carries CLOCK_MONOTONIC nanoseconds, but reading that clock
+ * costs 30-50 ns through the vDSO - more than the rest of recording an
+ * event (bench/hook_bench.py).  So where the CPU has an invariant TSC (the
+ * same rate on every core, in every power state: what Linux's own "tsc"
+ * clocksource needs), a hook stores the raw TSC (rdtsc, a few ns) and the
+ * event is flagged MH_EVENT_RAW_TSC; the drain converts every such stamp to
+ * CLOCK_MONOTONIC before anyone sees it, against an anchor (TSC, clock)
+ * read at that moment:
+ *
+ *     ns = anchor_ns - (anchor_tsc - tsc) * ns_per_tick
+ *
+ * ns_per_tick is measured over the whole life of the process (from an
+ * anchor taken at load to the current one), so its error shrinks as the
+ * process runs; an event's error is its age at the drain times that
+ * relative error (a few ns for the young events a drain usually sees).
+ * Without an invariant TSC, or with MEMHOOK_CLOCK=monotonic, hooks read
+ * CLOCK_MONOTONIC directly.
+ */
+#include <cpuid.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_hooks.h"
+
+/* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
+ * every thread read the switch.  Written once by the constructor. */
+bool mh_clock_tsc;
+static uint64_t g_tsc0, g_ns0;   /* the anchor taken at load */
+/* Consumer side (called under the queue's consumer lock). */
+static double g_ns_per_tick;
+
+/* The smallest baseline ns_per_tick is measured over.  The first drain of
+ * a just-loaded process waits at most this long, once. */
+#define MIN_BASELINE_NS 4000000ull
+
+uint64_t mh_clock_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A (TSC, clock) pair read as close together as this CPU allows: the best
+ * of a few tries, the TSC taken at the middle of the clock read. */
+static void anchor(uint64_t *tsc, uint64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        uint64_t a = __builtin_ia32_rdtsc();
+        uint64_t t = mh_clock_monotonic_ns();
+        uint64_t b = __builtin_ia32_rdtsc();
+        if (b - a < best) {
+            best = b - a;
+            *tsc = a + (b - a) / 2;
+            *ns = t;
+        }
+    }
+}
+
+static bool tsc_invariant(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u)
+        return false;
+    __get_cpuid(0x80000007u, &a, &b, &c, &d);
+    return (d >> 8) & 1u;  /* CPUID.80000007H:EDX[8]: invariant TSC */
+}
+
+__attribute__((constructor)) static void clock_init(void)
+{
+    const char *choice = getenv("MEMHOOK_CLOCK");
+    if (choice != NULL && strcmp(choice, "monotonic") == 0)
+        return;
+    if (!tsc_invariant())
+        return;
+    anchor(&g_tsc0, &g_ns0);
+    mh_clock_tsc = true;
+}
+
+void mh_clock_convert(memhook_event *events, size_t count)
+{
+    size_t first = 0;
+    while (first < count && !(events[first].flags & MH_EVENT_RAW_TSC))
+        first++;
+    if (first == count)
+        return;
+    uint64_t tsc1, ns1;
+    anchor(&tsc1, &ns1);
+    while (ns1 - g_ns0 < MIN_BASELINE_NS)  /* once, just after load */
+        anchor(&tsc1, &ns1);
+    g_ns_per_tick = (double)(ns1 - g_ns0) / (double)(tsc1 - g_tsc0);
+    for (size_t i = first; i < count; i++) {
+        memhook_event *e = &events[i];
+        if (!(e->flags & MH_EVENT_RAW_TSC))
+            continue;
+        uint64_t raw = e->timestamp_ns;
+        /* raw can be a little past tsc1: an event published after our
+         * anchor was read, or the cores' TSCs a few ticks apart. */
+        e->timestamp_ns = raw <= tsc1 ? ns1 - (uint64_t)((double)(tsc1 - raw) * g_ns_per_tick)
+                                      : ns1 + (uint64_t)((double)(raw - tsc1) * g_ns_per_tick);
+        e->flags &= ~MH_EVENT_RAW_TSC;
+    }
+}
