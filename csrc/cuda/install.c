@@ -85,7 +85,9 @@ static void bistro_apply_one(mh_hook *h, void *lib, const char *lib_path)
     } else {
         h->patch = NULL;
         __atomic_store_n(&h->trampoline, NULL, __ATOMIC_RELEASE);
-        snprintf(h->reason, sizeof h->reason, "bistro: %.250s (%.40s)", why, strerror(rc));
+        /* the engine's reason already starts with "bistro: " */
+        const char *what = strncmp(why, "bistro: ", 8) == 0 ? why + 8 : why;
+        snprintf(h->reason, sizeof h->reason, "bistro: %.250s (%.40s)", what, strerror(rc));
         mh_info("bistro could not patch %s: %s", h->name, why);
     }
 }
@@ -212,6 +214,14 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         rc = reloc_apply(why, why_len);
     if (mode & MEMHOOK_MODE_BISTRO) {
         int brc = bistro_apply(!(mode & MEMHOOK_MODE_RELOC), why, why_len);
+        if (brc != 0 && !(mode & MEMHOOK_MODE_RELOC)) {
+            /* bistro alone patched nothing: a failed install changes
+             * nothing - the previous mode stays, with its mechanisms (the
+             * rows keep bistro's reasons, which status() shows). */
+            pthread_mutex_unlock(&g_lock);
+            mh_warn("%s", why);
+            return brc;
+        }
         if (rc == 0)
             rc = brc;
     } else {
@@ -305,10 +315,10 @@ int memhook_hook_get(size_t index, memhook_hook_info *out)
     out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
                       (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
-    if (g_mode == 0)
-        snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
-    else if (h->reason[0] != '\0')
+    if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
+    else if (g_mode == 0)
+        snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
     else if (!out->mechanisms && h->api == MEMHOOK_API_RUNTIME)
         snprintf(out->reason, sizeof out->reason,
                  "runtime entry points are hooked by reloc only (bistro patches the "

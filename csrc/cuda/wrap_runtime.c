@@ -57,5 +57,14 @@ static uint64_t symbol_size(cudaError_t r, const void *symbol)
     return size;
 }
 
+/* A __managed__ variable is managed memory, a __device__ or __constant__
+ * one device memory: the driver says which (a nested, unrecorded query). */
+static int symbol_type(cudaError_t r, void **devPtr)
+{
+    return r == 0 && mh_driver_is_managed(PTR(devPtr)) ? MEMHOOK_MEM_CUDA_MANAGED
+                                                       : MEMHOOK_MEM_CUDA;
+}
+
 MH_ALLOC_WRAPPER(cudaError_t, cudaGetSymbolAddress, (void **devPtr, const void *symbol),
-                 (devPtr, symbol), PTR(devPtr), symbol_size(r_, symbol), MEMHOOK_MEM_CUDA, CUR)
+                 (devPtr, symbol), PTR(devPtr), symbol_size(r_, symbol),
+                 symbol_type(r_, devPtr), CUR)

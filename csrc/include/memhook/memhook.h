@@ -224,7 +224,9 @@ MEMHOOK_API int memhook_mode_parse(const char *text, unsigned *mode, char *why, 
  * Per-function failures (a refused prologue, a W^X host) are not errors:
  * memhook_hook_get says which function is covered by what, and why not.
  * Returns 0, or EINVAL for bits outside MEMHOOK_MODE_ALL (nothing changed),
- * or the errno of a whole-mechanism failure with a reason in why. */
+ * or the errno of a whole-mechanism failure with a reason in why (bistro
+ * alone patching nothing: the previous mode stays installed, and
+ * memhook_hook_get gives each function bistro's reason). */
 MEMHOOK_API int memhook_hooks_install(unsigned mode, char *why, size_t why_len);
 /* Restore every byte and GOT slot the hooks changed.  Wrappers a caller
  * still holds (from dlsym or cuGetProcAddress) keep working and record
@@ -270,7 +272,7 @@ MEMHOOK_API const volatile uint64_t *memhook_events_consumed_counter(void);
 
 typedef struct memhook_queue_stats {
     uint64_t produced;        /* events claimed by producers */
-    uint64_t consumed;        /* events handed to drainers */
+    uint64_t consumed;        /* slots drained (events handed over + slots a fork skipped) */
     uint64_t segments_live;   /* segments mapped now (queue + awaiting reuse) */
     uint64_t segments_peak;   /* most segments mapped at once */
     uint64_t segment_bytes;   /* bytes of one segment */
