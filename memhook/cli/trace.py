@@ -196,9 +196,9 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
         forward = _forward_signals(child)
-        writer = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
-                             memviz_entries=memviz_entries)
-        collector.writers.append(writer)
+        writer = _PipeSafe(make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
+                                       memviz_entries=memviz_entries))
+        collector.writers.append(writer)  # type: ignore[arg-type]
         try:
             status = collector.run(child)
         finally:
@@ -212,6 +212,9 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         for problem in collector.errors:
             text += f"warning: {problem}\n"
         writer.close(text)
+        if writer.broken:
+            sys.stderr.write("memhook trace: the output was closed early (broken pipe); "
+                             "CMD ran on, traced but not written\n")
         if not writer.summary_inline:
             sys.stderr.write(text)
             if not to_stdout:
@@ -224,6 +227,32 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             child.kill()
             child.wait()
         collector.close()
+
+
+class _PipeSafe:
+    """A writer whose output may close early (``memhook trace ... | head``):
+    from then on nothing more is written, and CMD runs on undisturbed."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.broken = False
+        self.summary_inline = writer.summary_inline
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.writer, name)
+
+        def call(*args: Any) -> None:
+            if self.broken:
+                return
+            try:
+                method(*args)
+            except BrokenPipeError:
+                self.broken = True
+                # Python would complain again when it flushes stdout at exit.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.writer.out.fileno())
+                os.close(devnull)
+        return call
 
 
 def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:

@@ -46,3 +46,22 @@ def test_bad_mode_from_environment_exits_2() -> None:
     proc = memhook("trace", "--", "true", env=dict(os.environ, MEMHOOK_CUDA_MODE="fast"))
     assert proc.returncode == 2
     assert "MEMHOOK_CUDA_MODE='fast'" in proc.stderr and "bad token 'fast'" in proc.stderr
+
+
+def test_output_closed_early(programs) -> None:
+    """`memhook trace -f jsonl -- CMD | head -1`: CMD runs on, its status is
+    still the exit status, and the summary still comes (on stderr)."""
+    import subprocess
+    import sys
+
+    # 200,000 events: far more lines than a pipe holds, so writes do fail.
+    proc = subprocess.Popen([sys.executable, "-m", "memhook", "trace", "-f", "jsonl", "--",
+                             "sh", "-c", f"{programs.event_storm} 200000 && exit 5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith('{"kind":"alloc"')
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 5, stderr
+    assert "the output was closed early (broken pipe)" in stderr
+    assert "== memhook trace summary: 200000 events" in stderr
