@@ -104,7 +104,7 @@ def main() -> int:
         # occupy plus a few (the current one, and drained ones waiting out
         # their grace period, or parked for reuse), never the history; after
         # the last drain, at most AFTER_DRAIN.
-        seg_events = 1024
+        seg_events = q.segment_bytes // ffi.sizeof("memhook_event")  # (at least)
         worst = max(samples, key=lambda s: s[0] - s[1] / seg_events, default=(0, 0))
         cases.check(samples, "the drainer never sampled the queue")
         cases.check(worst[0] <= worst[1] / seg_events + SLACK,
