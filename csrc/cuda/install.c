@@ -288,7 +288,9 @@ int memhook_hooks_coverage_complete(void)
 
 static bool present(const mh_hook *h)
 {
-    if (__atomic_load_n(&h->resolved, __ATOMIC_ACQUIRE) != NULL ||
+    /* (Not h->resolved: that may be the older spelling a missing name
+     * falls back to.) */
+    if (h->api == MEMHOOK_API_RUNTIME &&
         __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
         return true;
     void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)
