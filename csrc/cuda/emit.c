@@ -68,11 +68,15 @@ void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_ty
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    push(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0);
+    /* The live record first: its CAS would otherwise wait for the event
+     * slot's stores (a line the drainer last read) to leave the store
+     * buffer.  No FREE of addr can race it: the caller does not have addr
+     * until we return. */
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
         mh_live rec = {.size = size, .mem_type = mem_type, .device = device};
         mh_live_insert(addr, &rec);
     }
+    push(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0);
 }
 
 void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan)
