@@ -14,9 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "sim"))
 from test_sim_fidelity import _diff  # noqa: E402  (the same comparison rules)
+
+pytestmark = pytest.mark.gpu
 
 
 def test_cuda_python_session_passes_on_the_real_driver() -> None:

@@ -64,7 +64,15 @@ MODES: dict[str, tuple[str, dict[str, str]]] = {
 CASE_ENV: dict[str, dict[str, str]] = {
     "torch-vmm": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
 }
-CASES = ("driver", "runtime", "cudart", "torch", "torch-vmm", "cupy", "cupy-async")
+CASES = ("driver", "runtime", "cudart", "torch", "torch-vmm", "torch-mempool", "cupy",
+         "cupy-async", "library", "ipc", "threads16", "late-install", "nvcc-static",
+         "nvcc-shared")
+# Cases that install the hooks themselves, after CUDA is in use.
+LATE_CASES = ("late-install",)
+# Cases run under `memhook trace` (LD_PRELOAD) rather than install() in Python.
+TRACE_CASES = ("nvcc-static", "nvcc-shared")
+# Cases that need the nvcc-built programs and module (tools/gpu/cuda/).
+NVCC_CASES = ("library", "nvcc-static", "nvcc-shared")
 
 
 # ---------------------------------------------------------------- child side
@@ -414,6 +422,408 @@ def case_cupy(c: Checker, async_pool: bool = False) -> None:
             strict=False)
 
 
+# ----------------------------------------------------- nvcc-built artefacts
+
+def build_dir() -> Path:
+    return Path(os.environ.get("HOOKS_ON_GPU_BUILD", "/tmp/memhook-gpu-build"))
+
+
+def ensure_built() -> Path:
+    """Build tools/gpu/cuda/ with nvcc once (a file lock makes concurrent
+    callers - pytest-xdist workers - wait for the first): static_app_static
+    (-cudart static), static_app_shared (-cudart shared) and module.cubin."""
+    import fcntl
+    out = build_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = os.path.join(cuda, "bin", "nvcc")
+    arch = os.environ.get("HOOKS_ON_GPU_ARCH", "sm_90")
+    src = ROOT / "tools" / "gpu" / "cuda"
+    jobs = [
+        ("static_app_static", [nvcc, f"-arch={arch}", "-cudart", "static",
+                               str(src / "static_app.cu"), "-o"]),
+        ("static_app_shared", [nvcc, f"-arch={arch}", "-cudart", "shared",
+                               f"-Xlinker=-rpath={cuda}/lib64",
+                               str(src / "static_app.cu"), "-o"]),
+        ("module.cubin", [nvcc, f"-arch={arch}", "-cubin", str(src / "module.cu"), "-o"]),
+    ]
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, cmd in jobs:
+            if (out / name).exists():
+                continue
+            proc = subprocess.run([*cmd, str(out / (name + ".tmp"))], capture_output=True,
+                                  text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+            os.replace(out / (name + ".tmp"), out / name)
+    return out
+
+
+def _cu_init() -> tuple[Any, Callable[[Any], Any], Any]:
+    from cuda.bindings import driver as cu
+    R = cu.CUresult
+
+    def ok(result: Any) -> Any:
+        err, *values = result if isinstance(result, tuple) else (result,)
+        if err != R.CUDA_SUCCESS:
+            raise RuntimeError(f"expected CUDA_SUCCESS, got {err!r}")
+        return values[0] if len(values) == 1 else tuple(values)
+
+    ok(cu.cuInit(0))
+    dev = ok(cu.cuDeviceGet(0))
+    ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
+    ok(cu.cuCtxSetCurrent(ctx))
+    return cu, ok, ctx
+
+
+def case_library(c: Checker) -> None:
+    """A real __device__ (and __managed__) variable of a module built with
+    `nvcc -cubin`: cuLibraryLoadData, cuLibraryGetGlobal, cuLibraryGetManaged,
+    cuLibraryUnload; then cuModuleLoadData, cuModuleGetGlobal, cuModuleUnload."""
+    import memhook
+    MT = memhook.MemoryType
+    cu, ok, _ = _cu_init()
+    cubin = (build_dir() / "module.cubin").read_bytes()
+    c.take()
+    lib = ok(cu.cuLibraryLoadData(cubin, [], [], 0, [], [], 0))
+    evs = c.take()
+    c.check("cuLibraryLoadData: no ALLOC event of its own", not evs,
+            "; ".join(f"{e.function} 0x{e.address:x}+{e.size}" for e in evs))
+    dptr, size = ok(cu.cuLibraryGetGlobal(lib, b"memhook_global"))
+    dptr, size = int(dptr), int(size)
+    c.check("cuLibraryGetGlobal: the variable's size", size == 4000, str(size))
+    c.expect_one_alloc("cuLibraryGetGlobal(memhook_global)", c.take(), dptr, size)
+    c.expect_type("cuLibraryGetGlobal(memhook_global)", dptr, size, MT.CUDA)
+    mptr, msize = ok(cu.cuLibraryGetManaged(lib, b"memhook_managed"))
+    mptr, msize = int(mptr), int(msize)
+    c.expect_one_alloc("cuLibraryGetManaged(memhook_managed)", c.take(), mptr, msize)
+    c.expect_type("cuLibraryGetManaged(memhook_managed)", mptr, msize, MT.CUDA_MANAGED)
+    ok(cu.cuLibraryUnload(lib))
+    evs = c.take()
+    after = memhook.memory_type(dptr, 1)
+    # Known limit (README): cuLibraryUnload does not take its globals out of
+    # the cache; reported, not failed.
+    c.check("cuLibraryUnload: global's memory_type after the unload", after.name == "HOST",
+            f"{after.name}; events at unload: {[(e.kind.name, e.function) for e in evs]}",
+            strict=False)
+    mod = ok(cu.cuModuleLoadData(cubin))
+    c.take()
+    gptr, gsize = ok(cu.cuModuleGetGlobal(mod, b"memhook_global"))
+    gptr, gsize = int(gptr), int(gsize)
+    c.expect_one_alloc("cuModuleGetGlobal(memhook_global)", c.take(), gptr, gsize)
+    c.expect_type("cuModuleGetGlobal(memhook_global)", gptr, gsize, MT.CUDA)
+    ok(cu.cuModuleUnload(mod))
+    c.take()
+
+
+IPC_BYTES = 8 * MiB
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+def _ctypes_cuda() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for rc in (lib.cuInit(0), lib.cuDeviceGet(ctypes.byref(dev), 0),
+               lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+               lib.cuCtxSetCurrent(ctx)):
+        if rc != 0:
+            raise RuntimeError(f"CUDA initialisation through ctypes returned {rc}")
+    lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    lib.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(_IpcHandle), ctypes.c_uint64]
+    lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle,
+                                          ctypes.c_uint]
+    lib.cuIpcCloseMemHandle.argtypes = [ctypes.c_uint64]
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    lib._memhook_ctx = ctx
+    return lib
+
+
+def ipc_exporter() -> int:
+    """The exporting process (no memhook): allocate, export the handle on
+    stdout, wait for a line on stdin, free."""
+    lib = _ctypes_cuda()
+    p = ctypes.c_uint64()
+    if lib.cuMemAlloc_v2(ctypes.byref(p), IPC_BYTES) != 0:
+        return 1
+    h = _IpcHandle()
+    if lib.cuIpcGetMemHandle(ctypes.byref(h), p.value) != 0:
+        return 2
+    print(f"HANDLE {bytes(h).hex()} 0x{p.value:x}", flush=True)
+    sys.stdin.readline()
+    lib.cuMemFree_v2(p.value)
+    return 0
+
+
+def case_ipc(c: Checker) -> None:
+    """One process exports with cuIpcGetMemHandle, this one (hooked) opens it:
+    one ALLOC of the allocation's size, CUDA memory, then one FREE at the
+    close and HOST after."""
+    import memhook
+    MT = memhook.MemoryType
+    lib = _ctypes_cuda()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMHOOK")}
+    exporter = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--ipc-export"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = exporter.stdout.readline() if exporter.stdout else ""
+        if not line.startswith("HANDLE "):
+            raise RuntimeError(f"exporter said {line!r}")
+        raw = bytes.fromhex(line.split()[1])
+        h = _IpcHandle.from_buffer_copy(raw)
+        c.take()
+        p = ctypes.c_uint64()
+        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(p), h, 1)  # LAZY_ENABLE_PEER_ACCESS
+        if rc != 0:
+            raise RuntimeError(f"cuIpcOpenMemHandle_v2 returned {rc}")
+        label = "cuIpcOpenMemHandle"
+        c.expect_one_alloc(label, c.take(), p.value, IPC_BYTES)
+        c.expect_type(label, p.value, IPC_BYTES, MT.CUDA)
+        rc = lib.cuIpcCloseMemHandle(p.value)
+        if rc != 0:
+            raise RuntimeError(f"cuIpcCloseMemHandle returned {rc}")
+        c.expect_one_free("cuIpcCloseMemHandle", c.take(), p.value)
+        after = memhook.memory_type(p.value, 1)
+        c.check("cuIpcCloseMemHandle: HOST after the close", after.name == "HOST", after.name)
+    finally:
+        if exporter.stdin:
+            exporter.stdin.write("done\n")
+            exporter.stdin.close()
+        exporter.wait(timeout=60)
+
+
+def case_threads16(c: Checker) -> None:
+    """16 threads allocate (cuMemAlloc_v2 through ctypes, which lets go of the
+    GIL) at once, each size unique; every allocation must come back as one
+    ALLOC with its address and size, CUDA while live, one FREE each."""
+    import threading
+
+    import memhook
+    MT = memhook.MemoryType
+    lib = _ctypes_cuda()
+    threads, per = 16, 64
+    live: dict[int, list[tuple[int, int]]] = {t: [] for t in range(threads)}
+    errors: list[str] = []
+    start, mid = threading.Barrier(threads + 1), threading.Barrier(threads + 1)
+    done = threading.Barrier(threads + 1)
+
+    def work(t: int) -> None:
+        try:
+            lib.cuCtxSetCurrent(lib._memhook_ctx)
+            start.wait()
+            for i in range(per):
+                size = 256 * (t * per + i + 1) + 8
+                p = ctypes.c_uint64()
+                rc = lib.cuMemAlloc_v2(ctypes.byref(p), size)
+                if rc != 0:
+                    errors.append(f"thread {t}: cuMemAlloc_v2 returned {rc}")
+                    return
+                live[t].append((p.value, size))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"thread {t}: {exc!r}")
+        finally:
+            mid.wait()
+            done.wait()
+            for p, _ in live[t]:
+                lib.cuMemFree_v2(p)
+
+    c.take()
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in ts:
+        th.start()
+    start.wait()
+    mid.wait()
+    evs = c.take()
+    allocs = {(e.address, e.size) for e in evs if int(e.kind) & 1 and e.result == 0}
+    want = {pair for t in live for pair in live[t]}
+    c.check("16 threads: no error", not errors, "; ".join(errors[:5]))
+    c.check("16 threads: one ALLOC per call, exact address and size",
+            len(evs) == threads * per and allocs == want,
+            f"{len(evs)} events, {len(allocs & want)}/{len(want)} allocations matched")
+    tids = {e.tid for e in evs}
+    c.check("16 threads: events from 16 threads", len(tids) == threads, f"{len(tids)} tids")
+    wrong = [(p, s) for p, s in want if memhook.memory_type(p, s) != MT.CUDA]
+    c.check("16 threads: memory_type CUDA for every live allocation", not wrong,
+            f"{len(wrong)} wrong, e.g. {wrong[:3]}")
+    done.wait()
+    for th in ts:
+        th.join()
+    evs = c.take()
+    frees = sorted(e.address for e in evs if int(e.kind) & 2)
+    c.check("16 threads: one FREE each", frees == sorted(p for p, _ in want),
+            f"{len(frees)} FREE events for {len(want)} allocations")
+    still = [p for p, _ in want if memhook.memory_type(p, 1) != MT.HOST]
+    c.check("16 threads: HOST after the frees", not still, f"{len(still)} not HOST")
+
+
+def late_pre() -> dict[str, Any]:
+    """CUDA in use before install(): device, pinned host and managed memory
+    through the driver API, and a PyTorch tensor."""
+    cu, ok, _ = _cu_init()
+    state: dict[str, Any] = {
+        "device": int(ok(cu.cuMemAlloc(MiB))),
+        "host": int(ok(cu.cuMemAllocHost(MiB))),
+        "managed": int(ok(cu.cuMemAllocManaged(MiB, 1))),
+    }
+    try:
+        import torch
+        state["tensor"] = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    except ImportError:
+        pass
+    return state
+
+
+def case_late(c: Checker, state: dict[str, Any]) -> None:
+    """After install(): what CUDA allocated before must still be typed right
+    (pre-existing ranges marked UNKNOWN, verified with the driver); new calls
+    and the frees of the old allocations give events.  The calls after
+    install go through ctypes (symbols looked up now): cuda.bindings resolved
+    its driver entry points through cuGetProcAddress before install, and
+    pointers a library took before install are not reloc's to see (bistro
+    patches the entries themselves, so it sees them too)."""
+    import memhook
+    MT = memhook.MemoryType
+    lib = _ctypes_cuda()
+    lib.cuMemFreeHost.argtypes = [ctypes.c_void_p]
+
+    def typed(label: str, ptr: int, size: int, want: Any) -> None:
+        got = memhook.memory_type(ptr, size)
+        c.check(f"{label}: memory_type", got == want,
+                f"0x{ptr:x}+{size}: {got.name}, expected {want.name}")
+
+    typed("device memory from before install", state["device"], MiB, MT.CUDA)
+    typed("inside it", state["device"] + 1000, 24, MT.CUDA)
+    typed("pinned host memory from before install", state["host"], MiB, MT.CUDA_HOST)
+    typed("managed memory from before install", state["managed"], MiB, MT.CUDA_MANAGED)
+    if "tensor" in state:
+        t = state["tensor"]
+        typed("torch tensor from before install", t.data_ptr(), t.nbytes, MT.CUDA)
+        got = memhook.memory_type(t)
+        c.check("torch tensor from before install: memory_type(object)", got == MT.CUDA, got.name)
+    buf = ctypes.create_string_buffer(4096)
+    typed("a plain host buffer", ctypes.addressof(buf), 4096, MT.HOST)
+    arena = mmap.mmap(-1, 4 * MiB)
+    typed("a fresh anonymous mapping", ctypes.addressof(ctypes.c_char.from_buffer(arena)),
+          4 * MiB, MT.HOST)
+    c.take()
+    q = ctypes.c_uint64()
+    if lib.cuMemAlloc_v2(ctypes.byref(q), MiB) != 0:
+        raise RuntimeError("cuMemAlloc_v2 failed")
+    p = q.value
+    c.expect_one_alloc("cuMemAlloc after install", c.take(), p, MiB)
+    c.expect_type("cuMemAlloc after install", p, MiB, MT.CUDA)
+    for name, ptr, free in (("device", state["device"], lib.cuMemFree_v2),
+                            ("host", state["host"], lib.cuMemFreeHost),
+                            ("managed", state["managed"], lib.cuMemFree_v2),
+                            ("after-install", p, lib.cuMemFree_v2)):
+        rc = free(ptr)
+        if rc != 0:
+            raise RuntimeError(f"free of {name} memory returned {rc}")
+        evs = c.take()
+        frees = [e for e in evs if int(e.kind) & 2]
+        c.check(f"free of {name} memory: one FREE of 1 MiB",
+                len(evs) == 1 and len(frees) == 1 and frees[0].address == ptr
+                and frees[0].size == MiB,
+                "; ".join(f"{e.kind.name} {e.function} 0x{e.address:x}+{e.size}" for e in evs))
+        typed(f"{name} memory after its free", ptr, 1, MT.HOST)
+
+
+def case_torch_mempool(c: Checker) -> None:
+    import torch
+
+    import memhook
+    MT = memhook.MemoryType
+    if not hasattr(torch.cuda, "MemPool"):
+        c.check("torch.cuda.MemPool", True, f"absent in torch {torch.__version__}: nothing to do")
+        return
+    pool = torch.cuda.MemPool()
+    c.check("torch", True, f"torch {torch.__version__}, torch.cuda.MemPool")
+    keep = []
+    with torch.cuda.use_mem_pool(pool):
+        for label, n in _tensor_sizes():
+            t = torch.empty(n, dtype=torch.uint8, device="cuda")
+            keep.append(t)
+            c.expect_type(f"MemPool torch.empty({label})", t.data_ptr(), t.nbytes, MT.CUDA, obj=t)
+    del keep, t
+    torch.cuda.synchronize()
+    del pool
+    torch.cuda.empty_cache()
+    c.take()
+
+
+# ------------------------------------------------------ cases run by trace
+
+def run_trace_case(mode_label: str, case: str, timeout: float) -> dict[str, Any]:
+    """The nvcc-built program under `memhook trace -m MODE -f jsonl` (core in
+    LD_PRELOAD, installed before the program's runtime starts): every
+    allocation and free it prints, and its cudaGetSymbolAddress, must be
+    matched by an event with the exact address (and size)."""
+    import tempfile
+    t0 = time.monotonic()
+    result: dict[str, Any] = {"mode": mode_label, "case": case, "status": "ERROR", "checks": [],
+                              "events": {}, "error": None}
+    checks: list[dict[str, Any]] = []
+
+    def check(label: str, ok: bool, detail: str = "", strict: bool = True) -> None:
+        checks.append({"label": label, "ok": bool(ok), "detail": detail, "strict": strict})
+
+    try:
+        app = ensure_built() / ("static_app_static" if case == "nvcc-static"
+                                else "static_app_shared")
+        env = dict(os.environ)
+        env.update(MODES[mode_label][1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(ROOT))
+                                            if p)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / "trace.jsonl"
+            proc = subprocess.run([sys.executable, "-m", "memhook", "trace", "-m",
+                                   MODES[mode_label][0], "-f", "jsonl", "-o", str(trace), "--",
+                                   str(app)], env=env, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+            events = [json.loads(line) for line in trace.read_text().splitlines()
+                      if line.strip()] if trace.exists() else []
+        check("program ran to the end", proc.returncode == 0 and "DONE" in proc.stdout,
+              f"exit {proc.returncode}; stderr: {proc.stderr[-800:]}")
+        counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for e in events:
+            counts[e["function"]][e["kind"]] += 1
+        result["events"] = {k: dict(v) for k, v in sorted(counts.items())}
+        allocs = [e for e in events if e["kind"] == "alloc" and e["result"] == 0]
+        frees = [e for e in events if e["kind"] == "free"]
+        printed = [line.split() for line in proc.stdout.splitlines()
+                   if line.split()[:1] in (["ALLOC"], ["FREE"], ["SYMBOL"])]
+        for what, fn, addr, *rest in printed:
+            a = int(addr, 16)
+            if what in ("ALLOC", "SYMBOL"):
+                size = int(rest[0])
+                hits = [e for e in allocs if e["address"] == a and e["size"] == size]
+                check(f"{fn}({size}) -> 0x{a:x}: one ALLOC, exact address and size",
+                      len(hits) == 1,
+                      f"{len(hits)} matching; by {sorted({e['function'] for e in hits})}"
+                      if hits else "no matching ALLOC event")
+            else:
+                hits = [e for e in frees if e["address"] == a]
+                check(f"{fn}(0x{a:x}): one FREE", len(hits) == 1, f"{len(hits)} matching")
+        check("every call printed", len(printed) == 11, f"{len(printed)} lines")
+        check("no event beyond the program's calls", len(events) == len(printed),
+              f"{len(events)} events for {len(printed)} calls: "
+              + "; ".join(f"{e['kind']} {e['function']} 0x{e['address']:x}+{e['size']}"
+                          for e in events[:14]), strict=False)
+        result["status"] = "OK" if all(ch["ok"] for ch in checks if ch["strict"]) else "FAIL"
+    except subprocess.TimeoutExpired:
+        result["status"] = "TIMEOUT"
+        result["error"] = f"no answer in {timeout:.0f} s"
+    except Exception:  # noqa: BLE001
+        result["error"] = traceback.format_exc()
+    result["checks"] = checks
+    result["seconds"] = round(time.monotonic() - t0, 2)
+    return result
+
+
 CASE_FUNCS: dict[str, Callable[[Checker], None]] = {
     "driver": case_driver,
     "runtime": case_runtime,
@@ -422,6 +832,13 @@ CASE_FUNCS: dict[str, Callable[[Checker], None]] = {
     "torch-vmm": case_torch,
     "cupy": case_cupy,
     "cupy-async": lambda c: case_cupy(c, async_pool=True),
+    "torch-mempool": case_torch_mempool,
+    "library": case_library,
+    "ipc": case_ipc,
+    "threads16": case_threads16,
+    "late-install": lambda c: None,  # see child(): late_pre, install, case_late
+    "nvcc-static": lambda c: None,   # run_trace_case
+    "nvcc-shared": lambda c: None,   # run_trace_case
 }
 
 
@@ -436,12 +853,18 @@ def child(mode_label: str, case: str) -> int:
         except ImportError:
             sys.path.insert(0, str(ROOT))
             import memhook
+        state = late_pre() if case in LATE_CASES else None
+        t_install = time.perf_counter()
         report = memhook.install(MODES[mode_label][0])
+        result["install_ms"] = round((time.perf_counter() - t_install) * 1e3, 2)
         jumps = collections.Counter(h.bistro_jump for h in report.hooks if h.bistro_jump)
         result["install"] = {"mode": str(report.mode), "bistro_jumps": dict(jumps),
                              "library": memhook.library_path()}
         checker = Checker(memhook)
-        CASE_FUNCS[case](checker)
+        if case in LATE_CASES:
+            case_late(checker, state)
+        else:
+            CASE_FUNCS[case](checker)
         checker.take()
         st = memhook.status()
         result["coverage_complete"] = st.coverage_complete
@@ -467,6 +890,14 @@ def child(mode_label: str, case: str) -> int:
 # --------------------------------------------------------------- parent side
 
 def run_case(mode_label: str, case: str, timeout: float, sim: bool) -> dict[str, Any]:
+    if case in NVCC_CASES and not sim:
+        try:
+            ensure_built()
+        except Exception:  # noqa: BLE001
+            return {"mode": mode_label, "case": case, "status": "ERROR", "checks": [],
+                    "events": {}, "error": traceback.format_exc()}
+    if case in TRACE_CASES:
+        return run_trace_case(mode_label, case, timeout)
     env = dict(os.environ)
     if sim:  # a dry run of this script on the simulator (no GPU here)
         sys.path.insert(0, str(ROOT))
@@ -540,9 +971,35 @@ def versions() -> dict[str, str]:
     return out
 
 
+def summarize(path: Path) -> int:
+    """A (case x mode) table of the JSON lines tests/gpu/test_hooks_gpu.py
+    appends (HOOKS_ON_GPU_RESULTS): status and strict checks passed."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    cell = {}
+    for r in rows:
+        strict = [ch for ch in r.get("checks", []) if ch["strict"]]
+        cell[(r["case"], r["mode"])] = (f"{r['status']} {sum(ch['ok'] for ch in strict)}"
+                                        f"/{len(strict)}")
+    print("| case | " + " | ".join(MODES) + " |")
+    print("| --- |" + " --- |" * len(MODES))
+    for case in CASES:
+        print(f"| {case} | " + " | ".join(cell.get((case, m), "-") for m in MODES) + " |")
+    for r in rows:
+        if r["status"] != "OK":
+            print(line_of(r))
+    return 0 if rows and all(r["status"] == "OK" for r in rows) else 1
+
+
 def main() -> int:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 2 and sys.argv[1] == "--ipc-export":
+        return ipc_exporter()
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
+        return summarize(Path(sys.argv[2]))
+    if len(sys.argv) == 2 and sys.argv[1] == "--build":
+        print(ensure_built())
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
