@@ -1,23 +1,36 @@
 """Benchmarks of memhook's memory-type cache, each figure beside the baseline
 measured in the same run.
 
-    python bench/cache_bench.py            # everything (~1-2 minutes)
+    python bench/cache_bench.py            # everything (a few minutes)
     python bench/cache_bench.py --quick    # fewer repetitions, no 1M sizes
+    python bench/cache_bench.py --clock wall
+
+Figures are per call, read from this thread's CPU time (``--clock cpu``, the
+default: other processes on a shared machine do not count) or wall time;
+every figure is the median of several rounds, and a figure and its baseline
+are timed in the same rounds, alternately.
 
 1. Single ``MemtypeCache.memory_type(ptr)`` at 10, 10k and 1M regions, cold
    (random pointers, never repeated in a row) and hot (a small set of pointers
    asked about again and again), against the Python floor: the same loop
-   calling ``bisect.bisect_right`` on a plain list of the region starts.
-   Goals: cold <= 3x the floor, hot <= 1.5x.  Both loops are identical
-   (``for p in ptrs: f(p)``), so each figure includes the same loop overhead;
-   the empty-loop cost is printed too.
+   calling ``bisect.bisect_right`` on a plain list of the region starts
+   (through a lambda, as memhook is called through a method).  Goals: cold
+   <= 3x the floor, hot <= 1.5x.  Both loops are identical (``for p in ptrs:
+   f(p)``), so each figure includes the same loop overhead; the empty-loop
+   cost is printed too.  Beside it, ``memhook.memory_type`` on the
+   process-wide cache holding the same regions, with a trivial hook layer
+   (drain ``lambda: None``, coverage ``lambda: True``) and without one; and,
+   above 64 regions, "cold after write": every round right after a write,
+   so that lookups go through the sorted list (a cache that has answered 4
+   lookups per region since its last write reads a flat copy instead).
 2. Batch ``memory_types`` over 1M random pointers at 10k regions (goal >= 20M
    pointers/s), beside numpy's bare ``searchsorted`` of the same pointers.
 3. update+remove at 10k regions (goal <= 3 us per event): alternately allocate
    a fresh region and free an existing one, beside a plain
    ``SortedList.add``/``remove`` of the same keys.
 4. Memory per region at 1M regions (goal <= 300 bytes), by tracemalloc, with
-   and without the batch snapshot, and by a ``sys.getsizeof`` walk.
+   and without the batch snapshot and the flat copy, and by a
+   ``sys.getsizeof`` walk.
 """
 
 from __future__ import annotations
@@ -25,11 +38,13 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import statistics
 import sys
 import time
 import tracemalloc
 from bisect import bisect_right
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -77,53 +92,113 @@ def filled_cache(layout):  # type: ignore[no-untyped-def]
     return c
 
 
-def best_per_call(fn, ptrs, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    """Best-of-repeat seconds per call of fn over ptrs (same loop for all)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for p in ptrs:
-            fn(p)
-        best = min(best, time.perf_counter() - t0)
-    return best / len(ptrs)
+clock = time.thread_time
+"""The clock every figure is read from (``--clock``): this thread's CPU time by
+default, so that the other processes of a shared machine do not count, or
+wall time."""
+
+
+def per_call(variants: dict[str, Any], ptrs: list[int], repeat: int,
+             before: Callable[[], object] | None = None) -> dict[str, float]:
+    """Median seconds per call of each variant over ``ptrs``: ``repeat``
+    rounds, each timing every variant once over the same pointers in the same
+    loop (``for p in ptrs: f(p)``), in an order that rotates from round to
+    round, so that all of them meet the same conditions.  A variant is a
+    function, or ``(setup, function)``; ``before()`` and the setup run (not
+    timed) before each timing."""
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            f = variants[name]
+            if isinstance(f, tuple):
+                setup, f = f
+                setup()
+            if before is not None:
+                before()
+            t0 = clock()
+            for p in ptrs:
+                f(p)
+            times[name].append(clock() - t0)
+    return {name: statistics.median(t) / len(ptrs) for name, t in times.items()}
 
 
 def _noop(p: int) -> None:
     return None
 
 
+SINGLE_VARIANTS = ("MemtypeCache", "hooks", "no hooks")
+"""What bench_single times beside the floor: ``MemtypeCache.memory_type`` (the
+figure the goals are for); ``memhook.memory_type`` on the process-wide cache
+holding the same regions, with a hook layer whose drain is ``lambda: None``
+and whose coverage answer is ``lambda: True`` ("hooks"), and with no hook
+layer ("no hooks": a pointer in no region is then asked of the driver - none
+is loaded here - every time)."""
+
+
 def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[type-arg]
     rows = []
-    print("\n== single memory_type(ptr): cache vs the bisect floor (ns per call) ==")
-    print(f"{'regions':>9} {'case':>5} {'floor':>8} {'memhook':>8} {'ratio':>6} {'goal':>6}  (empty loop+call: see below)")
-    for n in sizes:
-        layout = build_layout(n)
-        c = filled_cache(layout)
-        starts = [s for s, _, _, _ in layout]
-        lo, hi = layout[0][0], layout[-1][0] + layout[-1][1]
-        rnd = random.Random(n)
-        # cold: 200k distinct pointers over the whole span (inside regions and in gaps)
-        cold = [rnd.randrange(lo - 4096, hi + 4096) for _ in range(200_000)]
-        # hot: 64 pointers (the buffers a transport keeps sending), asked 3,000 times each
-        hot_set = [rnd.randrange(lo, hi) for _ in range(64)]
-        hot = hot_set * 3000
-        rnd.shuffle(hot)
-        mt = c.memory_type
+    print("\n== single memory_type(ptr): ns per call (median of "
+          f"{repeat} interleaved rounds) and the ratio to the bisect floor ==")
+    print(f"{'regions':>9} {'case':>16} {'floor':>6} " + " ".join(
+        f"{v:>20}" for v in SINGLE_VARIANTS) + "  goal")
+    process = cache_mod.process_cache()
+    saved_layer = cache_mod._drain, cache_mod._coverage_complete
+    try:
+        for n in sizes:
+            layout = build_layout(n)
+            c = filled_cache(layout)
+            process.clear()
+            for start, size, t, dev in layout:
+                process.update(start, size, t, dev)
+            starts = [s for s, _, _, _ in layout]
+            lo, hi = layout[0][0], layout[-1][0] + layout[-1][1]
+            rnd = random.Random(n)
+            # cold: 200k distinct pointers over the whole span (inside regions and in gaps)
+            cold = [rnd.randrange(lo - 4096, hi + 4096) for _ in range(200_000)]
+            # hot: 64 pointers (the buffers a transport keeps sending), asked 3,000 times each
+            hot_set = [rnd.randrange(lo, hi) for _ in range(64)]
+            hot = hot_set * 3000
+            rnd.shuffle(hot)
 
-        def floor(p: int, _b=bisect_right, _s=starts) -> int:
-            return _b(_s, p)
+            def write(_caches=(c, process), _at=hi + 0x100000) -> None:
+                """A write far from every pointer asked about: the caches drop
+                their memos and the flat copy a read-mostly cache makes."""
+                for cache in _caches:
+                    cache.update(_at, 1, MemoryType.CUDA, 0)
+                    cache.remove(_at, 1)
 
-        for case, ptrs, goal in (("cold", cold, 3.0), ("hot", hot, 1.5)):
-            c._hot = {}  # start each case without memos (the hot case fills them at once)
-            f = best_per_call(lambda p, _b=bisect_right, _s=starts: _b(_s, p), ptrs, repeat)
-            m = best_per_call(mt, ptrs, repeat)
-            ratio = m / f
-            rows.append((n, case, f * 1e9, m * 1e9, ratio, goal))
-            print(f"{n:>9,} {case:>5} {f * 1e9:>8.0f} {m * 1e9:>8.0f} {ratio:>6.2f} {goal:>5.1f}x"
-                  f"  {'ok' if ratio <= goal else 'MISSED'}")
-        del floor
-    empty = best_per_call(_noop, list(range(200_000)), repeat)
-    print(f"(the loop plus a call of an empty Python function costs {empty * 1e9:.0f} ns)")
+            variants = {
+                "floor": lambda p, _b=bisect_right, _s=starts: _b(_s, p),
+                "MemtypeCache": c.memory_type,
+                "hooks": (lambda: cache_mod.set_hook_layer(lambda: None, lambda: True),
+                          cache_mod.memory_type),
+                "no hooks": (lambda: cache_mod.set_hook_layer(None, None), cache_mod.memory_type),
+            }
+            cases = [("cold", cold, 3.0, None), ("hot", hot, 1.5, None)]
+            if n > cache_mod.FLAT_LIMIT:
+                # Each round right after a write: lookups through the sorted
+                # list (60k lookups make no flat copy at 10k regions or more).
+                cases.append(("cold after write", cold[:60_000], 3.0, write))
+            for case, ptrs, goal, before in cases:
+                write()  # start each case without memos
+                got = per_call(variants, ptrs, repeat, before)
+                f_ns = got["floor"] * 1e9
+                cells = []
+                for variant in SINGLE_VARIANTS:
+                    ratio = got[variant] / got["floor"]
+                    rows.append((n, case, variant, f_ns, got[variant] * 1e9, ratio, goal))
+                    mark = ("ok" if ratio <= goal else "MISSED") if variant == "MemtypeCache" \
+                        else ("" if ratio <= goal else "over")
+                    cells.append(f"{got[variant] * 1e9:6.0f} {ratio:5.2f}x {mark:6}")
+                print(f"{n:>9,} {case:>16} {f_ns:>6.0f} " + " ".join(cells) + f"  {goal:.1f}x")
+            del c
+    finally:
+        cache_mod.set_hook_layer(*saved_layer)
+        process.clear()
+    empty = per_call({"noop": _noop}, list(range(200_000)), repeat)["noop"]
+    print(f"(goals are for MemtypeCache; the loop plus a call of an empty Python function "
+          f"costs {empty * 1e9:.0f} ns)")
     return rows
 
 
@@ -135,22 +210,23 @@ def bench_batch(repeat: int) -> tuple[float, float]:
     ptrs = np.random.default_rng(0).integers(lo - 4096, hi + 4096, size=1_000_000, dtype=np.uint64)
     c.memory_types(ptrs[:10])  # build the snapshot once (it is rebuilt only on change)
     ends = np.array(sorted(s + z for s, z, _, _ in layout), dtype=np.uint64)
-    best_m = best_s = float("inf")
+    times_m, times_s = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         c.memory_types(ptrs)
-        best_m = min(best_m, time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        times_m.append(clock() - t0)
+        t0 = clock()
         ends.searchsorted(ptrs, side="right")
-        best_s = min(best_s, time.perf_counter() - t0)
-    rate_m, rate_s = len(ptrs) / best_m / 1e6, len(ptrs) / best_s / 1e6
-    print(f"memhook memory_types: {rate_m:.1f} M pointers/s (goal >= 20); "
-          f"bare np.searchsorted of the same pointers: {rate_s:.1f} M/s  "
-          f"{'ok' if rate_m >= 20 else 'MISSED'}")
-    t0 = time.perf_counter()
+        times_s.append(clock() - t0)
+    rate_m = len(ptrs) / statistics.median(times_m) / 1e6
+    rate_s = len(ptrs) / statistics.median(times_s) / 1e6
+    print(f"memhook memory_types: {rate_m:.1f} M pointers/s (median; best "
+          f"{len(ptrs) / min(times_m) / 1e6:.1f}; goal >= 20); bare np.searchsorted of the same "
+          f"pointers: {rate_s:.1f} M/s  {'ok' if rate_m >= 20 else 'MISSED'}")
+    t0 = clock()
     c.update(lo, 4096, MemoryType.CUDA, 0)
     c.memory_types(ptrs[:10])
-    print(f"(snapshot rebuild after a change, 10k regions: {(time.perf_counter() - t0) * 1e3:.2f} ms)")
+    print(f"(snapshot rebuild after a change, 10k regions: {(clock() - t0) * 1e3:.2f} ms)")
     return rate_m, rate_s
 
 
@@ -159,30 +235,31 @@ def bench_events(repeat: int) -> tuple[float, float]:
     print("\n== update+remove at 10k regions ==")
     layout = build_layout(20_000, seed=7)
     live, fresh = layout[::2], layout[1::2]  # 10k in the cache, 10k to allocate
-    best_m = best_b = float("inf")
+    times_m, times_b = [], []
     events = 2 * len(fresh)
     for _ in range(repeat):
         c = filled_cache(live)
         order = list(range(len(fresh)))
         random.Random(3).shuffle(order)
         upd, rem = c.update, c.remove
-        t0 = time.perf_counter()
+        t0 = clock()
         for i in order:  # allocate one, free one: the cache stays at ~10k regions
             s, z, t, d = fresh[i]
             upd(s, z, t, d)
             s, z, _, _ = live[i]
             rem(s, z)
-        best_m = min(best_m, time.perf_counter() - t0)
+        times_m.append(clock() - t0)
         sl = SortedList(s for s, _, _, _ in live)
-        t0 = time.perf_counter()
+        t0 = clock()
         for i in order:
             sl.add(fresh[i][0])
             sl.remove(live[i][0])
-        best_b = min(best_b, time.perf_counter() - t0)
-    per_m, per_b = best_m / events * 1e6, best_b / events * 1e6
-    print(f"memhook update/remove: {per_m:.2f} us per event (goal <= 3); "
-          f"bare SortedList.add/remove of the starts: {per_b:.2f} us  "
-          f"{'ok' if per_m <= 3 else 'MISSED'}")
+        times_b.append(clock() - t0)
+    per_m = statistics.median(times_m) / events * 1e6
+    per_b = statistics.median(times_b) / events * 1e6
+    print(f"memhook update/remove: {per_m:.2f} us per event (median of {repeat}; best "
+          f"{min(times_m) / events * 1e6:.2f}; goal <= 3); bare SortedList.add/remove of the "
+          f"starts: {per_b:.2f} us  {'ok' if per_m <= 3 else 'MISSED'}")
     return per_m, per_b
 
 
@@ -202,10 +279,18 @@ def bench_memory(n: int) -> None:
     after = tracemalloc.get_traced_memory()[0]
     c.memory_types(np.array([BASE], dtype=np.uint64))  # builds the batch snapshot
     gc.collect()
-    with_snap, peak = tracemalloc.get_traced_memory()
+    with_snap = tracemalloc.get_traced_memory()[0]
+    # The flat copy that a read-mostly cache makes for single lookups (after
+    # FLAT_AFTER lookups per region since its last write), made here at once.
+    c._quiet = (c._version, cache_mod.FLAT_AFTER * len(c))
+    c._memo_full(c._flat)
+    assert c._flat[0] is not None
+    gc.collect()
+    with_flat, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(f"tracemalloc: {(after - base) / n:.0f} bytes/region (regions only), "
-          f"{(with_snap - base) / n:.0f} bytes/region with the memory_types snapshot "
+          f"{(with_snap - base) / n:.0f} with the memory_types snapshot, "
+          f"{(with_flat - base) / n:.0f} with the flat copy too "
           f"(peak while building it all: {(peak - base) / n:.0f})")
     # getsizeof walk of everything the cache owns
     seen: set[int] = set()
@@ -232,19 +317,24 @@ def bench_memory(n: int) -> None:
     walk(c._regions._lists)
     walk(c._regions._keys)
     walk(c._regions._maxes)
-    walk(c._hot)
+    walk(c._flat)
     walk(c._snapshot)
     print(f"getsizeof walk: {total / n:.0f} bytes/region (Regions, their ints, the key "
-          f"and value sublists, the snapshot arrays; small ints and the enum are shared)")
+          f"and value sublists, the flat copy, the snapshot arrays; small ints and the enum "
+          f"are shared)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 1M sizes")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="time figures by this thread's CPU time (default) or by wall time")
     args = ap.parse_args()
-    repeat = 2 if args.quick else 5
+    global clock
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    repeat = 3 if args.quick else 5
     sizes = [10, 10_000] if args.quick else [10, 10_000, 1_000_000]
-    print(f"python {sys.version.split()[0]}, numpy {np.__version__}")
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}, {args.clock} clock")
     bench_single(sizes, repeat)
     bench_batch(repeat)
     bench_events(repeat)

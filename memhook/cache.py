@@ -24,21 +24,32 @@ How it is built (and why it is fast):
   greater than ``ptr``: one ``bisect_right`` over the sublists' maxima and
   one inside a sublist, both C calls, and no second probe backwards.  Reads
   use the list's (stable, documented-in-source) internals ``_maxes``,
-  ``_keys`` and ``_lists``; writes use its public ``add`` and its ``_delete``
-  at a located position.  sortedcontainers is pinned below 3.
-* Reads take no lock.  Writers serialise on a lock, and every write replaces
-  the memo dict ``_hot``: with None while it changes the regions, then with a
-  new dict.  A reader holds the dict it started with and keeps its answer
-  only if ``_hot`` is still that dict (nothing was written meanwhile);
-  otherwise - rarely - it answers again under the lock.
-* Hot path: single-byte answers are memoised per pointer in that dict (it is
-  emptied when it reaches ``HOT_LIMIT`` entries), so a pointer asked about
-  again costs one dict probe.
-* Small caches (up to ``FLAT_LIMIT`` regions): every write also publishes,
-  in one store, a tuple ``(bounds, types, memo)`` - the region starts and
-  ends as one flat sorted list, the type of each interval between them, and
-  the memo dict - so a single lookup is one ``bisect_right`` and one index
-  into an immutable snapshot, with nothing to validate afterwards.
+  ``_keys`` and ``_lists``; writes insert and delete at a located position
+  as its ``add`` and ``_delete`` do (sublists of ``LOAD`` regions).
+  sortedcontainers is pinned below 3.
+* Reads take no lock.  Every published state of the cache is one tuple,
+  ``_flat = (bounds, types, memo, memo_limit)``, replaced (never changed) by
+  each write: a writer stores the shared ``_BUSY`` tuple while it changes
+  the regions, then a new tuple with a new, empty memo dict.  A reader takes
+  the tuple once; an answer read from the sorted list is kept only if
+  ``_flat`` is still that tuple afterwards (nothing was written meanwhile),
+  otherwise - rarely - it is answered again under the lock.
+* Hot path: single-byte answers are memoised per pointer in the tuple's
+  memo dict, so a pointer asked about again costs one dict probe.  A fresh
+  answer goes into the memo one time in ``MEMO_SAMPLE``: a pointer asked
+  about again and again gets there after a few asks, while a stream of
+  pointers asked about once (cold lookups) mostly skips the insert and
+  does not flush the memo; the memo is emptied when it reaches ``HOT_LIMIT``
+  entries (``FLAT_HOT_LIMIT`` for a small cache).
+* A flat copy: ``bounds`` is the region starts and ends as one flat sorted
+  list and ``types`` the type of each interval between them, so a single
+  lookup is one ``bisect_right`` and one index into an immutable snapshot,
+  with nothing to validate afterwards.  Small caches (up to ``FLAT_LIMIT``
+  regions) make one at every write.  Larger caches publish ``(None, None,
+  memo, HOT_LIMIT)`` and read the sorted list, until they have answered
+  ``FLAT_AFTER`` lookups per region since their last write (counted as the
+  memo fills): then a reader makes the flat copy - outside the lock - and
+  publishes it with the same memo, until the next write drops it.
 * :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers with
   ``searchsorted`` on a sorted snapshot (starts, last bytes, type codes),
   rebuilt only when the cache has changed since the last batch.
@@ -67,9 +78,9 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from itertools import chain
+from itertools import chain, cycle
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -98,11 +109,33 @@ HOT_LIMIT = 8192
 """Entries of the per-pointer memo before it is emptied and refilled."""
 
 FLAT_LIMIT = 64
-"""Up to this many regions, single lookups read a flat copy of the regions."""
+"""Up to this many regions, every write makes a new flat copy of the regions
+for single lookups to read.  A larger cache makes one only once it has
+answered ``FLAT_AFTER`` times its number of regions in lookups since its last
+write (a read-mostly cache), and drops it at the next write."""
+
+FLAT_AFTER = 4
+"""See ``FLAT_LIMIT``: so a flat copy costs at most about a quarter of a
+region's copy per lookup, however writes and lookups interleave."""
+
+LOAD = 250
+"""The sorted list's sublist length (sortedcontainers' ``_load``; its default
+is 1000): shorter sublists make the inserts and deletes of updates cheaper
+(they shift the sublist), at no cost to lookups."""
 
 FLAT_HOT_LIMIT = 256
 """The memo's limit for such a small cache: its lookups are cheap anyway, and a
 small memo costs a cold lookup less."""
+
+MEMO_SAMPLE = 4
+"""A single-byte answer not found in the memo is put there one time in this
+many (process-wide turns, read once: ``_memo_turn``), so that lookups of
+pointers asked about once mostly skip the insert, and a pointer asked about
+again and again is memoised after a few asks."""
+
+_memo_turn = cycle((True,) + (False,) * (MEMO_SAMPLE - 1))
+"""``next(_memo_turn)``: whether this fresh answer goes into the memo (a C
+iterator: thread-safe, and cheaper than a counter kept in Python)."""
 
 # What _classify found for a range.
 _FOUND = 0    # wholly inside one region (returned)
@@ -112,10 +145,60 @@ _ABSENT = 3   # touches no region
 
 _ABSENT_CODE = 255  # internal code for "no region" in batch answers
 
-for _name in ("_maxes", "_keys", "_lists", "_delete", "_expand", "_len", "_load", "_index"):
+_State = tuple[Optional[list[int]], Optional[list[Optional[MemoryType]]], dict[int, MemoryType], int]
+
+_BUSY: _State = ([], [None], {}, 0)
+"""What ``MemtypeCache._flat`` holds while a write is under way: its lookups find
+nothing (the memo stays empty), so readers take the locked path."""
+
+for _name in ("_maxes", "_keys", "_lists", "_delete", "_expand", "_len", "_load", "_index",
+              "_reset"):
     if not hasattr(SortedKeyList(key=abs), _name):  # pragma: no cover - sortedcontainers 3?
         raise ImportError(f"memhook.cache needs sortedcontainers 2.x (SortedKeyList.{_name} "
                           "is missing); install sortedcontainers>=2.4,<3")
+
+
+def _flat_copy(regions: list[Region], ends: list[int]) \
+        -> tuple[list[int], list[MemoryType | None]]:
+    """``(bounds, types)`` for regions in address order and their ends: the
+    region starts and ends interleaved, between 0 and 2**64, so that
+    ``types[bisect_right(bounds, ptr)]`` is the type of ``ptr`` - HOST in a
+    gap, None out of range.  A gap of no length (touching regions) is a pair
+    of equal bounds, which ``bisect_right`` steps over."""
+    n = len(regions)
+    bounds: list[int] = [0] * (2 * n + 2)
+    bounds[1:-1:2] = map(_get_start, regions)
+    bounds[2:-1:2] = ends
+    bounds[-1] = ADDRESS_LIMIT
+    types: list[MemoryType | None] = [HOST] * (2 * n + 3)
+    types[0] = types[-1] = None
+    types[2:-1:2] = map(_get_type, regions)
+    return bounds, types
+
+
+def _region_builder() -> type | None:
+    """A plain class with Region's slots: an instance of it, its fields
+    stored, becomes a Region by assigning ``__class__`` - about half the cost
+    of setting a frozen Region's fields through their descriptors, and
+    updates make one Region each.  None where that does not work (Python
+    3.9: Region has no slots)."""
+    slots = getattr(Region, "__slots__", None)
+    if not slots:  # pragma: no cover - Python 3.9
+        return None
+    builder = type("_RegionBuilder", (), {"__slots__": tuple(slots)})
+    try:
+        r = builder()
+        for name, value in zip(("start", "size", "mem_type", "device"), (1, 2, HOST, -1)):
+            setattr(r, name, value)
+        r.__class__ = Region
+    except (TypeError, AttributeError):  # pragma: no cover - a Region of another shape
+        return None
+    if r != Region(1, 2, HOST, -1):  # pragma: no cover
+        return None
+    return builder
+
+
+_RegionBuilder = _region_builder()
 
 
 def _end_of(region: Region) -> int:
@@ -127,7 +210,7 @@ _get_type = attrgetter("mem_type")
 
 
 def _as_memory_type(value: object) -> MemoryType:
-    if value.__class__ is MemoryType:
+    if type(value) is MemoryType:
         return value  # type: ignore[return-value]
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         if isinstance(value, str) and value.upper() in MemoryType.__members__:
@@ -176,12 +259,12 @@ class MemtypeCache:
         "_delete",
         "_flat",
         "_half_load",
-        "_hot",
         "_keys",
         "_lists",
         "_load2",
         "_lock",
         "_maxes",
+        "_quiet",
         "_regions",
         "_snapshot",
         "_version",
@@ -190,31 +273,32 @@ class MemtypeCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._regions = SortedKeyList(key=_end_of)
+        self._regions._reset(LOAD)
         # sortedcontainers mutates these three lists in place, never rebinds them.
         self._maxes: list[int] = self._regions._maxes
         self._keys: list[list[int]] = self._regions._keys
         self._lists: list[list[Region]] = self._regions._lists
         self._delete = self._regions._delete
         self._load2 = self._regions._load << 1
-        self._half_load = self._regions._load >> 1
-        # Every write replaces _hot: None while it changes the regions, then a
-        # new dict.  So "self._hot is the dict I started with" proves to a
-        # reader that no write overlapped its read.
+        self._half_load = (self._regions._load >> 1) + 1  # a sublist longer keeps its place
+        # The published state (see the module docstring): every write stores
+        # _BUSY, changes the regions, then stores a new tuple.  So "self._flat
+        # is the tuple I started with" proves to a reader that no write
+        # overlapped its read of the sorted list.
         self._version = 0
-        self._hot: dict[int, MemoryType] | None = {}
-        self._flat: tuple[list[int], list[MemoryType | None], dict[int, MemoryType]] | None \
-            = ([0, ADDRESS_LIMIT], [None, HOST, None], self._hot)
+        self._quiet = (0, 0)  # (version, lookups since it), counted as the memo fills
+        self._flat: _State = ([0, ADDRESS_LIMIT], [None, HOST, None], {}, FLAT_HOT_LIMIT)
         self._snapshot: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _set_load(self, load: int) -> None:
         """Re-chunk the sorted list with sublists of ``load`` (tests use tiny
         loads so that splits and merges happen at a few regions)."""
         with self._lock:
-            self._hot = None  # readers: a write is under way
+            self._flat = _BUSY  # readers: a write is under way
             try:
                 self._regions._reset(load)
                 self._load2 = load << 1
-                self._half_load = load >> 1
+                self._half_load = (load >> 1) + 1
             finally:
                 self._published()
 
@@ -224,41 +308,42 @@ class MemtypeCache:
         """The memory type of ``[ptr, ptr + size)``: the region's type when one
         region holds it all, UNKNOWN when it touches regions but no single
         type covers it, HOST when it touches none."""
+        # The module-level memory_type() repeats this fast path (a call less);
+        # keep the two in step.
         if size is _ONE and type(ptr) is int:  # (any int equal to 1 is the cached 1)
             flat = self._flat
-            if flat is not None:  # a small cache: one snapshot, nothing to validate
-                bounds, types, hot = flat
-                t = hot.get(ptr)
-                if t is not None:
+            bounds, types, hot, limit = flat
+            t = hot.get(ptr)
+            if t is not None:
+                return t
+            if bounds is not None:  # a flat copy: one snapshot, nothing to validate
+                t = types[bisect_right(bounds, ptr)]  # type: ignore[index]
+                if t is not None:  # (None: an address out of range, or _BUSY)
+                    if next(_memo_turn):
+                        if len(hot) >= limit:
+                            hot.clear()
+                        hot[ptr] = t
                     return t
-                t = types[bisect_right(bounds, ptr)]
-                if t is not None:  # (None: an address out of range)
-                    if len(hot) >= FLAT_HOT_LIMIT:
-                        hot.clear()
-                    hot[ptr] = t
-                    return t
-                return self._memory_type_checked(ptr, size)
-            hot = self._hot
-            try:
-                t = hot.get(ptr)  # type: ignore[union-attr]
-                if t is not None:
-                    return t
-                # The first region whose end is greater than ptr.
-                maxes = self._maxes
-                pos = bisect_right(maxes, ptr)
-                if pos != len(maxes):
-                    r = self._lists[pos][bisect_right(self._keys[pos], ptr)]
-                    t = r.mem_type if r.start <= ptr else HOST
+            else:
+                try:
+                    # The first region whose end is greater than ptr.
+                    maxes = self._maxes
+                    pos = bisect_right(maxes, ptr)
+                    if pos != len(maxes):
+                        r = self._lists[pos][bisect_right(self._keys[pos], ptr)]
+                        t = r.mem_type if r.start <= ptr else HOST
+                    else:
+                        t = HOST
+                except IndexError:  # a write got in the way
+                    pass
                 else:
-                    t = HOST
-                # (only a HOST answer can come from an address out of range)
-                if self._hot is hot and (t is not HOST or 0 <= ptr <= _ADDRESS_MAX):
-                    if len(hot) >= HOT_LIMIT:  # type: ignore[arg-type]
-                        hot.clear()  # type: ignore[union-attr]
-                    hot[ptr] = t  # type: ignore[index]
-                    return t
-            except (AttributeError, IndexError):  # a write got in the way
-                pass
+                    # (only a HOST answer can come from an address out of range)
+                    if self._flat is flat and (t is not HOST or 0 <= ptr <= _ADDRESS_MAX):
+                        if next(_memo_turn):
+                            if len(hot) >= limit:
+                                self._memo_full(flat)
+                            hot[ptr] = t
+                        return t
         return self._memory_type_checked(ptr, size)
 
     def _memory_type_checked(self, ptr: Any, size: Any) -> MemoryType:
@@ -309,38 +394,65 @@ class MemtypeCache:
         merged with the regions of the same type and device it overlaps or
         touches; over other regions it replaces only the overlapped part."""
         if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
-                and start + size <= ADDRESS_LIMIT):
+                and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
-        if mem_type.__class__ is not MemoryType:
+            end = start + size
+        if type(mem_type) is not MemoryType:
             mem_type = _as_memory_type(mem_type)
         if type(device) is not int or device < -1:
             device = _as_device(device)
-        end = start + size
         with self._lock:
             maxes = self._maxes
             pos = bisect_left(maxes, start)  # first sublist with an end >= start
             if pos != len(maxes):
                 keys = self._keys[pos]
                 idx = bisect_left(keys, start)
-                r = self._lists[pos][idx]
+                sub = self._lists[pos]
+                r = sub[idx]
                 if r.start <= end:  # something overlaps or touches: the general case
                     touching = self._touching(pos, idx, end)
                     if (len(touching) == 1 and r.mem_type is mem_type and r.device == device
                             and r.start <= start and end <= keys[idx]):
                         return  # already recorded as such: nothing changes, memos stay
-                    self._hot = None  # readers: a write is under way
+                    self._flat = _BUSY  # readers: a write is under way
                     try:
                         self._apply_update(touching, start, end, mem_type, device)
                     finally:
                         self._published()
                     return
-            # Touches nothing: insert where a key of `end` goes, i.e. at (pos, idx).
-            self._hot = None  # readers: a write is under way
-            try:
-                if pos == len(maxes):
-                    self._insert(pos, 0, _make_region(start, size, mem_type, device), end)
+                # Touches nothing (the usual allocation): the new region goes
+                # where a key of `end` goes, i.e. at (pos, idx), and does not
+                # change the sublist's maximum (SortedKeyList.add, inlined).
+                if _RegionBuilder is not None:
+                    region = _RegionBuilder()
+                    region.start = start
+                    region.size = size
+                    region.mem_type = mem_type
+                    region.device = device
+                    region.__class__ = Region
+                else:  # pragma: no cover - Python 3.9
+                    region = _make_region(start, size, mem_type, device)
+                self._flat = _BUSY  # readers: a write is under way
+                regions = self._regions
+                try:
+                    sub.insert(idx, region)
+                    keys.insert(idx, end)
+                    if len(keys) > self._load2:
+                        regions._expand(pos)
+                    n = regions._len = regions._len + 1
+                except BaseException:  # pragma: no cover - out of memory
+                    self._published()
+                    raise
+                # _published(), inlined (this is the usual write)
+                self._version += 1
+                if n > FLAT_LIMIT:
+                    self._flat = (None, None, {}, HOT_LIMIT)
                 else:
-                    self._insert(pos, idx, _make_region(start, size, mem_type, device), end)
+                    self._flat = (*self._flat_snapshot(), {}, FLAT_HOT_LIMIT)
+                return
+            self._flat = _BUSY  # readers: a write is under way
+            try:
+                self._insert(pos, 0, _make_region(start, size, mem_type, device), end)
             finally:
                 self._published()
 
@@ -348,9 +460,9 @@ class MemtypeCache:
         """Forget ``[start, start + size)``: regions lose the overlapped part
         and keep the rest (a region may be split in two)."""
         if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
-                and start + size <= ADDRESS_LIMIT):
+                and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
-        end = start + size
+            end = start + size
         with self._lock:
             maxes = self._maxes
             pos = bisect_right(maxes, start)  # first sublist with an end > start
@@ -358,14 +470,33 @@ class MemtypeCache:
                 return
             keys = self._keys[pos]
             idx = bisect_right(keys, start)
-            r = self._lists[pos][idx]
-            if r.start >= end:
+            sub = self._lists[pos]
+            r_start = sub[idx].start
+            if r_start >= end:
                 return  # nothing overlaps
-            self._hot = None  # readers: a write is under way
+            self._flat = _BUSY  # readers: a write is under way
+            if r_start == start and keys[idx] == end:  # a whole region: the usual free
+                regions = self._regions
+                try:
+                    if len(keys) > self._half_load:  # SortedKeyList._delete's common case
+                        del sub[idx]
+                        del keys[idx]
+                        maxes[pos] = keys[-1]
+                        n = regions._len = regions._len - 1
+                    else:
+                        self._delete(pos, idx)
+                        n = regions._len
+                except BaseException:  # pragma: no cover - out of memory
+                    self._published()
+                    raise
+                # _published(), inlined (this is the usual write)
+                self._version += 1
+                if n > FLAT_LIMIT:
+                    self._flat = (None, None, {}, HOT_LIMIT)
+                else:
+                    self._flat = (*self._flat_snapshot(), {}, FLAT_HOT_LIMIT)
+                return
             try:
-                if r.start == start and keys[idx] == end:  # a whole region: the usual free
-                    self._remove_at(pos, idx)
-                    return
                 hit = [x for x in self._touching(pos, idx, end) if x.start < end]
                 for x in hit:
                     self._remove_region(x)
@@ -381,7 +512,7 @@ class MemtypeCache:
     def clear(self) -> None:
         """Forget every region."""
         with self._lock:
-            self._hot = None  # readers: a write is under way
+            self._flat = _BUSY  # readers: a write is under way
             try:
                 self._regions.clear()
             finally:
@@ -390,30 +521,40 @@ class MemtypeCache:
     # -------------------------------------------------------------- internals
 
     def _published(self) -> None:
-        """End a write (caller holds the lock): a new memo and, for a small
-        cache, a new flat snapshot with it, each published by one store."""
+        """End a write (caller holds the lock): publish, in one store, the new
+        state - a new, empty memo and, for a small cache, a flat copy of the
+        regions."""
         self._version += 1
-        hot: dict[int, MemoryType] = {}
-        self._flat = self._flat_snapshot(hot) if self._regions._len <= FLAT_LIMIT else None
-        self._hot = hot
+        if self._regions._len > FLAT_LIMIT:
+            self._flat = (None, None, {}, HOT_LIMIT)
+        else:
+            self._flat = (*self._flat_snapshot(), {}, FLAT_HOT_LIMIT)
 
-    def _flat_snapshot(self, hot: dict[int, MemoryType]) \
-            -> tuple[list[int], list[MemoryType | None], dict[int, MemoryType]]:
-        """``(bounds, types, hot)``: the region starts and ends interleaved,
-        between 0 and 2**64, so that ``types[bisect_right(bounds, ptr)]`` is
-        the type of ``ptr`` - HOST in a gap, None out of range.  A gap of no
-        length (touching regions) is a pair of equal bounds, which
-        ``bisect_right`` steps over."""
-        regions = list(chain.from_iterable(self._lists))
-        n = len(regions)
-        bounds: list[int] = [0] * (2 * n + 2)
-        bounds[1:-1:2] = map(_get_start, regions)
-        bounds[2:-1:2] = chain.from_iterable(self._keys)
-        bounds[-1] = ADDRESS_LIMIT
-        types: list[MemoryType | None] = [HOST] * (2 * n + 3)
-        types[0] = types[-1] = None
-        types[2:-1:2] = map(_get_type, regions)
-        return bounds, types, hot
+    def _memo_full(self, state: _State) -> None:
+        """A reader found the memo of ``state`` (a cache without a flat copy)
+        full: empty it, and give the cache a flat copy once it has answered
+        ``FLAT_AFTER`` lookups per region since its last write."""
+        with self._lock:
+            if self._flat is not state:
+                return  # written meanwhile: that memo is gone anyway
+            _, _, hot, limit = state
+            hot.clear()
+            quiet = self._quiet  # (version, lookups since that version was published)
+            count = (quiet[1] if quiet[0] == self._version else 0) + limit * MEMO_SAMPLE
+            self._quiet = (self._version, count)  # about that many lookups filled the memo
+            if count < FLAT_AFTER * self._regions._len:
+                return
+            regions = list(chain.from_iterable(self._lists))
+            ends = list(chain.from_iterable(self._keys))
+        flat = _flat_copy(regions, ends)  # (outside the lock: O(regions))
+        with self._lock:
+            if self._flat is state:  # no write since: the memo's answers stay valid
+                self._flat = (*flat, hot, limit)
+
+    def _flat_snapshot(self) -> tuple[list[int], list[MemoryType | None]]:
+        """:func:`_flat_copy` of the regions (caller holds the lock)."""
+        return _flat_copy(list(chain.from_iterable(self._lists)),
+                          list(chain.from_iterable(self._keys)))
 
     # The sorted-list primitives.  They mirror SortedKeyList.add/_delete at a
     # position already located (saving the second search and the key call);
@@ -450,7 +591,7 @@ class MemtypeCache:
 
     def _remove_at(self, pos: int, idx: int) -> None:
         keys = self._keys[pos]
-        if len(keys) > self._half_load + 1:  # SortedKeyList._delete's common case
+        if len(keys) > self._half_load:  # SortedKeyList._delete's common case
             del self._lists[pos][idx]
             del keys[idx]
             self._maxes[pos] = keys[-1]
@@ -545,17 +686,18 @@ class MemtypeCache:
 
     def _classify_checked(self, ptr: int, size: int) -> tuple[int, Region | None]:
         """:meth:`_classify` of ``[ptr, ptr + size)`` without the lock when no
-        write overlaps; a size-1 answer also goes into the hot memo."""
-        hot = self._hot
-        if hot is not None:
+        write overlaps; a size-1 answer also goes into the memo."""
+        flat = self._flat
+        if flat is not _BUSY:
             try:
                 found = self._classify(ptr, ptr + size)
             except IndexError:
                 found = None
-            if found is not None and self._hot is hot:
+            if found is not None and self._flat is flat:
                 if size == 1:
+                    _, _, hot, limit = flat
                     region = found[1]
-                    if len(hot) >= HOT_LIMIT:
+                    if len(hot) >= limit:
                         hot.clear()
                     hot[ptr] = HOST if region is None else region.mem_type
                 return found
@@ -587,7 +729,7 @@ class MemtypeCache:
         """Codes for a flat uint64 array; with ``want_absent``, also a mask of
         the pointers that no region holds (their code is HOST)."""
         snap = self._snapshot
-        if snap is None or snap[0] != self._version or self._hot is None:
+        if snap is None or snap[0] != self._version or self._flat is _BUSY:
             snap = self._build_snapshot()
         _, starts, lasts, types = snap
         n = len(types) - 1
@@ -678,13 +820,44 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     if drain is not None:
         drain()
     if size is _ONE and type(ptr) is int:
-        hot = _process_cache._hot
-        t = hot.get(ptr) if hot is not None else None
+        # MemtypeCache.memory_type's fast path, inlined (a call less).
+        cache = _process_cache
+        flat = cache._flat
+        bounds, types, hot, limit = flat
+        t = hot.get(ptr)
+        if t is None:
+            if bounds is not None:
+                t = types[bisect_right(bounds, ptr)]  # type: ignore[index]
+                if t is not None and next(_memo_turn):
+                    if len(hot) >= limit:
+                        hot.clear()
+                    hot[ptr] = t
+            else:
+                try:
+                    maxes = cache._maxes
+                    pos = bisect_right(maxes, ptr)
+                    if pos != len(maxes):
+                        r = cache._lists[pos][bisect_right(cache._keys[pos], ptr)]
+                        t = r.mem_type if r.start <= ptr else HOST
+                    else:
+                        t = HOST
+                except IndexError:  # a write got in the way
+                    t = None
+                else:
+                    if cache._flat is not flat or (t is HOST and not 0 <= ptr <= _ADDRESS_MAX):
+                        t = None
+                    elif next(_memo_turn):
+                        if len(hot) >= limit:
+                            cache._memo_full(flat)
+                        hot[ptr] = t
         if t is not None:
-            if t is not HOST and t is not UNKNOWN:
-                return t  # a region's type: what the hooks (or the driver) recorded
-            if t is HOST and (_vouched() or not _driver.is_cuda(ptr)):
-                return t  # in no region, and the hooks or the driver say so
+            if t is not HOST:
+                if t is not UNKNOWN:
+                    return t  # a region's type: what the hooks (or the driver) recorded
+            else:
+                vouched = _coverage_complete
+                if (vouched is not None and vouched()) or not _driver.is_cuda(ptr):
+                    return t  # in no region, and the hooks or the driver say so
     return _memory_type_slow(*byte_range(ptr, size))
 
 

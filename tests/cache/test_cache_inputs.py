@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import memhook
+import memhook.cache as cache_module
 from memhook import MemoryType, MemtypeCache, Region
 
 
@@ -52,7 +53,9 @@ BAD_POINTERS = [
 def test_bad_pointers_say_what_is_wrong(func, bad, exc, msg) -> None:  # type: ignore[no-untyped-def]
     c = MemtypeCache()
     c.update(0x1000, 0x1000, MemoryType.CUDA)
-    c.memory_type(4096)  # a memo for 4096 must not answer for 4096.0
+    for _ in range(cache_module.MEMO_SAMPLE):  # (the memo takes one answer in MEMO_SAMPLE)
+        c.memory_type(4096)  # a memo for 4096 must not answer for 4096.0
+    assert 4096 in c._flat[2]
     for f in ((c.memory_type, c.lookup) if func == "cache" else
               (memhook.memory_type, memhook.lookup)):
         with pytest.raises(exc, match=msg):

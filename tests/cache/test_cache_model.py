@@ -10,6 +10,8 @@ so that sortedcontainers' splits and merges happen within a few regions.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -105,16 +107,24 @@ def check_all(cache: MemtypeCache, model: Model) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, load=st.sampled_from([4, 1000]), flat=st.booleans())
-def test_random_sequences_match_the_byte_map(ops, load, flat) -> None:  # type: ignore[no-untyped-def]
-    # flat=False turns off the small-cache flat copy, so the bisect path over
-    # the sorted sublists is checked on small caches too.
-    saved = cache_module.FLAT_LIMIT
-    cache_module.FLAT_LIMIT = saved if flat else 0
+@given(ops=ops, load=st.sampled_from([4, 1000]), mode=st.sampled_from(["flat", "sorted", "lazy"]))
+def test_random_sequences_match_the_byte_map(ops, load, mode) -> None:  # type: ignore[no-untyped-def]
+    # "flat": small caches keep a flat copy (the default); "sorted" turns it
+    # off, so the bisect path over the sorted sublists is checked on small
+    # caches too; "lazy" has every memo fill make the flat copy a large,
+    # read-mostly cache makes (and every fresh answer go into the memo).
+    saved = (cache_module.FLAT_LIMIT, cache_module.HOT_LIMIT, cache_module.FLAT_AFTER,
+             cache_module._memo_turn)
+    if mode != "flat":
+        cache_module.FLAT_LIMIT = 0
+    if mode == "lazy":
+        cache_module.HOT_LIMIT, cache_module.FLAT_AFTER = 2, 0
+        cache_module._memo_turn = itertools.repeat(True)
     try:
         _run_against_model(ops, load)
     finally:
-        cache_module.FLAT_LIMIT = saved
+        (cache_module.FLAT_LIMIT, cache_module.HOT_LIMIT, cache_module.FLAT_AFTER,
+         cache_module._memo_turn) = saved
 
 
 def _run_against_model(ops, load) -> None:  # type: ignore[no-untyped-def]
@@ -254,8 +264,8 @@ def test_update_that_changes_nothing_keeps_the_memo() -> None:
     c = MemtypeCache()
     c.update(0x1000, 0x1000, MemoryType.CUDA, 0)
     c.memory_type(0x1800)
-    hot = c._hot
+    state = c._flat
     c.update(0x1200, 0x100, MemoryType.CUDA, 0)
-    assert c._hot is hot
+    assert c._flat is state
     c.update(0x1200, 0x100, MemoryType.CUDA, 1)
-    assert c._hot is not hot and c.memory_type(0x1250) is MemoryType.CUDA and len(c) == 3
+    assert c._flat is not state and c.memory_type(0x1250) is MemoryType.CUDA and len(c) == 3

@@ -3,11 +3,14 @@ they see is always an answer some state of the cache gives."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 
 import numpy as np
+import pytest
 
+import memhook.cache as cache_module
 from memhook import MemoryType, MemtypeCache
 
 BASE = 0x7F00_0000_0000
@@ -15,10 +18,18 @@ SLOTS = 64
 SLOT = 0x10000
 
 
-def test_concurrent_updates_and_lookups() -> None:
+@pytest.mark.parametrize("mode", ["default", "sorted", "lazy"])
+def test_concurrent_updates_and_lookups(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Writers churn 'moving' slots while fixed slots never change: a reader
     must always see every fixed slot right, and a moving slot only as one of
-    the types it can have."""
+    the types it can have.  "sorted": never a flat copy; "lazy": readers make
+    flat copies (as a read-mostly large cache does) all the time."""
+    if mode != "default":
+        monkeypatch.setattr(cache_module, "FLAT_LIMIT", 0)
+    if mode == "lazy":
+        monkeypatch.setattr(cache_module, "HOT_LIMIT", 2)
+        monkeypatch.setattr(cache_module, "FLAT_AFTER", 0)
+        monkeypatch.setattr(cache_module, "_memo_turn", itertools.repeat(True))
     c = MemtypeCache()
     c._set_load(8)  # many sublists: splits and merges race with the readers
     fixed = {i: MemoryType.CUDA if i % 2 else MemoryType.CUDA_MANAGED for i in range(0, SLOTS, 4)}
@@ -65,7 +76,7 @@ def test_concurrent_updates_and_lookups() -> None:
         threads += [threading.Thread(target=reader, args=(s,)) for s in (3, 4, 5)]
         for t in threads:
             t.start()
-        stop.wait(3.0)
+        stop.wait(2.0)
         stop.set()
         for t in threads:
             t.join()

@@ -1,0 +1,188 @@
+"""The lookup paths of the cache, each checked against the plain sorted-list
+answer: the memo (sampled), the flat copy of a small cache, the flat copy a
+large cache makes once it is read-mostly, and the module-level fast path
+with and without a hook layer."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+
+import pytest
+
+import memhook.cache as cache_module
+from memhook import MemoryType, MemtypeCache, Region
+
+BASE = 0x7F00_0000_0000
+KINDS = [MemoryType.CUDA, MemoryType.CUDA_MANAGED, MemoryType.CUDA_HOST]
+
+
+@pytest.fixture
+def memo_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fresh answer goes into the memo (no sampling)."""
+    monkeypatch.setattr(cache_module, "_memo_turn", itertools.repeat(True))
+
+
+@pytest.fixture
+def hook_layer() -> Iterator[None]:
+    """Whatever hook layer the package attached stays attached after the test."""
+    saved = cache_module._drain, cache_module._coverage_complete
+    try:
+        yield
+    finally:
+        cache_module.set_hook_layer(*saved)
+
+
+def layout(n: int, seed: int = 1) -> list[tuple[int, int, MemoryType, int]]:
+    rnd = random.Random(seed)
+    out, addr = [], BASE
+    for i in range(n):
+        addr += rnd.randrange(1, 8) * 0x100  # a gap
+        size = rnd.randrange(1, 16) * 0x100
+        out.append((addr, size, KINDS[i % 3], i % 2))
+        addr += size
+    return out
+
+
+def expected(regions: list[tuple[int, int, MemoryType, int]], ptr: int) -> MemoryType:
+    for start, size, t, _ in regions:
+        if start <= ptr < start + size:
+            return t
+    return MemoryType.HOST
+
+
+def probes(regions: list[tuple[int, int, MemoryType, int]]) -> list[int]:
+    """Every region's first, last and one-past-last byte, and some gap bytes."""
+    out = [0, BASE - 1, (1 << 64) - 1]
+    for start, size, _, _ in regions:
+        out += [start - 1, start, start + size // 2, start + size - 1, start + size]
+    return out
+
+
+@pytest.mark.parametrize("n", [3, 64, 65, 500])
+def test_memo_and_flat_paths_agree_with_the_regions(n: int, memo_always: None) -> None:
+    regions = layout(n)
+    c = MemtypeCache()
+    for r in regions:
+        c.update(*r)
+    assert (c._flat[0] is not None) == (n <= cache_module.FLAT_LIMIT)
+    for p in probes(regions) * 2:  # the second round meets the memo
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+    assert len(c._flat[2]) <= c._flat[3]
+    some = probes(regions)[:100]
+    for p in some * 2:  # (the memo may be emptied once, as it fills, in the first round)
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+    assert all(p in c._flat[2] for p in some)
+
+
+def test_a_read_mostly_large_cache_gets_a_flat_copy_and_drops_it_at_a_write(
+        monkeypatch: pytest.MonkeyPatch, memo_always: None) -> None:
+    monkeypatch.setattr(cache_module, "HOT_LIMIT", 16)
+    regions = layout(300)
+    c = MemtypeCache()
+    for r in regions:
+        c.update(*r)
+    assert c._flat[0] is None
+    ptrs = probes(regions)
+    for i, p in enumerate(ptrs):
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+        # 16 memo entries take 16 x MEMO_SAMPLE lookups; 4 lookups per region make a copy
+        fills = i // 16
+        need = cache_module.FLAT_AFTER * len(regions) / (16 * cache_module.MEMO_SAMPLE)
+        if fills < need:
+            assert c._flat[0] is None, i
+    assert c._flat[0] is not None  # the flat copy
+    assert len(c._flat[2]) <= 16
+    for p in ptrs:  # answered from it
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+    # a write drops it, and the answers follow the write
+    start, size, _, _ = regions[7]
+    c.remove(start, size)
+    assert c._flat[0] is None and not c._flat[2]
+    del regions[7]
+    for p in ptrs:
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+    c.update(start, size, MemoryType.CUDA_MANAGED, 3)
+    regions.insert(7, (start, size, MemoryType.CUDA_MANAGED, 3))
+    for p in ptrs:
+        assert c.memory_type(p) is expected(regions, p), hex(p)
+
+
+def test_the_memo_is_sampled_and_a_repeated_pointer_gets_there() -> None:
+    c = MemtypeCache()
+    c.update(0x1000, 0x1000, MemoryType.CUDA, 0)
+    for _ in range(cache_module.MEMO_SAMPLE):  # one of these turns inserts
+        assert c.memory_type(0x1800) is MemoryType.CUDA
+    assert c._flat[2] == {0x1800: MemoryType.CUDA}
+    c.update(0x1000, 0x1000, MemoryType.CUDA, 0)  # changes nothing: the memo stays
+    assert c._flat[2] == {0x1800: MemoryType.CUDA}
+    c.update(0x1800, 1, MemoryType.CUDA_HOST, 0)  # a change: a new memo
+    assert c._flat[2] == {} and c.memory_type(0x1800) is MemoryType.CUDA_HOST
+
+
+def test_regions_made_by_updates_are_plain_frozen_regions() -> None:
+    import dataclasses
+    c = MemtypeCache()
+    c.update(0x1000, 0x100, MemoryType.CUDA_HOST, 2)
+    (r,) = c.regions()
+    assert type(r) is Region and r == Region(0x1000, 0x100, MemoryType.CUDA_HOST, 2)
+    assert hash(r) == hash(Region(0x1000, 0x100, MemoryType.CUDA_HOST, 2))
+    assert dataclasses.astuple(r) == (0x1000, 0x100, MemoryType.CUDA_HOST, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.start = 0  # type: ignore[misc]
+    assert c.lookup(0x1080) is r
+
+
+@pytest.mark.parametrize("n", [5, 500])
+@pytest.mark.parametrize("vouched", [True, False])
+def test_module_level_fast_path(n: int, vouched: bool, hook_layer: None,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """memhook.memory_type drains first, answers a region's type from the
+    cache, asks the coverage (then the driver: none is loaded here) for a
+    pointer in no region, and resolves an UNKNOWN region (no driver: stays
+    UNKNOWN)."""
+    monkeypatch.setattr(cache_module, "_process_cache", MemtypeCache())
+    cache = cache_module.process_cache()
+    regions = layout(n)
+    for r in regions:
+        cache.update(*r)
+    unknown = (regions[-1][0] + regions[-1][1] + 0x1000, 0x100, MemoryType.UNKNOWN, -1)
+    cache.update(*unknown)
+    drains, asked = [], []
+    cache_module.set_hook_layer(lambda: drains.append(1),
+                                lambda: asked.append(1) is None and vouched)
+    ptrs = probes(regions) + [unknown[0], unknown[0] + 0xFF]
+    for round_ in range(cache_module.MEMO_SAMPLE + 1):  # the later rounds meet the memo
+        for p in ptrs:
+            want = MemoryType.UNKNOWN if unknown[0] <= p < unknown[0] + 0x100 \
+                else expected(regions, p)
+            assert cache_module.memory_type(p) is want, (round_, hex(p))
+    assert len(drains) == len(ptrs) * (cache_module.MEMO_SAMPLE + 1)
+    assert asked  # gap pointers asked whether the hooks vouch for them
+    with pytest.raises(ValueError, match="negative"):
+        cache_module.memory_type(-1)
+    with pytest.raises(ValueError, match="below 2"):
+        cache_module.memory_type(1 << 64)
+    with pytest.raises(TypeError, match="float"):
+        cache_module.memory_type(float(regions[0][0]))
+    # a write drains in: the fast path sees it at once
+    start, size, _, _ = regions[1]
+    cache_module.set_hook_layer(lambda: cache.update(start, size, MemoryType.CUDA_MANAGED, 5),
+                                lambda: True)
+    assert cache_module.memory_type(start) is MemoryType.CUDA_MANAGED
+
+
+def test_module_level_fast_path_on_a_flat_copy_of_a_large_cache(
+        hook_layer: None, monkeypatch: pytest.MonkeyPatch, memo_always: None) -> None:
+    monkeypatch.setattr(cache_module, "HOT_LIMIT", 8)
+    monkeypatch.setattr(cache_module, "_process_cache", MemtypeCache())
+    cache = cache_module.process_cache()
+    regions = layout(200)
+    for r in regions:
+        cache.update(*r)
+    cache_module.set_hook_layer(None, lambda: True)
+    for _ in range(3):
+        for p in probes(regions):
+            assert cache_module.memory_type(p) is expected(regions, p), hex(p)
+    assert cache._flat[0] is not None  # the module-level path made the copy too
