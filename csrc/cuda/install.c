@@ -29,6 +29,27 @@ static char g_reloc_why[256];
 /* Was libcuda loaded when reloc went in?  Then objects may hold driver
  * pointers they resolved before, which reloc cannot see through. */
 static bool g_driver_before_reloc;
+/* Was the driver already initialised when hooks went in (from mode none)?
+ * Then it may hold allocations no hook saw - pinned host memory above all,
+ * which looks like any other host memory in /proc/self/maps - so a pointer
+ * in no known region cannot be vouched for as HOST, ever again in this
+ * process: memory_type asks the driver instead. */
+static bool g_driver_used_unseen;
+
+static bool driver_initialised(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL)
+        return false;
+    typedef CUresult (*count_fn)(int *);
+    count_fn count = (count_fn)dlsym(h, "cuDeviceGetCount");
+    int n = 0;
+    mh_hook_depth++;  /* our own query: nothing it reaches is recorded */
+    bool used = count != NULL && count(&n) == CUDA_SUCCESS;  /* NOT_INITIALIZED before cuInit */
+    mh_hook_depth--;
+    dlclose(h);
+    return used;
+}
 /* bistro's reference on libcuda.so.1, kept for the life of the process:
  * callers may hold wrappers that call into it. */
 static void *g_libcuda;
@@ -209,6 +230,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_table_init();
         table_ready = true;
     }
+    if (g_mode == 0 && mode != 0 && !g_driver_used_unseen)
+        g_driver_used_unseen = driver_initialised();
     int rc = 0;
     if (mode & MEMHOOK_MODE_RELOC)
         rc = reloc_apply(why, why_len);
@@ -259,7 +282,7 @@ unsigned memhook_hooks_mode(void)
 int memhook_hooks_coverage_complete(void)
 {
     pthread_mutex_lock(&g_lock);
-    int complete = g_mode != 0;
+    int complete = g_mode != 0 && !g_driver_used_unseen;
     void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;

@@ -236,8 +236,11 @@ MEMHOOK_API int memhook_hooks_uninstall(void);
 MEMHOOK_API unsigned memhook_hooks_mode(void);
 /* 1 while the installed hooks see every allocation the loaded driver can
  * make (so a pointer in no known region is host memory); 0 when some
- * present entry point is uncovered, or the driver was in use before the
- * hooks and reloc alone cannot vouch for pointers it handed out then. */
+ * present entry point is uncovered, or the driver was initialised before
+ * the hooks went in (it may hold allocations no hook saw: pinned host
+ * memory cannot be told from other host memory in /proc/self/maps), or
+ * reloc alone came after the driver was loaded (objects may hold driver
+ * pointers resolved before). */
 MEMHOOK_API int memhook_hooks_coverage_complete(void);
 
 typedef struct memhook_hook_info {
