@@ -428,6 +428,41 @@ static int match_entry(const mh_elf_reloc *rel)
     return plain;
 }
 
+/* Does this slot bind `e`'s name to ANOTHER library's definition than the
+ * one the replacement calls?  Two versions of a library can be loaded side
+ * by side, each with its own users (libcudart.so.12 and .so.13 under
+ * RTLD_LOCAL, one for CuPy and one for PyTorch); the replacement calls one
+ * definition, the first learned, so routing the other's users through it
+ * would hand their calls to the wrong library.  Such slots are left alone.
+ * A lazy slot not bound yet (it points into the object's own PLT) is judged
+ * by what the object's scope would bind.  A slot holding something that is
+ * not a definition of the name (another tool's hook) is not "another
+ * definition": it is patched as before. */
+static bool binds_elsewhere(const mh_elf_object *elf, object *o, const mh_elf_reloc *rel,
+                            const entry *e)
+{
+    void *bound = *rel->slot;
+    if (bound == e->replacement || bound == e->definition || e->definition == NULL)
+        return false;
+    if (bound == NULL || mh_elf_contains(elf, (uintptr_t)bound)) {
+        void *h = handle_of(o->lm);
+        bound = h ? resolve_definition(e, h) : NULL;
+        if (h)
+            mh_real_dlclose(h);
+        if (bound == NULL || bound == e->definition)
+            return false;
+    }
+    Dl_info info;
+    if (dladdr(bound, &info) == 0 || info.dli_sname == NULL || info.dli_saddr != bound ||
+        strncmp(info.dli_sname, e->name, e->plain_len) != 0 ||
+        info.dli_sname[e->plain_len] != '\0')
+        return false;
+    mh_info("reloc: %s binds %s to %s, not the definition memhook calls; left alone",
+            o->name && o->name[0] ? o->name : "the executable", info.dli_sname,
+            info.dli_fname ? info.dli_fname : "?");
+    return true;
+}
+
 static bool patch_reloc(const mh_elf_object *elf, const mh_elf_reloc *rel, void *data)
 {
     patch_ctx *pc = data;
@@ -450,6 +485,8 @@ static bool patch_reloc(const mh_elf_object *elf, const mh_elf_reloc *rel, void 
             mh_real_dlclose(h);
         }
     }
+    if (idx >= N_INTERNAL && find_record(o, rel->slot) == NULL && binds_elsewhere(elf, o, rel, e))
+        return true;
     record *r = find_record(o, rel->slot);
     if (r != NULL) {
         if (r->now != e->replacement || *rel->slot != e->replacement) {
