@@ -47,10 +47,10 @@ static void map_result(void **pfn)
     Dl_info info;
     if (dladdr(*pfn, &info) == 0 || info.dli_sname == NULL || info.dli_saddr != *pfn)
         return;
-    void *repl = mh_reloc_replacement(info.dli_sname);
+    mh_reloc_note_definition(info.dli_sname, *pfn);
+    void *repl = mh_reloc_replacement_for(info.dli_sname, *pfn);
     if (repl == NULL)
         return;
-    mh_reloc_note_definition(info.dli_sname, *pfn);
     *pfn = repl;
 }
 

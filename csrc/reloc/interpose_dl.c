@@ -104,7 +104,7 @@ static void *hooked_lookup(void *handle, const char *name, const char *version, 
     if (real == NULL)
         return NULL;
     mh_reloc_note_definition(name, real);
-    void *repl = mh_reloc_replacement(name);
+    void *repl = mh_reloc_replacement_for(name, real);
     return repl ? repl : real;
 }
 

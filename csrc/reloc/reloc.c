@@ -166,6 +166,25 @@ void *mh_reloc_replacement(const char *name)
     return NULL;
 }
 
+void *mh_reloc_replacement_for(const char *name, void *definition)
+{
+    if (name == NULL || definition == NULL || !mh_reloc_active())
+        return NULL;
+    size_t n = __atomic_load_n(&g_count, __ATOMIC_ACQUIRE);
+    size_t len = strlen(name);
+    uint32_t h = hash_n(name, len);
+    for (size_t i = 0; i < n; i++) {
+        const entry *e = &g_entries[i];
+        if (e->hash == h && e->plain_len == len && e->name[len] == '\0' &&
+            memcmp(e->name, name, len) == 0) {
+            void *known = __atomic_load_n(&e->definition, __ATOMIC_ACQUIRE);
+            /* Another library's definition of the name: see binds_elsewhere. */
+            return known == NULL || known == definition ? e->replacement : NULL;
+        }
+    }
+    return NULL;
+}
+
 static int entry_for(const char *name, size_t len)
 {
     size_t n = __atomic_load_n(&g_count, __ATOMIC_ACQUIRE);

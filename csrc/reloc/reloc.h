@@ -111,6 +111,10 @@ MH_HIDDEN bool mh_reloc_active(void);
 /* The replacement memhook hands out for `name` (a hooked user symbol or one
  * of the interposed loader/CUDA entry points), or NULL.  Lock-free. */
 MH_HIDDEN void *mh_reloc_replacement(const char *name);
+/* The replacement to hand out for a lookup of `name` that found
+ * `definition`: NULL when that is another library's definition of the name
+ * than the one the replacement calls (two versions loaded side by side). */
+MH_HIDDEN void *mh_reloc_replacement_for(const char *name, void *definition);
 /* Tell the registry that `name` is defined at `definition` (learned from a
  * dlsym or cuGetProcAddress answer): fills the original if still unknown. */
 MH_HIDDEN void mh_reloc_note_definition(const char *name, void *definition);
