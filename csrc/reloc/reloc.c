@@ -166,6 +166,25 @@ void *mh_reloc_replacement(const char *name)
     return NULL;
 }
 
+/* Is `found` another library's definition of e's name - a defined symbol
+ * of that name, elsewhere than the definition the replacement calls?  A
+ * non-PIE executable's canonical PLT entry (an undefined symbol with a
+ * value, which dlsym answers for functions whose address the executable
+ * takes) is not: it jumps through the slot memhook rewrites. */
+static bool other_definition(const entry *e, void *found)
+{
+    void *known = __atomic_load_n(&e->definition, __ATOMIC_ACQUIRE);
+    if (known == NULL || found == NULL || found == known || found == e->replacement)
+        return false;
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (dladdr1(found, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || sym == NULL ||
+        sym->st_shndx == SHN_UNDEF || info.dli_saddr != found || info.dli_sname == NULL)
+        return false;
+    return strncmp(info.dli_sname, e->name, e->plain_len) == 0 &&
+           info.dli_sname[e->plain_len] == '\0';
+}
+
 void *mh_reloc_replacement_for(const char *name, void *definition)
 {
     if (name == NULL || definition == NULL || !mh_reloc_active())
@@ -177,9 +196,8 @@ void *mh_reloc_replacement_for(const char *name, void *definition)
         const entry *e = &g_entries[i];
         if (e->hash == h && e->plain_len == len && e->name[len] == '\0' &&
             memcmp(e->name, name, len) == 0) {
-            void *known = __atomic_load_n(&e->definition, __ATOMIC_ACQUIRE);
             /* Another library's definition of the name: see binds_elsewhere. */
-            return known == NULL || known == definition ? e->replacement : NULL;
+            return other_definition(e, definition) ? NULL : e->replacement;
         }
     }
     return NULL;
@@ -471,14 +489,12 @@ static bool binds_elsewhere(const mh_elf_object *elf, object *o, const mh_elf_re
         if (bound == NULL || bound == e->definition)
             return false;
     }
-    Dl_info info;
-    if (dladdr(bound, &info) == 0 || info.dli_sname == NULL || info.dli_saddr != bound ||
-        strncmp(info.dli_sname, e->name, e->plain_len) != 0 ||
-        info.dli_sname[e->plain_len] != '\0')
+    if (!other_definition(e, bound))
         return false;
+    Dl_info info;
     mh_info("reloc: %s binds %s to %s, not the definition memhook calls; left alone",
-            o->name && o->name[0] ? o->name : "the executable", info.dli_sname,
-            info.dli_fname ? info.dli_fname : "?");
+            o->name && o->name[0] ? o->name : "the executable", e->name,
+            dladdr(bound, &info) && info.dli_fname ? info.dli_fname : "?");
     return true;
 }
 
