@@ -150,7 +150,8 @@ static uint32_t hash_n(const char *s, size_t n)
 
 /* ---- lookups ---- */
 
-void *mh_reloc_replacement(const char *name)
+/* The installed entry for a plain name (lock-free), or NULL. */
+static const entry *installed_entry(const char *name)
 {
     if (name == NULL || !mh_reloc_active())
         return NULL;
@@ -161,9 +162,15 @@ void *mh_reloc_replacement(const char *name)
         const entry *e = &g_entries[i];
         if (e->hash == h && e->plain_len == len && e->name[len] == '\0' &&
             memcmp(e->name, name, len) == 0)
-            return e->replacement;
+            return e;
     }
     return NULL;
+}
+
+void *mh_reloc_replacement(const char *name)
+{
+    const entry *e = installed_entry(name);
+    return e ? e->replacement : NULL;
 }
 
 /* Is `found` another library's definition of e's name - a defined symbol
@@ -187,20 +194,9 @@ static bool other_definition(const entry *e, void *found)
 
 void *mh_reloc_replacement_for(const char *name, void *definition)
 {
-    if (name == NULL || definition == NULL || !mh_reloc_active())
-        return NULL;
-    size_t n = __atomic_load_n(&g_count, __ATOMIC_ACQUIRE);
-    size_t len = strlen(name);
-    uint32_t h = hash_n(name, len);
-    for (size_t i = 0; i < n; i++) {
-        const entry *e = &g_entries[i];
-        if (e->hash == h && e->plain_len == len && e->name[len] == '\0' &&
-            memcmp(e->name, name, len) == 0) {
-            /* Another library's definition of the name: see binds_elsewhere. */
-            return other_definition(e, definition) ? NULL : e->replacement;
-        }
-    }
-    return NULL;
+    const entry *e = installed_entry(name);
+    /* Another library's definition of the name: see binds_elsewhere. */
+    return e && definition && !other_definition(e, definition) ? e->replacement : NULL;
 }
 
 static int entry_for(const char *name, size_t len)
