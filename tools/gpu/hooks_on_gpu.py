@@ -194,22 +194,10 @@ def _loaded(fragment: str) -> list[str]:
 
 
 def case_driver(c: Checker) -> None:
-    from cuda.bindings import driver as cu
-
     import memhook
     MT = memhook.MemoryType
+    cu, ok, _ = _cu_init()
     R = cu.CUresult
-
-    def ok(result: Any) -> Any:
-        err, *values = result if isinstance(result, tuple) else (result,)
-        if err != R.CUDA_SUCCESS:
-            raise RuntimeError(f"expected CUDA_SUCCESS, got {err!r}")
-        return values[0] if len(values) == 1 else tuple(values)
-
-    ok(cu.cuInit(0))
-    dev = ok(cu.cuDeviceGet(0))
-    ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
-    ok(cu.cuCtxSetCurrent(ctx))
     c.take()
 
     def plain(call: Callable[[int], Any]) -> Callable[[int], tuple[int, int]]:
