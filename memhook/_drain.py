@@ -91,10 +91,9 @@ _check_layout()
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
 _c_drain = lib.memhook_events_drain
-# The core's claimed/consumed event counters, read in place: equal means
-# nothing is pending, which is what most queries find - no C call then.
-_produced = lib.memhook_events_produced_counter()
-_consumed = lib.memhook_events_consumed_counter()
+# The core's "events may be pending" flag, read in place: 0 means a drain
+# would find nothing, which is what most queries find - no C call then.
+_pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
 
 _lock = threading.Lock()
@@ -134,9 +133,9 @@ def drain() -> int:
     process-wide cache and hand it to the subscribers, in order.  Returns
     how many events were delivered (skipped slots not counted).  From inside
     a subscriber (this thread is draining already) it returns 0 at once."""
-    # The fast path (nothing pending) runs before every cache query: two
-    # loads through cffi, no lock, no call.
-    if _produced[0] == _consumed[0] and not _backlog:
+    # The fast path (nothing pending) runs before every cache query: one
+    # load through cffi, no lock, no call.
+    if not _pending[0] and not _backlog:
         return 0
     if not _acquire(False):
         if _owner == _get_ident():

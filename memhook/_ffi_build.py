@@ -108,8 +108,7 @@ size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);
-const volatile uint64_t *memhook_events_produced_counter(void);
-const volatile uint64_t *memhook_events_consumed_counter(void);
+const volatile uint32_t *memhook_events_pending_flag(void);
 typedef struct memhook_queue_stats {
     uint64_t produced;
     uint64_t consumed;
@@ -118,11 +117,11 @@ typedef struct memhook_queue_stats {
     uint64_t segment_bytes;
     uint64_t free_size_from_driver;
     uint64_t free_size_unknown;
+    uint64_t lanes;
 } memhook_queue_stats;
 void memhook_queue_stats_get(memhook_queue_stats *out);
-uint64_t memhook_events_record(int kind, int function, uint64_t address,
-                               uint64_t size, int mem_type, int device,
-                               int result);
+int memhook_events_record(int kind, int function, uint64_t address,
+                          uint64_t size, int mem_type, int device, int result);
 """
 
 ffibuilder = FFI()

@@ -65,6 +65,7 @@ class QueueStats:
     segment_bytes: int
     free_size_from_driver: int
     free_size_unknown: int
+    lanes: int  # per-thread event lanes made so far (an exited thread's is reused)
 
     @property
     def pending(self) -> int:
@@ -155,7 +156,8 @@ def _queue_stats() -> QueueStats:
     lib.memhook_queue_stats_get(raw)
     return QueueStats(int(raw.produced), int(raw.consumed), int(raw.segments_live),
                       int(raw.segments_peak), int(raw.segment_bytes),
-                      int(raw.free_size_from_driver), int(raw.free_size_unknown))
+                      int(raw.free_size_from_driver), int(raw.free_size_unknown),
+                      int(raw.lanes))
 
 
 def _hook_info(index: int, raw: Any) -> HookInfo:

@@ -20,6 +20,7 @@
  * CLOCK_MONOTONIC directly.
  */
 #include <cpuid.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,12 +71,33 @@ static bool tsc_invariant(void)
     return (d >> 8) & 1u;  /* CPUID.80000007H:EDX[8]: invariant TSC */
 }
 
+/* The drain orders the threads' events by stamp, so every core's TSC must
+ * be one clock.  Linux drops "tsc" from the usable clock sources when its
+ * checks find the cores' counters out of step; where the file cannot be
+ * read, the invariant-TSC flag alone decides. */
+static bool tsc_usable_by_kernel(void)
+{
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/available_clocksource", "re");
+    if (f == NULL)
+        return true;
+    char line[256] = "";
+    bool listed = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (!listed)
+        return true;
+    char *save = NULL;
+    for (char *tok = strtok_r(line, " \n", &save); tok != NULL; tok = strtok_r(NULL, " \n", &save))
+        if (strcmp(tok, "tsc") == 0)
+            return true;
+    return false;
+}
+
 __attribute__((constructor)) static void clock_init(void)
 {
     const char *choice = getenv("MEMHOOK_CLOCK");
     if (choice != NULL && strcmp(choice, "monotonic") == 0)
         return;
-    if (!tsc_invariant())
+    if (!tsc_invariant() || !tsc_usable_by_kernel())
         return;
     anchor(&g_tsc0, &g_ns0);
     mh_clock_tsc = true;

@@ -3,7 +3,8 @@
  *
  *   hook_table.def   the hooked functions, in event-ABI order
  *   table.c          the table itself: names, wrappers, what each calls
- *   event_queue.c    the lock-free multi-producer event queue
+ *   event_lane.[ch]  the event queue's producer side: one lane per thread
+ *   event_drain.c    its consumer side: the lanes merged into one order
  *   live_table.c     address -> (size, type, device) of live allocations,
  *                    so a FREE knows its size without asking the driver
  *   emit.c           building events: pid/tid/clock, the ALLOC and FREE paths
@@ -116,21 +117,26 @@ MH_HIDDEN uint64_t mh_clock_monotonic_ns(void);
 MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
 
 /* A timestamp for an event being recorded, and the flag that says what
- * kind it is. */
-static inline uint64_t mh_clock_stamp(uint32_t *flags)
+ * kind it is.  `after_call`: the stamp of an event that follows the real
+ * call (an ALLOC) must be later than anything that call observed - the
+ * free that made its address available - because the drain orders the
+ * threads' events by stamp (event_drain.c).  rdtsc alone may run ahead of
+ * the call's last loads; lfence first waits for them.  An event stamped
+ * before the call (a FREE) needs no fence: running ahead only makes its
+ * stamp earlier. */
+static inline uint64_t mh_clock_stamp(uint32_t *flags, bool after_call)
 {
     if (__builtin_expect(mh_clock_tsc, 1)) {
         *flags |= MH_EVENT_RAW_TSC;
+        if (after_call)
+            __builtin_ia32_lfence();
         return __builtin_ia32_rdtsc();
     }
     return mh_clock_monotonic_ns();
 }
 
-/* ---- event_queue.c ---- */
+/* ---- event_drain.c (the queue's producer side is event_lane.h) ---- */
 
-/* Append ev (its seq is assigned here) and return the seq.  Lock-free,
- * never drops: grows by one segment when full. */
-MH_HIDDEN uint64_t mh_queue_push(memhook_event *ev);
 MH_HIDDEN void mh_queue_note_free_source(bool from_driver, bool unknown);
 
 /* A sink sees every batch memhook_events_drain hands out, called inside the

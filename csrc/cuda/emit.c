@@ -1,65 +1,52 @@
 /*
  * emit.c - turning a completed (or starting) call into an event.
  *
- * pid and tid are cached: getpid() and gettid() are system calls, which
- * would cost more than the rest of the hook.  fork() refreshes both (the
- * queue's atfork child handler calls mh_emit_after_fork_child).
+ * An event is written straight into the calling thread's lane slot
+ * (event_lane.h) and published; nothing here takes a lock.  The pid is
+ * cached (getpid() is a system call, which would cost more than the rest
+ * of the hook) and refreshed in a fork child; the tid is the lane's.
  */
+#include <errno.h>
 #include <stdatomic.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuda_hooks.h"
+#include "event_lane.h"
 #include "log.h"
 
 /* Process-wide by nature: the pid of this process, refreshed in a fork
  * child.  0 until first needed. */
 static _Atomic int32_t g_pid;
-/* Per thread: this thread's kernel tid, 0 until first needed. */
-static __thread int32_t t_tid __attribute__((tls_model("initial-exec")));
 
 static int32_t current_pid(void)
 {
     int32_t pid = atomic_load_explicit(&g_pid, memory_order_relaxed);
-    if (pid == 0) {
+    if (__builtin_expect(pid == 0, 0)) {
         pid = (int32_t)getpid();
         atomic_store_explicit(&g_pid, pid, memory_order_relaxed);
     }
     return pid;
 }
 
-static int32_t current_tid(void)
-{
-    if (t_tid == 0)
-        t_tid = (int32_t)syscall(SYS_gettid);
-    return t_tid;
-}
+void mh_emit_after_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
-void mh_emit_after_fork_child(void)
+static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
+                 int result, uint32_t flags)
 {
-    atomic_store(&g_pid, (int32_t)getpid());
-    t_tid = 0;
-}
-
-static uint64_t push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
-                     int result, uint32_t flags)
-{
-    uint64_t stamp = mh_clock_stamp(&flags);  /* before the initialiser reads flags */
-    memhook_event ev = {
-        .address = addr,
-        .size = size,
-        .timestamp_ns = stamp,
-        .kind = kind,
-        .function = (int32_t)f,
-        .mem_type = mem_type,
-        .device = device,
-        .pid = current_pid(),
-        .tid = current_tid(),
-        .result = result,
-        .flags = flags,
-    };
-    return mh_queue_push(&ev);
+    memhook_event *e = mh_lane_slot();
+    e->timestamp_ns = mh_clock_stamp(&flags, kind == MEMHOOK_EVENT_ALLOC);
+    e->seq = 0;  /* the drain numbers events */
+    e->address = addr;
+    e->size = size;
+    e->kind = kind;
+    e->function = (int32_t)f;
+    e->mem_type = mem_type;
+    e->device = device;
+    e->pid = current_pid();
+    e->tid = mh_my_lane->tid;
+    e->result = result;
+    e->flags = flags;
+    mh_lane_publish();
 }
 
 void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_type, int device)
@@ -134,8 +121,15 @@ int mh_unresolved(mh_fn f)
     return mh_hooks[f].api == MEMHOOK_API_DRIVER ? CUDA_ERROR_NOT_FOUND : 500;
 }
 
-uint64_t memhook_events_record(int kind, int function, uint64_t address, uint64_t size,
-                               int mem_type, int device, int result)
+int memhook_events_record(int kind, int function, uint64_t address, uint64_t size, int mem_type,
+                          int device, int result)
 {
-    return push(kind, (mh_fn)function, address, size, mem_type, device, result, 0);
+    /* A signal handler that interrupts a push of this thread would write
+     * the same slot: record nothing there (hooks behave the same way). */
+    if (mh_hook_depth != 0)
+        return EBUSY;
+    mh_hook_depth++;
+    push(kind, (mh_fn)function, address, size, mem_type, device, result, 0);
+    mh_hook_depth--;
+    return 0;
 }

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import memhook
-from memhook._core import lib
+from memhook._core import ffi, lib
 from memhook.cache import process_cache
 
 __all__ = [
@@ -62,11 +62,18 @@ FREE = int(lib.MEMHOOK_EVENT_FREE)
 def record(kind: int, function: str, address: int, size: int,
            mem_type: memhook.MemoryType = memhook.MemoryType.CUDA, device: int = 0,
            result: int = 0) -> int:
-    """Record one event as a hook would; returns its seq."""
+    """Record one event as a hook would; returns the seq the drain will give
+    it.  (The drain numbers events in the order it hands them out; in these
+    single-producer tests that is the order of recording, so the next seq is
+    the number of events recorded before - the queue's `produced`.)"""
     index = int(lib.memhook_hook_index(function.encode()))
     assert index >= 0, f"{function} is not in the hook table"
-    return int(lib.memhook_events_record(kind, index, address, size, int(mem_type), device,
-                                         result))
+    stats = ffi.new("memhook_queue_stats *")
+    lib.memhook_queue_stats_get(stats)
+    seq = int(stats.produced)
+    assert lib.memhook_events_record(kind, index, address, size, int(mem_type), device,
+                                     result) == 0
+    return seq
 
 
 @pytest.fixture

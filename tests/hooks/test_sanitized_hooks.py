@@ -6,9 +6,9 @@ the sanitizer must report nothing: a memory error or undefined behaviour in
 the wrappers, the queue or the live table, or a race TSan can see, fails the
 test.  (TSan judges races by the happens-before edges it tracks; the queue's
 many release/acquire pairs - segment links, spares, the hint - mean some
-mistakes in the publication protocol would pass it: an injected read of a
-slot before its publication check did.  The 8 x 100k stress in
-test_stress.py checks the protocol by counting.)"""
+mistakes in the publication protocol could pass it.  The 8 x 100k stress in
+test_stress.py checks the protocol by counting, test_event_order.py the
+order across threads.)  fixtures/handoff_order.c runs on the same build."""
 
 from __future__ import annotations
 
@@ -37,4 +37,14 @@ def test_hooks_under_a_sanitizer(native, tmp_path: Path, sanitizer: str) -> None
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report
     assert "events 64000 of 64000" in proc.stdout, report
+    assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, report
+    # The cross-thread order check (test_event_order.py) on the same build.
+    order = tmp_path / "handoff_order"
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", f"-fsanitize={sanitizer}",
+                    "-fno-sanitize-recover=all", f"-I{CSRC / 'include'}",
+                    str(FIXTURES / "handoff_order.c"), "-o", str(order), f"-L{core}",
+                    "-lmemhook", f"-Wl,-rpath,{core}", "-lpthread"], check=True)
+    proc = subprocess.run([str(order)], env=env, capture_output=True, text=True, timeout=300)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.startswith("ok events 320800 "), report
     assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, report

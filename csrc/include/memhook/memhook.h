@@ -260,34 +260,36 @@ MEMHOOK_API int memhook_hook_get(size_t index, memhook_hook_info *out);
 /* The table index of a function name, or -1. */
 MEMHOOK_API int memhook_hook_index(const char *name);
 
-/* Move up to capacity pending events, oldest first, into out.  Returns how
- * many.  Never blocks producers; consumers serialise on an internal lock
- * that no hook takes.  An event whose producer has claimed its place but
- * not finished writing it ends the batch (it comes in a later one). */
+/* Move up to capacity pending events, in event order, into out.  Returns
+ * how many.  Never blocks producers; consumers serialise on an internal
+ * lock that no hook takes.  Each thread records into a lane of its own; the
+ * drain merges the lanes by timestamp and numbers the events (seq) - an
+ * event recorded while the drain runs may wait for the next one. */
 MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 
-/* Two counters a drainer may read without calling in (Python reads them
- * through cffi before each query): events claimed by producers so far, and
- * events the drains have taken out (handed out or skipped).  Equal: nothing
- * is pending.  64-bit aligned; read them with plain loads. */
-MEMHOOK_API const volatile uint64_t *memhook_events_produced_counter(void);
-MEMHOOK_API const volatile uint64_t *memhook_events_consumed_counter(void);
+/* A flag a drainer may read without calling in (Python reads it through
+ * cffi before each query): nonzero when events may be pending, 0 when a
+ * drain would find none.  Read it with a plain 32-bit load. */
+MEMHOOK_API const volatile uint32_t *memhook_events_pending_flag(void);
 
 typedef struct memhook_queue_stats {
-    uint64_t produced;        /* events claimed by producers */
-    uint64_t consumed;        /* slots drained (events handed over + slots a fork skipped) */
+    uint64_t produced;        /* events recorded (published) so far */
+    uint64_t consumed;        /* events taken out (drained, or dropped by a trace's trim) */
     uint64_t segments_live;   /* segments mapped now (queue + awaiting reuse) */
     uint64_t segments_peak;   /* most segments mapped at once */
     uint64_t segment_bytes;   /* bytes of one segment */
     uint64_t free_size_from_driver; /* FREEs whose size came from the driver */
     uint64_t free_size_unknown;     /* FREEs whose size nobody knew */
+    uint64_t lanes;           /* per-thread lanes made so far (an exited thread's is reused) */
 } memhook_queue_stats;
 
 MEMHOOK_API void memhook_queue_stats_get(memhook_queue_stats *out);
 
 /* Record an event as a hook would (for tests and for a native transport's
- * own bookkeeping); same path, same guarantees.  Returns its seq. */
-MEMHOOK_API uint64_t memhook_events_record(int kind, int function, uint64_t address,
+ * own bookkeeping); same path, same guarantees.  Returns 0, or EBUSY (and
+ * records nothing) when called from a signal handler that interrupted this
+ * thread inside a hook or another record: its seq is given by the drain. */
+MEMHOOK_API int memhook_events_record(int kind, int function, uint64_t address,
                                            uint64_t size, int mem_type, int device,
                                            int result);
 

@@ -25,14 +25,22 @@ import memhook
 from memhook import EventKind
 from memhook._core import ffi, lib
 
-# Segments the queue may keep beyond its backlog's: the current one, up to
-# 4 drained ones parked for reuse (SPARE_SEGMENTS, csrc/cuda/event_queue.c),
-# and drained ones awaiting their grace period (a drain call takes up to
-# memhook._drain.BATCH = 4 segments' worth; two generations may wait).
-SLACK = 16
-# ... and once everything is drained and no producer runs: the current
-# segment, the spares, one more.
-AFTER_DRAIN = 6
+# Segments the queue may keep beyond its backlog's.  Each thread records
+# into a lane of its own (csrc/cuda/event_lane.c): a lane holds the segment
+# it writes, the one the drain is reading (when they differ) and one spare;
+# the process keeps up to SPARE_SEGMENTS = 16 more for any lane.  Lanes:
+# the producers, the main thread, and one for luck (a helper thread).
+SPARE_SEGMENTS = 16
+
+
+def slack(threads: int) -> int:
+    return 3 * (threads + 2) + SPARE_SEGMENTS
+
+
+def after_drain(threads: int) -> int:
+    """Once everything is drained and no producer runs: per lane its current
+    segment and a spare, and the pool."""
+    return 2 * (threads + 2) + SPARE_SEGMENTS
 
 
 def main() -> int:
@@ -101,19 +109,18 @@ def main() -> int:
         # Bounded memory: the queue never drops, so while producers outrun
         # the drainer it grows with the backlog - but only with the backlog.
         # After every drain the segments mapped are those the pending events
-        # occupy plus a few (the current one, and drained ones waiting out
-        # their grace period, or parked for reuse), never the history; after
-        # the last drain, at most AFTER_DRAIN.
+        # occupy plus a few per lane and the spare pool (slack), never the
+        # history; after the last drain, at most after_drain(threads).
         seg_events = q.segment_bytes // ffi.sizeof("memhook_event")  # (at least)
         worst = max(samples, key=lambda s: s[0] - s[1] / seg_events, default=(0, 0))
         cases.check(samples, "the drainer never sampled the queue")
-        cases.check(worst[0] <= worst[1] / seg_events + SLACK,
+        cases.check(worst[0] <= worst[1] / seg_events + slack(threads),
                     f"{worst[0]} segments mapped with {worst[1]} events pending "
                     f"({worst[1] / seg_events:.0f} segments' worth): drained segments "
                     "were not reclaimed")
-        cases.check(q.segments_live <= AFTER_DRAIN,
+        cases.check(q.segments_live <= after_drain(threads),
                     f"{q.segments_live} segments mapped after the last drain, "
-                    f"want at most {AFTER_DRAIN}")
+                    f"want at most {after_drain(threads)}")
         cases.note(f"mode={mode} threads={threads} iters={iters} seconds={elapsed:.2f} "
                    f"drain_calls={drains[0]} segments_peak={q.segments_peak} "
                    f"max_pending_events={max((p for _, p in samples), default=0)} "

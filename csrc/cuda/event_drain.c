@@ -1,0 +1,383 @@
+/*
+ * event_drain.c - the consumer side of the event queue: merging the lanes
+ * into one order, the trace's tee and trim, statistics.
+ *
+ * Consumers serialise on a mutex no producer ever takes.  Each lane is
+ * in its thread's order; the drain merges them by timestamp (raw TSC, or
+ * CLOCK_MONOTONIC where the TSC is not used - both are one clock for every
+ * core) and numbers the result: that is the event order (`seq`).
+ *
+ * What the order must get right is causality across threads: a FREE of an
+ * address before the ALLOC that reuses it (DESIGN.md section 3), an ALLOC
+ * before the FREE of the pointer it returned.  Two facts give it:
+ *
+ *  1. Stamps follow causality.  A FREE is stamped before the real free, an
+ *     ALLOC after the real allocation returned (rdtscp waits for the call's
+ *     loads), so if one call's effect reached the other, the first has the
+ *     smaller stamp.
+ *  2. Publication follows causality.  A FREE is published before the real
+ *     free, an ALLOC before its pointer is returned: if event e depends on
+ *     event f, f's publication happens-before e's.
+ *
+ * The drain reads every lane's `published` count twice (passes H and G).
+ * Any f that an event e seen in pass H depends on is then visible in pass
+ * G (2. and the acquire loads).  Events that appeared between the passes
+ * set a horizon T = the smallest stamp among them, and the drain hands out,
+ * lane by lane in stamp order, only events of pass H stamped below T: if e
+ * is handed out and f precedes it, f is not among the new events (its
+ * stamp is below e's, by 1., hence below T), so it was in pass H, below T,
+ * and in stamp order before e.  Events at or past the horizon wait for the
+ * next drain; with no producer running, there is none and every event goes.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "event_lane.h"
+
+/* Process-wide like the queue it serves: consumers serialise here. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Under g_lock: the next seq to hand out, and what was handed out. */
+static uint64_t g_next_seq;
+static _Atomic uint64_t g_free_from_driver, g_free_unknown;
+
+/* Process-wide like the queue it watches: where drained batches are copied
+ * to (the trace streamer's socket), or NULL.  Set by csrc/trace/. */
+static _Atomic mh_queue_sink_fn g_sink;
+/* memhook_events_drain was called: the trace keeps its events for us. */
+static _Atomic bool g_consumer_seen;
+
+void mh_queue_note_free_source(bool from_driver, bool unknown)
+{
+    if (from_driver)
+        atomic_fetch_add_explicit(&g_free_from_driver, 1, memory_order_relaxed);
+    if (unknown)
+        atomic_fetch_add_explicit(&g_free_unknown, 1, memory_order_relaxed);
+}
+
+/* ---- walking the lanes (g_lock held) ---- */
+
+typedef struct cursor {
+    mh_lane *lane;
+    mh_lane_seg *seg;
+    uint64_t at;   /* lane index of the next event */
+    uint64_t end;  /* one past the last event this cursor may take */
+} cursor;
+
+static memhook_event *cursor_event(cursor *c)
+{
+    while (c->at >= c->seg->first + MH_LANE_SEG_SLOTS)
+        c->seg = atomic_load_explicit(&c->seg->next, memory_order_acquire);
+    return &c->seg->slots[c->at - c->seg->first];
+}
+
+/* One cursor per lane, grown as lanes are added (consumer side: malloc is
+ * fine here, no hook ever waits for this lock). */
+static cursor *g_cursors;
+static size_t g_cursor_cap;
+
+static size_t lane_count(void)
+{
+    size_t n = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        n++;
+    return n;
+}
+
+/* g_cursors with room for every lane listed now (lanes added later wait
+ * for the next drain), or NULL when out of memory. */
+static cursor *cursors(size_t *cap)
+{
+    size_t want = lane_count();
+    if (want > g_cursor_cap) {
+        cursor *c = realloc(g_cursors, want * 2 * sizeof *c);
+        if (c == NULL)
+            return NULL;
+        g_cursors = c;
+        g_cursor_cap = want * 2;
+    }
+    *cap = g_cursor_cap;
+    return g_cursors;
+}
+
+/* Where a reader starts in a lane: the drain after what the tee handed
+ * out (it hands those out first, by seq), the tee after what it read. */
+static uint64_t lane_unread(const mh_lane *l)
+{
+    return l->teed > l->consumed ? l->teed : l->consumed;
+}
+
+/* Pass H: a cursor over each lane's unread events, [lane_unread,
+ * published).  Pass G: the horizon - the oldest stamp among events that
+ * appeared since (UINT64_MAX if none did).  See the top of the file. */
+static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon)
+{
+    size_t n = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire);
+         l != NULL && n < cap; l = l->next) {
+        uint64_t start = lane_unread(l);
+        uint64_t end = atomic_load_explicit(&l->published, memory_order_acquire);
+        if (end != start)
+            cur[n++] = (cursor){.lane = l, .seg = l->read_seg, .at = start, .end = end};
+    }
+    uint64_t h = UINT64_MAX;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        uint64_t seen = lane_unread(l);
+        for (size_t i = 0; i < n; i++)
+            if (cur[i].lane == l) {
+                seen = cur[i].end;
+                break;
+            }
+        uint64_t now = atomic_load_explicit(&l->published, memory_order_acquire);
+        if (now > seen) {
+            cursor probe = {.lane = l, .seg = l->read_seg, .at = seen, .end = now};
+            uint64_t stamp = cursor_event(&probe)->timestamp_ns;
+            if (stamp < h)
+                h = stamp;
+        }
+    }
+    *horizon = h;
+    return n;
+}
+
+/* A cursor over each lane's events the tee read and no drain took,
+ * [consumed, teed). */
+static size_t open_teed(cursor *cur, size_t cap)
+{
+    size_t n = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire);
+         l != NULL && n < cap; l = l->next)
+        if (l->teed > l->consumed)
+            cur[n++] = (cursor){.lane = l, .seg = l->read_seg, .at = l->consumed, .end = l->teed};
+    return n;
+}
+
+/* The cursor whose next event comes first - by stamp, below the horizon,
+ * or (by_seq) by the seq the tee gave it - or -1. */
+static long next_cursor(cursor *cur, size_t n, uint64_t horizon, bool by_seq)
+{
+    long best = -1;
+    uint64_t best_key = horizon;
+    for (size_t i = 0; i < n; i++) {
+        if (cur[i].at == cur[i].end)
+            continue;
+        const memhook_event *e = cursor_event(&cur[i]);
+        uint64_t key = by_seq ? e->seq : e->timestamp_ns;
+        if (key < best_key || (by_seq && best < 0)) {
+            best_key = key;
+            best = (long)i;
+        }
+    }
+    return best;
+}
+
+/* Copy up to capacity events, in order, into out (NULL: just step over
+ * them).  Moves the cursors only. */
+static size_t merge(cursor *cur, size_t n, uint64_t horizon, bool by_seq, memhook_event *out,
+                    size_t capacity)
+{
+    size_t got = 0;
+    while (got < capacity) {
+        long i = next_cursor(cur, n, horizon, by_seq);
+        if (i < 0)
+            break;
+        if (out != NULL)
+            out[got] = *cursor_event(&cur[i]);
+        cur[i].at++;
+        got++;
+    }
+    return got;
+}
+
+/* Retire the lane's fully consumed segments: their producer moved on when
+ * it linked the next one, and nothing else holds them. */
+static void lane_retire_consumed(mh_lane *lane)
+{
+    mh_lane_seg *s = lane->read_seg;
+    while (lane->consumed >= s->first + MH_LANE_SEG_SLOTS) {
+        mh_lane_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
+        if (next == NULL)
+            break;  /* the producer's current segment, exactly full */
+        mh_lane_seg_put(lane, s);
+        s = next;
+    }
+    lane->read_seg = s;
+}
+
+/* After a reader moved: retire what is consumed; an emptied lane of an
+ * exited thread becomes FREE for the next new thread (its spare goes back
+ * to the pool meanwhile). */
+static void lanes_tidy(void)
+{
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        lane_retire_consumed(l);
+        if (atomic_load_explicit(&l->state, memory_order_acquire) != MH_LANE_ORPHAN ||
+            l->consumed != atomic_load_explicit(&l->published, memory_order_acquire))
+            continue;
+        mh_lane_seg *spare = atomic_exchange(&l->spare, NULL);
+        if (spare != NULL)
+            mh_lane_seg_put(NULL, spare);
+        atomic_store_explicit(&l->state, MH_LANE_FREE, memory_order_release);
+    }
+}
+
+static bool any_unconsumed(void)
+{
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        if (atomic_load_explicit(&l->published, memory_order_acquire) != l->consumed)
+            return true;
+    return false;
+}
+
+static void sink_batch(const memhook_event *events, size_t count)
+{
+    mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
+    if (sink != NULL && count != 0)
+        sink(events, count);
+}
+
+size_t memhook_events_drain(memhook_event *out, size_t capacity)
+{
+    if (out == NULL && capacity != 0)
+        return 0;
+    if (!atomic_load_explicit(&g_consumer_seen, memory_order_relaxed))
+        atomic_store(&g_consumer_seen, true);  /* the trace keeps its events for us now */
+    /* Nothing published since the last drain: the common case of a
+     * query-heavy process, answered with one load. */
+    if (capacity == 0 || atomic_load_explicit(&mh_events_pending, memory_order_acquire) == 0)
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    /* Before reading the lanes: a push after this sets it again. */
+    atomic_exchange(&mh_events_pending, 0);
+    size_t cap, n = 0;
+    cursor *cur = cursors(&cap);
+    if (cur != NULL) {
+        /* First what the trace's tee read already, in the order it read
+         * them (their seqs); the sink has seen them. */
+        size_t nc = open_teed(cur, cap);
+        n = merge(cur, nc, UINT64_MAX, true, out, capacity);
+        for (size_t i = 0; i < nc; i++)
+            cur[i].lane->consumed = cur[i].at;
+        if (n < capacity) {
+            uint64_t horizon;
+            nc = open_unread(cur, cap, &horizon);
+            size_t got = merge(cur, nc, horizon, false, out + n, capacity - n);
+            for (size_t i = 0; i < got; i++)
+                out[n + i].seq = g_next_seq++;
+            mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
+            sink_batch(out + n, got);
+            n += got;
+            for (size_t i = 0; i < nc; i++) {
+                mh_lane *l = cur[i].lane;
+                l->consumed = l->teed = cur[i].at;
+            }
+        }
+        lanes_tidy();
+    }
+    if (cur == NULL || any_unconsumed())
+        atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+const volatile uint32_t *memhook_events_pending_flag(void)
+{
+    return (const volatile uint32_t *)&mh_events_pending;
+}
+
+void mh_queue_set_sink(mh_queue_sink_fn sink)
+{
+    atomic_store_explicit(&g_sink, sink, memory_order_release);
+}
+
+size_t mh_queue_tee(memhook_event *out, size_t capacity)
+{
+    pthread_mutex_lock(&g_lock);
+    size_t cap, n = 0;
+    cursor *cur = cursors(&cap);
+    if (cur != NULL) {
+        uint64_t horizon;
+        size_t nc = open_unread(cur, cap, &horizon);
+        while (n < capacity) {
+            long i = next_cursor(cur, nc, horizon, false);
+            if (i < 0)
+                break;
+            memhook_event *slot = cursor_event(&cur[i]);
+            slot->seq = g_next_seq++;  /* the drain hands it out with this seq */
+            out[n++] = *slot;
+            cur[i].at++;
+        }
+        for (size_t i = 0; i < nc; i++)
+            cur[i].lane->teed = cur[i].at;
+        mh_clock_convert(out, n);
+        sink_batch(out, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+void mh_queue_trim(uint64_t keep)
+{
+    if (atomic_load(&g_consumer_seen))
+        return;
+    pthread_mutex_lock(&g_lock);
+    size_t cap;
+    cursor *cur = cursors(&cap);
+    if (cur != NULL && !atomic_load(&g_consumer_seen)) {
+        size_t nc = open_teed(cur, cap);
+        uint64_t held = 0;
+        for (size_t i = 0; i < nc; i++)
+            held += cur[i].end - cur[i].at;
+        if (held > keep) {
+            /* Drop the oldest (by seq) of what the tee read. */
+            merge(cur, nc, UINT64_MAX, true, NULL, held - keep);
+            for (size_t i = 0; i < nc; i++)
+                cur[i].lane->consumed = cur[i].at;
+            lanes_tidy();
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void memhook_queue_stats_get(memhook_queue_stats *out)
+{
+    if (out == NULL)
+        return;
+    pthread_mutex_lock(&g_lock);
+    out->produced = out->consumed = out->lanes = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        out->produced += atomic_load_explicit(&l->published, memory_order_acquire);
+        out->consumed += l->consumed;
+        out->lanes++;
+    }
+    mh_lane_seg_stats(&out->segments_live, &out->segments_peak);
+    out->segment_bytes = sizeof(mh_lane_seg);
+    out->free_size_from_driver = atomic_load(&g_free_from_driver);
+    out->free_size_unknown = atomic_load(&g_free_unknown);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- fork: the consumer lock is held across it, so the child's queue is
+ * between two drains; the lanes' own handler orphans the vanished threads'
+ * lanes (event_lane.c). ---- */
+
+static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+
+static void fork_child(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    mh_emit_after_fork_child();
+    /* Anything the parent left undrained is the child's to drain. */
+    atomic_store(&mh_events_pending, 1);
+}
+
+__attribute__((constructor)) static void drain_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}

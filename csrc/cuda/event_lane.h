@@ -1,0 +1,107 @@
+/*
+ * event_lane.h - the producer side of the event queue: one lane per thread.
+ *
+ * Every thread that records an event owns a lane: a chain of segments it
+ * alone writes, in its own order, and publishes by bumping the lane's
+ * `published` count with a plain release store.  A push takes no lock and
+ * no locked instruction, and touches no cache line another producer
+ * writes: with one shared queue, the claim (fetch_add), the reclamation
+ * epochs and the slot lines other threads had just written cost a hooked
+ * alloc+free pair ~100-200 ns, most of it waiting on lines moving between
+ * cores (bench/hook_bench.py; README, "What the hooks cost").
+ *
+ * The single order events leave the queue in is made by the consumer
+ * (event_drain.c), which merges the lanes by timestamp.  What makes that
+ * order right - every FREE before any later ALLOC of its address - is
+ * explained there.
+ *
+ * A lane is never unlinked: when its thread exits it is marked ORPHAN,
+ * drained, then FREE, and the next new thread takes it over (a thread pool
+ * does not grow the list).
+ */
+#ifndef MEMHOOK_EVENT_LANE_H
+#define MEMHOOK_EVENT_LANE_H
+
+#include <stdatomic.h>
+
+#include "cuda_hooks.h"
+
+/* 255 events and the header in 16 KiB. */
+#define MH_LANE_SEG_SLOTS 255u
+
+typedef struct mh_lane_seg {
+    _Alignas(64) _Atomic(struct mh_lane_seg *) next;  /* set by the producer, once */
+    uint64_t first;                                   /* lane index of slots[0] */
+    memhook_event slots[MH_LANE_SEG_SLOTS];
+} mh_lane_seg;
+_Static_assert(sizeof(memhook_event) == 64, "an event is one cache line");
+_Static_assert(sizeof(mh_lane_seg) == 16384, "a lane segment is 16 KiB");
+
+enum { MH_LANE_FREE, MH_LANE_OWNED, MH_LANE_ORPHAN };
+
+typedef struct mh_lane {
+    /* The producer's line: only the owning thread writes it. */
+    _Alignas(64) _Atomic uint64_t published;  /* events written and visible */
+    mh_lane_seg *write_seg;                   /* where the next event goes */
+    memhook_event *write_end;                 /* one past write_seg's last slot */
+    memhook_event *write_at;                  /* the next slot */
+    int32_t tid;                              /* the owner's kernel tid */
+    /* The consumer's line (under the consumer lock). */
+    _Alignas(64) uint64_t consumed;           /* events taken out (drained or trimmed) */
+    uint64_t teed;                            /* events the trace's tee has read */
+    mh_lane_seg *read_seg;                    /* the segment holding `consumed` */
+    /* Shared, rarely written. */
+    _Alignas(64) _Atomic int state;           /* MH_LANE_* */
+    _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
+    struct mh_lane *next;                     /* the list of lanes; set before publication */
+} mh_lane;
+
+/* Every lane there is, newest first (lock-free push; never unlinked). */
+MH_HIDDEN extern _Atomic(mh_lane *) mh_lanes;
+/* The calling thread's lane, NULL until its first event (and again after
+ * its exit handler ran). */
+MH_HIDDEN extern __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
+/* Nonzero once an event was published that no drain has taken out yet.
+ * Set by every push (one plain store, to a line the consumer reads only
+ * when it drains); exchanged for 0 by the drain before it looks at the
+ * lanes, so an event published after that exchange leaves it set. */
+MH_HIDDEN extern _Atomic uint32_t mh_events_pending;
+
+/* Out of line: the calling thread's first event (a lane to own), or its
+ * current segment is full (the next one). */
+MH_HIDDEN memhook_event *mh_lane_slow_slot(void);
+
+/* Segments: take a spare or map a fresh one; give one back. */
+MH_HIDDEN mh_lane_seg *mh_lane_seg_get(mh_lane *lane);
+MH_HIDDEN void mh_lane_seg_put(mh_lane *lane, mh_lane_seg *seg);
+MH_HIDDEN void mh_lane_seg_stats(uint64_t *live, uint64_t *peak);
+
+/* The slot the calling thread's next event goes into.  Fill it, then
+ * mh_lane_publish(). */
+static inline memhook_event *mh_lane_slot(void)
+{
+    mh_lane *lane = mh_my_lane;
+    if (__builtin_expect(lane == NULL || lane->write_at == lane->write_end, 0))
+        return mh_lane_slow_slot();
+    memhook_event *slot = lane->write_at;
+    /* Ask for a line 8 events ahead in exclusive state now: the drain
+     * read it (its previous lap), and a store that has to take it back
+     * from the consumer's core would hold the next locked instruction (the
+     * live table's CAS) until it completes.  prefetchw is a NOP where it
+     * is not implemented. */
+    if (slot + 8 < lane->write_end)
+        __asm__ volatile("prefetchw %0" ::"m"(slot[8]));
+    return slot;
+}
+
+static inline void mh_lane_publish(void)
+{
+    mh_lane *lane = mh_my_lane;
+    lane->write_at++;
+    atomic_store_explicit(&lane->published, atomic_load_explicit(&lane->published,
+                                                                 memory_order_relaxed) + 1,
+                          memory_order_release);
+    atomic_store_explicit(&mh_events_pending, 1, memory_order_release);
+}
+
+#endif
