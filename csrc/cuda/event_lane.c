@@ -38,11 +38,13 @@ __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
  * query (see event_lane.h). */
 _Atomic uint32_t mh_events_pending;
 
-/* Drained segments kept mapped for any lane: mapping a fresh one costs a
- * system call and four page faults.  Process-wide pool, lock-free: a slot
+/* Drained segments kept mapped for any lane (1 MiB): mapping a fresh one
+ * costs a system call and four page faults, and unmapping one a TLB
+ * shootdown that interrupts every core the process runs on - a producer
+ * too.  A drainer that falls behind a burst frees what is beyond this.  Process-wide pool, lock-free: a slot
  * goes segment -> NULL only by exchange and NULL -> segment only by CAS
  * from NULL, so nobody compares against a reused pointer (no ABA). */
-#define SPARE_SEGMENTS 16
+#define SPARE_SEGMENTS 64
 static _Atomic(mh_lane_seg *) g_spares[SPARE_SEGMENTS];
 static _Atomic uint64_t g_segments_live, g_segments_peak;
 

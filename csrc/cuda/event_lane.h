@@ -40,9 +40,12 @@ _Static_assert(sizeof(mh_lane_seg) == 16384, "a lane segment is 16 KiB");
 enum { MH_LANE_FREE, MH_LANE_OWNED, MH_LANE_ORPHAN };
 
 typedef struct mh_lane {
-    /* The producer's line: only the owning thread writes it. */
-    _Alignas(64) _Atomic uint64_t published;  /* events written and visible */
-    mh_lane_seg *write_seg;                   /* where the next event goes */
+    /* Events written and visible: written by the owner, read by the drain
+     * - a line of its own, so the drain reading it does not take the
+     * owner's private fields away from its core. */
+    _Alignas(64) _Atomic uint64_t published;
+    /* The owner's private line. */
+    _Alignas(64) mh_lane_seg *write_seg;      /* where the next event goes */
     memhook_event *write_end;                 /* one past write_seg's last slot */
     memhook_event *write_at;                  /* the next slot */
     int32_t tid;                              /* the owner's kernel tid */

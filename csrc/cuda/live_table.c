@@ -12,8 +12,8 @@
  * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
  * EMPTY, TOMB (deleted), BUSY (being written) or an address; an insert
  * claims an EMPTY/TOMB slot with a CAS to BUSY, writes the record and
- * publishes the address with a release store; a take CASes the address to
- * TOMB after reading the record.  Keys are unique among live allocations
+ * publishes the address with a release store; a take reads the record and
+ * then stores TOMB (or EMPTY at a chain's end) over the address.  Keys are unique among live allocations
  * (CUDA never hands out one address twice without a free between), so an
  * insert may reuse the first TOMB it meets.  Probes stop after
  * MAX_PROBE slots; that bounds the time in a hook, and a miss is still
@@ -154,13 +154,20 @@ bool mh_live_take(uint64_t addr, mh_live *out)
             uint32_t at = (h + i) & (TABLE_SLOTS - 1);
             bool chain_end = atomic_load_explicit(&t[(at + 1) & (TABLE_SLOTS - 1)].key,
                                                   memory_order_acquire) == KEY_EMPTY;
-            if (atomic_compare_exchange_strong(&s->key, &k, chain_end ? KEY_EMPTY : KEY_TOMB)) {
-                *out = rec;
-                if (chain_end)
-                    sweep_tombs_before(t, at);
-                return true;
-            }
-            return false;
+            /* A plain store, not a CAS: a slot holding a live address is
+             * written by nobody else - inserts claim only EMPTY or TOMB
+             * slots, sweeps turn only TOMB into EMPTY.  Only a second take
+             * of the same address at the same moment (the application
+             * freeing one pointer twice, concurrently) could race it, and
+             * then both FREEs carry the size.  This saves a locked
+             * instruction per free, which would wait for the event slot
+             * stores still in this core's store buffer. */
+            atomic_store_explicit(&s->key, chain_end ? KEY_EMPTY : KEY_TOMB,
+                                  memory_order_release);
+            *out = rec;
+            if (chain_end)
+                sweep_tombs_before(t, at);
+            return true;
         }
     }
     return false;
