@@ -71,7 +71,10 @@ TARGETS: tuple[Target, ...] = (
         # constructor must come after the event queue's (csrc/trace/trace.c).
         sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c", "trace/*.c"),
         soname="libmemhook.so",
-        libs=("-ldl", "-lpthread"),
+        # nodelete: patched entry points, GOT slots and each thread's lane
+        # destructor (csrc/cuda/event_lane.c) point into it; a dlclose must
+        # never unmap it.
+        libs=("-ldl", "-lpthread", "-Wl,-z,nodelete"),
         includes=("bistro", "reloc", "core", "cuda", "trace"),
     ),
     Target(

@@ -260,6 +260,7 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
          * them (their seqs); the sink has seen them. */
         size_t nc = open_teed(cur, cap);
         n = merge(cur, nc, UINT64_MAX, true, out, capacity);
+        mh_clock_convert(out, n);  /* the slots keep raw stamps; the tee converted its copies */
         for (size_t i = 0; i < nc; i++)
             cur[i].lane->consumed = cur[i].at;
         if (n < capacity) {

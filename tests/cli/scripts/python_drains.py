@@ -34,6 +34,7 @@ def main() -> int:
     assert memhook.memory_type(int(early)) == memhook.MemoryType.CUDA, "early allocation lost"
     seen = []
     sub = memhook.subscribe(seen.append)
+    t0 = time.monotonic_ns()
     for i in range(rounds):
         ptr = check(cu.cuMemAlloc(4096 * (i + 1)))
         # The cache drains before answering: Python takes this event out.
@@ -42,7 +43,12 @@ def main() -> int:
         if i % 7 == 0:
             time.sleep(0.02)  # and sometimes the streamer reads first
     memhook.flush()
+    t1 = time.monotonic_ns()
     sub.close()
+    # Whoever read an event first (the streamer's tee or this drain), Python
+    # gets CLOCK_MONOTONIC ns, never a raw TSC stamp or the core's own flag.
+    bad = [e for e in seen if not t0 <= e.timestamp_ns <= t1 or e.flags & 0x80000000]
+    assert not bad, f"{len(bad)} events with a bad timestamp, e.g. {bad[0]}"
     check(cu.cuMemFree(early))
     allocs = sum(1 for e in seen if e.kind == memhook.EventKind.ALLOC)
     frees = sum(1 for e in seen if e.kind == memhook.EventKind.FREE)
