@@ -280,7 +280,23 @@ static double time_ctx_get_device(CUresult (*fn)(CUdevice *), long n)
     return (double)(now_ns() - t0) / (double)n;
 }
 
-static double time_record(uint64_t (*rec)(int, int, uint64_t, uint64_t, int, int, int), long n)
+/* The two timestamps a hooked pair takes (csrc/cuda/cuda_hooks.h,
+ * mh_clock_stamp): rdtsc for the FREE, lfence + rdtsc for the ALLOC. */
+static double time_stamps(long n)
+{
+    uint64_t sink = 0, t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        sink += __builtin_ia32_rdtsc();
+        __builtin_ia32_lfence();
+        sink += __builtin_ia32_rdtsc();
+    }
+    double r = (double)(now_ns() - t0) / (double)n;
+    return sink == 1 ? r + 1e-9 : r;
+}
+
+typedef int (*record_fn)(int, int, uint64_t, uint64_t, int, int, int);
+
+static double time_record(record_fn rec, long n)
 {
     uint64_t t0 = now_ns();
     for (long i = 0; i < n; i++)
@@ -290,15 +306,15 @@ static double time_record(uint64_t (*rec)(int, int, uint64_t, uint64_t, int, int
 
 static void print_profile(void *mh)
 {
-    uint64_t (*rec)(int, int, uint64_t, uint64_t, int, int, int) =
-        need(mh, "memhook_events_record");
+    record_fn rec = (record_fn)need(mh, "memhook_events_record");
     CUresult (*ctx_dev)(CUdevice *) = need(g_cuda, "cuCtxGetDevice");
-    double c[9], d[9], r[9];
+    double c[9], d[9], r[9], t[9];
     long n = 200000;
     for (int i = 0; i < 9; i++) {
         c[i] = time_clock(n);
         d[i] = time_ctx_get_device(ctx_dev, n);
         r[i] = time_record(rec, n);
+        t[i] = time_stamps(n);
     }
     printf("profile (each alone, ns per call): clock_gettime(CLOCK_MONOTONIC) %.1f | "
            "cuCtxGetDevice %.1f | memhook_events_record (one event, clock included, "
@@ -308,6 +324,8 @@ static void print_profile(void *mh)
     printf("profile: a hooked pair costs at least 2 x record + 1 x cuCtxGetDevice = %.1f ns; "
            "the rest of `added` is the wrappers and the live table\n",
            2 * median_of(r, 9) + median_of(d, 9));
+    printf("profile: the pair's two TSC stamps alone (rdtsc, lfence+rdtsc) cost %.1f ns on "
+           "this CPU\n", median_of(t, 9));
     extra_events += (uint64_t)9 * (uint64_t)n;
 }
 
