@@ -25,6 +25,8 @@
  *   --size BYTES          bytes per allocation (default 64)
  *   --no-drain            no drainer thread (the queue grows; drained after each round)
  *   --no-profile          skip the timing of the pieces (print_profile)
+ *   --no-paired           skip the paired in-thread measurement (paired_work)
+ *   --paired-block N      pairs per block there (default 500; 20 blocks a round)
  *   --goal-ns N           "goal met" when 1 thread adds at most N ns (default 60)
  *   --goal-pct P          ... or at most P percent (replaces --goal-ns)
  *   --label TEXT          what the driver is, for the header line
@@ -63,14 +65,20 @@ static int (*p_uninstall)(void);
 static size_t (*p_drain)(memhook_event *, size_t);
 static void (*p_stats)(memhook_queue_stats *);
 
-/* The entry points as the application would see them now (re-looked-up
- * after each install/uninstall). */
-static struct {
+typedef struct entry_points {
     alloc_fn alloc;
     free_fn free;
     alloc_async_fn alloc_async;
     free_async_fn free_async;
-} g_fn;
+} entry_points;
+
+/* The entry points as the application would see them now (re-looked-up
+ * after each install/uninstall). */
+static entry_points g_fn;
+/* While hooks are installed: what their wrappers call (bistro's
+ * trampoline, or the real definition) - the same driver code, no hook. */
+static entry_points g_orig;
+static void *(*p_original)(const char *);
 
 static void *need(void *h, const char *name)
 {
@@ -160,24 +168,30 @@ typedef struct worker {
     double ns_per_pair;
 } worker;
 
-static void run_pairs(enum api api, long n, size_t size, CUstream s)
+static void run_pairs_via(const entry_points *via, enum api api, long n, size_t size,
+                          CUstream s)
 {
     CUdeviceptr p;
     if (api == API_SYNC) {
-        alloc_fn a = g_fn.alloc;
-        free_fn f = g_fn.free;
+        alloc_fn a = via->alloc;
+        free_fn f = via->free;
         for (long i = 0; i < n; i++) {
             check(a(&p, size), "cuMemAlloc_v2");
             check(f(p), "cuMemFree_v2");
         }
     } else {
-        alloc_async_fn a = g_fn.alloc_async;
-        free_async_fn f = g_fn.free_async;
+        alloc_async_fn a = via->alloc_async;
+        free_async_fn f = via->free_async;
         for (long i = 0; i < n; i++) {
             check(a(&p, size, s), "cuMemAllocAsync");
             check(f(p, s), "cuMemFreeAsync");
         }
     }
+}
+
+static void run_pairs(enum api api, long n, size_t size, CUstream s)
+{
+    run_pairs_via(&g_fn, api, n, size, s);
 }
 
 static void *work(void *arg)
@@ -224,6 +238,80 @@ static double round_ns(enum api api, int threads, long pairs, size_t size)
     }
     pthread_barrier_destroy(&start);
     return sum / threads;
+}
+
+/* ---- paired in one thread ----
+ *
+ * The rounds above install and uninstall between rounds, and each round is
+ * a fresh thread (and stream): on the real driver the unhooked pair itself
+ * wanders from round to round (610-1020 ns for cuMemAllocAsync+FreeAsync on
+ * the H200 host) by more than the hooks cost.  Here, with the hooks
+ * installed, one thread alternates blocks of pairs through the hooked entry
+ * points and through the originals their wrappers call
+ * (memhook_hooks_original), ABBA within each round: both sides share the
+ * driver's state, the stream, the core and the moment.  The original side
+ * runs the same driver code (through bistro's trampoline when the entry is
+ * patched: one extra jump), so hooked minus original is what the hooks add. */
+
+typedef struct paired_job {
+    enum api api;
+    int rounds;
+    long blocks, block;
+    size_t size;
+    double added[512], base[512];
+} paired_job;
+
+static void *paired_work(void *arg)
+{
+    paired_job *j = arg;
+    check(p_cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+    CUstream s = NULL;
+    if (j->api == API_ASYNC)
+        check(p_cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+    run_pairs_via(&g_fn, j->api, j->block, j->size, s);  /* warm both paths */
+    run_pairs_via(&g_orig, j->api, j->block, j->size, s);
+    for (int r = 0; r < j->rounds; r++) {
+        uint64_t hooked_ns = 0, orig_ns = 0;
+        for (long b = 0; b < j->blocks; b++) {
+            for (int side = 0; side < 2; side++) {
+                int hooked = (side == 0) == (b % 2 == 0);
+                uint64_t t0 = now_ns();
+                run_pairs_via(hooked ? &g_fn : &g_orig, j->api, j->block, j->size, s);
+                uint64_t t = now_ns() - t0;
+                if (hooked)
+                    hooked_ns += t;
+                else
+                    orig_ns += t;
+            }
+        }
+        double pairs = (double)j->blocks * (double)j->block;
+        j->added[r] = ((double)hooked_ns - (double)orig_ns) / pairs;
+        j->base[r] = (double)orig_ns / pairs;
+    }
+    if (s) {
+        check(p_cuStreamSynchronize(s), "cuStreamSynchronize");
+        check(p_cuStreamDestroy(s), "cuStreamDestroy");
+    }
+    return NULL;
+}
+
+/* Hooked pairs the job makes (each gives two events). */
+static uint64_t paired_hooked_pairs(const paired_job *j)
+{
+    return (uint64_t)j->block + (uint64_t)j->rounds * (uint64_t)j->blocks * (uint64_t)j->block;
+}
+
+static void resolve_originals(void)
+{
+    g_orig.alloc = (alloc_fn)p_original("cuMemAlloc_v2");
+    g_orig.free = (free_fn)p_original("cuMemFree_v2");
+    g_orig.alloc_async = (alloc_async_fn)p_original("cuMemAllocAsync");
+    g_orig.free_async = (free_async_fn)p_original("cuMemFreeAsync");
+    if (!g_orig.alloc || !g_orig.free || !g_orig.alloc_async || !g_orig.free_async) {
+        fprintf(stderr, "hook_bench: memhook_hooks_original has no answer for a pair's "
+                        "function\n");
+        exit(4);
+    }
 }
 
 /* ---- statistics ---- */
@@ -376,7 +464,8 @@ int main(int argc, char **argv)
     const char *libcuda = NULL, *libmemhook = NULL, *label = NULL;
     char apis_s[64] = "sync,async", modes_s[128] = "bistro,reloc,bistro+reloc",
          threads_s[64] = "1,2";
-    int rounds = 21, drain = 1, real = 0, profile = 1;
+    int rounds = 21, drain = 1, real = 0, profile = 1, paired = 1;
+    long paired_blocks = 20, paired_block = 500;
     long pairs = 20000;
     size_t size = 64;
     double goal_ns = 60, goal_pct = -1;
@@ -408,6 +497,10 @@ int main(int argc, char **argv)
             drain = 0;
         else if (strcmp(a, "--no-profile") == 0)
             profile = 0;
+        else if (strcmp(a, "--no-paired") == 0)
+            paired = 0;
+        else if (OPT("--paired-block"))
+            paired_block = atol(v);
         else if (OPT("--goal-ns"))
             goal_ns = atof(v);
         else if (OPT("--goal-pct"))
@@ -420,11 +513,12 @@ int main(int argc, char **argv)
 #undef OPT
     }
     if (libmemhook == NULL || (libcuda == NULL) == (real == 0) || rounds < 1 ||
-        rounds > 512 || pairs < 1) {
+        rounds > 512 || pairs < 1 || paired_block < 1) {
         fprintf(stderr, "usage: hook_bench (--libcuda PATH | --real) --libmemhook PATH "
                         "[--api sync,async] [--modes bistro,reloc,bistro+reloc] "
                         "[--threads 1,2] [--rounds 21] [--pairs 20000] [--size 64] "
-                        "[--no-drain] [--no-profile] [--goal-ns 60 | --goal-pct 10]\n");
+                        "[--no-drain] [--no-profile] [--no-paired] [--paired-block 500] "
+                        "[--goal-ns 60 | --goal-pct 10]\n");
         return 2;
     }
 
@@ -444,6 +538,7 @@ int main(int argc, char **argv)
     p_uninstall = need(mh, "memhook_hooks_uninstall");
     p_drain = need(mh, "memhook_events_drain");
     p_stats = need(mh, "memhook_queue_stats_get");
+    p_original = need(mh, "memhook_hooks_original");
 
     CUresult (*p_cuInit)(unsigned) = need(g_cuda, "cuInit");
     CUresult (*p_cuDeviceGet)(CUdevice *, int) = need(g_cuda, "cuDeviceGet");
@@ -557,6 +652,49 @@ int main(int argc, char **argv)
                        (unsigned long long)(after.produced - before.produced));
                 fflush(stdout);
             }
+        }
+    }
+
+    if (paired) {
+        printf("\npaired in one thread: hooked entry vs the original it calls, alternating "
+               "blocks of %ld pairs, %ld blocks a round\n", paired_block, paired_blocks);
+        printf("%-32s %-13s %11s %9s %8s %17s  %s\n", "pair", "mode", "original ns",
+               "added ns", "added %", "paired p25..p75", goal_txt);
+    }
+    for (int ai = 0; paired && ai < n_api; ai++) {
+        enum api api = strcmp(apis[ai], "async") == 0 ? API_ASYNC : API_SYNC;
+        for (int mi = 0; mi < n_mode; mi++) {
+            static paired_job job;
+            job = (paired_job){.api = api, .rounds = rounds, .blocks = paired_blocks,
+                               .block = paired_block, .size = size};
+            install(mode_bits(modes[mi]));
+            resolve_originals();
+            pthread_t t;
+            if (pthread_create(&t, NULL, paired_work, &job) != 0) {
+                perror("pthread_create");
+                return 2;
+            }
+            pthread_join(t, NULL);
+            uninstall();
+            expected_events += 2 * paired_hooked_pairs(&job);
+            if (!drain)
+                drain_all();
+            double base = quantile(job.base, rounds, 0.5);
+            double added = quantile(job.added, rounds, 0.5), pct = 100.0 * added / base;
+            double d25 = quantile(job.added, rounds, 0.25), d75 = quantile(job.added, rounds, 0.75);
+            const char *verdict = (goal_pct >= 0 ? pct <= goal_pct : added <= goal_ns) ? "yes"
+                                                                                      : "NO";
+            char spread[32];
+            snprintf(spread, sizeof spread, "%.1f..%.1f", d25, d75);
+            printf("%-32s %-13s %11.1f %9.1f %7.1f%% %17s  %s (%g%s)\n", api_label[api],
+                   modes[mi], base, added, pct, spread, verdict,
+                   goal_pct >= 0 ? goal_pct : goal_ns, goal_pct >= 0 ? "%" : " ns");
+            printf("RESULT method=paired api=%s mode=%s threads=1 unhooked_ns=%.2f "
+                   "hooked_ns=%.2f added_ns=%.2f added_pct=%.2f paired_p25=%.2f "
+                   "paired_p75=%.2f rounds=%d blocks=%ld block=%ld size=%zu real=%d\n",
+                   api_name[api], modes[mi], base, base + added, added, pct, d25, d75, rounds,
+                   paired_blocks, paired_block, size, real);
+            fflush(stdout);
         }
     }
 

@@ -107,6 +107,7 @@ typedef struct memhook_hook_info {
 size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
+void *memhook_hooks_original(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);
 const volatile uint32_t *memhook_events_pending_flag(void);
 typedef struct memhook_queue_stats {

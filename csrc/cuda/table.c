@@ -48,3 +48,9 @@ int memhook_hook_index(const char *name)
             return i;
     return -1;
 }
+
+void *memhook_hooks_original(const char *name)
+{
+    int i = memhook_hook_index(name);
+    return i < 0 ? NULL : mh_next((mh_fn)i);
+}

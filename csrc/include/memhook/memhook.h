@@ -259,6 +259,11 @@ MEMHOOK_API size_t memhook_hook_count(void);
 MEMHOOK_API int memhook_hook_get(size_t index, memhook_hook_info *out);
 /* The table index of a function name, or -1. */
 MEMHOOK_API int memhook_hook_index(const char *name);
+/* What the wrapper of hook-table function `name` calls: bistro's trampoline
+ * when the entry is patched (the original code, relocated), else the real
+ * definition; NULL when unknown.  Calling it bypasses the hook - no event,
+ * no bookkeeping (bench/hook_bench.c times it against the hooked entry). */
+MEMHOOK_API void *memhook_hooks_original(const char *name);
 
 /* Move up to capacity pending events, in event order, into out.  Returns
  * how many.  Never blocks producers; consumers serialise on an internal
