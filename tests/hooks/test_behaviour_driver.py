@@ -18,7 +18,7 @@ from hooks_testing import MODES, SCRIPTS
 
 CASES = (
     "install", "coverage",
-    "cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocHost_v2",
+    "cuMemAlloc_v2", "original entry", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocHost_v2",
     "cuMemHostAlloc", "cuMemHostRegister", "cuMemHostRegister_v2", "cuMemMap",
     "cuMemMap (host memory)",
     "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",

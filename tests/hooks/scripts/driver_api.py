@@ -37,6 +37,7 @@ from hkchild import (
     expect_none,
     expect_one,
     expect_type,
+    fmt_all,
     install,
     load_driver,
     mode_arg,
@@ -85,6 +86,33 @@ def main() -> int:
                     name="cuMemAlloc_v2", size=HUGE, what="cuMemAlloc_v2(2^50)")
         run_failure(cases, rec, call=lambda: cu.cuMemAlloc_v2(byref(u64()), 0),
                     name="cuMemAlloc_v2", size=0, what="cuMemAlloc_v2(0)")
+
+    with cases.case("original entry"):
+        # memhook_hooks_original: what the wrapper calls, bypassing the hook
+        # (bench/hook_bench.c times it against the hooked entry).
+        from memhook._core import ffi, lib
+        orig_alloc = lib.memhook_hooks_original(b"cuMemAlloc_v2")
+        orig_free = lib.memhook_hooks_original(b"cuMemFree_v2")
+        cases.check(orig_alloc != ffi.NULL and orig_free != ffi.NULL,
+                    "memhook_hooks_original has no answer for cuMemAlloc_v2/cuMemFree_v2")
+        cases.check(lib.memhook_hooks_original(b"cuNoSuchFunction") == ffi.NULL,
+                    "an answer for a name outside the hook table")
+        rec.take()
+        if orig_alloc != ffi.NULL and orig_free != ffi.NULL:
+            a = ffi.cast("int (*)(uint64_t *, size_t)", orig_alloc)
+            f = ffi.cast("int (*)(uint64_t)", orig_free)
+            ptr = ffi.new("uint64_t *")
+            cases.check(a(ptr, 4096) == 0 and ptr[0] != 0, "the original cuMemAlloc_v2 failed")
+            cases.check(cu.cuMemGetAddressRange_v2(None, byref(u64()), ptr[0]) == 0,
+                        "the driver does not know the original's allocation")
+            cases.check(f(ptr[0]) == 0, "the original cuMemFree_v2 failed")
+            evs = rec.take()
+            cases.check(not evs, f"calls through the originals made events: {fmt_all(evs)}")
+            p, _ = alloc_v2(4096)  # and the hooked entry still records
+            free_v2(p)
+            kinds = [e.kind for e in rec.take()]
+            cases.check(kinds == [EventKind.ALLOC, EventKind.FREE],
+                        f"the hooked entry after the originals: {kinds}")
 
     def alloc_pitch_v2(size):
         width, height = (64, 1) if size == 64 else (1024, size // 1024)
