@@ -27,7 +27,13 @@
  * is handed out and f precedes it, f is not among the new events (its
  * stamp is below e's, by 1., hence below T), so it was in pass H, below T,
  * and in stamp order before e.  Events at or past the horizon wait for the
- * next drain; with no producer running, there is none and every event goes.
+ * next look (the drain looks up to four times); with no producer running
+ * there is no horizon and every event goes.
+ *
+ * A producer stopped between its stamp and its publication (preempted)
+ * holds nothing back: its event is in neither pass, and whatever is handed
+ * out meanwhile cannot depend on it (2.) - it comes out later, behind
+ * events with newer stamps.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -263,7 +269,12 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         mh_clock_convert(out, n);  /* the slots keep raw stamps; the tee converted its copies */
         for (size_t i = 0; i < nc; i++)
             cur[i].lane->consumed = cur[i].at;
-        if (n < capacity) {
+        /* Events newer than the horizon wait - but an event a caller is
+         * about to ask about (an ALLOC whose pointer it holds) may be one of
+         * them, so look again at once: what held them back is visible now.
+         * A few looks; producers that keep publishing in every window
+         * leave only their newest events for the next drain. */
+        for (int look = 0; look < 4 && n < capacity; look++) {
             uint64_t horizon;
             nc = open_unread(cur, cap, &horizon);
             size_t got = merge(cur, nc, horizon, false, out + n, capacity - n);
@@ -276,6 +287,8 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
                 mh_lane *l = cur[i].lane;
                 l->consumed = l->teed = cur[i].at;
             }
+            if (horizon == UINT64_MAX)
+                break;  /* nothing appeared meanwhile: all there was is out */
         }
         lanes_tidy();
     }
