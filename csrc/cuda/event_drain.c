@@ -120,22 +120,22 @@ static uint64_t lane_unread(const mh_lane *l)
 static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon)
 {
     size_t n = 0;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire);
-         l != NULL && n < cap; l = l->next) {
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
         uint64_t start = lane_unread(l);
         uint64_t end = atomic_load_explicit(&l->published, memory_order_acquire);
-        if (end != start)
+        l->scanned = start;  /* what pass G compares with: nothing taken from it... */
+        if (end != start && n < cap) {
             cur[n++] = (cursor){.lane = l, .seg = l->read_seg, .at = start, .end = end};
+            l->scanned = end;  /* ...or up to what this pass saw */
+        }
     }
     uint64_t h = UINT64_MAX;
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
          l = l->next) {
-        uint64_t seen = lane_unread(l);
-        for (size_t i = 0; i < n; i++)
-            if (cur[i].lane == l) {
-                seen = cur[i].end;
-                break;
-            }
+        /* A lane linked after pass H was never scanned: it starts at 0,
+         * and a fresh lane's `scanned` is 0 too. */
+        uint64_t seen = l->scanned > lane_unread(l) ? l->scanned : lane_unread(l);
         uint64_t now = atomic_load_explicit(&l->published, memory_order_acquire);
         if (now > seen) {
             cursor probe = {.lane = l, .seg = l->read_seg, .at = seen, .end = now};

@@ -52,6 +52,7 @@ typedef struct mh_lane {
     /* The consumer's line (under the consumer lock). */
     _Alignas(64) uint64_t consumed;           /* events taken out (drained or trimmed) */
     uint64_t teed;                            /* events the trace's tee has read */
+    uint64_t scanned;                         /* `published` as a drain's first pass read it */
     mh_lane_seg *read_seg;                    /* the segment holding `consumed` */
     /* Shared, rarely written. */
     _Alignas(64) _Atomic int state;           /* MH_LANE_* */
