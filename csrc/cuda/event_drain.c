@@ -12,9 +12,9 @@
  * before the FREE of the pointer it returned.  Two facts give it:
  *
  *  1. Stamps follow causality.  A FREE is stamped before the real free, an
- *     ALLOC after the real allocation returned (rdtscp waits for the call's
- *     loads), so if one call's effect reached the other, the first has the
- *     smaller stamp.
+ *     ALLOC after the real allocation returned (lfence first: the stamp
+ *     waits for the call's loads), so if one call's effect reached the
+ *     other, the first has the smaller stamp.
  *  2. Publication follows causality.  A FREE is published before the real
  *     free, an ALLOC before its pointer is returned: if event e depends on
  *     event f, f's publication happens-before e's.
@@ -34,6 +34,12 @@
  * holds nothing back: its event is in neither pass, and whatever is handed
  * out meanwhile cannot depend on it (2.) - it comes out later, behind
  * events with newer stamps.
+ *
+ * The one event outside 1. and 2.: a FREE of memory neither the live table
+ * nor the driver knew is stamped and published after the real call (its
+ * result is the news: emit.c), so an ALLOC reusing that address may come
+ * out first; the cache then sees a FREE of unknown size and marks the
+ * region UNKNOWN, which memory_type() resolves through the driver.
  */
 #include <pthread.h>
 #include <stdlib.h>
