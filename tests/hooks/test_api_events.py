@@ -36,6 +36,29 @@ def test_the_cache_drains_before_every_query() -> None:
     assert memhook.lookup(A + 100) is None
 
 
+def test_pending_flag_says_when_a_drain_has_work() -> None:
+    """The flag Python reads before every query (memhook_events_pending_flag):
+    set by a recorded event, cleared by the drain that takes the last one,
+    and still set while events another thread recorded wait."""
+    flag = _drain.lib.memhook_events_pending_flag()
+    memhook.flush()
+    assert flag[0] == 0
+    record(ALLOC, "cudaMalloc", A, 64)
+    assert flag[0] != 0
+    assert memhook.flush() == 1 and flag[0] == 0
+    done = threading.Event()
+
+    def other() -> None:
+        record(ALLOC, "cudaMalloc", A + 4096, 64)
+        done.set()
+
+    threading.Thread(target=other).start()
+    assert done.wait(10)
+    assert flag[0] != 0  # another thread's event, in its own lane
+    assert memhook.flush() == 1 and flag[0] == 0
+    assert memhook.memory_type(A + 4096) is M.CUDA
+
+
 @pytest.mark.parametrize("with_subscriber", [False, True])
 def test_events_feed_the_cache(with_subscriber: bool) -> None:
     """Both drain paths (plain rows; Event objects for subscribers) apply
