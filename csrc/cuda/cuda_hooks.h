@@ -167,10 +167,14 @@ typedef struct mh_live {
 
 /* Remember a live allocation (replacing a stale record of the same
  * address).  False when the table is too crowded near addr: the FREE will
- * ask the driver instead. */
+ * ask the driver instead.  True means a CAS succeeded (a locked
+ * instruction ran: emit.c counts on it). */
 MH_HIDDEN bool mh_live_insert(uint64_t addr, const mh_live *rec);
-/* Take (find and forget) the record of addr. */
-MH_HIDDEN bool mh_live_take(uint64_t addr, mh_live *out);
+/* Find the record of addr (and where it is, for mh_live_remove). */
+MH_HIDDEN bool mh_live_find(uint64_t addr, mh_live *out, uint32_t *where);
+/* Forget the record mh_live_find found, with a CAS (a locked instruction,
+ * whether or not it succeeds: emit.c counts on it). */
+MH_HIDDEN void mh_live_remove(uint64_t addr, uint32_t where);
 
 /* ---- driver_calls.c ---- */
 
@@ -208,6 +212,7 @@ typedef struct mh_free_plan {
     mh_live rec;
     bool known;
     bool from_table;
+    uint32_t table_slot;  /* where mh_live_find found it */
     uint32_t flags;
 } mh_free_plan;
 

@@ -30,8 +30,9 @@ static int32_t current_pid(void)
 
 void mh_emit_after_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
-static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
-                 int result, uint32_t flags)
+/* Write and publish one event; the caller then calls mh_lane_announce. */
+static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                        int device, int result, uint32_t flags)
 {
     memhook_event *e = mh_lane_slot();
     e->timestamp_ns = mh_clock_stamp(&flags, kind == MEMHOOK_EVENT_ALLOC);
@@ -49,28 +50,36 @@ static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, 
     mh_lane_publish();
 }
 
+static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
+                 int result, uint32_t flags)
+{
+    write_event(kind, f, addr, size, mem_type, device, result, flags);
+    mh_lane_announce(false);
+}
+
 void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_type, int device)
 {
     if (device == MH_DEVICE_CURRENT)
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    /* The live record first: its CAS would otherwise wait for the event
-     * slot's stores (a line the drainer last read) to leave the store
-     * buffer.  No FREE of addr can race it: the caller does not have addr
-     * until we return. */
+    write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0);
+    /* The live record after the event: its CAS is the fence that lets the
+     * announcement skip a store (event_lane.h).  No FREE of addr can race
+     * it: the caller does not have addr until we return. */
+    bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
         mh_live rec = {.size = size, .mem_type = mem_type, .device = device};
-        mh_live_insert(addr, &rec);
+        fenced = mh_live_insert(addr, &rec);
     }
-    push(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0);
+    mh_lane_announce(fenced);
 }
 
 void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan)
 {
     plan->addr = addr;
     plan->flags = 0;
-    plan->from_table = mh_live_take(addr, &plan->rec);
+    plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);
     plan->known = plan->from_table;
     if (!plan->known) {
         uint64_t base = 0, size = 0;
@@ -93,9 +102,15 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
         plan->flags |= MEMHOOK_EVENT_SIZE_UNKNOWN;
         mh_queue_note_free_source(false, true);
     }
-    if (plan->known)
-        push(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type, plan->rec.device,
-             0, plan->flags);
+    if (!plan->known)
+        return;
+    write_event(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type,
+                plan->rec.device, 0, plan->flags);
+    /* Forget the record after the event: the CAS is the announcement's
+     * fence (event_lane.h). */
+    if (plan->from_table)
+        mh_live_remove(addr, plan->table_slot);
+    mh_lane_announce(plan->from_table);
 }
 
 void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)

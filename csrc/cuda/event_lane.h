@@ -26,6 +26,10 @@
 
 #include "cuda_hooks.h"
 
+#if !defined(__x86_64__)
+#error "the event queue counts on x86-64 ordering (mh_lane_announce)"
+#endif
+
 /* 255 events and the header in 16 KiB. */
 #define MH_LANE_SEG_SLOTS 255u
 
@@ -66,9 +70,9 @@ MH_HIDDEN extern _Atomic(mh_lane *) mh_lanes;
  * its exit handler ran). */
 MH_HIDDEN extern __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
 /* Nonzero once an event was published that no drain has taken out yet.
- * Set by every push (one plain store, to a line the consumer reads only
- * when it drains); exchanged for 0 by the drain before it looks at the
- * lanes, so an event published after that exchange leaves it set. */
+ * Set after a push (mh_lane_announce); exchanged for 0 by the drain before
+ * it looks at the lanes, so an event published after that exchange leaves
+ * it set. */
 MH_HIDDEN extern _Atomic uint32_t mh_events_pending;
 
 /* Out of line: the calling thread's first event (a lane to own), or its
@@ -98,6 +102,7 @@ static inline memhook_event *mh_lane_slot(void)
     return slot;
 }
 
+/* Make the slot visible to the drain.  Then mh_lane_announce. */
 static inline void mh_lane_publish(void)
 {
     mh_lane *lane = mh_my_lane;
@@ -105,7 +110,23 @@ static inline void mh_lane_publish(void)
     atomic_store_explicit(&lane->published, atomic_load_explicit(&lane->published,
                                                                  memory_order_relaxed) + 1,
                           memory_order_release);
-    atomic_store_explicit(&mh_events_pending, 1, memory_order_release);
+}
+
+/* Tell the drain there is news: set mh_events_pending.  Storing it on every
+ * event would move its cache line between the cores of every producing
+ * thread (a hooked pair cost 165-195 ns with 2 threads instead of 83-96 on
+ * the H200 host), so a producer that finds it set already leaves it - but
+ * only when a locked instruction ran between its publication and this
+ * read (`fenced`): otherwise its read could be served before its
+ * publication left the store buffer, a drain could clear the flag and miss
+ * the event, and nothing would set the flag again.  With the fence, a
+ * flag read as set was cleared (if at all) after the publication was
+ * visible to every core, so the clearing drain sees the event.  (x86-64:
+ * a LOCK-prefixed instruction is a full barrier.) */
+static inline void mh_lane_announce(bool fenced)
+{
+    if (!fenced || !atomic_load_explicit(&mh_events_pending, memory_order_relaxed))
+        atomic_store_explicit(&mh_events_pending, 1, memory_order_release);
 }
 
 #endif

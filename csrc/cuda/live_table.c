@@ -12,8 +12,9 @@
  * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
  * EMPTY, TOMB (deleted), BUSY (being written) or an address; an insert
  * claims an EMPTY/TOMB slot with a CAS to BUSY, writes the record and
- * publishes the address with a release store; a take reads the record and
- * then stores TOMB (or EMPTY at a chain's end) over the address.  Keys are unique among live allocations
+ * publishes the address with a release store; a FREE finds the record, and
+ * once its event is out, CASes the address to TOMB (or EMPTY at a chain's
+ * end).  Keys are unique among live allocations
  * (CUDA never hands out one address twice without a free between), so an
  * insert may reuse the first TOMB it meets.  Probes stop after
  * MAX_PROBE slots; that bounds the time in a hook, and a miss is still
@@ -138,37 +139,38 @@ static void sweep_tombs_before(live_slot *t, uint32_t i)
     }
 }
 
-bool mh_live_take(uint64_t addr, mh_live *out)
+bool mh_live_find(uint64_t addr, mh_live *out, uint32_t *where)
 {
     live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
     if (t == NULL || !is_address(addr))
         return false;
     uint32_t h = home(addr);
     for (uint32_t i = 0; i < MAX_PROBE; i++) {
-        live_slot *s = &t[(h + i) & (TABLE_SLOTS - 1)];
-        uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        uint32_t at = (h + i) & (TABLE_SLOTS - 1);
+        uint64_t k = atomic_load_explicit(&t[at].key, memory_order_acquire);
         if (k == KEY_EMPTY)
             return false;
         if (k == addr) {
-            mh_live rec = s->rec;
-            uint32_t at = (h + i) & (TABLE_SLOTS - 1);
-            bool chain_end = atomic_load_explicit(&t[(at + 1) & (TABLE_SLOTS - 1)].key,
-                                                  memory_order_acquire) == KEY_EMPTY;
-            /* A plain store, not a CAS: a slot holding a live address is
-             * written by nobody else - inserts claim only EMPTY or TOMB
-             * slots, sweeps turn only TOMB into EMPTY.  Only a second take
-             * of the same address at the same moment (the application
-             * freeing one pointer twice, concurrently) could race it, and
-             * then both FREEs carry the size.  This saves a locked
-             * instruction per free, which would wait for the event slot
-             * stores still in this core's store buffer. */
-            atomic_store_explicit(&s->key, chain_end ? KEY_EMPTY : KEY_TOMB,
-                                  memory_order_release);
-            *out = rec;
-            if (chain_end)
-                sweep_tombs_before(t, at);
+            *out = t[at].rec;
+            *where = at;
             return true;
         }
     }
     return false;
+}
+
+void mh_live_remove(uint64_t addr, uint32_t where)
+{
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    bool chain_end = atomic_load_explicit(&t[(where + 1) & (TABLE_SLOTS - 1)].key,
+                                          memory_order_acquire) == KEY_EMPTY;
+    /* A CAS although a slot holding a live address has no other writer
+     * (inserts claim only EMPTY or TOMB slots, sweeps turn only TOMB into
+     * EMPTY; a concurrent double free of the address makes it fail, which
+     * is harmless): the caller uses this locked instruction as the fence
+     * between publishing the FREE and reading the pending flag (emit.c). */
+    uint64_t k = addr;
+    if (atomic_compare_exchange_strong(&t[where].key, &k, chain_end ? KEY_EMPTY : KEY_TOMB) &&
+        chain_end)
+        sweep_tombs_before(t, where);
 }

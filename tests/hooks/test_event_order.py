@@ -29,3 +29,20 @@ def test_a_reused_address_is_freed_before_it_is_allocated_again(native, tmp_path
     env = native.env(**({"MEMHOOK_CLOCK": "monotonic"} if clock == "monotonic" else {}))
     out = native.run([str(exe)], env=env, timeout=240).stdout
     assert out.startswith("ok events 320800 ") and "(128 with 128 threads at once)" in out, out
+
+
+def test_pending_flag_never_hides_an_event(native, tmp_path: Path) -> None:
+    """fixtures/pending_wakeup.c: 4 threads allocate and free through the
+    installed hooks in 300 bursts while the main thread drains; after each
+    burst, with every producer idle, the flag Python's fast path reads must
+    be set if anything is pending, and in the end every event arrives.  (A
+    hook skips the flag store when it finds the flag set, behind a fence;
+    the race that fence closes - a drain clearing the flag while the event
+    is still in the producer's store buffer - did not show on the dev box
+    even with the fence removed, so this test holds the invariant, not the
+    fence: an announcement that never stores fails it at once.)"""
+    exe = native.compile(FIXTURES / "pending_wakeup.c", tmp_path / "pending_wakeup",
+                         extra=[f"-L{native.core.parent}", "-lmemhook",
+                                f"-Wl,-rpath,{native.core.parent}", "-lpthread", "-ldl"])
+    out = native.run([str(exe), str(native.libcuda)], timeout=240).stdout
+    assert out.startswith("ok events 120000 bursts 300"), out
