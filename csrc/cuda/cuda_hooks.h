@@ -190,6 +190,9 @@ MH_HIDDEN bool mh_handle_kind(uint64_t handle, int *mem_type, int *device);
 /* cudaGetSymbolSize from the runtime that defines `symbol_address_fn`. */
 MH_HIDDEN bool mh_runtime_symbol_size(void *cudaGetSymbolAddress_fn, const void *symbol,
                                       uint64_t *size);
+/* Look the driver's entry points up now, if the driver is loaded (install
+ * calls it, so that hooks need not). */
+MH_HIDDEN void mh_driver_calls_prepare(void);
 /* Forget cached driver entry points (the driver was unloaded). */
 MH_HIDDEN void mh_driver_calls_reset(void);
 

@@ -5,8 +5,10 @@
  * is managed (a __managed__ variable's cudaGetSymbolAddress), and the size
  * of a runtime symbol.
  *
- * The entry points are looked up in the loaded libcuda.so.1 on first use
- * and cached.  These functions are not hooked, and they run with the
+ * The entry points are looked up in the loaded libcuda.so.1 at install
+ * (mh_driver_calls_prepare), so that a hook does not dlopen - the loader's
+ * lock - on its first call; a driver loaded after install is looked up on
+ * first use instead.  Cached either way.  These functions are not hooked, and they run with the
  * caller's mh_hook_depth already raised, so anything the driver calls in
  * turn passes through unrecorded.
  */
@@ -46,6 +48,14 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
     if (fn != NULL)
         atomic_store_explicit(cache, fn, memory_order_release);
     return fn;
+}
+
+void mh_driver_calls_prepare(void)
+{
+    driver_symbol(&g_ctx_get_device, "cuCtxGetDevice");
+    driver_symbol(&g_get_address_range, "cuMemGetAddressRange_v2");
+    driver_symbol(&g_handle_properties, "cuMemGetAllocationPropertiesFromHandle");
+    driver_symbol(&g_pointer_get_attribute, "cuPointerGetAttribute");
 }
 
 void mh_driver_calls_reset(void)

@@ -253,6 +253,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (!(mode & MEMHOOK_MODE_RELOC))
         reloc_remove();
     g_mode = mode;
+    if (mode != 0)
+        mh_driver_calls_prepare();
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
