@@ -92,17 +92,23 @@ MH_SIGNATURE(cudaError_t, cudaHostUnregister, (void *ptr))
 
 /* ---- the two shapes most wrappers share ---- */
 
+/* How every wrapper starts: find what it calls (real_), and pass straight
+ * through when not recording - hooks off, nested inside another wrapper, or
+ * `pass_through` (a call that hands out no memory). */
+#define MH_WRAPPER_ENTER(ret_t, name, args, pass_through)                      \
+    name##_fn real_ = (name##_fn)mh_next(MH_FN_##name);                       \
+    if (real_ == NULL)                                                        \
+        return (ret_t)mh_unresolved(MH_FN_##name);                            \
+    if ((pass_through) || !mh_record_begin())                                 \
+        return real_ args;
+
 /* An allocating call: pass through when not recording; else call, then
  * emit one ALLOC with the address and size the expressions compute (they
  * may read the call's outputs; they are only evaluated on success). */
 #define MH_ALLOC_WRAPPER(ret_t, name, params, args, addr_expr, size_expr, mem_type, device)  \
     ret_t mh_w_##name params                                                  \
     {                                                                         \
-        name##_fn real_ = (name##_fn)mh_next(MH_FN_##name);                   \
-        if (real_ == NULL)                                                    \
-            return (ret_t)mh_unresolved(MH_FN_##name);                        \
-        if (!mh_record_begin())                                               \
-            return real_ args;                                                \
+        MH_WRAPPER_ENTER(ret_t, name, args, false)                            \
         ret_t r_ = real_ args;                                                \
         uint64_t addr_ = r_ == 0 ? (uint64_t)(addr_expr) : 0;                 \
         uint64_t size_ = (uint64_t)(size_expr);                               \
@@ -116,11 +122,7 @@ MH_SIGNATURE(cudaError_t, cudaHostUnregister, (void *ptr))
 #define MH_FREE_WRAPPER(ret_t, name, params, args, addr_expr, given_size)     \
     ret_t mh_w_##name params                                                  \
     {                                                                         \
-        name##_fn real_ = (name##_fn)mh_next(MH_FN_##name);                   \
-        if (real_ == NULL)                                                    \
-            return (ret_t)mh_unresolved(MH_FN_##name);                        \
-        if (!mh_record_begin())                                               \
-            return real_ args;                                                \
+        MH_WRAPPER_ENTER(ret_t, name, args, false)                            \
         uint64_t addr_ = (uint64_t)(addr_expr);                               \
         if (addr_ == 0) {                                                     \
             ret_t r0_ = real_ args;                                           \

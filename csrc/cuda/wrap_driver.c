@@ -56,12 +56,8 @@ MH_FREE_WRAPPER(CUresult, cuMemHostUnregister, (void *p), (p), (uintptr_t)p, 0)
 CUresult mh_w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                        CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    cuMemMap_fn real = (cuMemMap_fn)mh_next(MH_FN_cuMemMap);
-    if (real == NULL)
-        return (CUresult)mh_unresolved(MH_FN_cuMemMap);
-    if (!mh_record_begin())
-        return real(ptr, size, offset, handle, flags);
-    CUresult r = real(ptr, size, offset, handle, flags);
+    MH_WRAPPER_ENTER(CUresult, cuMemMap, (ptr, size, offset, handle, flags), false)
+    CUresult r = real_(ptr, size, offset, handle, flags);
     int mem_type = MEMHOOK_MEM_UNKNOWN, device = -1;
     if (r == CUDA_SUCCESS)
         mh_handle_kind(handle, &mem_type, &device);
@@ -94,15 +90,11 @@ MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync_ptsz,
 #define MH_GLOBAL_WRAPPER(name, ptr_t, size_t_, handle_t, mem_type)              \
     CUresult mh_w_##name(ptr_t *dptr, size_t_ *bytes, handle_t h, const char *n)  \
     {                                                                            \
-        name##_fn real = (name##_fn)mh_next(MH_FN_##name);                       \
-        if (real == NULL)                                                        \
-            return (CUresult)mh_unresolved(MH_FN_##name);                        \
         /* dptr NULL: a size-only query hands out no memory - no event */      \
-        if (dptr == NULL || !mh_record_begin())                                  \
-            return real(dptr, bytes, h, n);                                      \
+        MH_WRAPPER_ENTER(CUresult, name, (dptr, bytes, h, n), dptr == NULL)      \
         size_t_ own = 0;                                                         \
         size_t_ *sizep = bytes != NULL ? bytes : &own;                           \
-        CUresult r = real(dptr, sizep, h, n);                                    \
+        CUresult r = real_(dptr, sizep, h, n);                                   \
         mh_emit_alloc(MH_FN_##name, r, r == CUDA_SUCCESS ? (uint64_t)*dptr : 0,  \
                       r == CUDA_SUCCESS ? (uint64_t)*sizep : 0, mem_type, CUR);  \
         mh_record_end();                                                         \
