@@ -188,6 +188,16 @@ class Checker:
         return {k: dict(v) for k, v in sorted(out.items())}
 
 
+def host_spots() -> tuple[mmap.mmap, Callable[[int], int]]:
+    """Page-aligned host memory to register, one spot per round size (64 B,
+    1 MiB, 256 MiB) that never overlaps another: the mapping (keep it alive)
+    and spot(size) -> address."""
+    arena = mmap.mmap(-1, 2 * 256 * MiB + 8 * MiB)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+    offsets = {64: 0, MiB: 4096, 256 * MiB: 4096 + 2 * MiB}
+    return arena, lambda n: base + offsets[n]
+
+
 def _loaded(fragment: str) -> list[str]:
     with open("/proc/self/maps") as f:
         return sorted({line.split()[-1] for line in f if fragment in line and "/" in line})
@@ -223,13 +233,11 @@ def case_driver(c: Checker) -> None:
                  plain(lambda n: cu.cuMemAllocManaged(
                      n, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL.value)),
                  lambda p: ok(cu.cuMemFree(p)), MT.CUDA_MANAGED)
-    arena = mmap.mmap(-1, 2 * 256 * MiB + 8 * MiB)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
-    offsets = {64: 0, MiB: 4096, 256 * MiB: 4096 + 2 * MiB}
+    _arena, spot = host_spots()  # (kept alive while registered)
 
     def register(n: int) -> tuple[int, int]:
-        ok(cu.cuMemHostRegister(base + offsets[n], n, 0))
-        return base + offsets[n], n
+        ok(cu.cuMemHostRegister(spot(n), n, 0))
+        return spot(n), n
 
     c.api_rounds("cuMemHostRegister", register, lambda p: ok(cu.cuMemHostUnregister(p)),
                  MT.CUDA_HOST)
@@ -275,13 +283,11 @@ def case_runtime(c: Checker) -> None:
         return int(p), int(pitch_) * height
 
     c.api_rounds("cudaMallocPitch", pitch, lambda p: ok(rt.cudaFree(p)), MT.CUDA)
-    arena = mmap.mmap(-1, 2 * 256 * MiB + 8 * MiB)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
-    offsets = {64: 0, MiB: 4096, 256 * MiB: 4096 + 2 * MiB}
+    _arena, spot = host_spots()  # (kept alive while registered)
 
     def register(n: int) -> tuple[int, int]:
-        ok(rt.cudaHostRegister(base + offsets[n], n, 0))
-        return base + offsets[n], n
+        ok(rt.cudaHostRegister(spot(n), n, 0))
+        return spot(n), n
 
     c.api_rounds("cudaHostRegister", register, lambda p: ok(rt.cudaHostUnregister(p)),
                  MT.CUDA_HOST)

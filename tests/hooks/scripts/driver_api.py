@@ -28,6 +28,7 @@ from hkchild import (
     CUmemPoolProps,
     MiB,
     Recorder,
+    alloc_free_v2,
     byref,
     c_size_t,
     c_uint,
@@ -70,13 +71,7 @@ def main() -> int:
     u32, u64, vp, sz = ctypes.c_uint32, c_uint64, c_void_p, c_size_t
 
     # ---- device memory, 64-bit ABI ----
-    def alloc_v2(size):
-        p = u64()
-        assert cu.cuMemAlloc_v2(byref(p), size) == 0
-        return p.value, size
-
-    def free_v2(p):
-        assert cu.cuMemFree_v2(p) == 0
+    alloc_v2, free_v2 = alloc_free_v2(cu)
 
     with cases.case("cuMemAlloc_v2"):
         run_api_rounds(cases, rec, alloc=alloc_v2, free=free_v2, alloc_name="cuMemAlloc_v2",

@@ -32,6 +32,7 @@ from hkchild import (
     Cases,
     MiB,
     Recorder,
+    alloc_free_v2,
     byref,
     c_uint64,
     check_install,
@@ -154,13 +155,7 @@ def child(mode: str, cu, rec: Recorder, parent: int) -> dict:
     collect = Collect()
     primary_context(cu)
 
-    def alloc_v2(size):
-        p = c_uint64()
-        assert cu.cuMemAlloc_v2(byref(p), size) == 0
-        return p.value, size
-
-    def free_v2(p):
-        assert cu.cuMemFree_v2(p) == 0
+    alloc_v2, free_v2 = alloc_free_v2(cu)
 
     rec.take()
     run_api_rounds(collect, rec, alloc=alloc_v2, free=free_v2, alloc_name="cuMemAlloc_v2",

@@ -257,6 +257,20 @@ def primary_context(cu: Lib) -> c_void_p:
     return ctx
 
 
+def alloc_free_v2(cu: Lib) -> tuple[Callable[[int], tuple[int, int]], Callable[[int], None]]:
+    """cuMemAlloc_v2 and cuMemFree_v2 as run_api_rounds takes them: alloc(size)
+    -> (pointer, size), free(pointer); each asserts the call succeeded."""
+    def alloc(size: int) -> tuple[int, int]:
+        p = c_uint64()
+        assert cu.cuMemAlloc_v2(byref(p), size) == 0
+        return p.value, size
+
+    def free(p: int) -> None:
+        assert cu.cuMemFree_v2(p) == 0
+
+    return alloc, free
+
+
 def install(mode: str) -> memhook.HookReport:
     return memhook.install(MODES[mode])
 

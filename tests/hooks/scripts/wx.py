@@ -25,6 +25,7 @@ from hkchild import (
     Cases,
     MiB,
     Recorder,
+    alloc_free_v2,
     byref,
     c_size_t,
     c_uint64,
@@ -73,13 +74,7 @@ def main() -> int:
         changed = code_changes("libcuda.so.1", names)
         cases.check(not changed, f"driver code changed at {changed}")
 
-    def alloc_v2(size):
-        p = c_uint64()
-        assert cu.cuMemAlloc_v2(byref(p), size) == 0
-        return p.value, size
-
-    def free_v2(p):
-        assert cu.cuMemFree_v2(p) == 0
+    alloc_v2, free_v2 = alloc_free_v2(cu)
 
     with cases.case("driver calls through reloc"):
         run_api_rounds(cases, rec, alloc=alloc_v2, free=free_v2, alloc_name="cuMemAlloc_v2",
