@@ -48,6 +48,13 @@ Prints:
 A UCX mode that cannot install on this driver (UCX's bistro refuses a
 prologue it cannot decode, which it does for the simulator's) is reported
 with UCX's own diagnostic, not measured.
+
+Drivers (--driver): ``sim``, memhook's simulator (its pair maps pages: several
+us of system calls, noisy; UCX's bistro refuses its prologues, so only reloc
+compares); ``stub``, bench/ucx_stub_driver.c, whose pair costs a few ns and
+whose entries begin as libcuda 580's do, so every mode of both sides installs
+and `added` is each side's own cost on this CPU; ``real`` (or --real), the
+system's libcuda.so.1: the goal's figures.
 """
 from __future__ import annotations
 
@@ -211,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--core", type=Path, help="folder with libmemhook.so and sim/lib/ "
                                               "(default: the package's, else built here)")
     ap.add_argument("--driver", choices=("sim", "stub", "real"), default="sim",
-                    help="sim: memhook's simulator (default); stub: bench/hook_bench_stub_driver.c, "
-                         "whose pair costs a few ns (the hooks' own cost); real: libcuda.so.1")
+                    help="sim: memhook's simulator (default); stub: bench/ucx_stub_driver.c, "
+                         "whose pair costs a few ns, so `added` is the hooks' own cost; "
+                         "real: the system's libcuda.so.1")
     ap.add_argument("--real", action="store_true", help="same as --driver real")
     ap.add_argument("--quick", action="store_true", help="3 processes, 5 rounds, fewer pairs")
     ap.add_argument("--procs", type=int, help="processes per configuration (default 5)")
@@ -249,12 +257,12 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
     if args.driver == "real":
         libcuda = _system_libcuda()
     elif args.driver == "stub":
-        # As bench/hook_bench.py builds it: real call frames, so that a
-        # bistro has whole instructions to move.
+        # hook_bench's stub with NVIDIA-shaped entries (see the file), built
+        # as bench/hook_bench.py builds its stub.
         libcuda = tmp / "stub" / "libcuda.so.1"
         libcuda.parent.mkdir()
         subprocess.run([cc, *CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden",
-                        "-fno-optimize-sibling-calls", str(HERE / "hook_bench_stub_driver.c"),
+                        "-fno-optimize-sibling-calls", str(HERE / "ucx_stub_driver.c"),
                         "-o", str(libcuda), "-Wl,-soname,libcuda.so.1"], check=True)
     else:
         libcuda = core / "sim" / "lib" / "libcuda.so.1"
