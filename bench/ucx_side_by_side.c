@@ -270,8 +270,10 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    /* 1. The library in, nothing installed. */
+    /* 1. The library in, nothing installed (its load timed: a library's
+     * constructors may install hooks of their own). */
     void *lib = NULL;
+    uint64_t load0 = now_ns();
     ucx_lookup_fn ucx_lookup = NULL;
     ucx_status_string_fn ucx_status_string = NULL;
     if (is_mh) {
@@ -292,6 +294,7 @@ int main(int argc, char **argv)
         ucx_lookup = (ucx_lookup_fn)need(lib, "ucs_memtype_cache_lookup");
         ucx_status_string = (ucx_status_string_fn)dlsym(lib, "ucs_status_string");
     }
+    double load_us = (double)(now_ns() - load0) / 1e3;
 
     CUdevice dev;
     CUcontext ctx;
@@ -388,14 +391,15 @@ int main(int argc, char **argv)
 
     double mb = rounds ? median(before, rounds) : 0, ma = rounds ? median(after, rounds) : 0;
     printf("side %s mode %s: driver %s (version %d); %d rounds x %ld pairs of %zu B; "
-           "install %.1f us; pair before %.1f ns, after %.1f ns, added %.1f ns; "
+           "load %.1f us, install %.1f us; pair before %.1f ns, after %.1f ns, added %.1f ns; "
            "cuMemAlloc_v2 region %s, cuMemAllocAsync region %s, host %s\n",
-           side, is_mh || is_ucx ? mode : "-", driver, version, rounds, pairs, size, install_us,
-           mb, ma, ma - mb, t_sync, t_async, t_host);
+           side, is_mh || is_ucx ? mode : "-", driver, version, rounds, pairs, size, load_us,
+           install_us, mb, ma, ma - mb, t_sync, t_async, t_host);
     printf("RESULT side=%s mode=%s rounds=%d pairs=%ld size=%zu before_ns=%.2f after_ns=%.2f "
-           "added_ns=%.2f install_us=%.2f type_sync=%s type_async=%s type_host=%s "
+           "added_ns=%.2f load_us=%.2f install_us=%.2f type_sync=%s type_async=%s type_host=%s "
            "events_expected=%llu events_produced=%llu events_drained=%llu driver_version=%d\n",
-           side, is_mh || is_ucx ? mode : "-", rounds, pairs, size, mb, ma, ma - mb, install_us,
+           side, is_mh || is_ucx ? mode : "-", rounds, pairs, size, mb, ma, ma - mb, load_us,
+           install_us,
            t_sync, t_async, t_host, expected, produced,
            (unsigned long long)atomic_load(&g_drained), version);
     fflush(stdout);

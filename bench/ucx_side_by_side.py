@@ -292,6 +292,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
 
     configs = [Config("none", "-")] + [Config(s, m) for m in MODES for s in ("memhook", "ucx")]
     installs: dict[str, list[float]] = {c.name: [] for c in configs}
+    loads: dict[str, list[float]] = {c.name: [] for c in configs}
     print(f"ucx_side_by_side: driver {libcuda} ({args.driver}); "
           f"UCX {ucx.libucs} ({ucx.origin}); memhook {core / 'libmemhook.so'}", flush=True)
     print(f"  {procs} processes per configuration, interleaved; each {rounds} rounds of "
@@ -313,6 +314,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
                 print(f"  {cfg.name}: could not run: {got}", flush=True)
                 continue
             installs[cfg.name].append(float(got["install_us"]))
+            loads[cfg.name].append(float(got["load_us"]))
             if measuring:
                 cfg.rows.append(got)
                 print(f"  process {p + 1}/{procs} {cfg.name:<18} before {float(got['before_ns']):8.1f}"
@@ -360,8 +362,8 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
           "libucm_cuda, installs its hooks, scans /proc/self/maps)")
     print(f"{'mode':<14} {'memhook':>24} {'UCX':>24}")
 
-    def inst(name: str) -> str:
-        v = installs.get(name) or []
+    def inst(name: str, table: dict[str, list[float]] = installs) -> str:
+        v = table.get(name) or []
         if by[name].failure and not v:
             return "n/a"
         if not v:
@@ -375,6 +377,14 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
             v = installs.get(f"{side} {mode}") or []
             summary.setdefault(f"{side} {mode}", {})["install_ms_median"] = (
                 statistics.median(v) / 1e3 if v else None)
+
+    print("library load before it (dlopen, nothing installed yet; ms):")
+    for mode in MODES:
+        print(f"{mode:<14} {inst('memhook ' + mode, loads):>24} {inst('ucx ' + mode, loads):>24}")
+    print("(UCX's load includes the mmap/munmap/mremap/shmat/shmdt/sbrk/brk/madvise hooks its "
+          "memory module installs then, by bistro unless UCX_MEM_MMAP_HOOK_MODE says "
+          "otherwise; each UCX bistro patch waits UCX_MEM_BISTRO_GRACE_DURATION, 50 ms by "
+          "default, for threads inside the patched code)")
 
     print("\n3. the memory type each side gives a region (UCX: ucs_memtype_cache_lookup; "
           "memhook: the mem_type of its ALLOC event, which memhook's cache and memory_type "
@@ -399,7 +409,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
         print("\n(simulator figures: its pair maps real pages, several us of system calls, so "
               "these say nothing about the goal; the goal is for the H200: --real)")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "installs_us": installs,
+        args.json.write_text(json.dumps({"summary": summary, "installs_us": installs, "loads_us": loads,
                                          "rows": {c.name: c.rows for c in configs},
                                          "driver": args.driver, "ucx": str(ucx.libucs)}, indent=1))
     # memhook must run in every mode; a UCX mode it cannot install is UCX's limit.
