@@ -44,7 +44,8 @@ Prints:
   3. the memory type each side gives a cuMemAlloc_v2 region, a
      cuMemAllocAsync region and a malloc'd host buffer: UCX's
      ucs_memtype_cache_lookup, memhook's ALLOC event (what memhook's cache,
-     and memory_type, answer from).
+     and memory_type, answer from), and - where memhook is importable -
+     memhook.memory_type itself, in a fresh Python process per mode.
 A UCX mode that cannot install on this driver (UCX's bistro refuses a
 prologue it cannot decode, which it does for the simulator's) is reported
 with UCX's own diagnostic, not measured.
@@ -205,6 +206,45 @@ def _ucx_why(exe: Path, cfg: Config, env: dict[str, str], args: list[str],
     why = [re.sub(r"^\[[^]]*\] \[[^]]*\]\s*", "", ln) for ln in
            (proc.stdout + proc.stderr).splitlines() if "failed to" in ln]
     return "UCX could not install: " + " | ".join(why[:2]) if why else ""
+
+
+# memhook's own Python answer for the regions the C program asks about: the
+# hooks in first (so the cache can vouch for host memory), then the driver.
+PY_TYPES = r"""
+import ctypes, json, sys
+import memhook
+memhook.install(sys.argv[1])
+cuda = ctypes.CDLL("libcuda.so.1")
+u64, vp = ctypes.c_uint64, ctypes.c_void_p
+cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
+cuda.cuMemAllocAsync.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t, vp]
+ctx, stream, sync_p, async_p = vp(), vp(), u64(), u64()
+for rc in (cuda.cuInit(0), cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0),
+           cuda.cuCtxSetCurrent(ctx), cuda.cuStreamCreate(ctypes.byref(stream), 1),
+           cuda.cuMemAlloc_v2(ctypes.byref(sync_p), 1 << 20),
+           cuda.cuMemAllocAsync(ctypes.byref(async_p), 1 << 20, stream),
+           cuda.cuStreamSynchronize(stream)):
+    assert rc == 0, rc
+host = ctypes.create_string_buffer(4096)
+print(json.dumps({"type_sync": memhook.memory_type(sync_p.value).name,
+                  "type_async": memhook.memory_type(async_p.value).name,
+                  "type_host": memhook.memory_type(ctypes.addressof(host)).name}))
+"""
+
+
+def _memhook_python_types(mode: str, env: dict[str, str]) -> dict[str, str] | str:
+    """memhook.memory_type's answers in a fresh process, or why there are none."""
+    if importlib.util.find_spec("memhook") is None:
+        return "memhook is not importable here (pip install -e ., or tools/gpu/device_setup.sh)"
+    try:
+        got = subprocess.run([sys.executable, "-c", PY_TYPES, mode], env=env,
+                             capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if got.returncode != 0:
+        tail = [ln for ln in got.stderr.splitlines() if ln.strip()][-1:]
+        return f"exit {got.returncode}: {' '.join(tail)}"
+    return json.loads(got.stdout.strip().splitlines()[-1])
 
 
 def _med(rows: list[dict[str, str]], key: str) -> float:
@@ -389,14 +429,23 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
     print("\n3. the memory type each side gives a region (UCX: ucs_memtype_cache_lookup; "
           "memhook: the mem_type of its ALLOC event, which memhook's cache and memory_type "
           "answer from)")
-    print(f"{'config':<20} {'cuMemAlloc_v2':>14} {'cuMemAllocAsync':>16} {'host malloc':>14}")
+    print(f"{'config':<26} {'cuMemAlloc_v2':>14} {'cuMemAllocAsync':>16} {'host malloc':>14}")
     for cfg in configs[1:]:
         if cfg.rows:
             r = cfg.rows[0]
-            print(f"{cfg.name:<20} {r['type_sync']:>14} {r['type_async']:>16} "
+            print(f"{cfg.name:<26} {r['type_sync']:>14} {r['type_async']:>16} "
                   f"{r['type_host']:>14}")
             summary[cfg.name]["types"] = {k: r[k] for k in ("type_sync", "type_async",
                                                             "type_host")}
+    for mode in MODES:
+        py = _memhook_python_types(mode, base_env)
+        if isinstance(py, str):
+            print(f"{'memhook ' + mode + ' (py)':<26} memory_type not asked: {py}")
+            continue
+        print(f"{'memhook ' + mode + ' (py)':<26} {py['type_sync']:>14} {py['type_async']:>16} "
+              f"{py['type_host']:>14}")
+        summary.setdefault(f"memhook {mode}", {})["python_types"] = py
+    print("(py: memhook.memory_type in a fresh Python process, hooks installed before cuInit)")
     if any(c.failure for c in configs):
         print("\nnot measured:")
         for c in configs:
