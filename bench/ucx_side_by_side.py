@@ -344,7 +344,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
         extra = (["--rounds", str(rounds), "--pairs", str(pairs)] if measuring
                  else ["--rounds", "0", "--pairs", "100"])
         for cfg in configs:
-            if cfg.failure:
+            if cfg.failure or (not measuring and cfg.side == "none"):
                 continue
             got = _run_one(exe, cfg, env_for(cfg), [*common, *extra], timeout)
             if isinstance(got, str):
@@ -365,7 +365,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
     print("\n1. hook cost on the cuMemAllocAsync+cuMemFreeAsync pair (median over processes of "
           "each process's median over rounds; added = after - before in one process)")
     print(f"{'config':<20} {'before ns':>10} {'after ns':>10} {'added ns':>9} {'added %':>8}  "
-          f"{'memhook/UCX added':>17}  goal (<= 0.5)")
+          f"{'added min..max':>19}  {'memhook/UCX added':>17}  goal (<= 0.5)")
     summary: dict[str, dict[str, object]] = {}
     for cfg in configs:
         if cfg.failure or not cfg.rows:
@@ -389,12 +389,14 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
                     ratio_txt, goal = "UCX adds <= 0", "-"
             else:
                 ratio_txt, goal = "no UCX figure", "-"
+        each = [float(r["added_ns"]) for r in cfg.rows]
+        spread = f"{min(each):.1f}..{max(each):.1f}"
         print(f"{cfg.name:<20} {before:10.1f} {after:10.1f} {added:9.1f} {pct:7.1f}%  "
-              f"{ratio_txt:>17}  {goal}")
+              f"{spread:>19}  {ratio_txt:>17}  {goal}")
         summary[cfg.name] = {"before_ns": before, "after_ns": after, "added_ns": added,
                              "added_pct": pct, "ratio_to_ucx": ratio, "processes": len(cfg.rows)}
     print("(row `none`: nothing installed between before and after - the drift of the method "
-          "itself)")
+          "itself; min..max: the added ns of each process)")
 
     print("\n2. install time (ms; median, min..max over "
           f"{procs + install_procs} fresh processes): memhook_hooks_install of the whole hook "
