@@ -11,7 +11,12 @@ under .ucx/, see tools/gpu/ucx_side_by_side.sh):
 
     bash tools/gpu/ucx_side_by_side.sh "$OUT"
 
-which runs ``python3 bench/ucx_side_by_side.py --real --json $OUT/ucx_side_by_side.json``.
+which runs ``python3 bench/ucx_side_by_side.py --real --core <native build>
+--json $OUT/ucx_side_by_side_real.json``, then the same with ``--driver stub``.
+
+To travel light (the device's working tree is limited to 64 MiB; the wheel
+is 43 MB), ``--slim-wheel WHEEL`` writes just the libraries used here to
+``.ucx/libucx_cu13-1.22.0-slim.whl`` (untracked, not ignored: it travels).
 
 Where UCX comes from, first found wins (PATH may be an unzipped libucx-cu13
 wheel, the ``libucx`` package folder inside one, or the ``.whl`` itself,
@@ -82,7 +87,7 @@ CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
 MODES = ("bistro", "reloc", "bistro,reloc")
 # What of the wheel this bench needs (the rest is 140 MB of UCP/UCT).
 WHEEL_MEMBERS = re.compile(r"^(libucx/lib/(libucs|libucm)\.so(\.0)?|libucx/lib/ucx/libucm_cuda\.so"
-                           r"(\.0)?|libucx_cu13\.libs/[^/]+)$")
+                           r"(\.0)?|libucx_cu\d+\.libs/libcudart[^/]*)$")
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,22 @@ def _from_wheel(wheel: Path, scratch: Path) -> UcxLocation | None:
             if WHEEL_MEMBERS.match(name):
                 z.extract(name, scratch)
     return _layout(scratch, f"{wheel} (extracted to {scratch})")
+
+
+def slim_wheel(wheel: Path, out_dir: Path) -> Path:
+    """Write the members this bench needs (~5 MB of the wheel's 140) as a
+    small .whl in out_dir, which find_ucx takes like the whole wheel: for a
+    working tree that must travel under a size limit."""
+    m = re.match(r"^([^-]+-[^-]+)-", wheel.name)
+    out = out_dir / f"{m.group(1) if m else 'libucx'}-slim.whl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        names = [n for n in src.namelist() if WHEEL_MEMBERS.match(n)]
+        if not any(n.endswith("libucm_cuda.so") for n in names):
+            raise SystemExit(f"{wheel}: no libucx/lib/ucx/libucm_cuda.so (not libucx-cu*)")
+        for name in names:
+            dst.writestr(src.getinfo(name), src.read(name))
+    return out
 
 
 def find_ucx(explicit: str | None, scratch: Path) -> tuple[UcxLocation | None, str]:
@@ -269,7 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--install-procs", type=int,
                     help="extra install-only processes per configuration (default 6)")
     ap.add_argument("--json", type=Path, help="write every row here")
+    ap.add_argument("--slim-wheel", type=Path, metavar="WHEEL",
+                    help="only write the libraries this bench needs from WHEEL into "
+                         ".ucx/<name>-slim.whl (about 2 MB) and exit")
     args = ap.parse_args(argv)
+    if args.slim_wheel:
+        print(f"wrote {slim_wheel(args.slim_wheel, ROOT / '.ucx')}")
+        return 0
     if args.real:
         args.driver = "real"
     args.real = args.driver == "real"
