@@ -9,10 +9,14 @@
 # $MEMHOOK_UCX (an unzipped wheel, or the .whl), .ucx/ in the repository root
 # (an unzipped wheel, or a libucx*.whl inside it), an installed libucx, or
 # .whl/libucx*.whl.  The wheel's .so files match .gitignore's *.so, so an
-# unzipped copy travels to the device only when carried; the .whl itself
-# (43 MB) travels as an untracked file: the simplest is .ucx/<the .whl>; or
-# put it in .whl/ beside cffi's wheels (carried), where device_setup.sh
-# installs it as the libucx package.
+# unzipped copy travels to the device only when carried.  Simplest, before
+# the device call (here, in the checkout that travels):
+#     python3 bench/ucx_side_by_side.py --slim-wheel PATH/libucx_cu13-1.22.0-*.whl
+# writes .ucx/libucx_cu13-1.22.0-slim.whl (2.4 MB: libucs, libucm,
+# libucm_cuda, the wheel's libcudart), untracked and not ignored, so it
+# travels.  The whole wheel (43 MB) works too, in .ucx/ or in .whl/ (carried;
+# device_setup.sh then installs it as the libucx package), but counts against
+# the 64 MiB working-tree limit.
 # Without UCX every step prints "skipped: ..." and the script exits 0.
 #
 # Needs only python3 and cc there (no cffi): libmemhook and the simulator are
