@@ -108,10 +108,13 @@ def _layout(base: Path, origin: str) -> UcxLocation | None:
 
 
 def _from_wheel(wheel: Path, scratch: Path) -> UcxLocation | None:
-    with zipfile.ZipFile(wheel) as z:
-        for name in z.namelist():
-            if WHEEL_MEMBERS.match(name):
-                z.extract(name, scratch)
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if WHEEL_MEMBERS.match(name):
+                    z.extract(name, scratch)
+    except zipfile.BadZipFile as e:
+        raise SystemExit(f"{wheel}: not a wheel ({e}); expected a libucx-cu13 .whl") from e
     return _layout(scratch, f"{wheel} (extracted to {scratch})")
 
 
@@ -145,7 +148,8 @@ def find_ucx(explicit: str | None, scratch: Path) -> tuple[UcxLocation | None, s
         if spec is not None and spec.submodule_search_locations:
             pkg = Path(list(spec.submodule_search_locations)[0])
             candidates.append((pkg, "the installed libucx package"))
-        candidates += [(w, "the repository's .whl/") for w in sorted((ROOT / ".whl").glob("libucx*.whl"))]
+        candidates += [(w, "the repository's .whl/")
+                       for w in sorted((ROOT / ".whl").glob("libucx*.whl"))]
     for path, why in candidates:
         looked.append(f"{path} ({why})")
         if path.is_file() and path.suffix == ".whl":
@@ -384,9 +388,10 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
             loads[cfg.name].append(float(got["load_us"]))
             if measuring:
                 cfg.rows.append(got)
-                print(f"  process {p + 1}/{procs} {cfg.name:<18} before {float(got['before_ns']):8.1f}"
-                      f"  after {float(got['after_ns']):8.1f}  added {float(got['added_ns']):7.1f} ns"
-                      f"  install {float(got['install_us']) / 1e3:7.2f} ms", flush=True)
+                b, a, d = (float(got[k]) for k in ("before_ns", "after_ns", "added_ns"))
+                print(f"  process {p + 1}/{procs} {cfg.name:<20} before {b:8.1f}  after {a:8.1f}"
+                      f"  added {d:7.1f} ns  install {float(got['install_us']) / 1e3:7.2f} ms",
+                      flush=True)
 
     by = {c.name: c for c in configs}
     print("\n1. hook cost on the cuMemAllocAsync+cuMemFreeAsync pair (median over processes of "
@@ -487,7 +492,8 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
         print("\n(simulator figures: its pair maps real pages, several us of system calls, so "
               "these say nothing about the goal; the goal is for the H200: --real)")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "installs_us": installs, "loads_us": loads,
+        args.json.write_text(json.dumps({"summary": summary, "installs_us": installs,
+                                         "loads_us": loads,
                                          "rows": {c.name: c.rows for c in configs},
                                          "driver": args.driver, "ucx": str(ucx.libucs)}, indent=1))
     # memhook must run in every mode; a UCX mode it cannot install is UCX's limit.
