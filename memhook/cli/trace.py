@@ -182,27 +182,26 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     started = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
-    # The terminal's ^C goes to CMD too; CMD decides, and we report its status.
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    relay = _SignalRelay()
     child: subprocess.Popen | None = None
     try:
         try:
+            # restore_signals: CMD starts with SIGPIPE/SIGXFSZ at their
+            # defaults; our handlers are reset by exec; what we inherited as
+            # ignored stays ignored for CMD, as a shell would pass it.
             child = subprocess.Popen(command, executable=program, env=env, stdout=child_stdout,
-                                     close_fds=True)
+                                     close_fds=True, restore_signals=True)
         except FileNotFoundError:
             return _fail(f"{command[0]}: command not found", 127)
         except PermissionError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror}", 126)
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
-        forward = _forward_signals(child)
+        relay.started(child)
         writer = _PipeSafe(make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
                                        memviz_entries=memviz_entries))
         collector.writers.append(writer)  # type: ignore[arg-type]
-        try:
-            status = collector.run(child)
-        finally:
-            _restore_signals(forward)
+        status = collector.run(child)
         changes = ledger.finish()
         if changes:  # what processes still running held: "every process" ends
             writer.process_ended(Process(conn_id=-1), changes)
@@ -222,7 +221,8 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         sys.stderr.flush()
         return _exit_status(status)
     finally:
-        signal.signal(signal.SIGINT, old_int)
+        # Only now: until the last event is in, a ^C or SIGTERM must not end us.
+        relay.restore()
         if child is not None and child.poll() is None:  # pragma: no cover - interrupted
             child.kill()
             child.wait()
@@ -255,23 +255,66 @@ class _PipeSafe:
         return call
 
 
-def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
-    """SIGTERM/SIGHUP/SIGQUIT to us go to CMD (and we go on collecting)."""
-    def forward(signum: int, _frame: Any) -> None:
+class _SignalRelay:
+    """Signals as a shell passes them to its foreground command.
+
+    CMD runs in our process group, so the terminal's ^C (SIGINT to the
+    foreground group) reaches CMD directly; we only note it and go on
+    collecting, and CMD decides (its KeyboardInterrupt handler runs; its
+    status becomes ours).  SIGTERM, SIGHUP and SIGQUIT sent to us are sent
+    on to CMD (one that came before CMD existed is sent once it does), and we
+    go on collecting until CMD and its processes are done.  A signal we
+    inherited as ignored (``nohup``, a background job of a script) stays
+    ignored, for us and for CMD.
+
+    Handlers are Python-level: they run in the main thread between
+    collector steps (a select() they interrupt is resumed), and exec resets
+    them in CMD, so CMD starts with the defaults.  A signal sent to the
+    whole group (``kill -TERM -PGID``, the terminal's ^\\) reaches CMD
+    directly and once more from us; a second standard signal that arrives
+    while the first is pending is merged by the kernel.
+    """
+
+    FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        self.received: list[int] = []
+        self.old: dict[int, Any] = {}
+        for sig in (signal.SIGINT, *self.FORWARD):
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
+            self.old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.received.append(signum)
+        if signum == signal.SIGINT:
+            return  # CMD, in our foreground group, had it from the terminal too
+        if self.child is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        assert self.child is not None
+        if self.child.returncode is not None:
+            return  # reaped: its pid may be another process's now
         try:
-            child.send_signal(signum)
-        except OSError:  # pragma: no cover - already gone
+            os.kill(self.child.pid, signum)
+        except OSError:  # pragma: no cover - it has just gone
             pass
 
-    old: dict[int, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        old[sig] = signal.signal(sig, forward)
-    return old
+    def started(self, child: subprocess.Popen) -> None:
+        self.child = child
+        pending, self.pending = self.pending, []
+        for signum in pending:
+            self._send(signum)
 
-
-def _restore_signals(old: dict[int, Any]) -> None:
-    for sig, handler in old.items():
-        signal.signal(sig, handler)
+    def restore(self) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        self.old.clear()
 
 
 def _exit_status(returncode: int) -> int:
