@@ -50,8 +50,8 @@ def main() -> int:
     # The trace's streamer sends every 10 ms: let it, so a default action
     # that kills us below loses nothing the trace could have had.
     time.sleep(0.2)
-    print("ready", flush=True)
-    try:
+    try:  # the signal may come as soon as "ready" is out: inside print
+        print("ready", flush=True)
         time.sleep(30)
     except KeyboardInterrupt:
         name = "SIGINT"
