@@ -94,3 +94,23 @@ def test_signal_that_kills_cmd_gives_128_plus_n(tmp_path: Path, sig: signal.Sign
     assert rc == 128 + sig, (stdout, stderr)
     assert _counts(out) == (BEFORE, BEFORE), stderr
     assert "memhook trace summary" in stderr  # the tracer ended cleanly after CMD
+
+
+@pytest.mark.parametrize("inherited, seen", [(signal.SIG_DFL, "default"),
+                                             (signal.SIG_IGN, "ignored")],
+                         ids=["default", "ignored"])
+def test_cmd_starts_with_the_sigint_disposition_we_got(inherited: signal.Handlers,
+                                                       seen: str) -> None:
+    """As from a shell: CMD starts with SIGINT at its default, unless
+    memhook trace itself was started with it ignored (a background job of a
+    script, nohup-like wrappers), which CMD then inherits."""
+    code = ("import signal; h = signal.getsignal(signal.SIGINT); "
+            "print('ignored' if h == signal.SIG_IGN else "
+            "'default' if h is signal.default_int_handler else h)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "memhook", "trace", "--sim", "-f", "jsonl", "-o", os.devnull,
+         "--", sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{seen}\n"
