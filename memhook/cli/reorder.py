@@ -16,7 +16,8 @@ Bounds, and what they cost:
   turn (``tick``, ~50 ms) after it happened, or as soon as it arrives when it
   arrives later than that;
 * memory: at most ``max_held`` events (default :data:`MAX_HELD`, ~5 MB of
-  tuples) are held; beyond that everything held goes out at once;
+  tuples) are held; beyond that the oldest go out early (a storm: the
+  collector then holds the newest ``max_held / 2``, not ``window_ns``);
 * order: an event that reaches the collector more than ``window_ns`` after
   it happened (a streamer descheduled on a loaded machine, a collector
   behind in a storm), or after ``max_held`` forced a flush, may come after
@@ -129,10 +130,12 @@ class Reorder:
     def tick(self) -> None:
         """Write what has been held long enough (the collector calls this
         every turn, so held events go out even when no more arrive)."""
+        self._release(self.clock() - self.window_ns)
         if self.held > self.max_held:
-            self._release(None)
-        else:
-            self._release(self.clock() - self.window_ns)
+            # Over the bound: the oldest go out early, down to half of it,
+            # and the newest stay to be merged with what comes next.
+            held = sorted((row for batch in self.batches for row in batch), key=_TS)
+            self._release(held[self.held - self.max_held // 2 - 1][3])
 
     def _release(self, cutoff: int | None) -> None:
         """Write every held event and mark with timestamp <= cutoff (all: None)."""

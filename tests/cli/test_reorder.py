@@ -112,9 +112,17 @@ def test_late_rows_are_written_and_counted() -> None:
 def test_held_rows_are_bounded() -> None:
     clock = _Clock(0)
     w = _Recorder()
-    r = Reorder(w, window_ns=10_000 * MS, max_held=100, clock=clock)
+    r = Reorder(w, window_ns=10_000 * MS, max_held=270, clock=clock)
+    # Two processes in a storm: each batch covers 60 ns, the other's batch
+    # of the same stretch comes next: a lag of 60 rows, less than the half
+    # of the bound that stays held, so order survives the early releases
+    # (releasing all held at the bound would not: it trips after process
+    # 1's batch, before process 2's of the same stretch).
     for i in range(10):
-        r.events(_proc(1, 0), [_row(i * 60 + j, 1) for j in range(60)], [])
-        assert r.held <= 100 + 60
+        r.events(_proc(1, 0), [_row(i * 120 + 2 * j, 1) for j in range(60)], [])
+        r.events(_proc(2, 0), [_row(i * 120 + 2 * j + 1, 2) for j in range(60)], [])
+        assert r.held <= 270
+    assert w.got  # the bound made the oldest go out before their window ended
     r.close("")
-    assert [g[1] for g in w.got] == list(range(600))
+    assert [g[1] for g in w.got] == list(range(1200))  # and still in order
+    assert r.out_of_order == 0
