@@ -43,7 +43,7 @@ from typing import Any
 
 from .ledger import Process
 
-__all__ = ["MAX_HELD", "MERGED", "WINDOW_MS", "Reorder"]
+__all__ = ["CHUNK", "MAX_HELD", "MERGED", "WINDOW_MS", "Reorder"]
 
 WINDOW_MS = 100
 """How long an event is held (of its timestamp) before it is written: 10x
@@ -52,6 +52,9 @@ a loaded machine and its events still come out in order."""
 
 MAX_HELD = 16384
 """Most events held at once (16 full batches)."""
+
+CHUNK = 1024
+"""Most rows per writer call (as many as one EVENTS message holds)."""
 
 MERGED = Process(conn_id=-2)
 """The ``proc`` of a merged batch (the rows name their own pid and tid)."""
@@ -164,12 +167,16 @@ class Reorder:
         start = 0
         for ts, _, call in marks:
             end = _count_upto(ready, ts) if start < len(ready) else start
-            if end > start:
-                self.writer.events(MERGED, ready[start:end], [])
-                start = end
+            self._write(ready, start, end)
+            start = max(start, end)
             call()
-        if start < len(ready):
-            self.writer.events(MERGED, ready[start:] if start else ready, [])
+        self._write(ready, start, len(ready))
+
+    def _write(self, rows: list[tuple], start: int, end: int) -> None:
+        """rows[start:end] to the writer, at most :data:`CHUNK` at a time (what
+        it builds per call - a string of lines - stays small)."""
+        for i in range(start, end, CHUNK):
+            self.writer.events(MERGED, rows[i:min(i + CHUNK, end)], [])
 
     def flush(self) -> None:
         """Write everything held (the trace is over)."""
