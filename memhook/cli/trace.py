@@ -165,7 +165,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
         out, to_stdout, out_name = _open_output(fmt, output)
     except UsageError as exc:
         return _fail(str(exc))
-    warnings = []
+    warnings: list[str] = []
     if not sim and os.access(program, os.X_OK):  # (not: Popen's error comes alone)
         problem = _driver_problem(env)
         if problem:
@@ -350,7 +350,6 @@ class _SignalRelay:
     def __init__(self) -> None:
         self.child: subprocess.Popen | None = None
         self.pending: list[int] = []
-        self.received: list[int] = []
         self.old: dict[int, Any] = {}
         for sig in (signal.SIGINT, *self.FORWARD):
             if signal.getsignal(sig) == signal.SIG_IGN:
@@ -358,7 +357,6 @@ class _SignalRelay:
             self.old[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        self.received.append(signum)
         if signum == signal.SIGINT:
             return  # CMD, in our foreground group, had it from the terminal too
         if self.child is None:
