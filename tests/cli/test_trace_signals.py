@@ -23,12 +23,14 @@ BEFORE, AFTER = 5, 7
 SCRIPT = HERE / "scripts" / "signal_target.py"
 
 
-def _start(tmp_path: Path, how: str, after: int = AFTER) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, how: str, after: int = AFTER,
+           **popen: object) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / "trace.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "memhook", "trace", "--sim", "-f", "jsonl", "-o", str(out), "--",
          sys.executable, str(SCRIPT), how, str(BEFORE), str(after)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        **popen)  # type: ignore[call-overload]
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     line = ""
@@ -73,6 +75,29 @@ def test_ctrl_c_to_the_group_reaches_cmds_handler(tmp_path: Path, how: str, stat
     assert _counts(out) == (BEFORE + AFTER, BEFORE + AFTER), stderr
     assert f"memhook trace summary: {2 * (BEFORE + AFTER)} events" in stderr
     assert "Traceback" not in stderr or how == "reraise"  # the tracer itself never complains
+
+
+def test_ctrl_c_typed_on_a_terminal(tmp_path: Path) -> None:
+    """The real thing: the tracer's controlling terminal is a pty and ^C is
+    typed on it; the terminal sends SIGINT to its foreground group."""
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+
+    def controlling_terminal() -> None:  # after setsid: the pty becomes ours
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc, out = _start(tmp_path, "handle", stdin=slave, preexec_fn=controlling_terminal)
+        os.write(master, b"\x03")
+        rc, stdout, stderr = _finish(proc)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert "handled SIGINT" in stdout, (stdout, stderr)
+    assert rc == 0, stderr
+    assert _counts(out) == (BEFORE + AFTER, BEFORE + AFTER), stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
