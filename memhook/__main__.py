@@ -8,6 +8,7 @@ Subcommands:
                                  which mechanism covers each hooked function per mode
 * ``memhook demo``               a short allocation workload run under ``trace``
 * ``memhook version``            versions and paths of the package and its core
+                                 (``memhook --version``: the version alone)
 * ``memhook sim env``            shell ``export`` lines to run programs on the simulator
 * ``memhook sim run -- CMD ...`` run CMD on the simulator (exit status is CMD's)
 
@@ -67,13 +68,17 @@ def _cmd_sim_run(args: argparse.Namespace) -> int:
     return 0  # pragma: no cover - exec does not return
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser and each subcommand's own (named as typed: "trace", "sim run")."""
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="memhook", description="GPU memory-event hooking")
-    sub = parser.add_subparsers(dest="command_name", required=True)
+    parser.add_argument("--version", action="version", version=f"memhook {__version__}")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
     p_version = sub.add_parser("version", help="print versions and library paths")
     p_version.set_defaults(func=_cmd_version)
     p_sim = sub.add_parser("sim", help="the CUDA driver simulator")
-    sim_sub = p_sim.add_subparsers(dest="sim_command", required=True)
+    sim_sub = p_sim.add_subparsers(dest="sim_command", required=True, metavar="{env,run}")
     p_env = sim_sub.add_parser("env", help="print shell exports that select the simulator")
     p_env.set_defaults(func=_cmd_sim_env)
     p_run = sim_sub.add_parser("run", help="run a command on the simulator")
@@ -81,14 +86,23 @@ def _parser() -> argparse.ArgumentParser:
     p_run.set_defaults(func=_cmd_sim_run)
     from .cli import demo, info, trace
 
-    trace.add_parser(sub)
-    info.add_parser(sub)
-    demo.add_parser(sub)
-    return parser
+    subs = {"version": p_version, "sim": p_sim, "sim env": p_env, "sim run": p_run,
+            "trace": trace.add_parser(sub), "info": info.add_parser(sub),
+            "demo": demo.add_parser(sub)}
+    return parser, subs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser, subs = _parser()
+    # parse_known_args, then our own error: argparse would blame words a
+    # subcommand does not know on the top-level parser and show its usage;
+    # the subcommand's usage is the one that helps.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        name = args.command_name
+        if name == "sim":
+            name = f"sim {args.sim_command}"
+        subs[name].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args))
 
 

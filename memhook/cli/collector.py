@@ -122,6 +122,8 @@ class Collector:
                 self._accept()
             elif key.fileobj in self.open:
                 self._read(key.fileobj)  # type: ignore[arg-type]
+        for w in self.writers:  # held events go out even when none arrive
+            w.tick()
         return bool(ready)
 
     # ------------------------------------------------------------------ run

@@ -53,8 +53,12 @@ def gpu_present() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .trace import run_trace
+    from .trace import mode_error, run_trace
 
+    problem = mode_error(args.mode)
+    if problem:  # before the probe and the banner: nothing runs
+        print(f"memhook demo: {problem}", file=sys.stderr)
+        return 2
     sim = args.sim or not gpu_present()
     where = "memhook's CUDA simulator (no GPU found)" if sim and not args.sim else \
         "memhook's CUDA simulator" if sim else "the GPU"

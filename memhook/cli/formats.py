@@ -3,7 +3,8 @@
 """The output formats of ``memhook trace``: text, jsonl, chrome, memviz.
 
 Every writer streams: it gets each batch of events once, in the order the
-collector received them, and keeps nothing per event - except memviz, whose
+collector received them (text, jsonl and memviz: in timestamp order, through
+:mod:`memhook.cli.reorder`), and keeps nothing per event - except memviz, whose
 history is a bounded ring (like PyTorch's own recorder), see
 :class:`MemvizWriter`.
 
@@ -59,8 +60,12 @@ class Writer:
     def events(self, proc: Process, rows: list[tuple], changes: list[tuple]) -> None:
         pass
 
-    def process_ended(self, proc: Process, changes: list[tuple]) -> None:
-        pass
+    def process_ended(self, proc: Process, changes: list[tuple],
+                      ts_ns: int | None = None) -> None:
+        """``proc`` is gone (at ``ts_ns``, CLOCK_MONOTONIC; None: now)."""
+
+    def tick(self) -> None:
+        """Called every collector turn, events or not."""
 
     def close(self, summary_text: str) -> None:
         """The trace is over (``summary_text`` is the printed summary)."""
@@ -75,7 +80,10 @@ class Writer:
 # ------------------------------------------------------------------ text
 
 class TextWriter(Writer):
-    """``  0.012345 [pid] alloc cuMemAlloc_v2  0x... 1 MiB  CUDA  dev 0  ok``"""
+    """``  0.012345 [pid/tid] alloc cuMemAlloc_v2  0x... 1 MiB  CUDA  dev 0  ok``
+
+    Behind a :class:`~memhook.cli.reorder.Reorder` in ``memhook trace``, so
+    the lines of all processes come in timestamp order."""
 
     def _rel(self, ns: int) -> str:
         d = max(ns - self.t0_ns, 0)
@@ -104,11 +112,11 @@ class TextWriter(Writer):
         names, types, sizes = self._names, self._types, self._sizes
         lines: list[str] = []
         append = lines.append
-        for _, address, size, ts, kind, fn, mem_type, device, pid, _, result, flags in rows:
+        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags in rows:
             # %-formatting: the cheapest way CPython has to build these lines.
             d = ts - t0 if ts > t0 else 0
-            append("%4d.%06d [%d] %s %s %#014x %s  %s dev %2d  %s\n" % (
-                d // 1000000000, d % 1000000000 // 1000, pid, _KIND_TEXT.get(kind, "?    "),
+            append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s\n" % (
+                d // 1000000000, d % 1000000000 // 1000, pid, tid, _KIND_TEXT.get(kind, "?    "),
                 names[fn], address,
                 "         ?" if (flags & SIZE_UNKNOWN and not size) else sizes[size],
                 types[mem_type], device,
@@ -116,10 +124,12 @@ class TextWriter(Writer):
         self.out.write("".join(lines))
         self.out.flush()
 
-    def process_ended(self, proc: Process, changes: list[tuple]) -> None:
+    def process_ended(self, proc: Process, changes: list[tuple],
+                      ts_ns: int | None = None) -> None:
         if proc.hello is None:
             return
-        self.out.write(f"{self._rel(time.monotonic_ns())} [{proc.pid}] process "
+        when = time.monotonic_ns() if ts_ns is None else ts_ns
+        self.out.write(f"{self._rel(when)} [{proc.pid}] process "
                        f"{proc.how_ended} ({proc.events} events)\n")
         self.out.flush()
 
@@ -246,8 +256,9 @@ class ChromeWriter(Writer):
                 ci += 1
         self._emit(items)
 
-    def process_ended(self, proc: Process, changes: list[tuple]) -> None:
-        d = max(time.monotonic_ns() - self.t0_ns, 0)
+    def process_ended(self, proc: Process, changes: list[tuple],
+                      ts_ns: int | None = None) -> None:
+        d = max((time.monotonic_ns() if ts_ns is None else ts_ns) - self.t0_ns, 0)
         self._emit([self._counter(d, key, total) for _, key, total in changes])
 
     def close(self, summary_text: str) -> None:

@@ -299,6 +299,8 @@ def format_text(info: dict) -> str:
     d = info["driver"]
     if not d["loaded"]:
         out.append(f"driver:  no driver ({d['error']})")
+        out.append("         (`memhook info --sim` describes memhook's CUDA simulator; "
+                   "`memhook trace --sim` runs programs on it)")
     else:
         out.append(f"driver:  {d['path']}: CUDA {d['version_text']}; cuInit: {d['cuInit']}")
         for dev in d["devices"]:

@@ -10,12 +10,20 @@ format as they come, and ends with a summary.
 Where things go:
 
 * ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
-  interleaved with CMD's own output;
+  interleaved with CMD's own output; each line shows pid and tid, and the
+  lines of all processes are merged in timestamp order
+  (:mod:`memhook.cli.reorder`: held 100 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
   CMD's stdout is sent to stderr so the stream stays parseable;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
-* for every format but text the summary goes to stderr.
+* the summary goes to stderr - except for text to stdout, where it ends
+  the stream; to a file (``-o``) it goes there too for text, so the
+  terminal shows it in every format.
+
+``-m ''`` is an error (name a mode); without a loadable CUDA driver and
+without ``--sim`` CMD still runs, and the tracer says so and suggests
+``--sim``.  Signals: see :class:`_SignalRelay`.
 
 Exit status: CMD's (128+N when a signal N ended it); 127 when CMD cannot
 be found, 126 when it cannot be executed; 2 for a usage error (bad flag,
@@ -34,7 +42,7 @@ import sys
 import time
 from typing import IO, Any
 
-__all__ = ["add_parser", "run", "run_trace"]
+__all__ = ["add_parser", "mode_error", "run", "run_trace"]
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
 USAGE = "memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] -- CMD [ARGS...]"
@@ -68,6 +76,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
+
+
+def mode_error(mode: str | None) -> str | None:
+    """What is wrong with ``-m MODE`` (None: the environment's), or None."""
+    from .._modes import VALID_MODES, HookMode
+
+    if mode is not None and not mode.strip():
+        # HookMode.parse("") is the default (as a blank environment variable
+        # is); an empty flag is a slip: say so rather than guess.
+        return f"-m/--mode is empty; valid modes: {VALID_MODES}"
+    try:
+        HookMode.parse(mode)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
 
 
 def _fail(message: str, status: int = 2) -> int:
@@ -123,10 +146,10 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
 
     if fmt not in FORMATS:
         return _fail(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
-    try:
-        hook_mode = HookMode.parse(mode)
-    except (ValueError, TypeError) as exc:
-        return _fail(str(exc))
+    problem = mode_error(mode)
+    if problem:
+        return _fail(problem)
+    hook_mode = HookMode.parse(mode)
     env = dict(os.environ)
     if sim:
         from .. import sim as _sim
@@ -142,12 +165,45 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
         out, to_stdout, out_name = _open_output(fmt, output)
     except UsageError as exc:
         return _fail(str(exc))
+    warnings: list[str] = []
+    if not sim and os.access(program, os.X_OK):  # (not: Popen's error comes alone)
+        problem = _driver_problem(env)
+        if problem:
+            # CMD may need no driver (a build step, a CPU test): run it, but
+            # say it now and again under the summary (which CMD's
+            # traceback, if any, does not bury).
+            hint = (f"no CUDA driver here ({problem}); CMD's CUDA calls will fail. "
+                    f"To run it on memhook's CUDA simulator, add --sim: "
+                    f"memhook trace --sim ... -- {command[0]} ...")
+            print(f"memhook trace: {hint}", file=sys.stderr)
+            warnings.append(hint)
     try:
         return _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                      library_path(), memviz_entries)
+                      library_path(), memviz_entries, warnings)
     finally:
         if not to_stdout:
             out.close()
+
+
+_DRIVER_PROBE = ("import ctypes, sys\n"
+                 "try:\n    ctypes.CDLL('libcuda.so.1')\n"
+                 "except OSError as exc:\n    print(exc)\n    sys.exit(1)\n")
+
+
+def _driver_problem(env: dict[str, str]) -> str | None:
+    """Why CMD's environment can load no CUDA driver, or None when it can.
+
+    Asked of a child with CMD's environment (its LD_LIBRARY_PATH counts), so
+    this process never loads the host's driver; dlopen only, no cuInit, so
+    it costs a Python start (~20 ms), not a driver start."""
+    try:
+        probe = subprocess.run([sys.executable, "-S", "-c", _DRIVER_PROBE], env=env,
+                               capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # cannot tell: say nothing rather than something wrong
+    if probe.returncode == 1 and probe.stdout.strip():
+        return probe.stdout.strip()
+    return None
 
 
 def _function_table() -> tuple[list[str], list[bool]]:
@@ -165,10 +221,11 @@ def _function_table() -> tuple[list[str], list[bool]]:
 
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
-           memviz_entries: int) -> int:
+           memviz_entries: int, warnings: list[str]) -> int:
     from .collector import Collector
     from .formats import make_writer
     from .ledger import Ledger, Process, format_summary
+    from .reorder import WINDOW_MS, Reorder
 
     names, runtime = _function_table()
     ledger = Ledger(names, runtime)
@@ -182,47 +239,60 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     started = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
-    # The terminal's ^C goes to CMD too; CMD decides, and we report its status.
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    relay = _SignalRelay()
     child: subprocess.Popen | None = None
     try:
         try:
+            # restore_signals: CMD starts with SIGPIPE/SIGXFSZ at their
+            # defaults; our handlers are reset by exec; what we inherited as
+            # ignored stays ignored for CMD, as a shell would pass it.
             child = subprocess.Popen(command, executable=program, env=env, stdout=child_stdout,
-                                     close_fds=True)
+                                     close_fds=True, restore_signals=True)
         except FileNotFoundError:
             return _fail(f"{command[0]}: command not found", 127)
         except PermissionError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror}", 126)
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
-        forward = _forward_signals(child)
-        writer = _PipeSafe(make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
-                                       memviz_entries=memviz_entries))
+        relay.started(child)
+        inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
+                            memviz_entries=memviz_entries)
+        # Chrome's counters follow the ledger's arrival order (and its
+        # viewers sort by time themselves); the others get time order.
+        reorder = Reorder(inner) if fmt != "chrome" else None
+        writer = _PipeSafe(reorder or inner)
         collector.writers.append(writer)  # type: ignore[arg-type]
-        try:
-            status = collector.run(child)
-        finally:
-            _restore_signals(forward)
+        status = collector.run(child)
         changes = ledger.finish()
         if changes:  # what processes still running held: "every process" ends
             writer.process_ended(Process(conn_id=-1), changes)
         elapsed = time.monotonic() - started
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         text = format_summary(ledger.summary(), str(mode), elapsed, rss)
-        for problem in collector.errors:
+        if reorder is not None:
+            writer.flush()  # all of it out, so the count below is whole
+        late = reorder.out_of_order if reorder is not None else 0
+        if late:
+            warnings.append(f"{late} events reached the collector more than {WINDOW_MS} ms "
+                            f"after they happened and are written after newer events "
+                            f"of other processes")
+        for problem in [*collector.errors, *warnings]:
             text += f"warning: {problem}\n"
         writer.close(text)
         if writer.broken:
             sys.stderr.write("memhook trace: the output was closed early (broken pipe); "
                              "CMD ran on, traced but not written\n")
-        if not writer.summary_inline:
+        # The terminal always gets the summary: on stderr, unless it is
+        # already there inline (text to stdout).
+        if not (writer.summary_inline and to_stdout):
             sys.stderr.write(text)
-            if not to_stdout:
-                sys.stderr.write(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
+        if not to_stdout:
+            sys.stderr.write(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
         sys.stderr.flush()
         return _exit_status(status)
     finally:
-        signal.signal(signal.SIGINT, old_int)
+        # Only now: until the last event is in, a ^C or SIGTERM must not end us.
+        relay.restore()
         if child is not None and child.poll() is None:  # pragma: no cover - interrupted
             child.kill()
             child.wait()
@@ -255,23 +325,64 @@ class _PipeSafe:
         return call
 
 
-def _forward_signals(child: subprocess.Popen) -> dict[int, Any]:
-    """SIGTERM/SIGHUP/SIGQUIT to us go to CMD (and we go on collecting)."""
-    def forward(signum: int, _frame: Any) -> None:
+class _SignalRelay:
+    """Signals as a shell passes them to its foreground command.
+
+    CMD runs in our process group, so the terminal's ^C (SIGINT to the
+    foreground group) reaches CMD directly; we only note it and go on
+    collecting, and CMD decides (its KeyboardInterrupt handler runs; its
+    status becomes ours).  SIGTERM, SIGHUP and SIGQUIT sent to us are sent
+    on to CMD (one that came before CMD existed is sent once it does), and we
+    go on collecting until CMD and its processes are done.  A signal we
+    inherited as ignored (``nohup``, a background job of a script) stays
+    ignored, for us and for CMD.
+
+    Handlers are Python-level: they run in the main thread between
+    collector steps (a select() they interrupt is resumed), and exec resets
+    them in CMD, so CMD starts with the defaults.  A signal sent to the
+    whole group (``kill -TERM -PGID``, the terminal's ^\\) reaches CMD
+    directly and once more from us; a second standard signal that arrives
+    while the first is pending is merged by the kernel.
+    """
+
+    FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        self.old: dict[int, Any] = {}
+        for sig in (signal.SIGINT, *self.FORWARD):
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
+            self.old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT:
+            return  # CMD, in our foreground group, had it from the terminal too
+        if self.child is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        assert self.child is not None
+        if self.child.returncode is not None:
+            return  # reaped: its pid may be another process's now
         try:
-            child.send_signal(signum)
-        except OSError:  # pragma: no cover - already gone
+            os.kill(self.child.pid, signum)
+        except OSError:  # pragma: no cover - it has just gone
             pass
 
-    old: dict[int, Any] = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        old[sig] = signal.signal(sig, forward)
-    return old
+    def started(self, child: subprocess.Popen) -> None:
+        self.child = child
+        pending, self.pending = self.pending, []
+        for signum in pending:
+            self._send(signum)
 
-
-def _restore_signals(old: dict[int, Any]) -> None:
-    for sig, handler in old.items():
-        signal.signal(sig, handler)
+    def restore(self) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        self.old.clear()
 
 
 def _exit_status(returncode: int) -> int:

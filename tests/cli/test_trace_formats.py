@@ -28,12 +28,14 @@ def test_text(programs, tmp_path: Path) -> None:
     text = out.read_text()
     events = [ln for ln in text.splitlines() if re.search(r"\] (alloc|free ) ", ln)]
     assert len(events) == 12, text
-    line = re.compile(r"^ +\d+\.\d{6} \[(\d+)\] (alloc|free ) (\w+) +(0x[0-9a-f]+) +"
+    line = re.compile(r"^ +\d+\.\d{6} \[(\d+)/(\d+)\] (alloc|free ) (\w+) +(0x[0-9a-f]+) +"
                       r"([\d.]+ (?:B|KiB|MiB|GiB|TiB|PiB)) +(CUDA\w*) +dev +(-?\d+)  (.+)$")
     parsed = [line.match(ln) for ln in events]
     assert all(parsed), events
-    assert {m.group(8) for m in parsed} == {"ok", "CUDA_ERROR_OUT_OF_MEMORY (2)"}
-    assert any(m.group(5) == "256 MiB" for m in parsed)
+    assert {m.group(9) for m in parsed} == {"ok", "CUDA_ERROR_OUT_OF_MEMORY (2)"}
+    assert any(m.group(6) == "256 MiB" for m in parsed)
+    # pid/tid: static_app allocates on its main thread, whose tid is the pid.
+    assert {(m.group(1), m.group(2)) for m in parsed} == {(parsed[0].group(1),) * 2}
     assert "process started" in text and "process exited (12 events)" in text
     # The summary follows the events in the same output.
     functions = summary_section(text, "calls and bytes per function:")
