@@ -7,7 +7,10 @@ integers; ``bool`` is refused) in ``[0, 2**64)``.  A size is an int >= 1, and
 
 Objects are looked up over their whole extent, found through (in this order)
 ``__cuda_array_interface__``, ``__array_interface__``, DLPack
-(``__dlpack__``) and the buffer protocol.  Strided objects cover from their
+(``__dlpack__``, versioned or legacy capsules) and the buffer protocol; a
+protocol attribute that raises (a torch CPU tensor's
+``__cuda_array_interface__``) passes to the next.  A malformed interface
+dict is refused naming the key and what is valid.  Strided objects cover from their
 lowest to their highest addressed byte.  An empty object (no bytes) has no
 extent and is refused with ``ValueError``.
 """
@@ -322,7 +325,12 @@ def _object_extent(obj: Any) -> tuple[int, int]:
 
 def address_array(ptrs: object) -> np.ndarray:
     """``ptrs`` (a numpy array, or a sequence of addresses) as a uint64 array,
-    each checked to be an address; TypeError/ValueError otherwise."""
+    each checked to be an address; TypeError/ValueError otherwise.  A masked
+    array's mask is ignored: every stored value is an address to look up
+    (a masked value must be a valid address too), so the cache's and the
+    module-level queries see the same plain array."""
+    if isinstance(ptrs, np.ma.MaskedArray):
+        ptrs = np.ma.getdata(ptrs)
     arr = ptrs if isinstance(ptrs, np.ndarray) else None
     if arr is None:
         if isinstance(ptrs, (str, bytes, bytearray)) or not hasattr(ptrs, "__len__"):

@@ -136,3 +136,55 @@ def test_versioned_dlpack_capsules_are_read() -> None:
     assert c.lookup(VersionedOnly(a)) == Region(a.ctypes.data, 256, MemoryType.CUDA_HOST, 0)
     assert c.memory_type(VersionedOnly(a[8:16])) is MemoryType.CUDA_HOST
     assert c.memory_type(VersionedOnly(np.zeros(4))) is MemoryType.HOST
+
+
+MASKED_SCRIPT = r"""
+import ctypes, json, sys
+ctypes.CDLL("libcuda.so.1")  # the simulator: the module-level query asks it on a miss
+import numpy as np
+import memhook
+from memhook import MemoryType, MemtypeCache
+from memhook.cache import process_cache
+
+a = np.zeros(100)
+p = a.ctypes.data
+process_cache().update(p, 800, MemoryType.CUDA_HOST, 0)
+own = MemtypeCache()
+own.update(p, 800, MemoryType.CUDA_HOST, 0)
+cases = [
+    np.ma.masked_array(np.array([p, p + 8, 0, 1 << 40], dtype=np.uint64), mask=[0, 1, 0, 1]),
+    np.ma.masked_array(np.array([[p, 1 << 40]], dtype=np.uint64), mask=[[0, 1]]),
+    np.ma.masked_array(np.array([-5, p], dtype=np.int64), mask=[1, 0]),
+    np.ma.masked_array(np.array([p, 2], dtype=object), mask=[0, 1]),
+]
+out = []
+for m in cases:
+    got = []
+    for f in (memhook.memory_types, own.memory_types):
+        try:
+            r = f(m)
+            got.append([type(r).__name__, r.tolist()])
+        except Exception as exc:
+            got.append(["error", type(exc).__name__, str(exc)])
+    out.append(got)
+print(json.dumps(out))
+"""
+
+
+def test_masked_arrays_alike_in_module_and_cache(native) -> None:
+    """The mask is ignored alike by both (the module-level query used to
+    fail with MaskError on a masked element it asked the driver about)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", MASKED_SCRIPT], env=native.env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    for module_level, cache in results:
+        assert module_level == cache
+    assert results[0][0] == ["ndarray", [3, 3, 0, 0]]
+    assert results[1][0] == ["ndarray", [[3, 0]]]
+    assert results[2][0][:2] == ["error", "ValueError"] and "ptrs[0] is negative" in results[2][0][2]
+    assert results[3][0] == ["ndarray", [3, 0]]
