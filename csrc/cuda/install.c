@@ -33,9 +33,13 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
  *     install g_lock -> bistro's lock -> the loader's lock (dladdr)
  *     the drain's lock: never held with these, nor taken under them
  *
- * Every one of these locks is held across fork() by its module's atfork
- * handlers, so a child starts with each module between two operations; the
- * loader's lock glibc makes afresh in the child.  pthread_atfork runs the
+ * bistro's and reloc's never nest, so their order is free.  Every one of
+ * memhook's locks is held across fork() by its module's atfork handlers, so
+ * a child starts with each module between two operations.  glibc makes the
+ * loader's dl_load_lock afresh in the child (glibc 2.36 does not do so for
+ * dl_load_write_lock: a child forked while another thread adds an object to
+ * the link map can hang in its own dlopen, memhook or not - see
+ * tests/hooks/scripts/fork_churn.py).  pthread_atfork runs the
  * prepare handlers in reverse registration order and the parent/child
  * handlers in registration order: a lock earlier in the order must be
  * registered later, and then it is also released later.  reloc registers
@@ -45,7 +49,10 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
  * into bistro.  In the forking thread the first of install's prepares to run
  * (the later registration, when there are two) takes g_lock, and only that
  * registration releases it: prepare install, bistro, reloc; parent/child
- * reloc, bistro, install.
+ * reloc, bistro, install (bistro and reloc the other way round where the
+ * bistro API was used before any install).  A fork() from code run under
+ * g_lock (a libcuda constructor during install's dlopen) would deadlock in
+ * prepare; memhook runs no other code there.
  */
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 static pthread_once_t g_fork_after_bistro_once = PTHREAD_ONCE_INIT;
