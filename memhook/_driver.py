@@ -196,6 +196,15 @@ class _Driver:
 _driver = _Driver()
 
 
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have been inside bind() at fork():
+    # the child has no such thread, and bind() publishes its results whole.
+    _driver._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def driver_loaded() -> bool:
     """True when libcuda.so.1 is loaded in this process (never loads it)."""
     return _driver.bind()

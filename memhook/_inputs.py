@@ -7,7 +7,10 @@ integers; ``bool`` is refused) in ``[0, 2**64)``.  A size is an int >= 1, and
 
 Objects are looked up over their whole extent, found through (in this order)
 ``__cuda_array_interface__``, ``__array_interface__``, DLPack
-(``__dlpack__``) and the buffer protocol.  Strided objects cover from their
+(``__dlpack__``, versioned or legacy capsules) and the buffer protocol; a
+protocol attribute that raises (a torch CPU tensor's
+``__cuda_array_interface__``) passes to the next.  A malformed interface
+dict is refused naming the key and what is valid.  Strided objects cover from their
 lowest to their highest addressed byte.  An empty object (no bytes) has no
 extent and is refused with ``ValueError``.
 """
@@ -111,25 +114,64 @@ def _extent(ptr: int, shape: Any, strides: Any, itemsize: int) -> tuple[int, int
     return ptr + lo, hi - lo + itemsize
 
 
-def _typestr_itemsize(typestr: str) -> int:
-    digits = "".join(c for c in typestr[2:] if c.isdigit())
-    if not digits:
-        raise ValueError(f"cannot tell the item size of typestr {typestr!r}")
-    return int(digits)
+def _typestr_itemsize(typestr: object, where: str) -> int:
+    """The item size of an array-interface typestr ("<f4", "|u1", "<U4" is 16
+    bytes: 4 UCS-4 characters)."""
+    if not isinstance(typestr, str):
+        raise TypeError(f"{where}['typestr'] must be a str such as '<f4' or '|u1', "
+                        f"not {_kind(typestr)}")
+    try:
+        return int(np.dtype(typestr).itemsize)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}['typestr'] {typestr!r} is not an array-interface type "
+                         "string: a byte order (<, >, | or =), a kind letter and a size, "
+                         "such as '<f4' or '|u1'") from None
+
+
+def _int_tuple(value: object, where: str, key: str, *, non_negative: bool) -> tuple[int, ...]:
+    valid = "a tuple of non-negative ints" if non_negative else "a tuple of ints"
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{where}[{key!r}] must be {valid}, not {_kind(value)} ({value!r})")
+    out = []
+    for i, n in enumerate(value):
+        if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+            raise TypeError(f"{where}[{key!r}][{i}] must be an int ({valid}), "
+                            f"not {_kind(n)} ({n!r})")
+        n = operator.index(n)
+        if non_negative and n < 0:
+            raise ValueError(f"{where}[{key!r}][{i}] is {n}: {key} must be {valid}")
+        out.append(n)
+    return tuple(out)
 
 
 def _interface_extent(iface: Any, name: str, owner: object) -> tuple[int, int]:
+    where = f"{_kind(owner)}.{name}"
     if not isinstance(iface, dict):
-        raise TypeError(f"{_kind(owner)}.{name} is not a dict")
+        raise TypeError(f"{where} must be a dict, not {_kind(iface)}")
+    for key in ("shape", "typestr"):
+        if key not in iface:
+            raise ValueError(f"{where} has no {key!r} key; the protocol requires 'shape' "
+                             "(a tuple of ints) and 'typestr' (such as '<f4')")
+    shape = _int_tuple(iface["shape"], where, "shape", non_negative=True)
+    itemsize = _typestr_itemsize(iface["typestr"], where)
+    strides = iface.get("strides")
+    if strides is not None:
+        strides = _int_tuple(strides, where, "strides", non_negative=False)
+        if len(strides) != len(shape):
+            raise ValueError(f"{where}['strides'] has {len(strides)} entries but 'shape' "
+                             f"has {len(shape)}: strides must be None or one int per "
+                             "dimension")
+    offset = iface.get("offset", 0) or 0
+    if isinstance(offset, bool) or not hasattr(type(offset), "__index__"):
+        raise TypeError(f"{where}['offset'] must be an int, not {_kind(offset)}")
     data = iface.get("data")
-    if data is None or not isinstance(data, tuple):
-        if name == "__array_interface__":  # the data is the object's own buffer
-            return _buffer_extent(owner, iface)
-        raise TypeError(f"{_kind(owner)}.{name}['data'] is not a (pointer, read_only) tuple")
-    ptr = address(data[0], f"{_kind(owner)}.{name} data pointer")
-    ptr += int(iface.get("offset", 0) or 0)
-    return _extent(ptr, iface.get("shape", ()), iface.get("strides"),
-                   _typestr_itemsize(iface.get("typestr", "|u1")))
+    if name == "__array_interface__" and (data is None or not isinstance(data, tuple)):
+        return _buffer_extent(owner, iface)  # the data is the object's own buffer
+    if not isinstance(data, tuple) or len(data) != 2:
+        raise TypeError(f"{where}['data'] must be a (pointer, read_only) tuple, "
+                        f"not {data!r}")
+    ptr = address(data[0], f"{where}['data'][0] (the data pointer)")
+    return _extent(ptr + operator.index(offset), shape, strides, itemsize)
 
 
 def _buffer_extent(obj: object, iface: Any = None) -> tuple[int, int]:
@@ -180,12 +222,19 @@ class _DLTensor(ctypes.Structure):
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
 _DL_CPU = 1
+# DLManagedTensorVersioned: {DLPackVersion version; void *manager_ctx;
+# void (*deleter)(...); uint64_t flags; DLTensor dl_tensor;}
+_DL_VERSIONED_TENSOR_OFFSET = 8 + 8 + 8 + 8
+_DL_MAJOR = 1
 
 
-def _dlpack_extent(obj: Any) -> tuple[int, int]:
-    """Extent from a (legacy, unversioned) DLPack capsule.  The capsule is not
-    consumed: its destructor calls the producer's deleter."""
+def _dlpack_capsule(obj: Any) -> Any:
+    """A capsule from ``obj.__dlpack__``: versioned where the producer offers
+    it (max_version), else legacy."""
     stream: Any = None
     try:
         dev_type, _ = obj.__dlpack_device__()
@@ -193,14 +242,38 @@ def _dlpack_extent(obj: Any) -> tuple[int, int]:
             stream = -1  # the protocol's "no synchronisation": we only read metadata
     except Exception:  # noqa: BLE001, S110 - an optional method: no device, no stream
         pass
+    kwargs: dict[str, Any] = {} if stream is None else {"stream": stream}
     try:
-        capsule = obj.__dlpack__() if stream is None else obj.__dlpack__(stream=stream)
+        return obj.__dlpack__(max_version=(_DL_MAJOR, 0), **kwargs)
     except (TypeError, ValueError, BufferError):
-        capsule = obj.__dlpack__()
-    raw = _capsule_pointer(capsule, b"dltensor")
+        pass
+    try:
+        return obj.__dlpack__(**kwargs)
+    except (TypeError, ValueError, BufferError):
+        return obj.__dlpack__()
+
+
+def _dlpack_extent(obj: Any) -> tuple[int, int]:
+    """Extent from a DLPack capsule, versioned ("dltensor_versioned") or
+    legacy ("dltensor").  The capsule is not consumed: its destructor calls
+    the producer's deleter."""
+    capsule = _dlpack_capsule(obj)
+    name = _capsule_name(capsule)
+    if name == b"dltensor_versioned":
+        raw = _capsule_pointer(capsule, name)
+        major = ctypes.c_uint32.from_address(raw).value if raw else None
+        if major != _DL_MAJOR:
+            raise TypeError(f"{_kind(obj)}.__dlpack__() returned a DLPack {major}.x "
+                            f"capsule; memhook reads version {_DL_MAJOR}.x and legacy ones")
+        raw += _DL_VERSIONED_TENSOR_OFFSET
+    elif name == b"dltensor":
+        raw = _capsule_pointer(capsule, name)  # DLManagedTensor starts with its DLTensor
+    else:
+        raise TypeError(f"{_kind(obj)}.__dlpack__() returned a capsule named {name!r}, not "
+                        "'dltensor' or 'dltensor_versioned' (a used capsule cannot be read)")
     if not raw:  # pragma: no cover - a broken producer
-        raise TypeError(f"{_kind(obj)}.__dlpack__() did not return a 'dltensor' capsule")
-    t = _DLTensor.from_address(raw)  # DLManagedTensor starts with its DLTensor
+        raise TypeError(f"{_kind(obj)}.__dlpack__() returned an empty capsule")
+    t = _DLTensor.from_address(raw)
     ndim = t.ndim
     shape = [t.shape[i] for i in range(ndim)]
     itemsize = max(1, (t.dtype.bits * t.dtype.lanes + 7) // 8)
@@ -214,15 +287,37 @@ def _dlpack_extent(obj: Any) -> tuple[int, int]:
     return _extent(ptr, shape, strides, itemsize)
 
 
+_INTERFACES = ("__cuda_array_interface__", "__array_interface__")
+
+
 def _object_extent(obj: Any) -> tuple[int, int]:
-    cls = type(obj)
-    if hasattr(cls, "__cuda_array_interface__") or hasattr(obj, "__cuda_array_interface__"):
-        return _interface_extent(obj.__cuda_array_interface__, "__cuda_array_interface__", obj)
-    if hasattr(cls, "__array_interface__") or hasattr(obj, "__array_interface__"):
-        return _interface_extent(obj.__array_interface__, "__array_interface__", obj)
-    if hasattr(cls, "__dlpack__"):
-        return _dlpack_extent(obj)
-    return _buffer_extent(obj)
+    """Through the first protocol the object offers.  A protocol attribute
+    that raises (torch's CPU tensors raise AttributeError from
+    __cuda_array_interface__) means the object does not offer it: the next
+    protocol is tried, and the final error says what each one raised."""
+    declined: list[str] = []
+    for name in _INTERFACES:
+        try:
+            iface = getattr(obj, name)
+        except AttributeError as exc:
+            if hasattr(type(obj), name):
+                declined.append(f"{name} raised AttributeError: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - any failure declines the protocol
+            declined.append(f"{name} raised {type(exc).__name__}: {exc}")
+            continue
+        return _interface_extent(iface, name, obj)
+    if hasattr(type(obj), "__dlpack__"):
+        try:
+            return _dlpack_extent(obj)
+        except (BufferError, RuntimeError) as exc:  # the producer declines
+            declined.append(f"__dlpack__ raised {type(exc).__name__}: {exc}")
+    try:
+        return _buffer_extent(obj)
+    except TypeError as exc:
+        if not declined:
+            raise
+        raise TypeError(f"{exc} ({'; '.join(declined)})") from None
 
 
 # --------------------------------------------------------------------------
@@ -230,7 +325,12 @@ def _object_extent(obj: Any) -> tuple[int, int]:
 
 def address_array(ptrs: object) -> np.ndarray:
     """``ptrs`` (a numpy array, or a sequence of addresses) as a uint64 array,
-    each checked to be an address; TypeError/ValueError otherwise."""
+    each checked to be an address; TypeError/ValueError otherwise.  A masked
+    array's mask is ignored: every stored value is an address to look up
+    (a masked value must be a valid address too), so the cache's and the
+    module-level queries see the same plain array."""
+    if isinstance(ptrs, np.ma.MaskedArray):
+        ptrs = np.ma.getdata(ptrs)
     arr = ptrs if isinstance(ptrs, np.ndarray) else None
     if arr is None:
         if isinstance(ptrs, (str, bytes, bytearray)) or not hasattr(ptrs, "__len__"):

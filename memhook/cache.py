@@ -75,6 +75,7 @@ The hook layer plugs in with :func:`set_hook_layer`.
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -748,6 +749,15 @@ class MemtypeCache:
 # the process-wide cache and the module-level queries
 
 _process_cache = MemtypeCache()
+
+
+def _after_fork_in_child() -> None:
+    # A writer thread of the parent may have held the lock at fork(); it is
+    # gone, and every published state is whole (writers publish one tuple).
+    _process_cache._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _drain: Callable[[], object] | None = None
 _coverage_complete: Callable[[], bool] | None = None
 

@@ -97,6 +97,31 @@ class HookReport:
         """The functions the loaded libraries export that nothing covers."""
         return [h for h in self.hooks if h.present and not h.installed]
 
+    def __str__(self) -> str:
+        """A table for people (``print(memhook.status())``): a summary line,
+        the queue, then one row per function; the repr stays the dataclass's."""
+        covered = sum(h.installed for h in self.hooks)
+        present = sum(h.present for h in self.hooks)
+        lines = [f"memhook hooks: mode {self.mode}; {covered} of {len(self.hooks)} functions "
+                 f"covered, {present} present in the loaded libraries; coverage "
+                 f"{'complete' if self.coverage_complete else 'not complete'}"]
+        q = self.queue
+        lines.append(f"event queue: {q.pending} pending ({q.produced} produced, {q.consumed} "
+                     f"drained), {q.lanes} thread lanes")
+        reasons = {h.reason for h in self.hooks}
+        shared = reasons.pop() if len(reasons) == 1 else ""
+        if shared:  # e.g. mode none: one reason for every row
+            lines.append(f"every function: {shared}")
+        header = ("function", "api", "kind", "present", "mechanism", "jump", "reason")
+        rows = [(h.name, h.api, h.kind.name or str(int(h.kind)), "yes" if h.present else "no",
+                 str(h.mechanism), str(h.bistro_jump) if h.bistro_jump else "-",
+                 "" if shared else h.reason) for h in self.hooks]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+        for row in [header, *rows]:
+            cells = [c.ljust(w) for c, w in zip(row, widths)] + [row[-1]]
+            lines.append("  ".join(cells).rstrip())
+        return "\n".join(lines)
+
 
 _lock = threading.Lock()
 

@@ -2,8 +2,12 @@
  * can tell cheaply whether anything (a CUDA driver, say) was loaded since it
  * last looked.  In C because a ctypes callback for dl_iterate_phdr would
  * need a writable+executable libffi closure page, which memhook never
- * leaves in a process. */
+ * leaves in a process.  Also: what a load with MEMHOOK_CUDA_MODE set
+ * does. */
 #include <link.h>
+#include <stdlib.h>
+
+#include "log.h"
 
 #include "memhook/memhook.h"
 
@@ -20,4 +24,22 @@ unsigned long long memhook_loader_generation(void)
     unsigned long long adds = 0;
     dl_iterate_phdr(first_object, &adds);
     return adds;
+}
+
+/* MEMHOOK_CUDA_MODE set for a plain LD_PRELOAD of the core: loading the
+ * library installs no hooks by itself (hooks nobody drains would only fill
+ * the event queue).  The mode is read by memhook.install() in Python, and
+ * at load under `memhook trace` (MEMHOOK_TRACE_SOCKET set, csrc/trace/).
+ * Say so, at info level, to whoever set it expecting hooks.  (Runs after
+ * log.c's priority-101 constructor has read MEMHOOK_LOG_LEVEL.) */
+__attribute__((constructor)) static void note_mode_without_trace(void)
+{
+    const char *mode = getenv("MEMHOOK_CUDA_MODE");
+    const char *socket = getenv("MEMHOOK_TRACE_SOCKET");
+    if (mode == NULL || (socket != NULL && *socket != '\0'))
+        return;
+    mh_info("MEMHOOK_CUDA_MODE=\"%s\" is set, but loading libmemhook.so installs no hooks by "
+            "itself: memhook.install() reads it (Python), and so does `memhook trace -- CMD`; "
+            "without one of those no hooks are installed",
+            mode);
 }

@@ -1,6 +1,7 @@
 /* log.c - stderr logging controlled by MEMHOOK_LOG_LEVEL. */
 #include "log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -20,14 +21,21 @@ static const char *const level_names[] = {"error", "warn", "info", "debug"};
  * one stderr); atomic because hooks on any thread read it. */
 static atomic_int current_level = MEMHOOK_LOG_WARN;
 
+/* Blanks around the name are ignored, as MEMHOOK_CUDA_MODE ignores them
+ * ("info " from a shell script is "info"). */
 int memhook_log_level_parse(const char *name)
 {
     if (name == NULL)
         return -1;
+    while (isspace((unsigned char)*name))
+        name++;
+    size_t len = strlen(name);
+    while (len > 0 && isspace((unsigned char)name[len - 1]))
+        len--;
     for (int i = 0; i < LEVEL_COUNT; i++)
-        if (strcasecmp(name, level_names[i]) == 0)
+        if (strlen(level_names[i]) == len && strncasecmp(name, level_names[i], len) == 0)
             return i;
-    if (strcasecmp(name, "warning") == 0)
+    if (len == 7 && strncasecmp(name, "warning", len) == 0)
         return MEMHOOK_LOG_WARN;
     return -1;
 }

@@ -17,12 +17,91 @@
 
 #include "cuda_hooks.h"
 #include "log.h"
+#include "reloc.h"
 
 int mh_recording;
 __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 
 /* Install state: one set of hooks per process, changed under g_lock. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * fork().  The cross-module lock order (a thread holding one lock may take
+ * those after it, never one before):
+ *
+ *     install g_lock -> reloc's lock  -> the loader's lock
+ *     install g_lock -> bistro's lock -> the loader's lock (dladdr)
+ *     the drain's lock: never held with these, nor taken under them
+ *
+ * bistro's and reloc's never nest, so their order is free.  Every one of
+ * memhook's locks is held across fork() by its module's atfork handlers, so
+ * a child starts with each module between two operations.  glibc makes the
+ * loader's dl_load_lock afresh in the child (glibc 2.36 does not do so for
+ * dl_load_write_lock: a child forked while another thread adds an object to
+ * the link map can hang in its own dlopen, memhook or not - see
+ * tests/hooks/scripts/fork_churn.py).  pthread_atfork runs the
+ * prepare handlers in reverse registration order and the parent/child
+ * handlers in registration order: a lock earlier in the order must be
+ * registered later, and then it is also released later.  reloc registers
+ * when its lock is first made (mh_reloc_init), bistro at its first install
+ * (patch.c), both lazily, so install registers twice: at its first use,
+ * after forcing reloc's registration, and again right after its first call
+ * into bistro.  In the forking thread the first of install's prepares to run
+ * (the later registration, when there are two) takes g_lock, and only that
+ * registration releases it: prepare install, bistro, reloc; parent/child
+ * reloc, bistro, install (bistro and reloc the other way round where the
+ * bistro API was used before any install).  A fork() from code run under
+ * g_lock (a libcuda constructor during install's dlopen) would deadlock in
+ * prepare; memhook runs no other code there.
+ */
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_fork_after_bistro_once = PTHREAD_ONCE_INIT;
+/* Which of install's registrations holds g_lock for this thread's fork (0:
+ * none): per thread, because two threads may fork at once. */
+static __thread int t_fork_holder __attribute__((tls_model("initial-exec")));
+
+static void fork_take(int who)
+{
+    if (t_fork_holder == 0) {
+        pthread_mutex_lock(&g_lock);
+        t_fork_holder = who;
+    }
+}
+
+static void fork_release(int who, bool child)
+{
+    if (t_fork_holder != who)
+        return;
+    t_fork_holder = 0;
+    if (child)
+        pthread_mutex_init(&g_lock, NULL);
+    else
+        pthread_mutex_unlock(&g_lock);
+}
+
+static void fork_prepare_1(void) { fork_take(1); }
+static void fork_parent_1(void) { fork_release(1, false); }
+static void fork_child_1(void) { fork_release(1, true); }
+static void fork_prepare_2(void) { fork_take(2); }
+static void fork_parent_2(void) { fork_release(2, false); }
+static void fork_child_2(void) { fork_release(2, true); }
+
+static void fork_register(void)
+{
+    mh_reloc_init();
+    pthread_atfork(fork_prepare_1, fork_parent_1, fork_child_1);
+}
+
+static void fork_register_after_bistro(void)
+{
+    pthread_atfork(fork_prepare_2, fork_parent_2, fork_child_2);
+}
+
+static void install_lock(void)
+{
+    pthread_once(&g_fork_once, fork_register);
+    pthread_mutex_lock(&g_lock);
+}
 static unsigned g_mode;
 static bool g_reloc_on;
 static char g_reloc_why[256];
@@ -99,6 +178,7 @@ static void bistro_apply_one(mh_hook *h, void *lib, const char *lib_path)
     char why[256] = "";
     int rc = memhook_bistro_install(addr, h->wrapper, 0, &h->trampoline, &h->patch, why,
                                     sizeof why);
+    pthread_once(&g_fork_after_bistro_once, fork_register_after_bistro);  /* see fork() above */
     h->bistro_errno = rc;
     if (rc == 0) {
         h->patched_at = addr;
@@ -224,7 +304,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
                  "valid: 0-3", mode);
         return EINVAL;
     }
-    pthread_mutex_lock(&g_lock);
+    install_lock();
     static bool table_ready;
     if (!table_ready) {
         mh_table_init();
@@ -264,7 +344,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
 
 int memhook_hooks_uninstall(void)
 {
-    pthread_mutex_lock(&g_lock);
+    install_lock();
     __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
     bistro_remove_all();
     reloc_remove();
@@ -275,7 +355,7 @@ int memhook_hooks_uninstall(void)
 
 unsigned memhook_hooks_mode(void)
 {
-    pthread_mutex_lock(&g_lock);
+    install_lock();
     unsigned m = g_mode;
     pthread_mutex_unlock(&g_lock);
     return m;
@@ -283,7 +363,7 @@ unsigned memhook_hooks_mode(void)
 
 int memhook_hooks_coverage_complete(void)
 {
-    pthread_mutex_lock(&g_lock);
+    install_lock();
     int complete = g_mode != 0 && !g_driver_used_unseen;
     void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (complete && lib != NULL) {
@@ -332,7 +412,7 @@ int memhook_hook_get(size_t index, memhook_hook_info *out)
 {
     if (index >= MH_FN_COUNT || out == NULL)
         return EINVAL;
-    pthread_mutex_lock(&g_lock);
+    install_lock();
     const mh_hook *h = &mh_hooks[index];
     memset(out, 0, sizeof *out);
     out->name = h->name;

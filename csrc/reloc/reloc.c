@@ -114,8 +114,12 @@ static size_t g_nobjs, g_objcap;
 static unsigned long long g_adds = ~0ULL, g_subs = ~0ULL;
 static pthread_mutex_t g_lock;
 static pthread_once_t g_lock_once = PTHREAD_ONCE_INIT;
+/* How deep this thread holds g_lock: a child forked from inside a hold
+ * (a destructor run by the dlclose wrapper) must come out holding it as
+ * deep, minus the atfork hold. */
+static __thread int t_lock_depth __attribute__((tls_model("initial-exec")));
 
-static void init_lock(void)
+static void make_lock(void)
 {
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
@@ -124,14 +128,44 @@ static void init_lock(void)
     pthread_mutexattr_destroy(&attr);
 }
 
-void mh_reloc_lock(void)
+/* fork(): the lock is held across it, so the child's registry and object
+ * records are between two operations.  The child cannot unlock what the
+ * parent's thread locked (a recursive mutex checks the owner's tid, which
+ * the child's thread does not have), so it makes the lock afresh.  Callers
+ * that nest their own lock outside this one (install.c) register their
+ * handlers after mh_reloc_init(), so that their prepare runs first. */
+static void fork_prepare(void) { mh_reloc_lock(); }
+static void fork_parent(void) { mh_reloc_unlock(); }
+static void fork_child(void)
+{
+    int depth = t_lock_depth - 1;
+    make_lock();
+    t_lock_depth = 0;
+    while (depth-- > 0)
+        mh_reloc_lock();
+}
+
+static void init_lock(void)
+{
+    make_lock();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void mh_reloc_init(void)
 {
     pthread_once(&g_lock_once, init_lock);
+}
+
+void mh_reloc_lock(void)
+{
+    mh_reloc_init();
     pthread_mutex_lock(&g_lock);
+    t_lock_depth++;
 }
 
 void mh_reloc_unlock(void)
 {
+    t_lock_depth--;
     pthread_mutex_unlock(&g_lock);
 }
 

@@ -121,6 +121,8 @@ MH_HIDDEN void mh_reloc_note_definition(const char *name, void *definition);
 /* Patch objects loaded since the last walk, forget unloaded ones; a handle
  * returned by dlopen lets unresolved originals be looked up in it. */
 MH_HIDDEN void mh_reloc_refresh(void *new_handle);
+/* Makes the lock and registers its fork handlers (once). */
+MH_HIDDEN void mh_reloc_init(void);
 MH_HIDDEN void mh_reloc_lock(void);
 MH_HIDDEN void mh_reloc_unlock(void);
 /* Find the definition of name in an object after `after` in the load order

@@ -1,0 +1,45 @@
+"""The MEMHOOK_* knobs read when the core loads: blanks around a value are
+ignored alike (MEMHOOK_LOG_LEVEL as MEMHOOK_CUDA_MODE), and a plain
+LD_PRELOAD of the core with MEMHOOK_CUDA_MODE set says at info level why it
+installs nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+import memhook
+from memhook import HookMode
+from memhook._core import lib
+
+
+def _preload(**env: str) -> str:
+    """stderr of /bin/true run with the core LD_PRELOADed and `env`."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEMHOOK_")}
+    full.update(env, LD_PRELOAD=memhook.library_path())
+    return subprocess.run(["/bin/true"], env=full, capture_output=True, text=True, timeout=60,
+                          check=True).stderr
+
+
+@pytest.mark.parametrize("text", ["info ", " info", "\tINFO\n", "info"])
+def test_log_level_accepts_blanks_as_the_mode_does(text: str) -> None:
+    assert lib.memhook_log_level_parse(text.encode()) == 2
+    assert HookMode.parse(text.lower().replace("info", "reloc")) == HookMode.parse("reloc")
+    err = _preload(MEMHOOK_LOG_LEVEL=text)
+    assert "not a log level" not in err and "info: libmemhook" in err, err
+
+
+def test_a_bad_log_level_is_named_with_what_is_valid() -> None:
+    assert lib.memhook_log_level_parse(b"in fo") == -1
+    err = _preload(MEMHOOK_LOG_LEVEL="verbose ")
+    assert 'MEMHOOK_LOG_LEVEL=verbose  is not a log level; valid: error, warn, info' in err
+
+
+def test_preload_with_a_mode_says_why_it_installs_nothing() -> None:
+    err = _preload(MEMHOOK_CUDA_MODE="reloc", MEMHOOK_LOG_LEVEL="info")
+    assert ('MEMHOOK_CUDA_MODE="reloc" is set, but loading libmemhook.so installs no hooks by '
+            "itself: memhook.install() reads it") in err, err
+    assert "MEMHOOK_CUDA_MODE" not in _preload(MEMHOOK_CUDA_MODE="reloc")  # (warn level)
+    assert "MEMHOOK_CUDA_MODE" not in _preload(MEMHOOK_LOG_LEVEL="info")
