@@ -69,7 +69,7 @@ void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_ty
      * it: the caller does not have addr until we return. */
     bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
-        mh_live rec = {.size = size, .mem_type = mem_type, .device = device};
+        mh_live rec = {.size = size, .mem_type = mem_type, .device = device, .gen = mh_call_gen};
         fenced = mh_live_insert(addr, &rec);
     }
     mh_lane_announce(fenced);

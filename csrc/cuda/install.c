@@ -252,9 +252,12 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     }
     if (!(mode & MEMHOOK_MODE_RELOC))
         reloc_remove();
+    unsigned g_mode_before = g_mode;
     g_mode = mode;
     if (mode != 0)
         mh_driver_calls_prepare();
+    if (g_mode_before == 0 && mode != 0)
+        mh_live_new_generation(true);  /* before recording starts: live_table.c */
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
@@ -266,6 +269,7 @@ int memhook_hooks_uninstall(void)
 {
     pthread_mutex_lock(&g_lock);
     __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
+    mh_live_new_generation(false);  /* after recording stopped: live_table.c */
     bistro_remove_all();
     reloc_remove();
     g_mode = 0;

@@ -1,0 +1,16 @@
+"""The event path when the hooks or the driver come and go (issue 15), in
+every hook mode (scripts/event_path.py): a FREE never carries the size of an
+allocation the hooks did not see freed."""
+
+from __future__ import annotations
+
+import pytest
+from hooks_testing import MODES
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_event_path(scenario, mode: str) -> None:
+    outcome = scenario("event_path.py", mode, timeout=120)
+    for case in ("install", "stale size"):
+        outcome.check(case)
+    outcome.check_all_clean()
