@@ -90,7 +90,11 @@ _check_layout()
 
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
-_c_drain = lib.memhook_events_drain
+_c_drain = lib.memhook_events_drain_bounded
+# The state of one drain run (memhook_events_drain_bounded): zeroed as a run
+# begins, so the run takes what was pending then and stops - a query does
+# not chase producers that keep recording while it delivers.
+_mark = ffi.new("uint64_t *")
 # The core's "events may be pending" flag, read in place: 0 means a drain
 # would find nothing, which is what most queries find - no C call then.
 _pending = lib.memhook_events_pending_flag()
@@ -129,7 +133,9 @@ def function_name(index: int) -> str:
 
 
 def drain() -> int:
-    """Take every pending event out of the core's queue, apply it to the
+    """Take every event pending when the call began out of the core's queue
+    (events recorded while it delivers wait for the next drain: the run is
+    bounded, see memhook_events_drain_bounded), apply it to the
     process-wide cache and hand it to the subscribers, in order.  Returns
     how many events were delivered (skipped slots not counted).  From inside
     a subscriber (this thread is draining already) it returns 0 at once."""
@@ -141,7 +147,8 @@ def drain() -> int:
         if _owner == _get_ident():
             return 0
         _acquire()
-    n = _c_drain(_buffer, BATCH)
+    _mark[0] = 0
+    n = _c_drain(_buffer, BATCH, _mark)
     if not n and not _backlog:
         _release()
         return 0
@@ -164,8 +171,8 @@ def _drain_locked(n: int) -> int:
                 return done
             done += _deliver(rows)
             if n < BATCH:
-                return done
-            n = _c_drain(_buffer, BATCH)
+                return done  # the run's cut is reached (memhook_events_drain_bounded)
+            n = _c_drain(_buffer, BATCH, _mark)
     finally:
         _owner = None
         _release()
@@ -267,4 +274,8 @@ def attach() -> None:
     from ._coverage import coverage_complete
 
     _cache.set_hook_layer(drain, coverage_complete)
+    if _pending[0] or lib.memhook_hooks_mode():
+        from . import _feeder
+
+        _feeder.start()  # hooks installed before the import (a traced process)
 

@@ -14,3 +14,13 @@ def test_event_path(scenario, mode: str) -> None:
     for case in ("install", "stale size"):
         outcome.check(case)
     outcome.check_all_clean()
+
+
+@pytest.mark.parametrize("mode", ("bistro", "reloc"))
+def test_pressure(scenario, mode: str) -> None:
+    """8 Python threads allocating, a subscriber counting: every pair arrives
+    once, and uninstall() returns within 2 s (scripts/pressure.py).  The
+    query latency is a figure (bench/query_latency.py), not checked here."""
+    outcome = scenario("pressure.py", mode, "8", timeout=120)
+    for case in ("install", "query", "uninstall"):
+        outcome.check(case)
