@@ -6,12 +6,13 @@ event in the queue (4M events: 245 MiB) and its next query or flush()
 applies them all.  The feeder is one daemon thread that waits in
 ``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
 around every call), polling the lanes' counts every 5 ms; producers never
-make a system call to wake it - and drains (:func:`memhook._drain.drain`:
-the cache and the subscribers, in order, exactly as a query would) once
-:data:`BACKLOG` events are waiting.
+make a system call to wake it - and drains (:func:`memhook._drain.drain_batch`:
+the cache and the subscribers, in order, exactly as a query would; STEP events
+per hold of the drain lock, so a query waits for one such step at most) once
+:data:`BACKLOG` events are waiting, until fewer than STEP / 2 are.
 
 The policy: with the memhook package imported and hooks installed, the
-backlog stays near BACKLOG events (1 MiB) plus what producers record while
+backlog stays near BACKLOG events (64 KiB) plus what producers record while
 one drain run delivers; nothing is dropped.  A query then finds at most
 that much to deliver.  A fork child inherits at most that backlog (and
 starts its own feeder).  A producer that outruns Python's delivery (C
@@ -31,8 +32,13 @@ __all__ = ["BACKLOG", "running", "start"]
 
 _log = logging.getLogger("memhook")
 
-BACKLOG = 16384
+BACKLOG = 1024
 """Waiting events (64 bytes each) at which the feeder drains."""
+
+STEP = 512
+"""Events the feeder delivers per hold of the drain lock: a query that
+arrives meanwhile waits for at most this many (~3 ms of Python on the dev
+box, several times that when its cores are oversubscribed)."""
 
 _WAIT_MS = 1000
 _lock = threading.Lock()
@@ -46,9 +52,14 @@ def _run() -> None:
     while True:
         if wait(BACKLOG, _WAIT_MS):
             try:
-                _drain.drain()
+                while _drain.drain_batch(STEP) and _backlog_left():
+                    pass
             except Exception:  # noqa: BLE001 - logged; the feeder must go on
                 _log.exception("memhook: the background drain failed")
+
+
+def _backlog_left() -> bool:
+    return bool(lib.memhook_events_wait_backlog(STEP // 2, 0))
 
 
 def start() -> None:
