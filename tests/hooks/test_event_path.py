@@ -25,3 +25,12 @@ def test_pressure(scenario, mode: str) -> None:
     outcome = scenario("pressure.py", mode, "8", timeout=120)
     for case in ("install", "query", "uninstall"):
         outcome.check(case)
+
+
+def test_backlog(scenario, hook_fixtures) -> None:
+    """400,000 events and no query: memory stays within 16 MiB and the next
+    flush() takes <= 1 s (scripts/backlog.py)."""
+    outcome = scenario("backlog.py", "bistro", str(hook_fixtures.stress), "2", "100000",
+                       timeout=240)
+    for case in ("install", "backlog"):
+        outcome.check(case)
