@@ -163,8 +163,12 @@ MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
 MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
 /* While nothing ever called memhook_events_drain, consume (drop) the
  * events the tee has read except the newest `keep`: a traced process with
- * no consumer of its own holds at most that many. */
+ * no consumer of its own holds at most that many.  Once it dropped any,
+ * the hooks no longer vouch for coverage (mh_queue_trimmed): a consumer
+ * that starts later asks the driver about pointers its cache lacks. */
 MH_HIDDEN void mh_queue_trim(uint64_t keep);
+/* Whether mh_queue_trim ever dropped an event in this process. */
+MH_HIDDEN bool mh_queue_trimmed(void);
 
 /* ---- live_table.c ---- */
 

@@ -80,6 +80,13 @@ static _Atomic uint64_t g_consumed_total;
 static _Atomic mh_queue_sink_fn g_sink;
 /* memhook_events_drain was called: the trace keeps its events for us. */
 static _Atomic bool g_consumer_seen;
+/* mh_queue_trim dropped events: a consumer that starts later has not seen
+ * every allocation, so the hooks stop vouching for coverage (install.c).
+ * Process-wide, as the queue it describes; inherited by a fork child, whose
+ * address space holds the same unseen allocations. */
+static _Atomic bool g_trimmed;
+
+bool mh_queue_trimmed(void) { return atomic_load_explicit(&g_trimmed, memory_order_acquire); }
 
 void mh_queue_note_free_source(bool from_driver, bool unknown)
 {
@@ -427,7 +434,11 @@ void mh_queue_trim(uint64_t keep)
         for (size_t i = 0; i < nc; i++)
             held += cur[i].end - cur[i].at;
         if (held > keep) {
-            /* Drop the oldest (by seq) of what the tee read. */
+            /* Drop the oldest (by seq) of what the tee read.  A late
+             * consumer's cache then lacks the allocations those events
+             * made: flagged before they go, so coverage is never vouched
+             * for over a gap (a query then asks the driver). */
+            atomic_store_explicit(&g_trimmed, true, memory_order_release);
             merge(cur, nc, UINT64_MAX, true, NULL, held - keep);
             for (size_t i = 0; i < nc; i++)
                 cur[i].lane->consumed = cur[i].at;

@@ -288,7 +288,8 @@ unsigned memhook_hooks_mode(void)
 int memhook_hooks_coverage_complete(void)
 {
     pthread_mutex_lock(&g_lock);
-    int complete = g_mode != 0 && !g_driver_used_unseen;
+    /* (mh_queue_trimmed: events this process's consumer never saw.) */
+    int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
     void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;
