@@ -72,6 +72,7 @@ _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
 _SIZE_UNKNOWN = int(lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
 _SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
+_UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
 _UNKNOWN = MemoryType.UNKNOWN
 _MEMORY_TYPES = tuple(MemoryType)
 _KINDS = {_EVENT_ALLOC: EventKind.ALLOC, _EVENT_FREE: EventKind.FREE}
@@ -216,7 +217,9 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
         try:
             for i, row in enumerate(rows):
                 flags = row[11]
-                if flags & _SKIPPED:
+                if flags & (_SKIPPED | _UNLOADED):
+                    if flags & _UNLOADED:
+                        _driver_unloaded(cache)
                     continue
                 count += 1
                 if not row[10] and i not in cancelled:  # (a failed call never reaches it)
@@ -231,7 +234,9 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
     try:
         for i, row in enumerate(rows):
             _, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags = row
-            if flags & _SKIPPED:
+            if flags & (_SKIPPED | _UNLOADED):
+                if flags & _UNLOADED:
+                    _driver_unloaded(cache)
                 continue
             count += 1
             if not result:
@@ -272,6 +277,15 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
         _backlog[:0] = rows[i + 1:]  # (row i reached the cache and some subscribers)
         raise
     return count
+
+
+def _driver_unloaded(cache: _cache.MemtypeCache) -> None:
+    """The driver was unloaded at this point of the event order: every
+    region the cache holds came from it (its allocations, pinned and
+    registered host memory, ranges marked as reserved) and is gone."""
+    _deferred.clear()
+    cache.clear()
+    _log.info("memhook: the CUDA driver was unloaded; the cache forgot its regions")
 
 
 def _materialise() -> None:

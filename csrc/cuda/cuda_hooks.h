@@ -243,6 +243,10 @@ typedef struct mh_free_plan {
 MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);
 MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 
+/* The driver was unloaded: reset what pointed into it, and put a
+ * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
+MH_HIDDEN void mh_driver_unloaded(void);
+
 /* Refresh the cached pid and the calling thread's tid (after fork). */
 MH_HIDDEN void mh_emit_after_fork_child(void);
 

@@ -130,6 +130,23 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
     }
 }
 
+void mh_driver_unloaded(void)
+{
+    /* Entry points it cached point into unmapped code; live records name
+     * allocations that no longer exist. */
+    mh_driver_calls_reset();
+    mh_live_new_generation(true);
+    /* One marker in the event order: consumers forget every region before
+     * it (the driver's memory, pinned host memory included, is gone) and
+     * keep what follows (a reloaded driver's allocations, stamped later).
+     * Not a hook: nested only if a hook's own driver query unloads it. */
+    if (mh_hook_depth != 0)
+        return;
+    mh_hook_depth++;
+    push(0, (mh_fn)0, 0, 0, MEMHOOK_MEM_UNKNOWN, -1, 0, MEMHOOK_EVENT_DRIVER_UNLOADED);
+    mh_hook_depth--;
+}
+
 int mh_unresolved(mh_fn f)
 {
     mh_error("%s: the real function is not known yet; returning an error", mh_hooks[f].name);

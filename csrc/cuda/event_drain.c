@@ -287,11 +287,21 @@ static bool any_unconsumed(void)
     return false;
 }
 
+/* The trace gets call events only: an unload marker (emit.c) is this
+ * process's consumers' business, and a trace's reader knows no kind 0. */
 static void sink_batch(const memhook_event *events, size_t count)
 {
     mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
-    if (sink != NULL && count != 0)
-        sink(events, count);
+    if (sink == NULL)
+        return;
+    size_t from = 0;
+    for (size_t i = 0; i <= count; i++) {
+        if (i < count && !(events[i].flags & MEMHOOK_EVENT_DRIVER_UNLOADED))
+            continue;
+        if (i > from)
+            sink(events + from, i - from);
+        from = i + 1;
+    }
 }
 
 size_t memhook_events_drain(memhook_event *out, size_t capacity)

@@ -34,3 +34,13 @@ def test_backlog(scenario, hook_fixtures) -> None:
                        timeout=240)
     for case in ("install", "backlog"):
         outcome.check(case)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_driver_unload(scenario, mode: str) -> None:
+    """dlclose and reload of the simulated driver: no ghost regions, and the
+    reloaded driver's allocations are seen (scripts/event_path.py unload)."""
+    outcome = scenario("event_path.py", mode, "unload", timeout=120)
+    for case in ("install", "driver unload"):
+        outcome.check(case)
+    outcome.check_all_clean()

@@ -194,6 +194,10 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_EVENT_SIZE_UNKNOWN 0x1u  /* FREE whose size nobody knew: 0 */
 #define MEMHOOK_EVENT_SKIPPED      0x2u  /* a slot whose producer vanished in
                                             fork(); never handed out */
+#define MEMHOOK_EVENT_DRIVER_UNLOADED 0x4u  /* kind 0, no call: libcuda.so.1
+                                               was unloaded here; every region
+                                               before it is gone.  Drained, never
+                                               sent to a trace (memhook trace) */
 
 /* One completed user call.  64 bytes. */
 typedef struct memhook_event {
