@@ -76,6 +76,7 @@ size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_API_RUNTIME ...
 #define MEMHOOK_EVENT_SIZE_UNKNOWN ...
 #define MEMHOOK_EVENT_SKIPPED ...
+#define MEMHOOK_EVENT_DRIVER_UNLOADED ...
 typedef struct memhook_event {
     uint64_t seq;
     uint64_t address;
@@ -109,6 +110,8 @@ int memhook_hook_get(size_t index, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
 void *memhook_hooks_original(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);
+size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_t *mark);
+int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms);
 const volatile uint32_t *memhook_events_pending_flag(void);
 typedef struct memhook_queue_stats {
     uint64_t produced;

@@ -108,11 +108,12 @@ class Subscription:
     A subscription closed while a drain is delivering gets no further
     events."""
 
-    __slots__ = ("__weakref__", "_active", "callback", "kinds")
+    __slots__ = ("__weakref__", "_active", "_kind_bits", "callback", "kinds")
 
     def __init__(self, callback: Callback, kinds: EventKind) -> None:
         self.callback = callback
         self.kinds = kinds
+        self._kind_bits = int(kinds)  # (the drain tests it per event: int & int is cheap)
         self._active = True
 
     @property

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _coverage, _drain, _preexisting
+from . import _coverage, _drain, _feeder, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
 from .cache import process_cache
@@ -157,6 +157,8 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
             raise OSError(rc, f"memhook: installing the hooks with mode {parsed} failed: "
                               f"{reason or os.strerror(rc)}")
         _log.info("memhook: hooks installed, mode %s", parsed)
+        if parsed:
+            _feeder.start()  # a backlog nobody queries is drained in the background
         if parsed and _preexisting.driver_initialised():
             _drain.drain()  # what the hooks saw so far, so marking does not cover it
             _preexisting.mark_preexisting(process_cache())

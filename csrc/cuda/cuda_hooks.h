@@ -80,6 +80,12 @@ MH_HIDDEN extern int mh_recording;
  * driver query), so nested hooks pass straight through. */
 MH_HIDDEN extern __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 
+/* The live table's generation (live_table.c): bumped at every uninstall and
+ * at every install from mode none.  Process-wide, as the table is. */
+MH_HIDDEN extern uint32_t mh_live_gen;
+/* Per thread: mh_live_gen as the outermost recording call began. */
+MH_HIDDEN extern __thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
+
 static inline void *mh_next(mh_fn f)
 {
     const mh_hook *h = &mh_hooks[f];
@@ -95,9 +101,12 @@ static inline void *mh_next(mh_fn f)
  * pass straight through - hooks off, or nested inside another wrapper. */
 static inline bool mh_record_begin(void)
 {
-    if (!__atomic_load_n(&mh_recording, __ATOMIC_RELAXED) || mh_hook_depth != 0)
+    if (!__atomic_load_n(&mh_recording, __ATOMIC_ACQUIRE) || mh_hook_depth != 0)
         return false;
     mh_hook_depth++;
+    /* Before the real call: the allocation it makes is then younger than
+     * this generation (live_table.c says why that matters). */
+    mh_call_gen = __atomic_load_n(&mh_live_gen, __ATOMIC_ACQUIRE);
     return true;
 }
 
@@ -154,8 +163,12 @@ MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
 MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
 /* While nothing ever called memhook_events_drain, consume (drop) the
  * events the tee has read except the newest `keep`: a traced process with
- * no consumer of its own holds at most that many. */
+ * no consumer of its own holds at most that many.  Once it dropped any,
+ * the hooks no longer vouch for coverage (mh_queue_trimmed): a consumer
+ * that starts later asks the driver about pointers its cache lacks. */
 MH_HIDDEN void mh_queue_trim(uint64_t keep);
+/* Whether mh_queue_trim ever dropped an event in this process. */
+MH_HIDDEN bool mh_queue_trimmed(void);
 
 /* ---- live_table.c ---- */
 
@@ -163,14 +176,22 @@ typedef struct mh_live {
     uint64_t size;
     int32_t mem_type;
     int32_t device;
+    uint32_t gen;  /* mh_call_gen of the call that made the allocation */
 } mh_live;
+
+/* Start a new generation: every record made before is stale from now on
+ * (a FREE ignores it and asks the driver).  `sweep`: also tombstone the
+ * stale records now (install from mode none, so they do not crowd the
+ * table).  Called by install.c under its lock. */
+MH_HIDDEN void mh_live_new_generation(bool sweep);
 
 /* Remember a live allocation (replacing a stale record of the same
  * address).  False when the table is too crowded near addr: the FREE will
  * ask the driver instead.  True means a CAS succeeded (a locked
  * instruction ran: emit.c counts on it). */
 MH_HIDDEN bool mh_live_insert(uint64_t addr, const mh_live *rec);
-/* Find the record of addr (and where it is, for mh_live_remove). */
+/* Find the record of addr (and where it is, for mh_live_remove).  A record
+ * of an earlier generation is removed and not returned. */
 MH_HIDDEN bool mh_live_find(uint64_t addr, mh_live *out, uint32_t *where);
 /* Forget the record mh_live_find found, with a CAS (a locked instruction,
  * whether or not it succeeds: emit.c counts on it). */
@@ -221,6 +242,10 @@ typedef struct mh_free_plan {
 
 MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);
 MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
+
+/* The driver was unloaded: reset what pointed into it, and put a
+ * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
+MH_HIDDEN void mh_driver_unloaded(void);
 
 /* Refresh the cached pid and the calling thread's tid (after fork). */
 MH_HIDDEN void mh_emit_after_fork_child(void);

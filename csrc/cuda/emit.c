@@ -69,7 +69,7 @@ void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_ty
      * it: the caller does not have addr until we return. */
     bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
-        mh_live rec = {.size = size, .mem_type = mem_type, .device = device};
+        mh_live rec = {.size = size, .mem_type = mem_type, .device = device, .gen = mh_call_gen};
         fenced = mh_live_insert(addr, &rec);
     }
     mh_lane_announce(fenced);
@@ -128,6 +128,23 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
         if (plan->from_table)
             mh_live_insert(plan->addr, &plan->rec);
     }
+}
+
+void mh_driver_unloaded(void)
+{
+    /* Entry points it cached point into unmapped code; live records name
+     * allocations that no longer exist. */
+    mh_driver_calls_reset();
+    mh_live_new_generation(true);
+    /* One marker in the event order: consumers forget every region before
+     * it (the driver's memory, pinned host memory included, is gone) and
+     * keep what follows (a reloaded driver's allocations, stamped later).
+     * Not a hook: nested only if a hook's own driver query unloads it. */
+    if (mh_hook_depth != 0)
+        return;
+    mh_hook_depth++;
+    push(0, (mh_fn)0, 0, 0, MEMHOOK_MEM_UNKNOWN, -1, 0, MEMHOOK_EVENT_DRIVER_UNLOADED);
+    mh_hook_depth--;
 }
 
 int mh_unresolved(mh_fn f)

@@ -30,6 +30,24 @@
  * next look (the drain looks up to four times); with no producer running
  * there is no horizon and every event goes.
  *
+ * Bounded drains.  A drain also has a cut: the newest stamp among the
+ * events pending when it began (each lane's last published event at the
+ * first pass H - a lane is in stamp order, so that is the lane's newest),
+ * and hands out only events stamped at or below it.  The cut only shortens
+ * what is handed out to a prefix of the stamp order the horizon allows
+ * (stamp < min(T, cut + 1)), so the argument above holds unchanged: if e
+ * is handed out and f precedes it, f's stamp is below e's, hence below
+ * both T and the cut, and f goes first.  A drain run made of several
+ * calls (memhook_events_drain_bounded with one mark: Python's flush) keeps
+ * the cut of its first call.  The bound: such a run hands out the events
+ * pending when it began, plus those published later but stamped before its
+ * first snapshot pass ended - what the producers write during one walk of
+ * the lane list (microseconds), and at most one event per thread caught
+ * between its stamp and its publication - so its length no longer depends
+ * on how fast other threads allocate: newer events wait for the next run.
+ * Any event a caller can be asking about (an ALLOC whose pointer it holds)
+ * was published before the run began, so it is at or below the cut.
+ *
  * A producer stopped between its stamp and its publication (preempted)
  * holds nothing back: its event is in neither pass, and whatever is handed
  * out meanwhile cannot depend on it (2.) - it comes out later, behind
@@ -44,6 +62,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "event_lane.h"
 
@@ -52,12 +71,22 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Under g_lock: the next seq to hand out, and what was handed out. */
 static uint64_t g_next_seq;
 static _Atomic uint64_t g_free_from_driver, g_free_unknown;
+/* The sum of every lane's `consumed`, for memhook_events_wait_backlog
+ * (which does not take g_lock); written under g_lock by lanes_tidy. */
+static _Atomic uint64_t g_consumed_total;
 
 /* Process-wide like the queue it watches: where drained batches are copied
  * to (the trace streamer's socket), or NULL.  Set by csrc/trace/. */
 static _Atomic mh_queue_sink_fn g_sink;
 /* memhook_events_drain was called: the trace keeps its events for us. */
 static _Atomic bool g_consumer_seen;
+/* mh_queue_trim dropped events: a consumer that starts later has not seen
+ * every allocation, so the hooks stop vouching for coverage (install.c).
+ * Process-wide, as the queue it describes; inherited by a fork child, whose
+ * address space holds the same unseen allocations. */
+static _Atomic bool g_trimmed;
+
+bool mh_queue_trimmed(void) { return atomic_load_explicit(&g_trimmed, memory_order_acquire); }
 
 void mh_queue_note_free_source(bool from_driver, bool unknown)
 {
@@ -123,19 +152,27 @@ static uint64_t lane_unread(const mh_lane *l)
 /* Pass H: a cursor over each lane's unread events, [lane_unread,
  * published).  Pass G: the horizon - the oldest stamp among events that
  * appeared since (UINT64_MAX if none did).  See the top of the file. */
-static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon)
+static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon, uint64_t *newest)
 {
     size_t n = 0;
+    uint64_t top = 0;
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
          l = l->next) {
         uint64_t start = lane_unread(l);
         uint64_t end = atomic_load_explicit(&l->published, memory_order_acquire);
         l->scanned = start;  /* what pass G compares with: nothing taken from it... */
         if (end != start && n < cap) {
-            cur[n++] = (cursor){.lane = l, .seg = l->read_seg, .at = start, .end = end};
+            cur[n] = (cursor){.lane = l, .seg = l->read_seg, .at = end - 1, .end = end};
+            uint64_t last = cursor_event(&cur[n])->timestamp_ns;  /* the lane's newest */
+            if (last > top)
+                top = last;
+            cur[n].seg = l->read_seg;
+            cur[n++].at = start;
             l->scanned = end;  /* ...or up to what this pass saw */
         }
     }
+    if (newest != NULL)
+        *newest = top;
     uint64_t h = UINT64_MAX;
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
          l = l->next) {
@@ -223,6 +260,11 @@ static void lane_retire_consumed(mh_lane *lane)
  * to the pool meanwhile). */
 static void lanes_tidy(void)
 {
+    uint64_t consumed = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        consumed += l->consumed;
+    atomic_store_explicit(&g_consumed_total, consumed, memory_order_release);
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
          l = l->next) {
         lane_retire_consumed(l);
@@ -245,16 +287,32 @@ static bool any_unconsumed(void)
     return false;
 }
 
+/* The trace gets call events only: an unload marker (emit.c) is this
+ * process's consumers' business, and a trace's reader knows no kind 0. */
 static void sink_batch(const memhook_event *events, size_t count)
 {
     mh_queue_sink_fn sink = atomic_load_explicit(&g_sink, memory_order_acquire);
-    if (sink != NULL && count != 0)
-        sink(events, count);
+    if (sink == NULL)
+        return;
+    size_t from = 0;
+    for (size_t i = 0; i <= count; i++) {
+        if (i < count && !(events[i].flags & MEMHOOK_EVENT_DRIVER_UNLOADED))
+            continue;
+        if (i > from)
+            sink(events + from, i - from);
+        from = i + 1;
+    }
 }
 
 size_t memhook_events_drain(memhook_event *out, size_t capacity)
 {
-    if (out == NULL && capacity != 0)
+    uint64_t mark = 0;
+    return memhook_events_drain_bounded(out, capacity, &mark);
+}
+
+size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_t *mark)
+{
+    if ((out == NULL && capacity != 0) || mark == NULL)
         return 0;
     if (!atomic_load_explicit(&g_consumer_seen, memory_order_relaxed))
         atomic_store(&g_consumer_seen, true);  /* the trace keeps its events for us now */
@@ -278,12 +336,16 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         /* Events newer than the horizon wait - but an event a caller is
          * about to ask about (an ALLOC whose pointer it holds) may be one of
          * them, so look again at once: what held them back is visible now.
-         * A few looks; producers that keep publishing in every window
-         * leave only their newest events for the next drain. */
+         * A few looks, and never past the run's cut (the top of the file):
+         * a run takes what was pending when it began, not what producers
+         * add while it runs. */
         for (int look = 0; look < 4 && n < capacity; look++) {
-            uint64_t horizon;
-            nc = open_unread(cur, cap, &horizon);
-            size_t got = merge(cur, nc, horizon, false, out + n, capacity - n);
+            uint64_t horizon, newest;
+            nc = open_unread(cur, cap, &horizon, &newest);
+            if (*mark == 0 && nc != 0)
+                *mark = newest == UINT64_MAX ? newest : newest + 1;  /* one past the cut */
+            uint64_t limit = horizon < *mark ? horizon : *mark;
+            size_t got = merge(cur, nc, limit, false, out + n, capacity - n);
             for (size_t i = 0; i < got; i++)
                 out[n + i].seq = g_next_seq++;
             mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
@@ -293,8 +355,8 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
                 mh_lane *l = cur[i].lane;
                 l->consumed = l->teed = cur[i].at;
             }
-            if (horizon == UINT64_MAX)
-                break;  /* nothing appeared meanwhile: all there was is out */
+            if (horizon >= *mark)
+                break;  /* nothing at or below the cut is held back: all of it is out */
         }
         lanes_tidy();
     }
@@ -302,6 +364,35 @@ size_t memhook_events_drain(memhook_event *out, size_t capacity)
         atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+/* Events published and not yet taken out, without the consumer lock (a
+ * drain may hold it for long): `published` counts are atomics, and the
+ * consumed total is kept beside them by whoever moves `consumed`. */
+static uint64_t backlog_now(void)
+{
+    uint64_t produced = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        produced += atomic_load_explicit(&l->published, memory_order_acquire);
+    uint64_t consumed = atomic_load_explicit(&g_consumed_total, memory_order_acquire);
+    return produced > consumed ? produced - consumed : 0;
+}
+
+int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms)
+{
+    /* Polled, not signalled: a producer must not make a system call (a
+     * futex wake) on the hook path.  Every WAIT_POLL_US the backlog is
+     * summed over the lanes - a few loads per thread. */
+    enum { WAIT_POLL_US = 5000 };
+    for (unsigned waited = 0;; waited += WAIT_POLL_US / 1000) {
+        if (backlog_now() >= threshold)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        struct timespec ts = {0, WAIT_POLL_US * 1000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 const volatile uint32_t *memhook_events_pending_flag(void)
@@ -321,7 +412,7 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
         uint64_t horizon;
-        size_t nc = open_unread(cur, cap, &horizon);
+        size_t nc = open_unread(cur, cap, &horizon, NULL);
         while (n < capacity) {
             long i = next_cursor(cur, nc, horizon, false);
             if (i < 0)
@@ -353,7 +444,11 @@ void mh_queue_trim(uint64_t keep)
         for (size_t i = 0; i < nc; i++)
             held += cur[i].end - cur[i].at;
         if (held > keep) {
-            /* Drop the oldest (by seq) of what the tee read. */
+            /* Drop the oldest (by seq) of what the tee read.  A late
+             * consumer's cache then lacks the allocations those events
+             * made: flagged before they go, so coverage is never vouched
+             * for over a gap (a query then asks the driver). */
+            atomic_store_explicit(&g_trimmed, true, memory_order_release);
             merge(cur, nc, UINT64_MAX, true, NULL, held - keep);
             for (size_t i = 0; i < nc; i++)
                 cur[i].lane->consumed = cur[i].at;

@@ -332,9 +332,12 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     }
     if (!(mode & MEMHOOK_MODE_RELOC))
         reloc_remove();
+    unsigned g_mode_before = g_mode;
     g_mode = mode;
     if (mode != 0)
         mh_driver_calls_prepare();
+    if (g_mode_before == 0 && mode != 0)
+        mh_live_new_generation(true);  /* before recording starts: live_table.c */
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
@@ -346,6 +349,7 @@ int memhook_hooks_uninstall(void)
 {
     install_lock();
     __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
+    mh_live_new_generation(false);  /* after recording stopped: live_table.c */
     bistro_remove_all();
     reloc_remove();
     g_mode = 0;
@@ -364,7 +368,8 @@ unsigned memhook_hooks_mode(void)
 int memhook_hooks_coverage_complete(void)
 {
     install_lock();
-    int complete = g_mode != 0 && !g_driver_used_unseen;
+    /* (mh_queue_trimmed: events this process's consumer never saw.) */
+    int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
     void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;

@@ -19,6 +19,23 @@
  * insert may reuse the first TOMB it meets.  Probes stop after
  * MAX_PROBE slots; that bounds the time in a hook, and a miss is still
  * correct (the driver answers).
+ *
+ * Generations: the table outlives uninstall(), and while uninstalled the
+ * program frees and allocates unseen - a record can then name memory that
+ * is gone, and its address may be reused by another allocation, whose FREE
+ * (hooked again after a reinstall) would carry the old size.  So every
+ * record carries the generation its allocating call began in
+ * (mh_call_gen, read in mh_record_begin BEFORE the real call), and
+ * install.c starts a new generation at every uninstall (after recording
+ * stops) and at every install from mode none (before it starts).  A record
+ * of the current generation g was made by a call that began after g
+ * started, so its allocation is younger than g, and no uninstalled period
+ * has passed since: every free of that address in between went through a
+ * hook and removed the record.  A record of another generation is never
+ * believed - its FREE asks the driver, which knows the size now.  Hooks in
+ * flight across uninstall/reinstall are covered by the same argument: a
+ * call that began before a bump carries the older generation, whatever
+ * moment it inserts at.  (Bumps are rare: install and uninstall only.)
  */
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -40,6 +57,25 @@ typedef struct live_slot {
 
 /* Process-wide: allocations are (any thread frees what another made). */
 static _Atomic(live_slot *) g_table;
+/* Process-wide like the table whose records it dates; see the top. */
+uint32_t mh_live_gen = 1;
+__thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
+
+void mh_live_new_generation(bool sweep)
+{
+    uint32_t gen = __atomic_add_fetch(&mh_live_gen, 1, __ATOMIC_ACQ_REL);
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (!sweep || t == NULL)
+        return;
+    /* Tombstone what is stale now.  A CAS that races an insert rewriting
+     * the same address (stale overwrite: addr -> BUSY -> addr) may drop a
+     * fresh record; its FREE then asks the driver, as any miss does. */
+    for (uint32_t i = 0; i < TABLE_SLOTS; i++) {
+        uint64_t k = atomic_load_explicit(&t[i].key, memory_order_acquire);
+        if (k > KEY_BUSY && t[i].rec.gen != gen)
+            atomic_compare_exchange_strong(&t[i].key, &k, KEY_TOMB);
+    }
+}
 
 static live_slot *table(void)
 {
@@ -152,6 +188,10 @@ bool mh_live_find(uint64_t addr, mh_live *out, uint32_t *where)
             return false;
         if (k == addr) {
             *out = t[at].rec;
+            if (out->gen != __atomic_load_n(&mh_live_gen, __ATOMIC_ACQUIRE)) {
+                mh_live_remove(addr, at);  /* stale: see the top of the file */
+                return false;
+            }
             *where = at;
             return true;
         }

@@ -273,6 +273,15 @@ void *mh_dlmopen_wrapper(Lmid_t lmid, const char *file, int mode)
     return h;
 }
 
+/* Whether libcuda.so.1 is loaded (a reference taken and given back). */
+static bool driver_loaded(void)
+{
+    void *h = mh_real_dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (h != NULL)
+        mh_real_dlclose(h);
+    return h != NULL;
+}
+
 int mh_dlclose_wrapper(void *handle)
 {
     if (!mh_reloc_active() || t_in_real_dl > 0 || mh_reloc_inside)
@@ -281,7 +290,10 @@ int mh_dlclose_wrapper(void *handle)
      * object and writing its slots while it is unmapped. */
     mh_reloc_lock();
     t_in_real_dl++;
+    bool had_driver = driver_loaded();
     int r = mh_real_dlclose(handle);
+    if (had_driver && !driver_loaded())
+        mh_driver_unloaded();  /* its memory is gone: forget it (emit.c) */
     t_in_real_dl--;
     mh_reloc_refresh(NULL);
     mh_reloc_unlock();

@@ -144,4 +144,8 @@ MH_HIDDEN int mh_cuGetProcAddress_v2_wrapper(const char *symbol, void **pfn, int
 MH_HIDDEN extern void *mh_real_cuGetProcAddress;
 MH_HIDDEN extern void *mh_real_cuGetProcAddress_v2;
 
+/* The CUDA layer (emit.c): the driver was just unloaded (a dlclose took
+ * libcuda.so.1 out of the process). */
+MH_HIDDEN void mh_driver_unloaded(void);
+
 #endif

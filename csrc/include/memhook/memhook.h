@@ -194,6 +194,10 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_EVENT_SIZE_UNKNOWN 0x1u  /* FREE whose size nobody knew: 0 */
 #define MEMHOOK_EVENT_SKIPPED      0x2u  /* a slot whose producer vanished in
                                             fork(); never handed out */
+#define MEMHOOK_EVENT_DRIVER_UNLOADED 0x4u  /* kind 0, no call: libcuda.so.1
+                                               was unloaded here; every region
+                                               before it is gone.  Drained, never
+                                               sent to a trace (memhook trace) */
 
 /* One completed user call.  64 bytes. */
 typedef struct memhook_event {
@@ -272,10 +276,26 @@ MEMHOOK_API void *memhook_hooks_original(const char *name);
  * event recorded while the drain runs may wait for the next one. */
 MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 
+/* memhook_events_drain as one step of a bounded run: the run hands out
+ * only what was pending when its first call began (plus what producers
+ * stamped during that call's first look at the queue), however fast other
+ * threads record meanwhile.  *mark is the run's state: 0 before its first
+ * call; pass the same mark to each call of the run, which ends when a call
+ * returns fewer than capacity events.  (memhook_events_drain is a run of
+ * one call.) */
+MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
+                                                uint64_t *mark);
+
 /* A flag a drainer may read without calling in (Python reads it through
  * cffi before each query): nonzero when events may be pending, 0 when a
  * drain would find none.  Read it with a plain 32-bit load. */
 MEMHOOK_API const volatile uint32_t *memhook_events_pending_flag(void);
+
+/* Block until at least `threshold` events are waiting to be drained (1),
+ * or timeout_ms passed (0).  Polls (every 5 ms): producers make no system
+ * call to wake it.  Python's background feeder (memhook/_feeder.py) waits
+ * here, the GIL released. */
+MEMHOOK_API int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms);
 
 typedef struct memhook_queue_stats {
     uint64_t produced;        /* events recorded (published) so far */

@@ -1,0 +1,90 @@
+"""The background feeder: keeps the core's event queue short when nobody
+queries.
+
+Without it, a process that records events and never queries holds every
+event in the queue (4M events: 245 MiB) and its next query or flush()
+applies them all.  The feeder is one daemon thread that waits in
+``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
+around every call), polling the lanes' counts every 5 ms; producers never
+make a system call to wake it - and drains (:func:`memhook._drain.drain_batch`:
+the cache and the subscribers, in order, exactly as a query would; STEP events
+per hold of the drain lock, so a query waits for one such step at most) once
+:data:`BACKLOG` events are waiting, until fewer than STEP / 2 are.
+
+The policy: with the memhook package imported and hooks installed, the
+backlog stays near BACKLOG events (64 KiB) plus what producers record while
+one drain run delivers; nothing is dropped.  A query then finds at most
+that much to deliver.  A fork child inherits at most that backlog (and
+starts its own feeder).  A producer that outruns Python's delivery (C
+threads recording faster than the subscribers run) still grows the queue:
+nothing drops an event a subscriber will be handed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ._core import lib
+
+__all__ = ["BACKLOG", "running", "start"]
+
+_log = logging.getLogger("memhook")
+
+BACKLOG = 1024
+"""Waiting events (64 bytes each) at which the feeder drains."""
+
+STEP = 512
+"""Events the feeder delivers per hold of the drain lock: a query that
+arrives meanwhile waits for at most this many (~3 ms of Python on the dev
+box, several times that when its cores are oversubscribed)."""
+
+_WAIT_MS = 1000
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _run() -> None:
+    from . import _drain
+
+    wait = lib.memhook_events_wait_backlog
+    while True:
+        if wait(BACKLOG, _WAIT_MS):
+            try:
+                while _drain.drain_batch(STEP) and _backlog_left():
+                    pass
+            except Exception:  # noqa: BLE001 - logged; the feeder must go on
+                _log.exception("memhook: the background drain failed")
+
+
+def _backlog_left() -> bool:
+    return bool(lib.memhook_events_wait_backlog(STEP // 2, 0))
+
+
+def start() -> None:
+    """Start the feeder thread of this process, once (idempotent)."""
+    global _thread
+    with _lock:
+        if _thread is not None and _thread.is_alive():
+            return
+        _thread = threading.Thread(target=_run, name="memhook-feeder", daemon=True)
+        _thread.start()
+
+
+def running() -> bool:
+    """Whether this process's feeder thread runs."""
+    t = _thread
+    return t is not None and t.is_alive()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _thread
+    was = _thread is not None
+    _lock = threading.Lock()
+    _thread = None  # threads do not survive fork()
+    if was:
+        start()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
