@@ -31,7 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ._types import MemoryType
 
@@ -74,8 +74,9 @@ class _Driver:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._get_attributes = None
-        self._get_range = None
+        # ctypes function pointers, bound lazily (Any: ctypes has no precise type for them)
+        self._get_attributes: Any = None
+        self._get_range: Any = None
         self._with_mapping = True
         self._seen_adds = -1
         libc = ctypes.CDLL(None)
