@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _coverage, _drain, _preexisting
+from . import _coverage, _drain, _hook_table, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
 from .cache import process_cache
@@ -27,9 +27,6 @@ from .events import EventKind
 __all__ = ["HookInfo", "HookReport", "QueueStats", "hook_index", "install", "status", "uninstall"]
 
 _log = logging.getLogger("memhook")
-
-_API_NAMES = {int(lib.MEMHOOK_API_DRIVER): "driver", int(lib.MEMHOOK_API_RUNTIME): "runtime"}
-
 
 @dataclass(frozen=True)
 class HookInfo:
@@ -227,19 +224,11 @@ def _queue_stats() -> QueueStats:
                       int(raw.lanes))
 
 
-def _hook_info(index: int, raw: Any) -> HookInfo:
-    mechanism = HookMode(int(raw.mechanisms) & int(HookMode.BISTRO | HookMode.RELOC))
-    return HookInfo(
-        name=ffi.string(raw.name).decode(),
-        api=_API_NAMES.get(int(raw.api), f"api#{int(raw.api)}"),
-        mechanism=mechanism,
-        installed=bool(mechanism),
-        reason=ffi.string(raw.reason).decode(errors="replace"),
-        kind=EventKind(int(raw.kind)),
-        present=bool(raw.present),
-        bistro_jump=int(raw.bistro_jump),
-        index=index,
-    )
+def _hook_info(row: _hook_table.Row) -> HookInfo:
+    mechanism = HookMode(row.mechanisms & int(HookMode.BISTRO | HookMode.RELOC))
+    return HookInfo(name=row.name, api=row.api, mechanism=mechanism, installed=bool(mechanism),
+                    reason=row.reason, kind=EventKind(row.kind), present=row.present,
+                    bistro_jump=row.bistro_jump, index=row.index)
 
 
 def status() -> HookReport:
@@ -259,12 +248,7 @@ def status() -> HookReport:
     >>> report.queue.pending >= 0
     True
     """
-    raw = ffi.new("memhook_hook_info *")
-    hooks = []
-    for i in range(int(lib.memhook_hook_count())):
-        if lib.memhook_hook_get(i, raw) != 0:  # pragma: no cover - count says it exists
-            break
-        hooks.append(_hook_info(i, raw))
+    hooks = [_hook_info(row) for row in _hook_table.rows()]
     return HookReport(mode=HookMode(int(lib.memhook_hooks_mode())), hooks=hooks,
                       coverage_complete=_coverage.coverage_complete(), queue=_queue_stats())
 
