@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
-from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1, run directly (`setup.py build_ext --inplace`)
+    bdist_wheel = None
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "csrc"))
@@ -68,24 +72,28 @@ class BuildPyWithoutBuildScript(build_py):
 LIMITED_API_TAG = "cp39"
 
 
-class BdistWheelAbi3(bdist_wheel):
-    """Tag the wheel cp39-abi3-<platform> when the extension is built for the
-    stable ABI, as cffi does by default on CPython (``_native.abi3.so``).
+if bdist_wheel is not None:  # (pyproject's build requires a setuptools that has it)
+    class BdistWheelAbi3(bdist_wheel):
+        """Tag the wheel cp39-abi3-<platform> when the extension is built for the
+        stable ABI, as cffi does by default on CPython (``_native.abi3.so``).
 
-    Nothing else in the wheel depends on the Python version: libmemhook.so and
-    the simulator are plain C libraries.  Where cffi cannot use the limited API
-    (a debug or free-threaded CPython) the extension is version-specific, and
-    so is the tag bdist_wheel picks by itself."""
+        Nothing else in the wheel depends on the Python version: libmemhook.so and
+        the simulator are plain C libraries.  Where cffi cannot use the limited API
+        (a debug or free-threaded CPython) the extension is version-specific, and
+        so is the tag bdist_wheel picks by itself."""
 
-    def get_tag(self) -> tuple[str, str, str]:
-        ext_cmd = self.get_finalized_command("build_ext")
-        if any(out.endswith(".abi3.so") for out in ext_cmd.get_outputs()):
-            self.py_limited_api = LIMITED_API_TAG
-        return tuple(super().get_tag())  # type: ignore[return-value]
+        def get_tag(self) -> tuple[str, str, str]:
+            ext_cmd = self.get_finalized_command("build_ext")
+            if any(out.endswith(".abi3.so") for out in ext_cmd.get_outputs()):
+                self.py_limited_api = LIMITED_API_TAG
+            return tuple(super().get_tag())  # type: ignore[return-value]
 
+
+commands = {"build_ext": BuildNativeThenExt, "build_py": BuildPyWithoutBuildScript}
+if bdist_wheel is not None:
+    commands["bdist_wheel"] = BdistWheelAbi3
 
 setup(
     cffi_modules=["memhook/_ffi_build.py:ffibuilder"],
-    cmdclass={"build_ext": BuildNativeThenExt, "build_py": BuildPyWithoutBuildScript,
-              "bdist_wheel": BdistWheelAbi3},
+    cmdclass=commands,
 )
