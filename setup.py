@@ -67,6 +67,13 @@ class BuildPyWithoutBuildScript(build_py):
         return [m for m in super().find_package_modules(package, package_dir)
                 if (m[0], m[1]) != ("memhook", "_ffi_build")]
 
+    def run(self) -> None:
+        super().run()
+        # pip builds in the tree: a build folder from before this rule (or
+        # from a plain `setup.py build`) may still hold a copy, which the
+        # wheel would pick up with the rest of build_lib.
+        (Path(self.build_lib) / "memhook" / "_ffi_build.py").unlink(missing_ok=True)
+
 
 # The oldest Python the stable-ABI extension runs on: pyproject's requires-python.
 LIMITED_API_TAG = "cp39"
