@@ -3,7 +3,9 @@
 Everything declarative lives in pyproject.toml.  This file exists because the
 core library and the simulator are plain shared libraries (not Python
 extensions) that must be built first and land inside the package, for both
-``pip install .`` and ``pip install -e .``.
+``pip install .`` and ``pip install -e .``; because the build script
+memhook/_ffi_build.py sits in the package folder but must not be installed;
+and because the wheel's tag must say the extension is abi3 (docs/wheels.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1, run directly (`setup.py build_ext --inplace`)
+    bdist_wheel = None
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "csrc"))
@@ -52,7 +60,47 @@ class BuildNativeThenExt(build_ext):
         return outputs
 
 
+class BuildPyWithoutBuildScript(build_py):
+    """Install every module of the package but its cffi build script."""
+
+    def find_package_modules(self, package: str, package_dir: str) -> list[tuple[str, str, str]]:
+        return [m for m in super().find_package_modules(package, package_dir)
+                if (m[0], m[1]) != ("memhook", "_ffi_build")]
+
+    def run(self) -> None:
+        super().run()
+        # pip builds in the tree: a build folder from before this rule (or
+        # from a plain `setup.py build`) may still hold a copy, which the
+        # wheel would pick up with the rest of build_lib.
+        (Path(self.build_lib) / "memhook" / "_ffi_build.py").unlink(missing_ok=True)
+
+
+# The oldest Python the stable-ABI extension runs on: pyproject's requires-python.
+LIMITED_API_TAG = "cp39"
+
+
+if bdist_wheel is not None:  # (pyproject's build requires a setuptools that has it)
+    class BdistWheelAbi3(bdist_wheel):
+        """Tag the wheel cp39-abi3-<platform> when the extension is built for the
+        stable ABI, as cffi does by default on CPython (``_native.abi3.so``).
+
+        Nothing else in the wheel depends on the Python version: libmemhook.so and
+        the simulator are plain C libraries.  Where cffi cannot use the limited API
+        (a debug or free-threaded CPython) the extension is version-specific, and
+        so is the tag bdist_wheel picks by itself."""
+
+        def get_tag(self) -> tuple[str, str, str]:
+            ext_cmd = self.get_finalized_command("build_ext")
+            if any(out.endswith(".abi3.so") for out in ext_cmd.get_outputs()):
+                self.py_limited_api = LIMITED_API_TAG
+            return tuple(super().get_tag())  # type: ignore[return-value]
+
+
+commands = {"build_ext": BuildNativeThenExt, "build_py": BuildPyWithoutBuildScript}
+if bdist_wheel is not None:
+    commands["bdist_wheel"] = BdistWheelAbi3
+
 setup(
     cffi_modules=["memhook/_ffi_build.py:ffibuilder"],
-    cmdclass={"build_ext": BuildNativeThenExt},
+    cmdclass=commands,
 )

@@ -5,8 +5,9 @@ Run it on the simulator (no GPU needed):
     memhook sim run -- python examples/sim_quickstart.py
 
 It allocates each kind of CUDA memory with the driver API and asks the driver
-what each pointer is - the question memhook answers from its cache once the
-hooks are in (later milestones).  On a machine with a GPU, run it without
+what each pointer is - the question memhook answers from its cache, without
+asking the driver, once ``memhook.install()`` has put the hooks in (see the
+README's "The hooks").  On a machine with a GPU, run it without
 ``memhook sim run`` to see the real driver give the same answers.
 """
 

@@ -2,7 +2,23 @@
 
 memhook intercepts CUDA allocation and free entry points inside a process,
 turns every call into an event, and answers memory-type queries from a cache.
-See DESIGN.md for the contract.  This module is the public Python API.
+This module is the public Python API (its ``__all__``); docs/architecture.md
+in the repository describes the layers and the contracts.  Each function's
+docstring says what it does, what it costs and shows an example; the
+examples run in the test suite (tests/test_doctests.py), on the simulator
+where they need a driver.
+
+* hooks: :func:`install`, :func:`uninstall`, :func:`status` (:mod:`memhook.hooks`);
+* events: :func:`subscribe`, :func:`flush`, :class:`Event` (:mod:`memhook.events`);
+* queries: :func:`memory_type`, :func:`lookup`, :func:`memory_types`, and the
+  standalone :class:`MemtypeCache` (:mod:`memhook.cache`);
+* the simulator: :mod:`memhook.sim`.
+
+>>> import memhook
+>>> memhook.memory_type(bytearray(64))          # any buffer, or an int address
+<MemoryType.HOST: 0>
+>>> memhook.MemoryType.CUDA_MANAGED.is_gpu, memhook.MemoryType.CUDA_HOST.is_gpu
+(True, False)
 """
 
 from __future__ import annotations

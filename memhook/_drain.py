@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _hook_table
 from . import cache as _cache
 from ._core import ffi, lib
 from ._types import MemoryType
@@ -118,17 +119,11 @@ _names: tuple[str, ...] | None = None
 
 
 def function_names() -> tuple[str, ...]:
-    """The hook table's function names, by index (memhook_hook_get)."""
+    """The hook table's function names, by index (read by :mod:`memhook._hook_table`)."""
     global _names
     names = _names
     if names is None:
-        info = ffi.new("memhook_hook_info *")
-        out = []
-        for i in range(int(lib.memhook_hook_count())):
-            if lib.memhook_hook_get(i, info) != 0:  # pragma: no cover - count says it exists
-                break
-            out.append(ffi.string(info.name).decode())
-        names = _names = tuple(out)
+        names = _names = _hook_table.names()
     return names
 
 

@@ -10,13 +10,16 @@ for what the cache cannot vouch for.  Rules:
   of a library that is not loaded costs tens of microseconds (it searches the
   library path), so it is repeated only when the loader's object count
   (``dl_iterate_phdr``'s ``dlpi_adds``, read by the core's
-  ``memhook_loader_generation``: a ctypes callback would leave a
+  ``memhook_loader_generation``: a Python callback would leave a
   writable+executable libffi page in the process) has changed.
 * The query is ``cuPointerGetAttributes`` (MEMORY_TYPE, IS_MANAGED,
   DEVICE_ORDINAL, RANGE_START_ADDR, RANGE_SIZE, MAPPING_BASE_ADDR,
-  MAPPING_SIZE), called through ctypes on the loaded driver's own handle: the
-  same driver function cuda-python's ``cuPointerGetAttributes`` calls, at a
-  fraction of the cost and without importing cuda-python.  It never
+  MAPPING_SIZE), found with ``dlsym`` on the loaded driver's own handle and
+  called through a function-pointer type of memhook's cffi extension
+  (``DRIVER_CDEF`` in memhook/_ffi_build.py, checked against cuda_abi.h by
+  the compiler): the same driver function cuda-python's
+  ``cuPointerGetAttributes`` calls, at a fraction of the cost and without
+  importing cuda-python.  It never
   initialises CUDA: before ``cuInit`` it answers CUDA_ERROR_NOT_INITIALIZED,
   which means "no answer" (as does any other error, e.g. in a forked child).
 * The extent remembered is the allocation's range (RANGE_START_ADDR/SIZE)
@@ -28,17 +31,17 @@ for what the cache cannot vouch for.  Rules:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ._types import MemoryType
 
 try:
+    from ._core import ffi as _ffi
     from ._core import lib as _core_lib
-except ImportError:  # the source tree without its native build (bench on a bare host)
-    _core_lib = None
+except ImportError:  # the source tree without its native build (bench on a bare host):
+    _ffi = _core_lib = None  # no binding, so no driver answers
 
 __all__ = ["DriverAnswer", "driver_loaded", "is_cuda", "query"]
 
@@ -68,65 +71,68 @@ class DriverAnswer(NamedTuple):
     size: int
 
 
+_ZEROS = [0] * 7
+
+
+def _signed32(value: int) -> int:
+    """The low 32 bits of ``value`` as a signed int (an int attribute written
+    into an 8-byte slot)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
 class _Driver:
     """The loaded driver's entry points, found lazily and never loaded."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._get_attributes = None
-        self._get_range = None
+        # cffi function pointers (mh_cuPointerGetAttributes_fn,
+        # mh_cuMemGetAddressRange_fn), bound lazily; Any: cffi has no stubs.
+        self._get_attributes: Any = None
+        self._get_range: Any = None
         self._with_mapping = True
         self._seen_adds = -1
-        libc = ctypes.CDLL(None)
-        self._dlopen = libc.dlopen
-        self._dlopen.restype = ctypes.c_void_p
-        self._dlopen.argtypes = [ctypes.c_char_p, ctypes.c_int]
-
-    def _loader_generation(self) -> int:
-        if _core_lib is None:  # no cheap counter: look every time
-            return self._seen_adds + 1
-        return int(_core_lib.memhook_loader_generation())
 
     def bind(self) -> bool:
         """True once the process has libcuda.so.1 loaded (it never unloads)."""
         if self._get_attributes is not None:
             return True
+        if _core_lib is None:
+            return False
         with self._lock:
             if self._get_attributes is not None:
                 return True
-            generation = self._loader_generation()
+            generation = int(_core_lib.memhook_loader_generation())
             if generation == self._seen_adds:
                 return False
             self._seen_adds = generation
-            if not self._dlopen(_SONAME, os.RTLD_NOW | os.RTLD_NOLOAD):
+            # The handle is kept for the process's life: the driver never
+            # unloads, and the pointers below must stay valid.
+            handle = _core_lib.dlopen(_SONAME, _core_lib.RTLD_NOW | _core_lib.RTLD_NOLOAD)
+            if handle == _ffi.NULL:
                 return False
-            lib = ctypes.CDLL(_SONAME.decode(), mode=os.RTLD_NOW | os.RTLD_NOLOAD)
-            fn = lib.cuPointerGetAttributes
-            fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
-            try:
-                rng = lib.cuMemGetAddressRange_v2
-                rng.restype = ctypes.c_int
-                rng.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
-                self._get_range = rng
-            except AttributeError:  # pragma: no cover - ancient driver
-                self._get_range = None
-            self._get_attributes = fn
+            fn = _core_lib.dlsym(handle, b"cuPointerGetAttributes")
+            if fn == _ffi.NULL:  # pragma: no cover - not a CUDA driver
+                return False
+            rng = _core_lib.dlsym(handle, b"cuMemGetAddressRange_v2")
+            self._get_range = (None if rng == _ffi.NULL  # (an ancient driver)
+                               else _ffi.cast("mh_cuMemGetAddressRange_fn", rng))
+            self._get_attributes = _ffi.cast("mh_cuPointerGetAttributes_fn", fn)
             return True
 
-    def _buffers(self):  # type: ignore[no-untyped-def]
+    def _buffers(self) -> tuple[Any, Any, Any, Any]:
         """Per-thread argument blocks, so concurrent queries never share memory."""
         bufs = getattr(self._local, "bufs", None)
         if bufs is None:
-            attrs = (ctypes.c_int * 7)(_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL,
-                                       _RANGE_START_ADDR, _RANGE_SIZE,
-                                       _MAPPING_BASE_ADDR, _MAPPING_SIZE)
-            values = (ctypes.c_uint64 * 7)()
-            data = (ctypes.c_void_p * 7)(*[ctypes.addressof(values) + 8 * i for i in range(7)])
-            pair = (ctypes.c_uint64 * 2)()
+            attrs = _ffi.new("CUpointer_attribute[7]",
+                             [_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL, _RANGE_START_ADDR,
+                              _RANGE_SIZE, _MAPPING_BASE_ADDR, _MAPPING_SIZE])
+            values = _ffi.new("uint64_t[7]")
+            data = _ffi.new("void *[7]", [values + i for i in range(7)])
+            pair = (_ffi.new("CUdeviceptr *"), _ffi.new("size_t *"))
             bufs = self._local.bufs = (attrs, values, data, pair)
-        return bufs
+        return bufs  # type: ignore[no-any-return]
 
     def is_cuda(self, ptr: int) -> bool:
         """True when the driver knows ``ptr`` as CUDA memory (one attribute,
@@ -157,12 +163,12 @@ class _Driver:
             return None  # not initialised (or a forked child, or an error): no answer
         if values[0] & 0xFFFFFFFF == 0:
             return DriverAnswer(MemoryType.HOST, -1, ptr, size)
-        ctypes.memset(values, 0, ctypes.sizeof(values))
+        values[0:7] = _ZEROS
         count = 7 if self._with_mapping else 5
         rc = fn(count, attrs, data, ptr)
         if rc != _CUDA_SUCCESS and count == 7:
             # A driver without the MAPPING_* attributes refuses the whole call.
-            ctypes.memset(values, 0, ctypes.sizeof(values))
+            values[0:7] = _ZEROS
             if fn(5, attrs, data, ptr) == _CUDA_SUCCESS:
                 self._with_mapping = False
                 rc = _CUDA_SUCCESS
@@ -172,7 +178,7 @@ class _Driver:
         if cu_type == 0:  # (freed between the two calls)
             return DriverAnswer(MemoryType.HOST, -1, ptr, size)
         managed = (values[1] & 0xFFFFFFFF) != 0
-        device = ctypes.c_int32(values[2] & 0xFFFFFFFF).value
+        device = _signed32(values[2])
         if managed or cu_type == _CU_UNIFIED:
             mem_type = MemoryType.CUDA_MANAGED
         elif cu_type == _CU_HOST:
@@ -181,8 +187,8 @@ class _Driver:
             mem_type = MemoryType.CUDA
         start, length = values[3], values[4]
         if (not (length and start <= ptr < start + length) and self._get_range is not None
-                and self._get_range(ctypes.byref(pair, 0), ctypes.byref(pair, 8), ptr) == 0):
-            start, length = pair[0], pair[1]
+                and self._get_range(pair[0], pair[1], ptr) == _CUDA_SUCCESS):
+            start, length = pair[0][0], pair[1][0]
         if not (length and start <= ptr < start + length):
             start, length = ptr, size
         map_start, map_len = values[5], values[6]

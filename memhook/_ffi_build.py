@@ -128,13 +128,38 @@ int memhook_events_record(int kind, int function, uint64_t address,
                           uint64_t size, int mem_type, int device, int result);
 """
 
+# The two driver queries of memhook/_driver.py, called through pointers that
+# dlsym finds in an already-loaded libcuda.so.1 (memhook never links or loads
+# the driver).  Their types come from cuda_abi.h, so the compiler checks these
+# declarations and cffi checks every argument at the call.
+DRIVER_CDEF = """
+typedef int... CUresult;
+typedef int... CUpointer_attribute;
+typedef int... CUdeviceptr;
+typedef CUresult (*mh_cuPointerGetAttributes_fn)(unsigned int, CUpointer_attribute *,
+                                                 void **, CUdeviceptr);
+typedef CUresult (*mh_cuMemGetAddressRange_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+#define RTLD_NOW ...
+#define RTLD_NOLOAD ...
+void *dlopen(const char *file, int mode);
+void *dlsym(void *handle, const char *name);
+"""
+
+DRIVER_SOURCE = """
+#include <dlfcn.h>
+#include "memhook/cuda_abi.h"
+typedef CUresult (*mh_cuPointerGetAttributes_fn)(unsigned int, CUpointer_attribute *,
+                                                 void **, CUdeviceptr);
+typedef CUresult (*mh_cuMemGetAddressRange_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+"""
+
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef(CDEF + DRIVER_CDEF)
 ffibuilder.set_source(
     "memhook._native",
-    '#include "memhook/memhook.h"\n',
+    '#include "memhook/memhook.h"\n' + DRIVER_SOURCE,
     include_dirs=[INCLUDE],
-    libraries=["memhook"],
+    libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34
     # library_dirs is filled in by setup.py's build_ext, which builds the core
     # first; the rpath makes the installed extension find it beside itself.
     extra_link_args=["-Wl,-rpath,$ORIGIN", "-Wl,-z,now"],

@@ -37,7 +37,7 @@ def address(value: object, what: str = "address") -> int:
     if type(value) is not int:
         if isinstance(value, bool) or not hasattr(type(value), "__index__"):
             raise TypeError(f"{what} must be an int, not {_kind(value)}")
-        value = operator.index(value)
+        value = operator.index(value)  # type: ignore[arg-type]  # has __index__
     if value < 0:
         raise ValueError(f"{what} must not be negative, got {value}")
     if value >= ADDRESS_LIMIT:
@@ -50,7 +50,7 @@ def size(value: object, what: str = "size") -> int:
     if type(value) is not int:
         if isinstance(value, bool) or not hasattr(type(value), "__index__"):
             raise TypeError(f"{what} must be an int, not {_kind(value)}")
-        value = operator.index(value)
+        value = operator.index(value)  # type: ignore[arg-type]  # has __index__
     if value < 1:
         raise ValueError(f"{what} must be at least 1 byte, got {value}")
     return value

@@ -252,7 +252,23 @@ class MemtypeCache:
 
     See the module docstring for the semantics and the design.  All methods
     may be called from any thread; readers never block each other and take
-    no lock in the common case.
+    no lock in the common case.  A cache made by hand answers only from what
+    it was told: it never drains hooks and never asks a driver (the
+    module-level :func:`memory_type` and friends do, on the process-wide
+    cache).
+
+    In the complexity lines, *n* is the number of regions and *k* the number
+    of regions a range overlaps or touches.
+
+    >>> from memhook import MemtypeCache, MemoryType
+    >>> cache = MemtypeCache()
+    >>> cache.update(0x10000, 0x1000, MemoryType.CUDA, device=0)
+    >>> cache.memory_type(0x10800)
+    <MemoryType.CUDA: 1>
+    >>> cache.memory_type(0x20000)      # in no region
+    <MemoryType.HOST: 0>
+    >>> len(cache)
+    1
     """
 
     __slots__ = (
@@ -308,7 +324,29 @@ class MemtypeCache:
     def memory_type(self, ptr: Any, size: Any = 1) -> MemoryType:
         """The memory type of ``[ptr, ptr + size)``: the region's type when one
         region holds it all, UNKNOWN when it touches regions but no single
-        type covers it, HOST when it touches none."""
+        type covers it, HOST when it touches none.
+
+        ``ptr`` is an int address in ``[0, 2**64)`` or an object exposing
+        ``__cuda_array_interface__``, ``__array_interface__``, DLPack or the
+        buffer protocol (then its whole extent is asked about, and ``size``
+        must be left at 1); ``size`` is at least 1.  Bad arguments raise
+        TypeError or ValueError naming what was wrong.
+
+        Runtime complexity: O(1) for a pointer asked about recently (the
+        memo), else O(log n).
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA_MANAGED)
+        >>> cache.memory_type(0x10000)
+        <MemoryType.CUDA_MANAGED: 2>
+        >>> cache.memory_type(0x10000, 0x1000)   # the whole region
+        <MemoryType.CUDA_MANAGED: 2>
+        >>> cache.memory_type(0x10800, 0x1000)   # runs past its end
+        <MemoryType.UNKNOWN: 4>
+        >>> cache.memory_type(0x9000)
+        <MemoryType.HOST: 0>
+        """
         # The module-level memory_type() repeats this fast path (a call less);
         # keep the two in step.
         if size is _ONE and type(ptr) is int:  # (any int equal to 1 is the cached 1)
@@ -358,7 +396,23 @@ class MemtypeCache:
         touches no region; ``Region(ptr, size, UNKNOWN, -1)`` when it touches
         regions but no single type covers it; for a range covered by touching
         regions of one type (different devices), one region spanning them with
-        device -1."""
+        device -1.  Arguments as for :meth:`memory_type`.
+
+        Runtime complexity: O(log n + k).
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA, device=0)
+        >>> cache.update(0x11000, 0x1000, MemoryType.CUDA, device=1)
+        >>> cache.lookup(0x10010, 16)
+        Region(start=0x10000, size=4096, mem_type=CUDA, device=0)
+        >>> cache.lookup(0x10800, 0x1000)      # one type, two devices
+        Region(start=0x10000, size=8192, mem_type=CUDA, device=-1)
+        >>> cache.lookup(0x11800, 0x1000)      # runs into a gap
+        Region(start=0x11800, size=4096, mem_type=UNKNOWN, device=-1)
+        >>> cache.lookup(0x50000) is None
+        True
+        """
         start, n = byte_range(ptr, size)
         kind, region = self._classify_checked(start, n)
         if kind is _MIXED:
@@ -368,18 +422,48 @@ class MemtypeCache:
     def memory_types(self, ptrs: Any) -> np.ndarray:
         """Memory types of many single-byte addresses at once, as ``uint8``
         :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array
-        or a sequence of ints)."""
+        or a sequence of ints).  The answer for each address is what
+        :meth:`memory_type` gives for it.
+
+        Runtime complexity: O(m log n) for m addresses, plus O(n) once after
+        each write (the sorted snapshot the batch searches is rebuilt).
+
+        >>> import numpy as np
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA)
+        >>> cache.update(0x20000, 0x1000, MemoryType.CUDA_HOST)
+        >>> codes = cache.memory_types(np.array([0x10000, 0x20fff, 0x30000], dtype=np.uint64))
+        >>> codes.tolist()
+        [1, 3, 0]
+        >>> [MemoryType(c).name for c in codes]
+        ['CUDA', 'CUDA_HOST', 'HOST']
+        """
         arr = address_array(ptrs)
         out, _ = self._memory_types(arr, False)
         shape = getattr(ptrs, "shape", None)
         return out.reshape(shape) if shape is not None and len(shape) != 1 else out
 
     def regions(self) -> list[Region]:
-        """All regions, in address order (a copy)."""
+        """All regions, in address order (a copy).
+
+        Runtime complexity: O(n).
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x20000, 0x1000, MemoryType.CUDA_HOST)
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA, device=0)
+        >>> for region in cache.regions():
+        ...     print(region)
+        Region(start=0x10000, size=4096, mem_type=CUDA, device=0)
+        Region(start=0x20000, size=4096, mem_type=CUDA_HOST, device=-1)
+        """
         with self._lock:
             return list(self._regions)
 
     def __len__(self) -> int:
+        """The number of regions (touching regions of one type and device
+        count as one: they are merged).  Runtime complexity: O(1)."""
         return len(self._regions)
 
     def __iter__(self) -> Iterator[Region]:
@@ -393,7 +477,31 @@ class MemtypeCache:
     def update(self, start: Any, size: Any, mem_type: Any, device: Any = -1) -> None:
         """Record ``[start, start + size)`` as ``mem_type`` on ``device``:
         merged with the regions of the same type and device it overlaps or
-        touches; over other regions it replaces only the overlapped part."""
+        touches; over other regions it replaces only the overlapped part.
+
+        ``start`` is an int in ``[0, 2**64)``, ``size`` at least 1 and the
+        range must end by 2**64; ``mem_type`` a :class:`MemoryType`, its code
+        or its name; ``device`` an ordinal or -1 (unknown).  Bad arguments
+        raise TypeError or ValueError and change nothing.
+
+        Runtime complexity: O(log n + k), plus O(n) for a small cache
+        (up to ``FLAT_LIMIT`` regions), which copies its regions flat.
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA, device=0)
+        >>> cache.update(0x11000, 0x1000, MemoryType.CUDA, device=0)  # touches: merged
+        >>> cache.update(0x10800, 0x100, "CUDA_HOST")                  # replaces a part
+        >>> for region in cache.regions():
+        ...     print(region)
+        Region(start=0x10000, size=2048, mem_type=CUDA, device=0)
+        Region(start=0x10800, size=256, mem_type=CUDA_HOST, device=-1)
+        Region(start=0x10900, size=5888, mem_type=CUDA, device=0)
+        >>> cache.update(0x10000, 0, MemoryType.CUDA)
+        Traceback (most recent call last):
+            ...
+        ValueError: size must be at least 1 byte...
+        """
         if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
                 and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
@@ -459,7 +567,23 @@ class MemtypeCache:
 
     def remove(self, start: Any, size: Any) -> None:
         """Forget ``[start, start + size)``: regions lose the overlapped part
-        and keep the rest (a region may be split in two)."""
+        and keep the rest (a region may be split in two).  Removing a range
+        no region touches does nothing.  Arguments as for :meth:`update`.
+
+        Runtime complexity: O(log n + k), plus O(n) for a small cache, as for
+        :meth:`update`.
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x3000, MemoryType.CUDA, device=0)
+        >>> cache.remove(0x11000, 0x1000)      # punches a hole
+        >>> for region in cache.regions():
+        ...     print(region)
+        Region(start=0x10000, size=4096, mem_type=CUDA, device=0)
+        Region(start=0x12000, size=4096, mem_type=CUDA, device=0)
+        >>> cache.memory_type(0x11000)
+        <MemoryType.HOST: 0>
+        """
         if not (type(start) is int and type(size) is int and start >= 0 and size >= 1
                 and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
@@ -511,7 +635,17 @@ class MemtypeCache:
                 self._published()
 
     def clear(self) -> None:
-        """Forget every region."""
+        """Forget every region.
+
+        Runtime complexity: O(n).
+
+        >>> from memhook import MemtypeCache, MemoryType
+        >>> cache = MemtypeCache()
+        >>> cache.update(0x10000, 0x1000, MemoryType.CUDA)
+        >>> cache.clear()
+        >>> len(cache), cache.lookup(0x10000)
+        (0, None)
+        """
         with self._lock:
             self._flat = _BUSY  # readers: a write is under way
             try:
@@ -764,7 +898,18 @@ _coverage_complete: Callable[[], bool] | None = None
 
 def process_cache() -> MemtypeCache:
     """The one cache of this process, that the hooks feed and the module-level
-    queries read."""
+    queries read.  Writing to it by hand is allowed (a transport that knows of
+    memory the hooks cannot see may record it); the hooks keep writing too.
+
+    Runtime complexity: O(1).
+
+    >>> import memhook
+    >>> from memhook.cache import process_cache
+    >>> process_cache() is process_cache()
+    True
+    >>> isinstance(process_cache(), memhook.MemtypeCache)
+    True
+    """
     return _process_cache
 
 
@@ -777,7 +922,11 @@ def set_hook_layer(drain: Callable[[], object] | None,
     FREE) in order.  ``coverage_complete()`` returns True while the hooks cover
     every allocation entry point of the loaded driver; only then does a
     pointer the cache does not know count as HOST without asking the driver.
-    Pass None for either to detach it."""
+    Pass None for either to detach it.  ``import memhook`` attaches the
+    hooks' own layer (:mod:`memhook._drain`); this is for tests and
+    benchmarks that stand in for it, so it has no example here.
+
+    Runtime complexity: O(1)."""
     global _drain, _coverage_complete
     _drain = drain
     _coverage_complete = coverage_complete
@@ -825,7 +974,29 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     """The memory type of ``[ptr, ptr + size)``, or of an object's whole
     extent (``__cuda_array_interface__``, ``__array_interface__``, DLPack,
     buffer protocol).  Pending hook events are applied first; UNKNOWN regions,
-    and ranges the hooks cannot vouch for, are resolved through the driver."""
+    and ranges the hooks cannot vouch for, are resolved through the driver.
+
+    The answer comes from the process-wide cache (:func:`process_cache`) as
+    :meth:`MemtypeCache.memory_type` gives it, except that the driver - only
+    one this process has already loaded and initialised; memhook never
+    loads one - is asked about UNKNOWN regions, ranges that straddle
+    regions, and (unless ``status().coverage_complete``) pointers in no
+    region; a CUDA answer is remembered as a region.
+
+    Runtime complexity: O(1) for a recently asked pointer, else O(log n)
+    for n regions, plus the drain of e pending events, O(e log n); plus one
+    driver call where the driver is asked.
+
+    >>> import numpy as np
+    >>> import memhook
+    >>> memhook.memory_type(np.zeros(4))            # host memory
+    <MemoryType.HOST: 0>
+    >>> cache = memhook.cache.process_cache()
+    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA, 0)  # as the hooks would
+    >>> memhook.memory_type(0x7000_0000_0000 + 64)
+    <MemoryType.CUDA: 1>
+    >>> cache.remove(0x7000_0000_0000, 1 << 20)
+    """
     drain = _drain
     if drain is not None:
         drain()
@@ -874,7 +1045,21 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
 def lookup(ptr: Any, size: Any = 1) -> Region | None:
     """The region holding ``[ptr, ptr + size)`` (or an object's extent), as
     :meth:`MemtypeCache.lookup` answers it, after applying pending hook events
-    and resolving through the driver what the cache cannot vouch for."""
+    and resolving through the driver what the cache cannot vouch for (as
+    :func:`memory_type` does).  None for host memory.
+
+    Runtime complexity: O(log n + k) for n regions, k of them touched, plus
+    the drain and any driver call, as for :func:`memory_type`.
+
+    >>> import memhook
+    >>> cache = memhook.cache.process_cache()
+    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA_MANAGED, 0)
+    >>> memhook.lookup(0x7000_0000_0000 + 4096, 4096)
+    Region(start=0x700000000000, size=1048576, mem_type=CUDA_MANAGED, device=0)
+    >>> memhook.lookup(bytearray(16)) is None     # a host buffer
+    True
+    >>> cache.remove(0x7000_0000_0000, 1 << 20)
+    """
     drain = _drain
     if drain is not None:
         drain()
@@ -896,7 +1081,22 @@ def lookup(ptr: Any, size: Any = 1) -> Region | None:
 
 def memory_types(ptrs: Any) -> np.ndarray:
     """:func:`memory_type` of many single-byte addresses, as ``uint8``
-    :class:`MemoryType` codes shaped like ``ptrs``."""
+    :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array or
+    a sequence of ints).
+
+    Runtime complexity: O(m log n) for m addresses and n regions (as
+    :meth:`MemtypeCache.memory_types`), plus the drain, plus one driver call
+    per distinct address the cache cannot vouch for.
+
+    >>> import numpy as np
+    >>> import memhook
+    >>> cache = memhook.cache.process_cache()
+    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA, 0)
+    >>> ptrs = np.array([[0x7000_0000_0000, 0x7000_0010_0000]], dtype=np.uint64)
+    >>> memhook.memory_types(ptrs)                  # the second is one past the end
+    array([[1, 0]], dtype=uint8)
+    >>> cache.remove(0x7000_0000_0000, 1 << 20)
+    """
     drain = _drain
     if drain is not None:
         drain()

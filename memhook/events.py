@@ -63,7 +63,17 @@ class Event:
     unknown; ``result`` is the CUresult / cudaError_t of the call (0:
     success); ``timestamp_ns`` is CLOCK_MONOTONIC.  ``seq`` is the event's
     position in this process's event order, ``flags`` the core's
-    ``MEMHOOK_EVENT_*`` flags."""
+    ``MEMHOOK_EVENT_*`` flags.
+
+    >>> from memhook import Event, EventKind, MemoryType
+    >>> e = Event(EventKind.ALLOC, "cuMemAlloc_v2", 0x10000, 256, MemoryType.CUDA,
+    ...           device=0, pid=1, tid=1, timestamp_ns=0, result=0)
+    >>> e.ok, hex(e.end), e.size_unknown
+    (True, '0x10100', False)
+    >>> Event(EventKind.ALLOC, "cuMemAlloc_v2", 0, 1 << 50, MemoryType.CUDA,
+    ...       0, 1, 1, 0, result=2).ok                  # CUDA_ERROR_OUT_OF_MEMORY
+    False
+    """
 
     kind: EventKind
     function: str
@@ -118,10 +128,20 @@ class Subscription:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` has been called."""
         return not self._active
 
     def close(self) -> None:
-        """Stop receiving events (idempotent)."""
+        """Stop receiving events (idempotent).
+
+        Runtime complexity: O(s) for s live subscriptions.
+
+        >>> import memhook
+        >>> sub = memhook.subscribe(print)
+        >>> sub.close(); sub.close()
+        >>> sub.closed
+        True
+        """
         if self._active:
             self._active = False
             _registry.remove(self)
@@ -175,7 +195,35 @@ def subscribe(callback: Callback,
     """Call ``callback(event)`` for every event of ``kinds`` drained from now
     on (failed calls included), in event order.  Returns the
     :class:`Subscription`; close it (or use it as a context manager) to
-    stop.  See the module docstring for which thread runs the callback."""
+    stop.  See the module docstring for which thread runs the callback.
+    ``kinds`` is ``EventKind.ALLOC``, ``EventKind.FREE`` or both; anything
+    else raises TypeError or ValueError.
+
+    Runtime complexity: O(s) for s live subscriptions (the list is copied
+    on write, so the drain reads it without a lock).
+
+    The example feeds the queue through the core's own recording call
+    (``memhook_events_record``), standing in for a hooked CUDA call:
+
+    >>> import memhook
+    >>> from memhook._core import lib
+    >>> from memhook.hooks import hook_index
+    >>> def record(kind, function):
+    ...     return lib.memhook_events_record(kind, hook_index(function), 0x7f0000000000,
+    ...                                      4096, lib.MEMHOOK_MEM_CUDA, 0, 0)
+    >>> seen = []
+    >>> with memhook.subscribe(seen.append, memhook.EventKind.ALLOC) as sub:
+    ...     record(lib.MEMHOOK_EVENT_ALLOC, "cuMemAlloc_v2")
+    ...     record(lib.MEMHOOK_EVENT_FREE, "cuMemFree_v2")
+    ...     memhook.flush()
+    0
+    0
+    2
+    >>> [(e.kind, e.function, hex(e.address), e.size, e.ok) for e in seen]  # no FREE: not asked
+    [(<EventKind.ALLOC: 1>, 'cuMemAlloc_v2', '0x7f0000000000', 4096, True)]
+    >>> sub.closed
+    True
+    """
     if not callable(callback):
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
     sub = Subscription(callback, _as_kinds(kinds))
@@ -184,7 +232,16 @@ def subscribe(callback: Callback,
 
 
 def subscriptions() -> tuple[Subscription, ...]:
-    """The live subscriptions (a snapshot)."""
+    """The live subscriptions (a snapshot).  Runtime complexity: O(1).
+
+    >>> import memhook
+    >>> from memhook.events import subscriptions
+    >>> with memhook.subscribe(print) as sub:
+    ...     sub in subscriptions()
+    True
+    >>> sub in subscriptions()
+    False
+    """
     return _registry.current
 
 
@@ -192,7 +249,26 @@ def flush() -> int:
     """Drain the pending events now: apply them to the process-wide cache
     and hand them to the subscribers.  Returns how many events were
     drained; 0 when called from a subscriber (the drain under way in this
-    thread delivers the rest)."""
+    thread delivers the rest).  The module-level queries drain lazily anyway;
+    call this to have subscribers see events without querying.
+
+    Runtime complexity: O(e log n) for e pending events and n cache regions
+    (each event is one cache update), plus the subscribers' own time.
+
+    >>> import memhook
+    >>> from memhook._core import lib
+    >>> from memhook.hooks import hook_index
+    >>> memhook.flush()                          # nothing pending
+    0
+    >>> lib.memhook_events_record(lib.MEMHOOK_EVENT_ALLOC, hook_index("cuMemAlloc_v2"),
+    ...                           0x7f0000000000, 4096, lib.MEMHOOK_MEM_CUDA, 0, 0)
+    0
+    >>> memhook.flush()
+    1
+    >>> memhook.cache.process_cache().lookup(0x7f0000000000)
+    Region(start=0x7f0000000000, size=4096, mem_type=CUDA, device=0)
+    >>> memhook.cache.process_cache().remove(0x7f0000000000, 4096)
+    """
     from ._drain import drain
 
     return drain()

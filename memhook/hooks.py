@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _coverage, _drain, _feeder, _preexisting
+from . import _coverage, _drain, _feeder, _hook_table, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
 from .cache import process_cache
@@ -27,9 +27,6 @@ from .events import EventKind
 __all__ = ["HookInfo", "HookReport", "QueueStats", "hook_index", "install", "status", "uninstall"]
 
 _log = logging.getLogger("memhook")
-
-_API_NAMES = {int(lib.MEMHOOK_API_DRIVER): "driver", int(lib.MEMHOOK_API_RUNTIME): "runtime"}
-
 
 @dataclass(frozen=True)
 class HookInfo:
@@ -86,7 +83,19 @@ class HookReport:
     queue: QueueStats = field(repr=False)
 
     def hook(self, name: str) -> HookInfo:
-        """The entry for function ``name`` (KeyError if not in the table)."""
+        """The entry for function ``name`` (KeyError if not in the table).
+
+        Runtime complexity: O(h) for h functions in the table.
+
+        >>> import memhook
+        >>> info = memhook.status().hook("cudaMalloc")
+        >>> info.api, info.kind
+        ('runtime', <EventKind.ALLOC: 1>)
+        >>> memhook.status().hook("malloc")
+        Traceback (most recent call last):
+            ...
+        KeyError: "'malloc' is not in memhook's hook table"
+        """
         for info in self.hooks:
             if info.name == name:
                 return info
@@ -94,7 +103,16 @@ class HookReport:
 
     @property
     def uncovered(self) -> list[HookInfo]:
-        """The functions the loaded libraries export that nothing covers."""
+        """The functions the loaded libraries export that nothing covers.
+
+        Runtime complexity: O(h) for h functions in the table.
+
+        >>> import memhook
+        >>> memhook.uninstall()
+        >>> [h.name for h in memhook.status().uncovered] == [
+        ...     h.name for h in memhook.status().hooks if h.present]
+        True
+        """
         return [h for h in self.hooks if h.present and not h.installed]
 
     def __str__(self) -> str:
@@ -146,7 +164,44 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
     not an error - :func:`status` says why; a whole mechanism that fails
     raises OSError with the core's reason.  Ranges CUDA had reserved before
     (when a driver is loaded and initialised) are marked UNKNOWN in the
-    cache, so lookups there are checked with the driver."""
+    cache, so lookups there are checked with the driver.
+
+    Thread-safe: concurrent install/uninstall calls are serialised, and other
+    threads may call CUDA while the hooks go in (bistro writes each entry
+    point with the int3 protocol, so no thread runs a torn instruction).
+
+    Runtime complexity: O(h + s) for h table functions and s GOT slots of
+    the loaded objects (a few ms; see the README's figures).
+
+    The example runs on the simulated driver (no GPU needed):
+
+    >>> import ctypes
+    >>> import memhook, memhook.sim
+    >>> cuda = memhook.sim.activate()           # the simulator, in this process
+    >>> report = memhook.install("bistro,reloc")
+    >>> report.mode == memhook.HookMode.BISTRO | memhook.HookMode.RELOC
+    True
+    >>> report.hook("cuMemAlloc_v2").installed
+    True
+    >>> ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+    >>> cuda.cuInit(0), cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), cuda.cuCtxSetCurrent(ctx)
+    (0, 0, 0)
+    >>> cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20))
+    0
+    >>> memhook.memory_type(ptr.value)          # from the cache: no driver query
+    <MemoryType.CUDA: 1>
+    >>> cuda.cuMemFree_v2(ptr)
+    0
+    >>> memhook.memory_type(ptr.value)
+    <MemoryType.HOST: 0>
+    >>> memhook.install("bistro").hooks == memhook.install("bistro").hooks  # idempotent
+    True
+    >>> memhook.install("bistro,jit")
+    Traceback (most recent call last):
+        ...
+    ValueError: ...jit...
+    >>> memhook.uninstall()
+    """
     parsed = HookMode.parse(mode)
     with _lock:
         why = ffi.new("char[]", 512)
@@ -168,7 +223,16 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
 def uninstall() -> None:
     """Remove every hook: restore every byte and GOT slot they changed.
     Pending events are drained first (they still reach the cache and the
-    subscribers).  Idempotent."""
+    subscribers).  Idempotent.
+
+    Runtime complexity: O(h + s), as for :func:`install`.
+
+    >>> import memhook
+    >>> memhook.uninstall()
+    >>> memhook.status().mode
+    <HookMode.NONE: 0>
+    >>> memhook.uninstall()                     # again: nothing to do
+    """
     with _lock:
         _drain.drain()
         rc = lib.memhook_hooks_uninstall()
@@ -187,36 +251,47 @@ def _queue_stats() -> QueueStats:
                       int(raw.lanes))
 
 
-def _hook_info(index: int, raw: Any) -> HookInfo:
-    mechanism = HookMode(int(raw.mechanisms) & int(HookMode.BISTRO | HookMode.RELOC))
-    return HookInfo(
-        name=ffi.string(raw.name).decode(),
-        api=_API_NAMES.get(int(raw.api), f"api#{int(raw.api)}"),
-        mechanism=mechanism,
-        installed=bool(mechanism),
-        reason=ffi.string(raw.reason).decode(errors="replace"),
-        kind=EventKind(int(raw.kind)),
-        present=bool(raw.present),
-        bistro_jump=int(raw.bistro_jump),
-        index=index,
-    )
+def _hook_info(row: _hook_table.Row) -> HookInfo:
+    mechanism = HookMode(row.mechanisms & int(HookMode.BISTRO | HookMode.RELOC))
+    return HookInfo(name=row.name, api=row.api, mechanism=mechanism, installed=bool(mechanism),
+                    reason=row.reason, kind=EventKind(row.kind), present=row.present,
+                    bistro_jump=row.bistro_jump, index=row.index)
 
 
 def status() -> HookReport:
     """The installed mode, and per table function its API, the mechanism
-    covering it (or none) and why not."""
-    raw = ffi.new("memhook_hook_info *")
-    hooks = []
-    for i in range(int(lib.memhook_hook_count())):
-        if lib.memhook_hook_get(i, raw) != 0:  # pragma: no cover - count says it exists
-            break
-        hooks.append(_hook_info(i, raw))
+    covering it (or none) and why not; whether the hooks cover every
+    allocation entry point of the loaded driver; the event queue's counters.
+    A snapshot: later installs do not change a report already returned.
+
+    Runtime complexity: O(h) for h table functions.
+
+    >>> import memhook
+    >>> report = memhook.status()
+    >>> report.hook("cuMemFree_v2").kind
+    <EventKind.FREE: 2>
+    >>> sorted({h.api for h in report.hooks})
+    ['driver', 'runtime']
+    >>> report.queue.pending >= 0
+    True
+    """
+    hooks = [_hook_info(row) for row in _hook_table.rows()]
     return HookReport(mode=HookMode(int(lib.memhook_hooks_mode())), hooks=hooks,
                       coverage_complete=_coverage.coverage_complete(), queue=_queue_stats())
 
 
 def hook_index(name: str) -> int | None:
-    """The table index of function ``name``, or None."""
+    """The table index of function ``name``, or None.
+
+    Runtime complexity: O(h) for h table functions.
+
+    >>> import memhook
+    >>> from memhook.hooks import hook_index
+    >>> hook_index("cuMemAlloc_v2") == memhook.status().hook("cuMemAlloc_v2").index
+    True
+    >>> hook_index("malloc") is None
+    True
+    """
     index = int(lib.memhook_hook_index(name.encode()))
     return None if index < 0 else index
 

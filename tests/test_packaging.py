@@ -60,3 +60,44 @@ def test_installed_package_imports_from_its_own_folder(wheel: Path, tmp_path: Pa
     ext = next((site / "memhook").glob("_native.*.so"))
     dynamic = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True).stdout
     assert "$ORIGIN" in dynamic and "[libmemhook.so]" in dynamic
+
+
+def _wheel_metadata(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        info = next(n for n in zf.namelist() if n.endswith(f".dist-info/{name}"))
+        return zf.read(info).decode()
+
+
+def test_wheel_is_tagged_abi3_when_the_extension_is(wheel: Path) -> None:
+    """The cffi extension is built for the stable ABI (``_native.abi3.so``), and
+    nothing else in the wheel depends on the Python version, so the wheel is
+    ``cp39-abi3-<platform>``, not ``cp3X-cp3X-<platform>``."""
+    names = zipfile.ZipFile(wheel).namelist()
+    ext = [n for n in names if n.startswith("memhook/_native.")]
+    assert ext == ["memhook/_native.abi3.so"], ext
+    tags = [line.split(": ", 1)[1] for line in _wheel_metadata(wheel, "WHEEL").splitlines()
+            if line.startswith("Tag: ")]
+    assert tags == ["cp39-abi3-linux_x86_64"], tags
+    assert wheel.name.endswith("-cp39-abi3-linux_x86_64.whl"), wheel.name
+
+
+def test_wheel_ships_license_and_typing_marker_but_not_the_build_script(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "memhook/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
+    assert "Apache License" in _wheel_metadata(wheel, "licenses/LICENSE")
+    assert "memhook/_ffi_build.py" not in names
+    assert not any("build_native" in n for n in names)
+
+
+def test_wheel_metadata_requires_only_what_the_library_imports(wheel: Path) -> None:
+    """cuda-python is needed by the demo and some tests only, never by the
+    library: a plain install must not pin the user's CUDA major version."""
+    meta = _wheel_metadata(wheel, "METADATA")
+    requires = [line.split(": ", 1)[1] for line in meta.splitlines()
+                if line.startswith("Requires-Dist: ")]
+    unconditional = sorted(r.split("<")[0].split(">")[0].strip() for r in requires if ";" not in r)
+    assert unconditional == ["cffi", "numpy", "sortedcontainers"], requires
+    assert 'cuda-bindings<14,>=12.8; extra == "demo"' in requires, requires
+    assert "License-Expression: Apache-2.0" in meta
+    assert "Classifier: Typing :: Typed" in meta

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "gpu_present", "run"]
+__all__ = ["add_parser", "gpu_present", "have_cuda_bindings", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -52,12 +52,30 @@ def gpu_present() -> bool:
         return False
 
 
+def have_cuda_bindings() -> bool:
+    """cuda-python's driver bindings, which the workload is written with, are
+    importable (they come with ``pip install 'memhook[demo]'``; the library
+    itself never needs them)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("cuda.bindings.driver") is not None
+    except (ImportError, ValueError):  # no "cuda" package at all, or a broken one
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     from .trace import mode_error, run_trace
 
     problem = mode_error(args.mode)
     if problem:  # before the probe and the banner: nothing runs
         print(f"memhook demo: {problem}", file=sys.stderr)
+        return 2
+    if not have_cuda_bindings():
+        print("memhook demo: the demo workload is written with cuda-python's driver bindings "
+              "(cuda.bindings), which are not installed here; install them with "
+              "`pip install 'memhook[demo]'` (or `pip install cuda-bindings`: any 12.x or 13.x)",
+              file=sys.stderr)
         return 2
     sim = args.sim or not gpu_present()
     where = "memhook's CUDA simulator (no GPU found)" if sim and not args.sim else \

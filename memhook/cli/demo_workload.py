@@ -7,6 +7,9 @@ last two are there to fill the summary's "failed calls" and "allocations
 never freed" sections.  Run it yourself with::
 
     memhook trace --sim -- python -m memhook.cli.demo_workload
+
+(not from the repository root after a plain ``pip install .``: Python would
+import the unbuilt source tree there; see docs/architecture.md.)
 """
 
 from __future__ import annotations

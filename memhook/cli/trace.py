@@ -207,16 +207,9 @@ def _driver_problem(env: dict[str, str]) -> str | None:
 
 
 def _function_table() -> tuple[list[str], list[bool]]:
-    from .._core import ffi, lib
+    from .. import _hook_table
 
-    info = ffi.new("memhook_hook_info *")
-    names, runtime = [], []
-    for i in range(int(lib.memhook_hook_count())):
-        if lib.memhook_hook_get(i, info) != 0:  # pragma: no cover
-            break
-        names.append(ffi.string(info.name).decode())
-        runtime.append(int(info.api) == int(lib.MEMHOOK_API_RUNTIME))
-    return names, runtime
+    return list(_hook_table.names()), list(_hook_table.runtime_flags())
 
 
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,

@@ -1,0 +1,49 @@
+"""One reader of the core's hook table (memhook/_hook_table.py) serves
+status(), the drain's event names and (through the same module) the CLI."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import memhook
+from memhook import _drain, _hook_table
+
+PACKAGE = Path(memhook.__file__).resolve().parent
+
+
+def test_fixed_columns_match_status() -> None:
+    hooks = memhook.status().hooks
+    assert len(hooks) >= 40
+    assert _hook_table.names() == tuple(h.name for h in hooks)
+    assert _hook_table.runtime_flags() == tuple(h.api == "runtime" for h in hooks)
+    assert [h.index for h in hooks] == list(range(len(hooks)))
+    assert _drain.function_names() == _hook_table.names()
+
+
+def test_rows_carry_the_live_state() -> None:
+    rows = _hook_table.rows()
+    by_name = {r.name: r for r in rows}
+    alloc = by_name["cuMemAlloc_v2"]
+    assert (alloc.api, alloc.kind) == ("driver", memhook.EventKind.ALLOC)
+    assert by_name["cudaFree"].api == "runtime"
+    assert by_name["cudaFree"].kind == memhook.EventKind.FREE
+    status = memhook.status().hook("cuMemAlloc_v2")
+    assert (alloc.present, alloc.bistro_jump, alloc.reason) == (
+        status.present, status.bistro_jump, status.reason)
+
+
+def test_function_name_outside_the_table() -> None:
+    n = len(_hook_table.names())
+    assert _hook_table.function_name(0) == _hook_table.names()[0]
+    assert _hook_table.function_name(n) == f"function#{n}"
+    assert _hook_table.function_name(-1) == "function#-1"
+    assert _drain.function_name(n + 7) == f"function#{n + 7}"
+
+
+def test_only_the_reader_walks_the_table() -> None:
+    """memhook_hook_get is called in one place: _hook_table.py."""
+    readers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if re.search(r"\bmemhook_hook_get\s*\(", p.read_text())
+                     and p.name != "_ffi_build.py")
+    assert readers == ["_hook_table.py"], readers
