@@ -63,6 +63,7 @@ static int32_t *tid_of(mh_trace_area *a) { return (int32_t *)((char *)a + a->tid
 static uint64_t *claim_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->claim_off); }
 static uint64_t *pub_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->published_off); }
 static uint64_t *done_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->done_off); }
+static uint64_t *first_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->first_off); }
 static memhook_event *events_of(mh_trace_area *a, uint32_t seg)
 {
     return (memhook_event *)((char *)a + a->events_off + seg * SEG_BYTES);
@@ -131,7 +132,7 @@ static long find_segment(mh_trace_area *a)
 }
 
 /* Out of line: the thread has no segment of this area, or it is full. */
-static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid)
+static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid, uint64_t first)
 {
     if (tl.gen == gen)
         close_segment(a, tl.seg);
@@ -144,6 +145,7 @@ static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid)
     uint32_t seg = (uint32_t)i;
     __atomic_store_n(&pub_of(a)[seg], 0, __ATOMIC_RELAXED);
     tid_of(a)[seg] = tid;
+    first_of(a)[seg] = first;
     uint64_t n = __atomic_fetch_add(&a->claims, 1, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&claim_of(a)[seg], n, __ATOMIC_RELEASE);
     __atomic_store_n(&state_of(a)[seg], MH_TRACE_SEG_OWNED, __ATOMIC_RELEASE);
@@ -161,7 +163,7 @@ void mh_trace_record(const memhook_event *e)
         return;
     }
     uint32_t gen = atomic_load_explicit(&g_gen, memory_order_relaxed);
-    if (__builtin_expect(tl.gen != gen || tl.at == MH_TRACE_SEG_EVENTS, 0) && !claim(a, gen, e->tid)) {
+    if (__builtin_expect(tl.gen != gen || tl.at == MH_TRACE_SEG_EVENTS, 0) && !claim(a, gen, e->tid, e->timestamp_ns)) {
         __atomic_fetch_add(&a->lost, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -206,6 +208,8 @@ int mh_trace_area_create(unsigned mb)
     uint64_t pub_off = off;
     off = align_up(off + nseg * 8, 64);
     uint64_t done_off = off;
+    off = align_up(off + nseg * 8, 64);
+    uint64_t first_off = off;
     off = align_up(off + nseg * 8, 4096);
     uint64_t events_off = off;
     uint64_t size = events_off + nseg * SEG_BYTES;
@@ -235,6 +239,7 @@ int mh_trace_area_create(unsigned mb)
     a->published_off = pub_off;
     a->done_off = done_off;
     a->events_off = events_off;
+    a->first_off = first_off;
     a->pid = (int32_t)getpid();
     anchor_now(&a->tsc0, &a->ns0);
     a->tsc1 = a->tsc0;

@@ -108,7 +108,8 @@ typedef struct mh_trace_area {
                                 when an event's flags say so, memhook.h) */
     uint64_t anchor_seq;     /* odd while tsc1/ns1 are written (seqlock) */
     uint64_t tsc1, ns1;      /* the latest anchor (the streamer, exit) */
-    uint64_t pad0;
+    uint64_t first_off;      /* uint64_t first[nseg]: the stamp of the segment's
+                                first event (written at claim) */
     /* producers' counters, a line of their own */
     uint64_t fresh;          /* segments taken never used before */
     uint64_t claims;         /* claims so far */

@@ -30,7 +30,7 @@ SEG_FREE, SEG_CLAIMING, SEG_OWNED, SEG_CLOSED = 0, 1, 2, 3
 RAW_TSC = 0x80000000
 
 AREA_HEADER = struct.Struct("<IIIIQQQQQQQiIQQQQQQ")
-"""mh_trace_area's fields up to pad0 (128 bytes); the counters follow."""
+"""mh_trace_area's fields up to first_off (128 bytes); the counters follow."""
 _FRESH, _LOST, _DONE_TOTAL, _EXITED, _ANCHOR = 128, 152, 192, 76, 96
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 
@@ -54,7 +54,7 @@ class TraceArea:
             os.close(fd)
         (magic, version, seg_events, nseg, asize, state_off, tid_off, claim_off, pub_off,
          done_off, events_off, self.pid, _, self.tsc0, self.ns0, _, _, _,
-         _) = AREA_HEADER.unpack_from(self.mm)
+         first_off) = AREA_HEADER.unpack_from(self.mm)
         if magic != AREA_MAGIC or version != VERSION or seg_events != SEG_EVENTS:
             self.mm.close()
             raise ProtocolError(f"not a version-{VERSION} trace area (magic {magic:#x}, "
@@ -71,10 +71,12 @@ class TraceArea:
         self.claim = np.frombuffer(self.mm, np.uint64, nseg, claim_off)
         self.published = np.frombuffer(self.mm, np.uint64, nseg, pub_off)
         self.done = np.frombuffer(self.mm, np.uint64, nseg, done_off)
+        self.first = np.frombuffer(self.mm, np.uint64, nseg, first_off)
         self.events = np.frombuffer(self.mm, EVENT_DTYPE, nseg * SEG_EVENTS,
                                     events_off).reshape(nseg, SEG_EVENTS)
         self.rd_claim = np.zeros(nseg, np.uint64)  # the generation read
         self.rd_at = np.zeros(nseg, np.uint64)     # events of it taken out
+        self.rd_last = np.zeros(nseg, np.uint64)   # the stamp of the last one
         self.seq = 0
         self.taken = 0
 
@@ -135,38 +137,66 @@ class TraceArea:
         fresh = valid & (cl != self.rd_claim[:used])
         self.rd_claim[:used][fresh] = cl[fresh]
         self.rd_at[:used][fresh] = 0
+        self.rd_last[:used][fresh] = 0
         pb = np.where(valid, pb, self.rd_at[:used])
         horizon = None
         if not final:
             # Pass G: what appeared since H holds back events at or past
             # its smallest stamp.
-            st2 = self.state[:used].copy()
-            cl2 = self.claim[:used].copy()
-            pb2 = self.published[:used].copy()
+            # (A segment taken fresh since H counts too: `fresh` again.)
+            used2 = min(self._word(_FRESH), self.nseg)
+            st2 = self.state[:used2].copy()
+            cl2 = self.claim[:used2].copy()
+            pb2 = self.published[:used2].copy()
             valid2 = (st2 == SEG_OWNED) | (st2 == SEG_CLOSED)
-            same = valid & (cl2 == cl)
-            start = np.where(same, pb, 0)
+            start = np.zeros(used2, np.uint64)
+            same = valid & (cl2[:used] == cl)
+            start[:used] = np.where(same, pb, 0)
             grew = np.nonzero(valid2 & (pb2 > start))[0]
             for i in grew:
                 t = int(self.events[i, int(start[i])]["timestamp_ns"])
                 if horizon is None or t < horizon:
                     horizon = t
         todo = np.nonzero(pb > self.rd_at[:used])[0]
+        # At most `limit` events, cut by stamp, not by segment: taking one
+        # segment whole and leaving another could hand out an ALLOC before
+        # the FREE it depends on.  The cut is the limit-th smallest pending
+        # stamp; only segments whose first pending stamp is below it (the
+        # ones overlapping in time, a few per thread) need looking at.
+        # What bounds a segment's first pending stamp from below comes from
+        # the descriptors (its first event's stamp, the last one taken):
+        # touching every segment's events would fault the whole backlog in.
+        if len(todo):
+            at = self.rd_at[todo].astype(np.int64)
+            firsts = np.maximum(self.first[todo], self.rd_last[todo])
+            order = np.argsort(firsts, kind="stable")
+            todo, at, firsts = todo[order], at[order], firsts[order]
+            lengths = np.minimum(pb[todo].astype(np.int64) - at, limit)
+            take = int(np.searchsorted(np.cumsum(lengths), limit)) + 1
+            if take < len(todo) or lengths.sum() > limit:
+                for _ in range(2):  # widen once to the segments below the cut
+                    stamps = np.concatenate([self.events["timestamp_ns"][i, a:a + n] for i, a, n
+                                             in zip(todo[:take], at[:take], lengths[:take])])
+                    k = min(limit, len(stamps)) - 1
+                    cut = int(np.partition(stamps, k)[k])
+                    if cut == int(stamps.min()):
+                        cut += 1  # ties at the smallest stamp: take them (progress)
+                    wider = int(np.searchsorted(firsts, cut, "left"))
+                    if wider <= take:
+                        break
+                    take = wider
+                horizon = cut if horizon is None else min(horizon, cut)
+                todo = todo[:take]
         parts = []
-        budget = limit
         for i in todo:
-            at, end = int(self.rd_at[i]), int(pb[i])
-            end = min(end, at + budget)
-            seg = self.events[i, at:end]
+            a, end = int(self.rd_at[i]), int(pb[i])
+            head = self.events[i, a:min(end, a + limit)]
             if horizon is not None:
-                end = at + int(np.searchsorted(seg["timestamp_ns"], horizon, "left"))
-                seg = seg[:end - at]
-            if end > at:
-                parts.append(seg.copy())
-                self.rd_at[i] = end
-                budget -= end - at
-            if budget <= 0:
-                break
+                head = head[:int(np.searchsorted(head["timestamp_ns"], horizon, "left"))]
+            if len(head):
+                parts.append(head.copy())
+                self.rd_at[i] = a + len(head)
+                self.rd_last[i] = parts[-1]["timestamp_ns"][-1]
         self._give_back(st, cl, pb, used)
         if not parts:
             return np.empty(0, EVENT_DTYPE)
@@ -191,6 +221,6 @@ class TraceArea:
             self._header[_DONE_TOTAL // 8] += np.uint64(len(finished))
 
     def close(self) -> None:
-        del self._header, self.state, self.tid, self.claim, self.published, self.done
+        del self._header, self.state, self.tid, self.claim, self.published, self.done, self.first
         del self.events
         self.mm.close()

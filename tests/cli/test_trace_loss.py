@@ -121,3 +121,26 @@ def test_full_trace_area_is_counted_loudly(tmp_path: Path) -> None:
     assert lost, summary
     assert kept + int(lost.group(1)) == 200_000, (kept, lost.group(1))
     assert 65_000 <= kept < 200_000
+
+
+def test_threads_handing_addresses_on_keep_free_before_alloc(programs, tmp_path: Path) -> None:
+    # 4 threads pass 2 addresses around, FREE recorded before the hand-off,
+    # ALLOC after: the collector reads the threads' segments at different
+    # moments, and its merge must still put each FREE before the ALLOC
+    # that reuses the address (the two-look horizon, area.py).
+    out = tmp_path / "handoff.jsonl"
+    proc = memhook("trace", "-f", "jsonl", "-o", str(out), "--",
+                   str(programs.handoff_storm), "4", "20000", "2")
+    assert proc.returncode == 0, proc.stderr
+    events = read_jsonl(out)
+    assert len(events) == 4 * 20000 * 2
+    assert len({e["tid"] for e in events}) == 4
+    live: set[int] = set()
+    for n, e in enumerate(events):
+        if e["kind"] == "alloc":
+            assert e["address"] not in live, f"event {n}: ALLOC of a live address"
+            live.add(e["address"])
+        else:
+            assert e["address"] in live, f"event {n}: FREE of an address not allocated"
+            live.remove(e["address"])
+    assert not live
