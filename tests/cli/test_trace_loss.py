@@ -144,3 +144,13 @@ def test_threads_handing_addresses_on_keep_free_before_alloc(programs, tmp_path:
             assert e["address"] in live, f"event {n}: FREE of an address not allocated"
             live.remove(e["address"])
     assert not live
+
+
+def test_segments_of_ended_threads_are_reused(tmp_path: Path) -> None:
+    # A 4 MiB area has 256 segments; 1,000 threads each take one.  A thread
+    # that ends hands its segment back (closed, then read, then reused).
+    pids, counts, summary, rc = _trace(tmp_path, "threads", "1000",
+                                       env={"MEMHOOK_TRACE_BUFFER_MB": "4"})
+    assert rc == 0, summary
+    assert counts[pids["me"]] == {"alloc": 1000, "free": 1000}, summary
+    assert "LOST" not in summary

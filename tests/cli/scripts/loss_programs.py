@@ -182,6 +182,19 @@ def flood(events: str) -> None:
     say(me=os.getpid())
 
 
+def threads(count: str) -> None:
+    """`count` short-lived threads, one after another, each allocating and
+    freeing once: every thread's segment must be given back when it ends,
+    or a small trace area runs out of segments."""
+    import threading
+    cuda()
+    for _ in range(int(count)):
+        t = threading.Thread(target=lambda: free(alloc(1)))
+        t.start()
+        t.join()
+    say(me=os.getpid())
+
+
 if __name__ == "__main__":
     case, *args = sys.argv[1:]
     globals()[case](*args)
