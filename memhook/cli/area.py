@@ -178,9 +178,7 @@ class TraceArea:
                     stamps = np.concatenate([self.events["timestamp_ns"][i, a:a + n] for i, a, n
                                              in zip(todo[:take], at[:take], lengths[:take])])
                     k = min(limit, len(stamps)) - 1
-                    cut = int(np.partition(stamps, k)[k])
-                    if cut == int(stamps.min()):
-                        cut += 1  # ties at the smallest stamp: take them (progress)
+                    cut = int(np.partition(stamps, k)[k]) + 1  # up to the k-th, ties too
                     wider = int(np.searchsorted(firsts, cut, "left"))
                     if wider <= take:
                         break

@@ -185,13 +185,16 @@ def flood(events: str) -> None:
 def threads(count: str) -> None:
     """`count` short-lived threads, one after another, each allocating and
     freeing once: every thread's segment must be given back when it ends,
-    or a small trace area runs out of segments."""
+    or a small trace area runs out of segments.  A pause every 100 threads
+    gives a collector on a loaded box the time to read and give back."""
     import threading
     cuda()
-    for _ in range(int(count)):
+    for i in range(int(count)):
         t = threading.Thread(target=lambda: free(alloc(1)))
         t.start()
         t.join()
+        if i % 100 == 99:
+            time.sleep(0.25)
     say(me=os.getpid())
 
 
