@@ -268,10 +268,11 @@ void mh_trace_area_anchor(void)
     uint64_t tsc, ns;
     anchor_now(&tsc, &ns);
     pthread_mutex_lock(&g_anchor_lock);
+    /* A seqlock the collector reads: odd while the pair changes.  Release
+     * stores keep the three in order (plain stores on x86-64). */
     __atomic_store_n(&a->anchor_seq, a->anchor_seq + 1, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    a->tsc1 = tsc;
-    a->ns1 = ns;
+    __atomic_store_n(&a->tsc1, tsc, __ATOMIC_RELEASE);
+    __atomic_store_n(&a->ns1, ns, __ATOMIC_RELEASE);
     __atomic_store_n(&a->anchor_seq, a->anchor_seq + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_anchor_lock);
 }
