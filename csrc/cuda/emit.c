@@ -13,6 +13,7 @@
 #include "cuda_hooks.h"
 #include "event_lane.h"
 #include "log.h"
+#include "trace_lane.h"
 
 /* Process-wide by nature: the pid of this process, refreshed in a fork
  * child.  0 until first needed. */
@@ -47,6 +48,7 @@ static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem
     e->tid = mh_my_lane->tid;
     e->result = result;
     e->flags = flags;
+    mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
     mh_lane_publish();
 }
 

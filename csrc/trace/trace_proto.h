@@ -3,20 +3,22 @@
  * `memhook trace` collector (memhook/cli/protocol.py mirrors it; a test
  * compares the two).
  *
- * Transport: one AF_UNIX SOCK_SEQPACKET connection per traced process to
- * the path in MEMHOOK_TRACE_SOCKET.  SEQPACKET keeps message boundaries and
- * order, so every message is one header followed by its payload, read with
- * one recv.  Integers are the host's (little-endian x86-64) byte order;
- * both ends run on the same machine.
+ * Events do not travel on the socket.  Each traced process image writes
+ * them into a trace area (mh_trace_area below): a memfd it maps MAP_SHARED
+ * and hands to the collector once, with SCM_RIGHTS, in the HELLO of a
+ * short AF_UNIX SOCK_SEQPACKET connection to the path in
+ * MEMHOOK_TRACE_SOCKET.  The process then closes the socket and the memfd
+ * (the mapping stays): nothing it later does to its descriptors, and no
+ * way it ends (_exit, a signal, a crash, exec), takes the events away from
+ * the collector, which reads the area while the process runs and to its
+ * end after the process is gone (pidfd), or after the same pid's next
+ * image said HELLO (exec).  Integers are the host's (little-endian x86-64)
+ * byte order; both ends run on the same machine.
  *
- *   HELLO   first message of a connection: who this process is
- *           (mh_trace_hello, then exe, cmdline and why bytes)
- *   EVENTS  `count` memhook_event records (64 bytes each, memhook.h)
- *   BYE     the process reached exit(): mh_trace_bye (may come twice, from
- *           the library destructor and from atexit; the last one counts)
+ *   HELLO   the one message: who this process is (mh_trace_hello, then
+ *           exe, cmdline and why bytes) and, as SCM_RIGHTS, its area's fd
  *
- * A connection that ends without BYE belongs to a process that exec'd
- * (the new program connects again with the same pid) or was killed.
+ * EVENTS and BYE are version 1's (events on the socket); no longer sent.
  */
 #ifndef MEMHOOK_TRACE_PROTO_H
 #define MEMHOOK_TRACE_PROTO_H
@@ -24,7 +26,7 @@
 #include <stdint.h>
 
 #define MH_TRACE_MAGIC 0x3154484Du /* "MHT1" */
-#define MH_TRACE_VERSION 1
+#define MH_TRACE_VERSION 2
 
 #define MH_TRACE_HELLO 1
 #define MH_TRACE_EVENTS 2
@@ -63,5 +65,59 @@ typedef struct mh_trace_hello {
 typedef struct mh_trace_bye {
     uint64_t events_sent;  /* every event this process sent on this connection */
 } mh_trace_bye;
+
+/* ---- the trace area (a memfd, shared by the process and the collector) ----
+ *
+ * Offsets, never pointers: the two sides map it at different addresses.
+ * Layout: this header (one page), then struct-of-arrays segment
+ * descriptors (each array at the offset the header names), then nseg
+ * segments of MH_TRACE_SEG_EVENTS events, each page-aligned.
+ *
+ * A segment is owned by one thread at a time and written only by it:
+ *   FREE -> CLAIMING -> OWNED -> CLOSED -> (collector read it all and
+ *   wrote done[i] = claim[i]) -> CLAIMING -> ...
+ * The producer writes published[i] (release) after each event, and
+ * CLOSED after the last one; the collector writes only done[i] and
+ * done_total (plain stores).  A segment is reused only once done[i] ==
+ * claim[i], so the collector never loses a generation it started. */
+#define MH_TRACE_AREA_MAGIC 0x41544D48u /* "HMTA" */
+#define MH_TRACE_SEG_EVENTS 256
+#define MH_TRACE_SEG_FREE 0
+#define MH_TRACE_SEG_CLAIMING 1
+#define MH_TRACE_SEG_OWNED 2
+#define MH_TRACE_SEG_CLOSED 3
+/* MEMHOOK_TRACE_BUFFER_MB: the most event storage one process image holds
+ * for a collector that is behind (default; 4..4096). */
+#define MH_TRACE_BUFFER_MB_DEFAULT 256
+
+typedef struct mh_trace_area {
+    uint32_t magic;          /* MH_TRACE_AREA_MAGIC */
+    uint32_t version;        /* MH_TRACE_VERSION */
+    uint32_t seg_events;     /* MH_TRACE_SEG_EVENTS */
+    uint32_t nseg;
+    uint64_t size;           /* bytes of the memfd */
+    uint64_t state_off;      /* uint32_t state[nseg]  (MH_TRACE_SEG_*) */
+    uint64_t tid_off;        /* int32_t tid[nseg] */
+    uint64_t claim_off;      /* uint64_t claim[nseg]: 1 + the claim's number */
+    uint64_t published_off;  /* uint64_t published[nseg]: events written */
+    uint64_t done_off;       /* uint64_t done[nseg]: collector: claim it finished */
+    uint64_t events_off;     /* segment i's events at events_off + i * 16 KiB */
+    int32_t pid;
+    uint32_t exited;         /* 1 once exit() ran (the library destructor) */
+    uint64_t tsc0, ns0;      /* clock anchor at creation (stamps are raw TSC
+                                when an event's flags say so, memhook.h) */
+    uint64_t anchor_seq;     /* odd while tsc1/ns1 are written (seqlock) */
+    uint64_t tsc1, ns1;      /* the latest anchor (the streamer, exit) */
+    uint64_t first_off;      /* uint64_t first[nseg]: the stamp of the segment's
+                                first event (written at claim) */
+    /* producers' counters, a line of their own */
+    uint64_t fresh;          /* segments taken never used before */
+    uint64_t claims;         /* claims so far */
+    uint64_t scan;           /* where the next search for a done segment starts */
+    uint64_t lost;           /* events that found no room: LOUD at the collector */
+    uint64_t pad1[4];
+    /* the collector's line */
+    uint64_t done_total;     /* segments the collector finished, ever */
+} mh_trace_area;
 
 #endif

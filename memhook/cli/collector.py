@@ -1,16 +1,26 @@
-"""The collector of ``memhook trace``: one listening socket, one connection
-per traced process, everything in one thread with :mod:`selectors`.
+"""The collector of ``memhook trace``: one listening socket, one trace area
+per traced process image, everything in one thread with :mod:`selectors`.
 
-Each message is handled as it arrives (HELLO, EVENTS, BYE; see
-:mod:`memhook.cli.protocol`): events go to the :class:`~memhook.cli.ledger.Ledger`
-and then to the writers, one batch (at most 1024 events) at a time, so the
-collector holds no more than one batch of events at once.
+A traced process image connects once: its HELLO (see
+:mod:`memhook.cli.protocol`) carries, as ``SCM_RIGHTS``, the memfd of its
+trace area (:mod:`memhook.cli.area`), which the hooks write every event
+into.  The collector maps it and reads it every poll, in batches (at most
+4,096 events an area at a time), handing events to the
+:class:`~memhook.cli.ledger.Ledger` and then to the writers; it keeps no
+events.  It learns that a process is gone from its pidfd (``pidfd_open``),
+or that an image is over when the same pid says HELLO again (exec), and
+then reads the area to its end before it closes it: events recorded just
+before ``_exit``, a SIGKILL, a crash or an exec are in the area, not in
+the process, so they are all read.
 """
 
 from __future__ import annotations
 
+import array
+import dataclasses
 import gc
 import os
+import select
 import selectors
 import shutil
 import socket
@@ -19,12 +29,24 @@ import tempfile
 import time
 
 from . import protocol
+from .area import TraceArea
 from .formats import Writer
 from .ledger import Ledger, Process
 
 __all__ = ["Collector"]
 
 _SUN_PATH_MAX = 107
+_POLL_S = 0.02
+_BATCH = 4096  # events an area a read: the most the collector holds at once
+
+
+@dataclasses.dataclass(eq=False)
+class _Image:
+    """A traced process image the collector is reading."""
+
+    proc: Process
+    area: TraceArea
+    pidfd: int | None  # None: the process was already gone at HELLO
 
 
 class Collector:
@@ -41,13 +63,20 @@ class Collector:
             self.path = os.path.join(self.folder, "sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.listener.bind(self.path)
-        self.listener.listen(512)
+        self.listener.listen(4096)
         self.listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ)
-        self.open: dict[socket.socket, Process] = {}
+        self.pending: set[socket.socket] = set()  # accepted, HELLO not read yet
+        self.images: list[_Image] = []
         self.errors: list[str] = []
         self._next_id = 0
+        self._behind = False
+
+    @property
+    def open(self) -> list[_Image]:
+        """Process images still being read (and connections not yet said HELLO)."""
+        return self.images
 
     # ----------------------------------------------------------- connections
 
@@ -58,82 +87,129 @@ class Collector:
             except (BlockingIOError, InterruptedError):
                 return
             conn.setblocking(False)
-            proc = Process(conn_id=self._next_id)
-            self._next_id += 1
-            self.open[conn] = proc
+            self.pending.add(conn)
             self.selector.register(conn, selectors.EVENT_READ)
+            self._hello(conn)
 
-    def _read(self, conn: socket.socket, budget: int = 64) -> None:
-        """Up to ``budget`` messages from ``conn`` (then others get a turn)."""
-        proc = self.open[conn]
-        for _ in range(budget):
-            try:
-                data = conn.recv(protocol.MAX_MESSAGE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close(conn)
-                return
-            try:
-                self._message(proc, data)
-            except protocol.ProtocolError as exc:
-                self.errors.append(f"pid {proc.pid}: {exc}; connection dropped")
-                self._close(conn)
-                return
-
-    def _message(self, proc: Process, data: bytes) -> None:
-        kind, _ = protocol.parse_header(data)
-        if kind == protocol.EVENTS:
-            rows = protocol.events(data)
-            changes = self.ledger.add(proc, rows)
-            for w in self.writers:
-                w.events(proc, rows, changes)
-        elif kind == protocol.HELLO:
-            proc.hello = protocol.parse_hello(data)
-            self.ledger.process_started(proc)
-            for w in self.writers:
-                w.process_started(proc)
-        elif kind == protocol.BYE:
-            proc.events_sent = protocol.parse_bye(data)
-        else:
-            raise protocol.ProtocolError(f"unknown message type {kind}")
-
-    def _close(self, conn: socket.socket) -> None:
-        proc = self.open.pop(conn)
+    def _drop(self, conn: socket.socket) -> None:
+        self.pending.discard(conn)
         self.selector.unregister(conn)
         conn.close()
-        if proc.hello is None:  # connected and went away (exec'd at once, or refused)
-            proc.ended = True
+
+    def _hello(self, conn: socket.socket) -> None:
+        fds = array.array("i")
+        try:
+            data, anc, _, _ = conn.recvmsg(protocol.MAX_MESSAGE, socket.CMSG_SPACE(4 * 4))
+        except (BlockingIOError, InterruptedError):
             return
-        if proc.events_sent is not None and proc.events_sent != proc.events:
-            self.errors.append(f"pid {proc.pid} sent {proc.events_sent} events but "
-                               f"{proc.events} arrived")
+        except OSError:
+            data, anc = b"", []
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+        self._drop(conn)  # one message a connection
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return
+        try:
+            kind, _ = protocol.parse_header(data)
+            if kind != protocol.HELLO or len(fds) != 1:
+                raise protocol.ProtocolError(f"expected HELLO with one descriptor, got type "
+                                             f"{kind} with {len(fds)}")
+            hello = protocol.parse_hello(data)
+            area = TraceArea(fds.pop())
+        except protocol.ProtocolError as exc:
+            for fd in fds:
+                os.close(fd)
+            self.errors.append(f"a traced process's HELLO: {exc}; not traced")
+            return
+        for image in list(self.images):
+            if image.proc.pid == hello.pid:  # the same pid, a new image: it exec'd
+                self._finish(image)
+        try:
+            pidfd: int | None = os.pidfd_open(hello.pid)
+        except ProcessLookupError:
+            pidfd = None
+        proc = Process(conn_id=self._next_id, hello=hello)
+        self._next_id += 1
+        image = _Image(proc, area, pidfd)
+        self.images.append(image)
+        if pidfd is not None:
+            self.selector.register(pidfd, selectors.EVENT_READ, image)
+        self.ledger.process_started(proc)
+        for w in self.writers:
+            w.process_started(proc)
+
+    # ---------------------------------------------------------------- areas
+
+    def _deliver(self, image: _Image, final: bool) -> int:
+        ev = image.area.read(final=final, limit=_BATCH)
+        if len(ev) == 0:
+            return 0
+        rows = ev.tolist()
+        changes = self.ledger.add(image.proc, rows)
+        for w in self.writers:
+            w.events(image.proc, rows, changes)
+        return len(rows)
+
+    def _finish(self, image: _Image) -> None:
+        """The image is over (its process gone, or exec'd): read it all, close it."""
+        while self._deliver(image, final=True):
+            pass
+        self.images.remove(image)
+        if image.pidfd is not None:
+            self.selector.unregister(image.pidfd)
+            os.close(image.pidfd)
+        proc, area = image.proc, image.area
+        if area.exited:
+            proc.events_sent = area.taken
+        if area.lost:
+            self.errors.append(
+                f"pid {proc.pid} LOST {area.lost} events: its trace area "
+                f"({area.buffer_mib:.0f} MiB) was full because the collector fell behind; "
+                f"raise MEMHOOK_TRACE_BUFFER_MB (4-4096)")
+        area.close()
         changes = self.ledger.process_ended(proc)
         for w in self.writers:
             w.process_ended(proc, changes)
 
+    def _gone(self, image: _Image) -> bool:
+        if image.pidfd is None:
+            return True
+        return bool(select.select([image.pidfd], [], [], 0)[0])
+
     def poll(self, timeout: float) -> bool:
-        """Handle what is ready within ``timeout`` s; True if anything was."""
-        ready = self.selector.select(timeout)
+        """Handle what is ready within ``timeout`` s and read every area;
+        True if anything came."""
+        ready = self.selector.select(0 if self._behind else timeout)
+        self._behind = False
+        busy = False
         for key, _ in ready:
             if key.fileobj is self.listener:
                 self._accept()
-            elif key.fileobj in self.open:
-                self._read(key.fileobj)  # type: ignore[arg-type]
+            elif key.fileobj in self.pending:
+                self._hello(key.fileobj)  # type: ignore[arg-type]
+            busy = True
+        for image in list(self.images):
+            if self._gone(image):
+                self._finish(image)
+            else:
+                n = self._deliver(image, final=False)
+                busy = busy or n > 0
+                self._behind = self._behind or n >= _BATCH  # more is waiting: no pause
         for w in self.writers:  # held events go out even when none arrive
             w.tick()
-        return bool(ready)
+        return busy
 
     # ------------------------------------------------------------------ run
 
     def run(self, child: subprocess.Popen, grace_s: float = 1.0) -> int:
-        """Collect until ``child`` has exited and every connection closed
-        (or ``grace_s`` after the child's exit, for processes it left
-        running).  Returns the child's return code."""
-        # Every batch makes ~1000 tuples and no cycles: the cyclic GC would
-        # only rescan them (about 10% of the collector's time).
+        """Collect until ``child`` has exited and every process image it
+        made is read to its end (or ``grace_s`` after the child's exit, for
+        processes it left running).  Returns the child's return code."""
+        # Every batch makes ~1000s of tuples and no cycles: the cyclic GC
+        # would only rescan them.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -146,24 +222,30 @@ class Collector:
         status: int | None = None
         deadline = 0.0
         while True:
-            self.poll(0.05)
+            self.poll(_POLL_S)
             if status is None:
                 status = child.poll()
                 if status is not None:
                     deadline = time.monotonic() + grace_s
                 continue
-            if not self.open:
+            if not self.images and not self.pending:
                 if not self.poll(0):  # a last look for connections not yet accepted
                     break
             elif time.monotonic() > deadline:
                 break
+        for image in self.images:  # still running: what they wrote so far
+            while self._deliver(image, final=False):
+                pass
         return status
 
     def close(self) -> None:
-        for conn in list(self.open):
-            self.selector.unregister(conn)
-            conn.close()
-        self.open.clear()
+        for conn in list(self.pending):
+            self._drop(conn)
+        for image in self.images:
+            if image.pidfd is not None:
+                os.close(image.pidfd)
+            image.area.close()
+        self.images.clear()
         self.selector.close()
         self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)

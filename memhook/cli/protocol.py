@@ -1,12 +1,12 @@
 """The wire format between traced processes and the ``memhook trace`` collector.
 
 Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
-``SOCK_SEQPACKET`` connection per traced process, every message one header
-(:data:`HEADER`) and its payload:
+``SOCK_SEQPACKET`` connection per traced process image, one message:
 
-* HELLO - who the process is (:class:`Hello`);
-* EVENTS - ``count`` 64-byte ``memhook_event`` records (:data:`EVENT_DTYPE`);
-* BYE - the process reached ``exit()``, with how many events it sent.
+* HELLO - who the process is (:class:`Hello`), with its trace area's memfd
+  as ``SCM_RIGHTS`` (events travel in the area: :mod:`memhook.cli.area`).
+
+EVENTS and BYE are version 1's and no longer sent.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
-VERSION = 1
+VERSION = 2
 HELLO, EVENTS, BYE = 1, 2, 3
 BATCH = 1024                # most events in one EVENTS message
 HELLO_FORKED = 0x1

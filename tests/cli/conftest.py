@@ -16,6 +16,7 @@ class Programs:
     fork_exec: Path      # fork, exec, events pending across fork
     event_storm: Path    # argv[1] events through memhook_events_record
     tiny_driver_dir: Path  # holds a libcuda.so.1 bistro must refuse
+    handoff_storm: Path  # threads recording FREE then ALLOC of addresses they pass on
 
 
 @pytest.fixture(scope="session")
@@ -35,4 +36,6 @@ def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
     driver_dir.mkdir(exist_ok=True)
     native.compile(src / "tiny_driver.c", driver_dir / "libcuda.so.1",
                    extra=["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"])
-    return Programs(static_app, fork_exec, storm, driver_dir)
+    handoff = native.compile(src / "handoff_storm.c", c_test_dir / "cli_handoff_storm",
+                             extra=["-O2", "-ldl", "-lpthread"])
+    return Programs(static_app, fork_exec, storm, driver_dir, handoff)

@@ -109,7 +109,7 @@ def test_cuda_python_demo_on_simulator() -> None:
 
 def test_python_program_that_drains_memhook_itself(tmp_path: Path) -> None:
     """A traced program importing memhook drains the same queue: the trace
-    still gets every event exactly once (the queue's tee and sink), and
+    still gets every event exactly once (its own copy, in the trace area), and
     Python every event too, one made before memhook was imported included."""
     out = tmp_path / "drains.jsonl"
     script = HERE / "scripts" / "python_drains.py"

@@ -2,7 +2,7 @@
 
 memhook binds the core `memhook trace` preloaded, so Python drains the same
 queue the trace reads.  Neither may take events from the other: the trace
-(through the queue's tee and sink) gets each event once, and Python's cache
+(through its own copy, the trace area) gets each event once, and Python's cache
 and subscribers get every event too - also one made before memhook was
 imported, while the trace alone was reading.  Prints what Python saw.
 """

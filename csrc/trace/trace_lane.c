@@ -1,0 +1,285 @@
+/*
+ * trace_lane.c - the trace area: a per-process-image memfd of per-thread
+ * segments the hooks copy every event into (trace_lane.h; the layout and
+ * the segment states are in trace_proto.h).
+ *
+ * Why a memfd the collector also holds: what a process recorded is then
+ * the collector's to read whatever happens to the process next - it may
+ * _exit, be SIGKILLed, crash, exec, close or dup2 over every descriptor -
+ * because the pages belong to the memfd, not to the process.
+ *
+ * fork: the mapping is MADV_DONTFORK, so a child can never write into its
+ * parent's segments; trace.c's child handler forgets the area (bumping the
+ * generation every thread's cached segment is checked against) and makes
+ * the child its own.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_hooks.h"
+#include "trace_lane.h"
+
+_Static_assert(sizeof(mh_trace_area) <= 4096, "the area header is one page");
+_Static_assert(offsetof(mh_trace_area, fresh) == 128, "producers' line");
+_Static_assert(offsetof(mh_trace_area, done_total) == 192, "collector's line");
+
+#define SEG_BYTES ((uint64_t)MH_TRACE_SEG_EVENTS * sizeof(memhook_event))
+/* How many done segments a claim tries before it takes a fresh one:
+ * enough that a collector keeping up keeps the area small. */
+#define REUSE_TRIES 8
+
+_Atomic int mh_trace_on;
+
+/* Process-wide by nature: the one area of this process image, and its
+ * generation (bumped whenever the area is forgotten, so a thread's cached
+ * segment of an older one is never written). */
+static mh_trace_area *_Atomic g_area;
+static _Atomic uint32_t g_gen = 1;
+/* Events that came while there was no area (between a fork and the
+ * child's new area): added to the next area's `lost`. */
+static _Atomic uint64_t g_lost_without_area;
+/* done_total when a full search last found nothing: until the collector
+ * finishes another segment, a full area is not searched again. */
+static _Atomic uint64_t g_full_at = UINT64_MAX;
+/* Closes a thread's segment when it exits (so the segment can be reused). */
+static pthread_key_t g_exit_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_anchor_lock = PTHREAD_MUTEX_INITIALIZER;  /* streamer, exit */
+
+/* The calling thread's segment. */
+static __thread struct {
+    uint32_t gen;  /* g_gen it was claimed under; 0: none */
+    uint32_t seg;
+    uint32_t at;   /* events written into it */
+} tl __attribute__((tls_model("initial-exec")));
+
+static uint32_t *state_of(mh_trace_area *a) { return (uint32_t *)((char *)a + a->state_off); }
+static int32_t *tid_of(mh_trace_area *a) { return (int32_t *)((char *)a + a->tid_off); }
+static uint64_t *claim_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->claim_off); }
+static uint64_t *pub_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->published_off); }
+static uint64_t *done_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->done_off); }
+static uint64_t *first_of(mh_trace_area *a) { return (uint64_t *)((char *)a + a->first_off); }
+static memhook_event *events_of(mh_trace_area *a, uint32_t seg)
+{
+    return (memhook_event *)((char *)a + a->events_off + seg * SEG_BYTES);
+}
+
+static void close_segment(mh_trace_area *a, uint32_t seg)
+{
+    __atomic_store_n(&state_of(a)[seg], MH_TRACE_SEG_CLOSED, __ATOMIC_RELEASE);
+}
+
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    mh_trace_area *a = atomic_load(&g_area);
+    if (a != NULL && tl.gen == atomic_load(&g_gen))
+        close_segment(a, tl.seg);
+    tl.gen = 0;
+}
+
+static void make_key(void) { pthread_key_create(&g_exit_key, thread_exit); }
+
+static bool take(mh_trace_area *a, uint32_t i, uint32_t from)
+{
+    uint32_t expect = from;
+    return __atomic_compare_exchange_n(&state_of(a)[i], &expect, MH_TRACE_SEG_CLAIMING, false,
+                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+/* A CLOSED segment the collector finished. */
+static bool take_done(mh_trace_area *a, uint32_t i)
+{
+    if (__atomic_load_n(&state_of(a)[i], __ATOMIC_RELAXED) != MH_TRACE_SEG_CLOSED)
+        return false;
+    uint64_t claim = __atomic_load_n(&claim_of(a)[i], __ATOMIC_RELAXED);
+    if (__atomic_load_n(&done_of(a)[i], __ATOMIC_ACQUIRE) != claim)
+        return false;
+    return take(a, i, MH_TRACE_SEG_CLOSED);
+}
+
+static long find_segment(mh_trace_area *a)
+{
+    uint64_t used = __atomic_load_n(&a->fresh, __ATOMIC_RELAXED);
+    if (used > a->nseg)
+        used = a->nseg;
+    for (int k = 0; used > 0 && k < REUSE_TRIES; k++) {
+        uint32_t i = (uint32_t)(__atomic_fetch_add(&a->scan, 1, __ATOMIC_RELAXED) % used);
+        if (take_done(a, i))
+            return i;
+    }
+    if (used < a->nseg) {
+        uint64_t i = __atomic_fetch_add(&a->fresh, 1, __ATOMIC_RELAXED);
+        if (i < a->nseg && take(a, (uint32_t)i, MH_TRACE_SEG_FREE))
+            return (long)i;
+    }
+    /* Full: look at every segment, but only once per segment the
+     * collector finishes (a stalled collector must not make every event
+     * cost a search). */
+    uint64_t done = __atomic_load_n(&a->done_total, __ATOMIC_ACQUIRE);
+    if (atomic_load_explicit(&g_full_at, memory_order_relaxed) == done)
+        return -1;
+    for (uint32_t i = 0; i < a->nseg; i++)
+        if (take_done(a, i))
+            return i;
+    atomic_store_explicit(&g_full_at, done, memory_order_relaxed);
+    return -1;
+}
+
+/* Out of line: the thread has no segment of this area, or it is full. */
+static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid, uint64_t first)
+{
+    if (tl.gen == gen)
+        close_segment(a, tl.seg);
+    else
+        pthread_setspecific(g_exit_key, (void *)1);  /* key < 32: no malloc */
+    tl.gen = 0;
+    long i = find_segment(a);
+    if (i < 0)
+        return false;
+    uint32_t seg = (uint32_t)i;
+    __atomic_store_n(&pub_of(a)[seg], 0, __ATOMIC_RELAXED);
+    tid_of(a)[seg] = tid;
+    first_of(a)[seg] = first;
+    uint64_t n = __atomic_fetch_add(&a->claims, 1, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&claim_of(a)[seg], n, __ATOMIC_RELEASE);
+    __atomic_store_n(&state_of(a)[seg], MH_TRACE_SEG_OWNED, __ATOMIC_RELEASE);
+    tl.gen = gen;
+    tl.seg = seg;
+    tl.at = 0;
+    return true;
+}
+
+void mh_trace_record(const memhook_event *e)
+{
+    mh_trace_area *a = atomic_load_explicit(&g_area, memory_order_acquire);
+    if (__builtin_expect(a == NULL, 0)) {
+        atomic_fetch_add_explicit(&g_lost_without_area, 1, memory_order_relaxed);
+        return;
+    }
+    uint32_t gen = atomic_load_explicit(&g_gen, memory_order_relaxed);
+    if (__builtin_expect(tl.gen != gen || tl.at == MH_TRACE_SEG_EVENTS, 0) && !claim(a, gen, e->tid, e->timestamp_ns)) {
+        __atomic_fetch_add(&a->lost, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    events_of(a, tl.seg)[tl.at] = *e;
+    tl.at++;
+    __atomic_store_n(&pub_of(a)[tl.seg], tl.at, __ATOMIC_RELEASE);
+}
+
+static uint64_t align_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+static void anchor_now(uint64_t *tsc, uint64_t *ns)
+{
+    if (!mh_clock_tsc) {
+        *tsc = 0;
+        *ns = mh_clock_monotonic_ns();
+        return;
+    }
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 3; i++) {
+        uint64_t x = __builtin_ia32_rdtsc();
+        uint64_t t = mh_clock_monotonic_ns();
+        uint64_t y = __builtin_ia32_rdtsc();
+        if (y - x < best) {
+            best = y - x;
+            *tsc = x + (y - x) / 2;
+            *ns = t;
+        }
+    }
+}
+
+int mh_trace_area_create(unsigned mb)
+{
+    pthread_once(&g_key_once, make_key);
+    uint64_t nseg = (uint64_t)mb * 1024 * 1024 / SEG_BYTES;
+    uint64_t off = 4096;
+    uint64_t state_off = off;
+    off = align_up(off + nseg * 4, 64);
+    uint64_t tid_off = off;
+    off = align_up(off + nseg * 4, 64);
+    uint64_t claim_off = off;
+    off = align_up(off + nseg * 8, 64);
+    uint64_t pub_off = off;
+    off = align_up(off + nseg * 8, 64);
+    uint64_t done_off = off;
+    off = align_up(off + nseg * 8, 64);
+    uint64_t first_off = off;
+    off = align_up(off + nseg * 8, 4096);
+    uint64_t events_off = off;
+    uint64_t size = events_off + nseg * SEG_BYTES;
+    int fd = memfd_create("memhook-trace", MFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    void *map = MAP_FAILED;
+    if (ftruncate(fd, (off_t)size) == 0)
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED || madvise(map, size, MADV_DONTFORK) != 0) {
+        int err = errno;
+        if (map != MAP_FAILED)
+            munmap(map, size);
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    mh_trace_area *a = map;
+    a->magic = MH_TRACE_AREA_MAGIC;
+    a->version = MH_TRACE_VERSION;
+    a->seg_events = MH_TRACE_SEG_EVENTS;
+    a->nseg = (uint32_t)nseg;
+    a->size = size;
+    a->state_off = state_off;
+    a->tid_off = tid_off;
+    a->claim_off = claim_off;
+    a->published_off = pub_off;
+    a->done_off = done_off;
+    a->events_off = events_off;
+    a->first_off = first_off;
+    a->pid = (int32_t)getpid();
+    anchor_now(&a->tsc0, &a->ns0);
+    a->tsc1 = a->tsc0;
+    a->ns1 = a->ns0;
+    a->lost = atomic_exchange(&g_lost_without_area, 0);
+    atomic_store(&g_full_at, UINT64_MAX);
+    atomic_store_explicit(&g_area, a, memory_order_release);
+    atomic_store(&mh_trace_on, 1);
+    return fd;
+}
+
+void mh_trace_area_forget(void)
+{
+    /* The fork child: the parent's mapping is not here (MADV_DONTFORK). */
+    atomic_store(&g_area, NULL);
+    atomic_fetch_add(&g_gen, 1);
+    tl.gen = 0;
+    pthread_mutex_init(&g_anchor_lock, NULL);
+}
+
+void mh_trace_area_anchor(void)
+{
+    mh_trace_area *a = atomic_load(&g_area);
+    if (a == NULL)
+        return;
+    uint64_t tsc, ns;
+    anchor_now(&tsc, &ns);
+    pthread_mutex_lock(&g_anchor_lock);
+    /* A seqlock the collector reads: odd while the pair changes.  Release
+     * stores keep the three in order (plain stores on x86-64). */
+    __atomic_store_n(&a->anchor_seq, a->anchor_seq + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&a->tsc1, tsc, __ATOMIC_RELEASE);
+    __atomic_store_n(&a->ns1, ns, __ATOMIC_RELEASE);
+    __atomic_store_n(&a->anchor_seq, a->anchor_seq + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_anchor_lock);
+}
+
+void mh_trace_area_mark_exited(void)
+{
+    mh_trace_area *a = atomic_load(&g_area);
+    if (a != NULL)
+        __atomic_store_n(&a->exited, 1, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,52 @@
+/*
+ * trace_lane.h - the hooks' one door into `memhook trace`: every event is
+ * also copied, at record time, into the calling thread's segment of this
+ * process's trace area (trace_proto.h), a memfd the collector holds too.
+ *
+ * The copy takes no lock and makes no system call; a thread takes a new
+ * segment (one CAS) every MH_TRACE_SEG_EVENTS events.  When the area is
+ * full (the collector is behind by MEMHOOK_TRACE_BUFFER_MB) the event is
+ * counted in the area's `lost`, which the collector reports; nothing
+ * waits.
+ */
+#ifndef MEMHOOK_TRACE_LANE_H
+#define MEMHOOK_TRACE_LANE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "memhook/memhook.h"
+#include "trace_proto.h"
+
+#ifndef MH_HIDDEN
+#define MH_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+/* Nonzero while this process is traced: the hooks' one extra branch. */
+MH_HIDDEN extern _Atomic int mh_trace_on;
+
+MH_HIDDEN void mh_trace_record(const memhook_event *e);
+
+/* Called by emit.c with the finished event, before it is published to
+ * the process's own queue (so the copy, too, is published before a FREE's
+ * real free and before an ALLOC's pointer is returned: the order the
+ * collector's merge relies on, as event_drain.c explains). */
+static inline void mh_trace_copy(const memhook_event *e)
+{
+    if (__builtin_expect(atomic_load_explicit(&mh_trace_on, memory_order_relaxed), 0))
+        mh_trace_record(e);
+}
+
+/* trace.c's side. */
+/* Make a fresh area of `mb` MiB for this process image and start copying
+ * into it; returns its memfd (the caller hands it over and closes it), or
+ * -1 with errno. */
+MH_HIDDEN int mh_trace_area_create(unsigned mb);
+/* Stop copying (the fork child, before it makes its own area). */
+MH_HIDDEN void mh_trace_area_forget(void);
+/* Record a (TSC, ns) anchor so the collector can convert raw stamps. */
+MH_HIDDEN void mh_trace_area_anchor(void);
+MH_HIDDEN void mh_trace_area_mark_exited(void);
+
+#endif

@@ -1,0 +1,88 @@
+"""The trace area's two halves agree: trace_proto.h's constants and layout
+(what csrc/trace/trace_lane.c writes) and memhook/cli/area.py's reading of
+them, checked on an area made by Python as the producer would fill it."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from memhook_testing import CSRC
+
+from memhook.cli import area
+from memhook.cli.protocol import EVENT_DTYPE, VERSION, ProtocolError
+
+PROTO = (CSRC / "trace" / "trace_proto.h").read_text()
+
+
+def _define(name: str) -> int:
+    m = re.search(rf"#define {name} (0x[0-9A-Fa-f]+|\d+)u?", PROTO)
+    assert m, name
+    return int(m.group(1), 0)
+
+
+def test_constants_match_trace_proto_h() -> None:
+    assert _define("MH_TRACE_AREA_MAGIC") == area.AREA_MAGIC
+    assert _define("MH_TRACE_SEG_EVENTS") == area.SEG_EVENTS
+    assert (_define("MH_TRACE_SEG_OWNED"), _define("MH_TRACE_SEG_CLOSED")) == (
+        area.SEG_OWNED, area.SEG_CLOSED)
+    assert area.AREA_HEADER.size == 128  # the fields before the producers' line
+
+
+def _make(nseg: int = 8) -> tuple[int, dict[str, int]]:
+    """An area laid out as trace_lane.c lays it out; (fd, offsets)."""
+    off, offs = 4096, {}
+    for name, width in (("state", 4), ("tid", 4), ("claim", 8), ("published", 8), ("done", 8),
+                        ("first", 8)):
+        offs[name] = off
+        off = (off + nseg * width + 63) // 64 * 64
+    offs["events"] = (off + 4095) // 4096 * 4096
+    size = offs["events"] + nseg * area.SEG_EVENTS * 64
+    fd = os.memfd_create("test-area")
+    os.ftruncate(fd, size)
+    hdr = area.AREA_HEADER.pack(area.AREA_MAGIC, VERSION, area.SEG_EVENTS, nseg, size,
+                                offs["state"], offs["tid"], offs["claim"], offs["published"],
+                                offs["done"], offs["events"], 1234, 0, 0, 0, 0, 0, 0,
+                                offs["first"])
+    os.pwrite(fd, hdr, 0)
+    return fd, offs
+
+
+def test_reads_in_stamp_order_across_segments_and_gives_back() -> None:
+    fd, offs = _make()
+    mm_fd = os.dup(fd)
+    a = area.TraceArea(mm_fd)
+    # Two threads' segments: 0 holds stamps 10, 30, 50; 1 holds 20, 40.
+    ev = a.events
+    for seg, stamps in ((0, [10, 30, 50]), (1, [20, 40])):
+        for j, t in enumerate(stamps):
+            ev[seg, j]["timestamp_ns"] = t
+            ev[seg, j]["kind"] = 1 + j % 2
+        a.first[seg] = stamps[0]
+        a.claim[seg] = seg + 1
+        a.published[seg] = len(stamps)
+        a.state[seg] = area.SEG_CLOSED if seg == 0 else area.SEG_OWNED
+    a._header[128 // 8] = 2  # fresh
+    got = a.read(final=True, limit=3)  # a stamp cut, not a segment cut
+    assert list(got["timestamp_ns"]) == [10, 20, 30]
+    got = a.read(final=True, limit=3)
+    assert list(got["timestamp_ns"]) == [40, 50]
+    # Segment 0 was closed and is read: given back (done = claim); 1 is not.
+    assert int(a.done[0]) == 1 and int(a.done[1]) == 0
+    assert int(a._header[192 // 8]) == 1
+    assert a.read(final=True).size == 0
+    del ev
+    a.close()
+    os.close(fd)
+
+
+def test_rejects_what_is_not_an_area() -> None:
+    fd = os.memfd_create("not-an-area")
+    os.ftruncate(fd, 8192)
+    try:
+        area.TraceArea(fd)
+    except ProtocolError as exc:
+        assert "not a version" in str(exc)
+    else:
+        raise AssertionError("accepted an area without its magic")
+    assert EVENT_DTYPE.itemsize == 64
