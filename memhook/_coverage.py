@@ -7,9 +7,11 @@ without asking the driver (DESIGN.md section 4).  The core's
 ``memhook_hooks_coverage_complete`` decides; its answer can only change when
 the hooks are (re)installed or removed, or when an object is loaded (a
 driver or runtime arriving, which the reloc layer must then patch).  So the
-answer is remembered with the installed mode, the loader's object count and
-an install epoch that :mod:`memhook.hooks` bumps, and asked again only when
-one of those changed - this predicate runs on the cache's hot query paths.
+answer is remembered under a token from the core (``memhook_coverage_token``:
+the installed mode, the loader's object count, the queue's first trim - one
+extension call) and an install epoch that :mod:`memhook.hooks` bumps, and
+asked again only when one of those changed - this predicate runs on the
+cache's hot query paths, on every HOST answer.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from ._core import lib
 
 __all__ = ["coverage_complete", "invalidate"]
 
-_mode = lib.memhook_hooks_mode
-_generation = lib.memhook_loader_generation
+_token = lib.memhook_coverage_token
 _ask = lib.memhook_hooks_coverage_complete
 
 _epoch = 0
-# (mode, loader generation, epoch, answer), published by one store.
-_memo: tuple[int, int, int, bool] = (-1, -1, -1, False)
+# (token, epoch, answer), published by one store.  The token (one call into
+# the core) moves with the mode, the loader's object count and the queue's
+# first trim; the epoch with every install() and uninstall().
+_memo: tuple[int, int, bool] = (-1, -1, False)
 
 
 def invalidate() -> None:
@@ -37,14 +40,14 @@ def coverage_complete() -> bool:
     """True while the installed hooks see every allocation the loaded driver
     can make (so a pointer in no known region is host memory)."""
     global _memo
-    mode = _mode()
-    if not mode:
-        return False
+    token = _token()
     memo = _memo
-    generation = _generation()
-    if memo[0] == mode and memo[1] == generation and memo[2] == _epoch:
-        return memo[3]
+    if memo[0] == token and memo[1] == _epoch:
+        return memo[2]
+    if not token & 3:  # mode none: nothing is vouched for
+        _memo = (token, _epoch, False)
+        return False
     epoch = _epoch
     answer = bool(_ask())
-    _memo = (mode, generation, epoch, answer)
+    _memo = (token, epoch, answer)
     return answer

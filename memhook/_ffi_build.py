@@ -96,6 +96,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len);
 int memhook_hooks_uninstall(void);
 unsigned memhook_hooks_mode(void);
 int memhook_hooks_coverage_complete(void);
+unsigned long long memhook_coverage_token(void);
 typedef struct memhook_hook_info {
     const char *name;
     int api;

@@ -396,6 +396,20 @@ int memhook_hooks_coverage_complete(void)
     return complete;
 }
 
+/* Python asks memhook_hooks_coverage_complete before answering HOST for a
+ * pointer it does not know, so it remembers the answer under this token and
+ * asks again only when the token moves: one call per query instead of the
+ * mode and the loader count apart (a host query paid two extension calls
+ * for them, about twice a device query's cost).  The answer can change
+ * only with the mode, an object loaded, or the queue's first trim; the
+ * install-time flags change only with the mode. */
+unsigned long long memhook_coverage_token(void)
+{
+    unsigned long long adds = memhook_loader_generation();
+    unsigned mode = memhook_hooks_mode();
+    return adds << 3 | (unsigned long long)mh_queue_trimmed() << 2 | (mode & 3u);
+}
+
 static bool present(const mh_hook *h)
 {
     /* (Not h->resolved: that may be the older spelling a missing name

@@ -45,6 +45,7 @@ class TraceArea:
     _best_baseline = 0
 
     def __init__(self, fd: int) -> None:
+        self._punch = True  # give read segments' pages back (MADV_REMOVE) while it works
         try:
             size = os.fstat(fd).st_size
             if size < 4096:
@@ -213,7 +214,12 @@ class TraceArea:
         for i in finished:
             # Pages first, then done: once done says so, the producer may
             # take the segment again, and a punch then would erase it.
-            self.mm.madvise(mmap.MADV_REMOVE, self.events_off + int(i) * _SEG_BYTES, _SEG_BYTES)
+            if self._punch:
+                try:
+                    self.mm.madvise(mmap.MADV_REMOVE, self.events_off + int(i) * _SEG_BYTES,
+                                    _SEG_BYTES)
+                except OSError:  # (gVisor, say): the pages stay, within the area's size
+                    self._punch = False
             self.done[i] = cl[i]
         if len(finished):
             self._header[_DONE_TOTAL // 8] += np.uint64(len(finished))

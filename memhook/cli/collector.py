@@ -46,7 +46,8 @@ class _Image:
 
     proc: Process
     area: TraceArea
-    pidfd: int | None  # None: the process was already gone at HELLO
+    pidfd: int | None  # None: gone at HELLO, or no pidfd_open here (see _alive)
+    watched: bool = False  # no pidfd: the process was alive at HELLO, poll it
 
 
 class Collector:
@@ -127,13 +128,16 @@ class Collector:
         for image in list(self.images):
             if image.proc.pid == hello.pid:  # the same pid, a new image: it exec'd
                 self._finish(image)
+        watched = False
         try:
             pidfd: int | None = os.pidfd_open(hello.pid)
         except ProcessLookupError:
             pidfd = None
+        except (OSError, AttributeError):  # ENOSYS (gVisor, kernels < 5.3), old Python
+            pidfd, watched = None, _alive(hello.pid)
         proc = Process(conn_id=self._next_id, hello=hello)
         self._next_id += 1
-        image = _Image(proc, area, pidfd)
+        image = _Image(proc, area, pidfd, watched)
         self.images.append(image)
         if pidfd is not None:
             self.selector.register(pidfd, selectors.EVENT_READ, image)
@@ -176,7 +180,7 @@ class Collector:
 
     def _gone(self, image: _Image) -> bool:
         if image.pidfd is None:
-            return True
+            return not (image.watched and _alive(image.proc.pid))
         return bool(select.select([image.pidfd], [], [], 0)[0])
 
     def poll(self, timeout: float) -> bool:
@@ -249,3 +253,16 @@ class Collector:
         self.selector.close()
         self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Without a pidfd: the process exists and is not a zombie.  (A pid
+    reused after the process ended reads as alive until the next HELLO of
+    that pid, which finishes the old image first: nothing is lost.)"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:][:1]
+    return state not in (b"Z", b"X", b"")

@@ -246,6 +246,10 @@ MEMHOOK_API unsigned memhook_hooks_mode(void);
  * reloc alone came after the driver was loaded (objects may hold driver
  * pointers resolved before). */
 MEMHOOK_API int memhook_hooks_coverage_complete(void);
+/* A value that changes whenever memhook_hooks_coverage_complete()'s answer
+ * may have changed (the mode, an object loaded, the queue's first trim):
+ * callers remember the answer under it. */
+MEMHOOK_API unsigned long long memhook_coverage_token(void);
 
 typedef struct memhook_hook_info {
     const char *name;        /* "cuMemAlloc_v2", "cudaMalloc", ... */

@@ -1,8 +1,8 @@
 """Processes whose allocations overlap in time: ``interleave.py N ROUNDS``
-starts N children at once; each allocates and frees ROUNDS times on two
-threads (its main thread and one more), pausing 1 ms between rounds, so
-their events interleave over ~ROUNDS ms while each child's streamer sends
-them in its own batches."""
+starts N children; once every one is ready (its context made), they are let
+go together, and each allocates and frees ROUNDS times on two threads (its
+main thread and one more), pausing 1 ms between rounds, so their events
+interleave over ~ROUNDS ms however long each took to start on a loaded box."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def child(rounds: int) -> None:
             check(cu.cuMemFree(check(cu.cuMemAlloc(4096 * (i + 1)))))
             time.sleep(0.001)
 
+    print("ready", flush=True)
+    sys.stdin.readline()  # the go: every child starts its rounds at once
     other = threading.Thread(target=work)
     other.start()
     work()
@@ -41,7 +43,15 @@ def main() -> int:
         child(int(sys.argv[2]))
         return 0
     n, rounds = int(sys.argv[1]), int(sys.argv[2])
-    kids = [subprocess.Popen([sys.executable, __file__, "child", str(rounds)]) for _ in range(n)]
+    kids = [subprocess.Popen([sys.executable, __file__, "child", str(rounds)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(n)]
+    for k in kids:
+        assert k.stdout is not None and k.stdout.readline() == "ready\n"
+    for k in kids:
+        assert k.stdin is not None
+        k.stdin.write("go\n")
+        k.stdin.flush()
     return max(k.wait() for k in kids)
 
 
