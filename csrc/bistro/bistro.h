@@ -108,9 +108,13 @@ typedef struct mh_poke {
     /* The bytes being replaced have an instruction boundary strictly
      * inside (at, at+len): a thread may stand there. */
     bool interior;
+    /* ... one of them at +1 (the first old instruction is 1 byte): no spin
+     * barrier (it overwrites byte 1 too) */
+    bool boundary1;
     int err;                /* out: 0 written, else an errno (nothing written) */
     char why[200];          /* out: the reason when err != 0 */
     uint8_t old0;           /* scratch */
+    uint16_t old01;         /* scratch */
 } mh_poke;
 
 /*

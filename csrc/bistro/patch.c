@@ -408,7 +408,8 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
         uint64_t tramp = site->tramp[1] ? site->tramp[1] : site->tramp[0];
         __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
         pk[np] = (mh_poke){.at = e[i].at, .bytes = e[i].p->bytes,
-                           .len = (size_t)e[i].p->jump_size, .interior = e[i].plan.interior};
+                           .len = (size_t)e[i].p->jump_size, .interior = e[i].plan.interior,
+                           .boundary1 = e[i].plan.map[1] != MH_PLAN_NO_BOUNDARY};
         idx[np++] = i;
     }
     mh_text_poke_batch(pk, np);

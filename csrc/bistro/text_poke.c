@@ -513,6 +513,47 @@ static int probe_signal_choose(const thread_info *th, int nth)
     return pick;
 }
 
+/* A thread that blocks the probe signal while it may be inside a window.
+ * glibc blocks every signal in a thread that is being created or is
+ * exiting, for microseconds: look again for up to DEAF_WAIT_NS before
+ * calling it deaf.  Returns true when it is deaf (th updated). */
+#define DEAF_WAIT_NS 10000000ULL
+static uint64_t now_ns(void);
+static bool deaf(thread_info *t, int psig)
+{
+    uint64_t end = 0;
+    for (;;) {
+        if (!may_be_inside(t) || (psig != 0 && !blocks(t, psig)))
+            return false;
+        uint64_t now = now_ns();
+        if (end == 0)
+            end = now + DEAF_WAIT_NS;
+        else if (now > end)
+            return true;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        read_thread(t->tid, t);
+    }
+}
+
+/* Does t block SIGTRAP for longer than the glibc transients (see deaf)? */
+static bool blocks_trap(thread_info *t)
+{
+    uint64_t end = 0;
+    for (;;) {
+        if (t->state == 'X' || !blocks(t, SIGTRAP))
+            return false;
+        uint64_t now = now_ns();
+        if (end == 0)
+            end = now + DEAF_WAIT_NS;
+        else if (now > end)
+            return true;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        read_thread(t->tid, t);
+    }
+}
+
 /* ---- the protocol ---------------------------------------------------------- */
 
 static uint64_t now_ns(void)
@@ -580,6 +621,13 @@ static void pages_prot(const uint64_t *page, int n, int *prot)
     close(fd);
 }
 
+/* One atomic 2-byte store (x86: atomic for cacheable memory when it fits
+ * in one cache line, which the caller checked). */
+static inline void store_pair(uint64_t at, uint16_t v)
+{
+    __asm__ volatile("movw %1, (%0)" : : "r"((uintptr_t)at), "r"(v) : "memory");
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -626,14 +674,27 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
         free(th);
         return 0;
     }
-    for (int i = 0; i < nth; i++) {
-        if (blocks(&th[i], SIGTRAP)) {
-            snprintf(why, sizeof why, "thread %d (%s) blocks SIGTRAP, and one that runs into "
-                     "the int3 of the live-write protocol would be killed by the kernel",
-                     (int)th[i].tid, th[i].name);
-            fail_all(s, n, EAGAIN, why);
-            free(th);
-            return 0;
+    /* A thread that blocks SIGTRAP would be killed by an int3 it ran into:
+     * then the barrier at byte 0 is "jmp ." (eb fe) instead, a thread that
+     * enters spins there until the new bytes are in, no signal involved.
+     * It needs bytes 0-1 in one cache line (one atomic 2-byte store). */
+    bool spin = false;
+    const thread_info *trap_blocker = NULL;
+    for (int i = 0; i < nth && !trap_blocker; i++)
+        if (blocks_trap(&th[i]))
+            trap_blocker = &th[i];
+    if (trap_blocker) {
+        spin = true;
+        for (size_t i = 0; i < n; i++) {
+            if ((s[i].at & 63) == 63 || s[i].len < 2 || s[i].boundary1) {
+                s[i].err = EAGAIN;
+                snprintf(s[i].why, sizeof s[i].why, "thread %d (%s) blocks SIGTRAP (an int3 "
+                         "would kill it) and %s", (int)trap_blocker->tid, trap_blocker->name,
+                         s[i].boundary1 ? "the first instruction is one byte long, so a "
+                         "two-byte spin barrier would cut the next one"
+                                        : "the window's first two bytes straddle a cache "
+                         "line (no atomic spin barrier)");
+            }
         }
     }
     bool any_interior = false;
@@ -642,15 +703,15 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     int psig = 0;
     if (any_interior) {
         psig = probe_signal_choose(th, nth);
-        const thread_info *deaf = NULL;
-        for (int i = 0; i < nth && !deaf; i++)
-            if (may_be_inside(&th[i]) && (!psig || blocks(&th[i], psig)))
-                deaf = &th[i];
-        if (deaf) {
+        const thread_info *dth = NULL;
+        for (int i = 0; i < nth && !dth; i++)
+            if (deaf(&th[i], psig))
+                dth = &th[i];
+        if (dth) {
             if (psig)
                 snprintf(why, sizeof why, "thread %d (%s) blocks signal %d (and every other "
                          "free probe signal), so the threads cannot be moved out of a window "
-                         "with an instruction boundary inside", (int)deaf->tid, deaf->name, psig);
+                         "with an instruction boundary inside", (int)dth->tid, dth->name, psig);
             else
                 snprintf(why, sizeof why, "no free signal to probe the threads with (every "
                          "real-time signal, SIGURG and SIGWINCH have handlers)");
@@ -723,11 +784,16 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     sigaddset(&trap, SIGTRAP);
     pthread_sigmask(SIG_UNBLOCK, &trap, &old);
 
-    /* 2. int3s */
+    /* 2. barriers: int3, or eb fe when a thread blocks SIGTRAP */
     for (size_t i = 0; i < n; i++) {
         s[i].old0 = *(volatile uint8_t *)(uintptr_t)s[i].at;
-        if (!s[i].err)
-            store_byte(s[i].at, 0xCC);
+        memcpy(&s[i].old01, (const void *)(uintptr_t)s[i].at, 2);
+        if (!s[i].err) {
+            if (spin)
+                store_pair(s[i].at, 0xFEEB);
+            else
+                store_byte(s[i].at, 0xCC);
+        }
     }
     mh_sync_cores();
 
@@ -735,8 +801,8 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
      * (one started since step 0 is in this list).  A thread that began to
      * block SIGTRAP since step 0 makes us take every int3 back at once. */
     nth = list_threads(th, MAX_THREADS);
-    for (int i = 0; i < nth; i++) {
-        if (blocks(&th[i], SIGTRAP)) {
+    for (int i = 0; i < nth && !spin; i++) {
+        if (blocks_trap(&th[i])) {
             snprintf(why, sizeof why, "thread %d (%s) blocks SIGTRAP, and one that runs into "
                      "the int3 of the live-write protocol would be killed by the kernel",
                      (int)th[i].tid, th[i].name);
@@ -748,7 +814,7 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     for (size_t i = 0; i < n; i++)
         probe |= s[i].interior && !s[i].err;
     for (int i = 0; i < nth && probe; i++) {
-        if (may_be_inside(&th[i]) && (psig == 0 || blocks(&th[i], psig))) {
+        if (deaf(&th[i], psig)) {
             snprintf(why, sizeof why, "thread %d (%s) blocks signal %d, the probe, so it "
                      "cannot be moved out of a window with an instruction boundary inside",
                      (int)th[i].tid, th[i].name, psig);
@@ -810,16 +876,26 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     }
 
     /* 4. tails, then byte 0 (or the old byte 0 back where we gave up) */
-    size_t written = 0;
+    size_t written = 0, head = spin ? 2 : 1;
     for (size_t i = 0; i < n; i++)
         if (!s[i].err)
-            memcpy((void *)(uintptr_t)(s[i].at + 1), s[i].bytes + 1, s[i].len - 1);
+            memcpy((void *)(uintptr_t)(s[i].at + head), s[i].bytes + head, s[i].len - head);
     mh_sync_cores();
     for (size_t i = 0; i < n; i++) {
+        uint16_t now2;
+        memcpy(&now2, (const void *)(uintptr_t)s[i].at, 2);
         if (!s[i].err) {
-            store_byte(s[i].at, s[i].bytes[0]);
+            if (spin) {
+                uint16_t v;
+                memcpy(&v, s[i].bytes, 2);
+                store_pair(s[i].at, v);
+            } else {
+                store_byte(s[i].at, s[i].bytes[0]);
+            }
             written++;
-        } else if (*(volatile uint8_t *)(uintptr_t)s[i].at == 0xCC && s[i].old0 != 0xCC) {
+        } else if (spin && now2 == 0xFEEB && s[i].old01 != 0xFEEB) {
+            store_pair(s[i].at, s[i].old01); /* our barrier comes out */
+        } else if (!spin && (now2 & 0xFF) == 0xCC && s[i].old0 != 0xCC) {
             store_byte(s[i].at, s[i].old0); /* our int3 comes out */
         }
     }
