@@ -38,7 +38,7 @@ def churn(native, lib: Path, mode: str, cycles: int, callers: int, spinners: int
     outcome = run_scenario("churn.py", [mode, str(lib), str(cycles), str(callers),
                                         str(spinners), str(caller_mask), str(spinner_mask),
                                         str(bound_ms)],
-                           mode_env(native, mode), timeout=240)
+                           mode_env(native, mode), timeout=90)
     print(outcome.stdout)
     outcome.check("churn")
     outcome.check_all_clean()

@@ -14,6 +14,7 @@ BOUND_MS.  Prints the median and the maximum cycle.
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import sys
 import time
@@ -35,14 +36,15 @@ def main() -> int:
     with cases.case("churn"):
         cases.check(lib.hk_churn_start(callers, spinners, cmask, smask) == 0, "start failed")
         try:
-            run(cases, mode, cycles, bound_ms, lib)
+            run(cases, mode, cycles, bound_ms, lib, callers)
         finally:
             errors = lib.hk_churn_stop()
         cases.check(errors == 0, f"{errors} calls went wrong")
     return 0
 
 
-def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL) -> None:
+def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL,
+        callers: int) -> None:
     if True:
         times: list[float] = []
         flushes: list[float] = []
@@ -52,7 +54,8 @@ def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL) -
             t0 = time.perf_counter()
             report = memhook.install(MODES[mode])
             t1 = time.perf_counter()
-            memhook.flush()
+            if not os.environ.get("CHURN_NO_FLUSH"):
+                memhook.flush()
             t2 = time.perf_counter()
             flushes.append((t2 - t1) * 1000)
             dt_install = t1 - t0
@@ -75,7 +78,7 @@ def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL) -
                         f"cycle {cycle} took {times[-1]:.1f} ms (install {dt_install * 1000:.1f})"
                         f", over {bound_ms} ms")
         calls = lib.hk_churn_calls()
-        cases.check(calls > 0 or "0 4 " in " ".join(sys.argv[4:6]), "the callers made no call")
+        cases.check(calls > 0 or callers == 0, "the callers made no call")
         print(f"CHURN mode={mode} cycles={cycles} calls={calls} "
               f"median_ms={statistics.median(times):.2f} max_ms={max(times):.2f} "
               f"flush_median_ms={statistics.median(flushes):.2f} flush_max_ms={max(flushes):.2f} "
