@@ -8,8 +8,10 @@
  *   0. plan the signals: read every thread's State, SigBlk and Name from
  *      /proc/self/task/<tid>/status.  A thread that blocks SIGTRAP would be
  *      killed by the kernel if it ran into one of our int3s (a blocked
- *      forced signal gets the default action), so then nothing is written
- *      and the reason names the thread.  The probe signal is the highest
+ *      forced signal gets the default action), so then the barrier is
+ *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
+ *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
+ *      line) are refused naming the thread.  The probe signal is the highest
  *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
  *      (default action: ignore) if no thread blocks it; interior windows
  *      are refused when a runnable thread blocks whichever we use.  The
@@ -38,8 +40,10 @@
  * again) moved out.
  *
  * Residual races, and how small they are: a thread that starts blocking
- * SIGTRAP between step 0 and the last sync (a few ms at most) and then
- * enters a window while its int3 is there would be killed; a thread that
+ * SIGTRAP between step 0 and the int3s (step 3 looks again and takes the
+ * int3s out at once if so) and enters a window while its int3 is there
+ * would be killed - the exposure is the few microseconds between the two
+ * reads of its mask and the int3 stores; a thread that
  * blocks the probe signal after step 0 keeps its probe pending and is moved
  * when it unblocks (it is not running user code inside the window then
  * only if it was not there: we cannot tell, as with any unprobed thread).
