@@ -30,6 +30,17 @@ int memhook_bistro_install(void *target, void *hook, int jump_size, void **origi
                            memhook_bistro_patch **out, char *why, size_t why_len);
 int memhook_bistro_remove(memhook_bistro_patch *patch);
 int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
+typedef struct memhook_bistro_request {
+    void *target;
+    void *hook;
+    int jump_size;
+    void **original;
+    memhook_bistro_patch *patch;
+    int err;
+    char why[256];
+} memhook_bistro_request;
+size_t memhook_bistro_install_batch(memhook_bistro_request *req, size_t n);
+size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, size_t n);
 
 int memhook_x86_insn_length(const void *code, size_t avail);
 size_t memhook_x86_lengths(const void *buf, size_t stride, size_t count, int8_t *out_lengths);

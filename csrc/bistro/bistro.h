@@ -5,7 +5,8 @@
  *   x86.h        decode / relocate / branch sweep (no side effects)
  *   island.c     executable memory near a target (never writable+executable)
  *   trampoline.c relocated prologue + jump back, and far-jump slots
- *   text_poke.c  the live-write protocol (int3, core sync, quiesce, SIGTRAP)
+ *   plan.c       the one decision whether and how an entry is patched
+ *   text_poke.c  the live-write protocol (int3, core sync, moving threads out)
  *   patch.c      install/remove and the public memhook_bistro_* API
  *
  * Everything here is called with the bistro mutex held (patch.c owns it),
@@ -86,24 +87,47 @@ MH_HIDDEN int mh_page_prot(uint64_t addr);
 /* Serializing event on every CPU that runs a thread of this process. */
 MH_HIDDEN void mh_sync_cores(void);
 
-/* One patch site known to the SIGTRAP handler.  `at` is the first patched
- * byte; a thread that hits an int3 there continues at `redirect` (the
- * trampoline body: "original behaviour").  Entries are never removed: a trap
- * taken just before a write may be delivered after it. */
-MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t redirect);
+/* One patch window known to the signal handlers: [at, at+len) (len 5 or
+ * 12) with its trampoline at `tramp`.  A thread that hits the int3 at `at`
+ * continues at tramp + MH_TRAMP_BODY (the trampoline body: "original
+ * behaviour"); one the probe finds at an old instruction boundary at+k
+ * (k < 16) continues at tramp + map[k] (0xFF: no boundary); one found at
+ * +10 of movabs $dest,%rax; jmp *%rax with %rax == dest continues at dest
+ * (dest 0: keep the one registered before).  Entries are never removed: a
+ * trap or probe taken just before a write may be delivered after it. */
+MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t tramp, int len, const uint8_t map[16],
+                               uint64_t dest);
 /* Make sure our SIGTRAP handler is the installed one (chains to others). */
 MH_HIDDEN int mh_trap_handler_ensure(void);
 
+/* One window of a batch for mh_text_poke_batch. */
+typedef struct mh_poke {
+    uint64_t at;
+    const uint8_t *bytes;   /* the new bytes, len of them */
+    size_t len;
+    /* The bytes being replaced have an instruction boundary strictly
+     * inside (at, at+len): a thread may stand there. */
+    bool interior;
+    /* ... one of them at +1 (the first old instruction is 1 byte): no spin
+     * barrier (it overwrites byte 1 too) */
+    bool boundary1;
+    int err;                /* out: 0 written, else an errno (nothing written) */
+    char why[200];          /* out: the reason when err != 0 */
+    uint8_t old0;           /* scratch */
+    uint16_t old01;         /* scratch */
+} mh_poke;
+
 /*
- * Replace code[at .. at+len) with new_bytes while other threads may be
- * executing it, without ever letting one execute a torn instruction:
- *   mprotect RWX (fails on W^X hosts: nothing written) -> int3 at byte 0 ->
- *   sync -> wait until no thread stands inside (at, at+len) [only when
- *   `interior` says the old bytes have instruction boundaries there] ->
- *   bytes 1.. -> sync -> byte 0 -> sync -> original protections back.
- * The site must be registered with mh_trap_register first.  Returns 0 or an
- * errno; on error the bytes are as before and protections restored.
+ * Replace code[at .. at+len) of every window of the batch with its new
+ * bytes while other threads may be executing them, in one pass of the
+ * int3 protocol (text_poke.c describes it), in bounded time: threads found
+ * inside a window are moved, never waited for.  Every window must be
+ * registered with mh_trap_register first.  A window is either fully
+ * written or left as it was (err and why say why).  Returns how many were
+ * written.
  */
+MH_HIDDEN size_t mh_text_poke_batch(mh_poke *sites, size_t n);
+/* One window: returns 0 or the errno, the reason in why. */
 MH_HIDDEN int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interior,
                            char *why, size_t why_len);
 

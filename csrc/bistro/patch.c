@@ -30,6 +30,7 @@
  * island pages it shares with the parent.
  */
 #include "bistro.h"
+#include "plan.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -51,17 +52,18 @@ typedef struct mh_site {
     uint64_t at;             /* first patched byte (after endbr64) */
     uint8_t orig[16];        /* the bytes at `at` before any patch */
     uint64_t tramp[2];       /* trampolines for the 5- and 12-byte windows */
-    size_t consumed[2];
+    uint8_t map[2][MH_PLAN_MAP]; /* their old -> trampoline boundary maps */
+    bool wide_tried;         /* ensure_wide ran (the 12-byte plan may refuse) */
     struct memhook_bistro_patch *live; /* the installed patch, or NULL */
 } mh_site;
 
 struct memhook_bistro_patch {
     mh_site *site;
     uint64_t hook;
+    uint64_t dest;           /* where the jump goes (the hook or a far slot) */
     int jump_size;
     uint8_t bytes[16];       /* what we wrote at site->at */
 };
-
 /* Process-wide: the code being patched is shared by every thread, so the
  * record of what was patched, and the lock that serializes patching, must
  * be too. */
@@ -105,24 +107,28 @@ static void describe(uint64_t target, target_info *ti)
     }
 }
 
+/* "bistro: cannot patch " + the planner's one formatter. */
 __attribute__((format(printf, 6, 7)))
 static int refuse(char *why, size_t why_len, const target_info *ti, uint64_t at, size_t avail,
                   const char *fmt, ...)
 {
     if (!why || why_len == 0)
         return 0;
-    char reason[256], bytes[3 * WHY_BYTES + 1];
+    char reason[256], text[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    size_t n = avail < WHY_BYTES ? avail : WHY_BYTES, used = 0;
-    bytes[0] = '\0';
-    for (size_t i = 0; i < n; i++)
-        used += (size_t)snprintf(bytes + used, sizeof bytes - used, "%s%02x", i ? " " : "",
-                                 ((const uint8_t *)(uintptr_t)at)[i]);
-    snprintf(why, why_len, "bistro: cannot patch %s in %s at %#llx: %s; bytes: %s", ti->name,
-             ti->library, (unsigned long long)at, reason, n ? bytes : "(none)");
+    mh_plan_explain(text, sizeof text, ti->name, ti->library, at,
+                    (const uint8_t *)(uintptr_t)at, avail, reason);
+    static const char lead[] = "bistro: cannot patch ";
+    snprintf(why, why_len, "%s", lead);
+    size_t pre = sizeof lead - 1;
+    if (pre + 1 < why_len) { /* the text, cut to what is left */
+        size_t len = strnlen(text, why_len - pre - 1);
+        memcpy(why + pre, text, len);
+        why[pre + len] = '\0';
+    }
     return 0;
 }
 
@@ -143,229 +149,320 @@ static bool far_jump_forced(void)
 /* Any object of ours: dladdr on it names the library memhook lives in. */
 static int self_anchor;
 
-/* ---- install -------------------------------------------------------------- */
+/* ---- install: plan -> place the trampoline -> place the jump -> publish ---- */
 
-static int install_locked(uint64_t target, uint64_t hook, int jump_size, void **original,
-                          memhook_bistro_patch **out, char *why, size_t why_len)
-{
+/* One entry on its way in. */
+typedef struct pending {
+    memhook_bistro_request *req;
     target_info ti;
-    describe(target, &ti);
-    const uint8_t *code = (const uint8_t *)(uintptr_t)target;
+    mh_site *site;
+    memhook_bistro_patch *p;
+    mh_plan plan;
+    uint64_t at;
+    size_t avail;
+    void *previous;          /* *original before we published the trampoline */
+} pending;
 
-    Dl_info self;
-    if (dladdr(&self_anchor, &self) && ti.library && self.dli_fname &&
-        strcmp(ti.library, self.dli_fname) == 0) {
-        refuse(why, why_len, &ti, target, 0, "memhook does not patch its own library");
-        return EINVAL;
+/* Where the trampoline runs: the cached one of this window, or a fresh
+ * island near the target (or, with nothing mappable near it, anywhere:
+ * that only works for the 12-byte form, so *size may become 12). */
+static int place_island(pending *e, uint64_t hook, int demanded, int *size, uint64_t *tramp,
+                        mh_island_chunk *chunk, bool *fresh, char *why, size_t why_len)
+{
+    mh_site *site = e->site;
+    *fresh = false;
+    if (site && site->tramp[*size == 12]) {
+        *tramp = site->tramp[*size == 12];
+        return 0;
     }
-    if (ti.sym_size == 0 || target < ti.sym_addr || target >= ti.sym_addr + ti.sym_size) {
-        refuse(why, why_len, &ti, target, 0,
-               "no symbol with a size covers this address, so the end of the function "
-               "is unknown");
-        return ENOEXEC;
-    }
-    size_t total = (size_t)(ti.sym_addr + ti.sym_size - target);
-
-    mh_site *site = find_site(target);
-    if (site && site->live) {
-        refuse(why, why_len, &ti, site->at, 0, "already patched by memhook");
-        return EEXIST;
-    }
-
-    size_t skip = 0;
-    if (total >= ENDBR64_SIZE && code[0] == 0xF3 && code[1] == 0x0F && code[2] == 0x1E &&
-        code[3] == 0xFA)
-        skip = ENDBR64_SIZE;
-    uint64_t at = target + skip;
-    size_t avail = total - skip;
-
-    int size = jump_size;
-    if (size == 0)
-        size = far_jump_forced() ? 12 : 5;
-
-    if (avail < (size_t)size) {
-        refuse(why, why_len, &ti, at, avail,
-               "the function is %zu bytes long%s, shorter than the %d-byte patch",
-               total, skip ? " (4 of them an endbr64 kept at the entry)" : "", size);
-        return ENOEXEC;
-    }
-
-    /* Where the code goes: an island near the target, or (no room near it)
-     * anywhere, which only works for a 12-byte patch and a prologue without
-     * RIP-relative operands (the relocator says). */
-    mh_island_chunk chunk;
-    int err = mh_island_reserve(at, MH_TRAMP_MAX, &chunk);
-    bool near = (err == 0);
-    if (!near) {
-        if (jump_size == 5 && !mh_rel32_reachable(at + 5, hook)) {
-            refuse(why, why_len, &ti, at, avail,
+    int err = mh_island_reserve(e->at, MH_TRAMP_MAX, chunk);
+    if (err) {
+        if (demanded == 5 && !mh_rel32_reachable(e->at + 5, hook)) {
+            refuse(why, why_len, &e->ti, e->at, e->avail,
                    "a 5-byte jump was demanded but the hook is beyond +-2 GiB and no "
                    "memory could be mapped near the function (%s)", strerror(err));
             return EINVAL;
         }
-        if (!mh_rel32_reachable(at + 5, hook) && size == 5)
-            size = 12;
-        if (avail < (size_t)size) {
-            refuse(why, why_len, &ti, at, avail,
-                   "the function is %zu bytes long, shorter than the %d-byte patch needed "
-                   "because nothing could be mapped near it", total, size);
-            return ENOEXEC;
+        if (*size == 5 && !mh_rel32_reachable(e->at + 5, hook))
+            *size = 12;
+        if (site && site->tramp[*size == 12]) {
+            *tramp = site->tramp[*size == 12];
+            return 0;
         }
-        err = mh_island_reserve(0, MH_TRAMP_MAX, &chunk);
+        err = mh_island_reserve(0, MH_TRAMP_MAX, chunk);
         if (err) {
-            refuse(why, why_len, &ti, at, avail, "cannot map a trampoline page: %s",
+            refuse(why, why_len, &e->ti, e->at, e->avail, "cannot map a trampoline page: %s",
                    strerror(err));
             return err;
         }
+    }
+    *tramp = chunk->addr;
+    *fresh = true;
+    return 0;
+}
+
+/* The jump's destination: the hook, or a far-jump slot near the target. */
+static int place_jump(pending *e, uint64_t hook, int size, uint64_t *dest, char *why,
+                      size_t why_len)
+{
+    *dest = hook;
+    if (size == 12 || mh_rel32_reachable(e->at + 5, hook))
+        return 0;
+    mh_island_chunk slot;
+    int err = mh_island_reserve(e->at, MH_FARSLOT_SIZE, &slot);
+    uint8_t sb[MH_FARSLOT_SIZE];
+    mh_farslot_build(hook, sb);
+    if (!err && !mh_rel32_reachable(e->at + 5, slot.addr)) {
+        mh_island_release(&slot);
+        err = ENOMEM;
+    }
+    if (!err) {
+        err = mh_island_commit(&slot, sb, sizeof sb);
+        if (err)
+            mh_island_release(&slot);
+    }
+    if (err) {
+        refuse(why, why_len, &e->ti, e->at, e->avail,
+               "cannot map a jump slot near the function: %s", strerror(err));
+        return err;
+    }
+    *dest = slot.addr;
+    return 0;
+}
+
+/* A site patched with the 5-byte form also gets the 12-byte window's
+ * trampoline when that one plans: it is the one handed out as "original"
+ * and used by the signal handlers, because it jumps back past +12.  A
+ * 5-byte trampoline jumps back to the end of its shorter window, which is
+ * inside the 12-byte one: a thread still inside it when the site switches
+ * to the 12-byte form would return into the middle of that jump. */
+static void ensure_wide(pending *e, const uint8_t *code, uint64_t target, size_t total)
+{
+    mh_site *site = e->site;
+    if (site->tramp[1] || site->wide_tried)
+        return;
+    site->wide_tried = true;
+    mh_island_chunk chunk;
+    if (mh_island_reserve(e->at, MH_TRAMP_MAX, &chunk) != 0)
+        return;
+    uint8_t buf[MH_TRAMP_MAX];
+    mh_plan wide;
+    if (!mh_plan_entry(code, target, total, total, 12, chunk.addr, buf, &wide)) {
+        mh_island_release(&chunk);
+        return;
+    }
+    mh_island_shrink(&chunk, wide.tramp_len);
+    if (mh_island_commit(&chunk, buf, wide.tramp_len) != 0) {
+        mh_island_release(&chunk);
+        return;
+    }
+    if (mh_trap_register(e->at, chunk.addr, 12, wide.map, 0) != 0)
+        return;
+    site->tramp[1] = chunk.addr;
+    memcpy(site->map[1], wide.map, MH_PLAN_MAP);
+}
+
+/* Everything but the write: describe, plan, trampoline, jump bytes, the
+ * signal handlers' record.  Returns 0 or an errno (why says why). */
+static int prepare(pending *e, char *why, size_t why_len)
+{
+    memhook_bistro_request *r = e->req;
+    uint64_t target = (uint64_t)(uintptr_t)r->target, hook = (uint64_t)(uintptr_t)r->hook;
+    describe(target, &e->ti);
+    const target_info *ti = &e->ti;
+    const uint8_t *code = (const uint8_t *)(uintptr_t)target;
+
+    Dl_info self;
+    if (dladdr(&self_anchor, &self) && ti->library && self.dli_fname &&
+        strcmp(ti->library, self.dli_fname) == 0) {
+        refuse(why, why_len, ti, target, 0, "memhook does not patch its own library");
+        return EINVAL;
+    }
+    if (ti->sym_size == 0 || target < ti->sym_addr || target >= ti->sym_addr + ti->sym_size) {
+        refuse(why, why_len, ti, target, 0,
+               "no symbol with a size covers this address, so the end of the function "
+               "is unknown");
+        return ENOEXEC;
+    }
+    size_t total = (size_t)(ti->sym_addr + ti->sym_size - target);
+    e->site = find_site(target);
+    if (e->site && e->site->live) {
+        refuse(why, why_len, ti, e->site->at, 0, "already patched by memhook");
+        return EEXIST;
+    }
+    int size = r->jump_size ? r->jump_size : far_jump_forced() ? 12 : 5;
+    /* The planner keeps an endbr64; its verdict on the skip is all we need
+     * to place the island near the patch point. */
+    mh_plan first;
+    mh_plan_entry(code, target, total, total, size, 0, NULL, &first);
+    e->at = target + first.skip;
+    e->avail = total - first.skip;
+
+    /* Original bytes changed since we first saw this site (someone else
+     * patched it): forget the cached trampolines. */
+    mh_site *site = e->site;
+    size_t keep = e->avail < sizeof site->orig ? e->avail : sizeof site->orig;
+    if (site && memcmp(site->orig, code + first.skip, keep) != 0) {
+        site->tramp[0] = site->tramp[1] = 0;
+        site->wide_tried = false;
+        memcpy(site->orig, code + first.skip, keep);
+    }
+
+    mh_island_chunk chunk;
+    uint64_t tramp;
+    bool fresh;
+    int err = place_island(e, hook, r->jump_size, &size, &tramp, &chunk, &fresh, why, why_len);
+    if (err)
+        return err;
+    uint8_t buf[MH_TRAMP_MAX];
+    if (!mh_plan_entry(code, target, total, total, size, tramp, buf, &e->plan)) {
+        if (fresh)
+            mh_island_release(&chunk);
+        refuse(why, why_len, ti, e->at, e->avail, "%s", e->plan.why);
+        return ENOEXEC;
     }
     int form = size == 12;
-
-    /* A call inside the window whose return address falls strictly inside
-     * the new jump: a thread in that callee while we install would return
-     * into the middle of the jump. */
-    for (size_t off = 0; off < (size_t)size;) {
-        mh_x86_insn in;
-        if (mh_x86_decode(code + skip + off, avail - off, &in) != MH_X86_OK)
-            break; /* the relocator reports it */
-        if ((in.flow == MH_FLOW_CALL_REL || in.flow == MH_FLOW_CALL_INDIRECT) &&
-            off + in.length < (size_t)size) {
-            mh_island_release(&chunk);
-            refuse(why, why_len, &ti, at, avail,
-                   "the call at +%zu returns to +%zu, inside the %d-byte patch", off,
-                   off + in.length, size);
-            return ENOEXEC;
-        }
-        off += in.length;
-    }
-
-    /* Original bytes: if they changed since we first saw this site (someone
-     * else patched it), forget the cached trampolines. */
-    if (site && memcmp(site->orig, code + skip, (size_t)size) != 0) {
-        site->tramp[0] = site->tramp[1] = 0;
-        memcpy(site->orig, code + skip, avail < sizeof site->orig ? avail : sizeof site->orig);
-    }
-
-    uint64_t tramp;
-    size_t consumed;
-    if (site && site->tramp[form]) {
-        mh_island_release(&chunk);
-        tramp = site->tramp[form];
-        consumed = site->consumed[form];
-    } else {
-        uint8_t buf[MH_TRAMP_MAX];
-        mh_reloc_result res;
-        size_t n = mh_tramp_build(code + skip, at, avail, (size_t)size, chunk.addr, buf, &res);
-        if (n == 0) {
-            mh_island_release(&chunk);
-            refuse(why, why_len, &ti, at, avail, "cannot relocate the prologue: %s",
-                   res.reason[0] ? res.reason : "refused by the relocator");
-            return ENOEXEC;
-        }
-        consumed = res.consumed;
-        /* A later branch that lands inside the moved bytes would run the
-         * middle of our jump.  Landing exactly on the first patched byte is
-         * a (tail) call: it runs the patch, as a call would. */
-        size_t where = 0;
-        size_t base = (size_t)(at - ti.sym_addr);
-        int r = mh_x86_find_branch_into((const uint8_t *)(uintptr_t)ti.sym_addr, ti.sym_addr,
-                                        ti.sym_size, base + consumed, base + 1, base + consumed,
-                                        &where);
-        if (r != 0) {
-            mh_island_release(&chunk);
-            if (r > 0)
-                refuse(why, why_len, &ti, at, avail,
-                       "the branch at +%zu of the function jumps back into the %zu bytes the "
-                       "patch displaces", where, consumed);
-            else
-                refuse(why, why_len, &ti, at, avail,
-                       "cannot decode the function body at +%zu to rule out branches back "
-                       "into the prologue", where);
-            return ENOEXEC;
-        }
-        mh_island_shrink(&chunk, n);
-        err = mh_island_commit(&chunk, buf, n);
+    if (fresh) {
+        mh_island_shrink(&chunk, e->plan.tramp_len);
+        err = mh_island_commit(&chunk, buf, e->plan.tramp_len);
         if (err) {
             mh_island_release(&chunk);
-            refuse(why, why_len, &ti, at, avail, "cannot make the trampoline executable: %s",
-                   strerror(err));
+            refuse(why, why_len, ti, e->at, e->avail,
+                   "cannot make the trampoline executable: %s", strerror(err));
             return err;
         }
-        tramp = chunk.addr;
         if (!site) {
             site = calloc(1, sizeof *site);
-            if (!site)
+            if (!site) {
+                refuse(why, why_len, ti, e->at, e->avail, "out of memory");
                 return ENOMEM; /* the trampoline stays unused */
+            }
             site->target = target;
-            site->at = at;
-            memcpy(site->orig, code + skip, avail < sizeof site->orig ? avail : sizeof site->orig);
+            site->at = e->at;
+            memcpy(site->orig, code + first.skip, keep);
             site->next = g_sites;
             g_sites = site;
+            e->site = site;
         }
         site->tramp[form] = tramp;
-        site->consumed[form] = consumed;
+        memcpy(site->map[form], e->plan.map, MH_PLAN_MAP);
     }
 
-    /* The jump: straight to the hook, through a far-jump slot near the
-     * target, or the 12-byte absolute form. */
-    uint64_t dest = hook;
-    if (size == 5 && !mh_rel32_reachable(at + 5, hook)) {
-        mh_island_chunk slot;
-        err = mh_island_reserve(at, MH_FARSLOT_SIZE, &slot);
-        uint8_t sb[MH_FARSLOT_SIZE];
-        mh_farslot_build(hook, sb);
-        if (!err && !mh_rel32_reachable(at + 5, slot.addr)) {
-            mh_island_release(&slot);
-            err = ENOMEM;
-        }
-        if (!err) {
-            err = mh_island_commit(&slot, sb, sizeof sb);
-            if (err)
-                mh_island_release(&slot);
-        }
-        if (err) {
-            refuse(why, why_len, &ti, at, avail, "cannot map a jump slot near the function: %s",
-                   strerror(err));
-            return err;
-        }
-        dest = slot.addr;
-    }
+    if (size == 5)
+        ensure_wide(e, code, target, total);
 
+    uint64_t dest;
+    err = place_jump(e, hook, size, &dest, why, why_len);
+    if (err)
+        return err;
     memhook_bistro_patch *p = calloc(1, sizeof *p);
     if (!p) {
-        refuse(why, why_len, &ti, at, avail, "out of memory");
+        refuse(why, why_len, ti, e->at, e->avail, "out of memory");
         return ENOMEM;
     }
     p->site = site;
     p->hook = hook;
+    p->dest = dest;
     p->jump_size = size;
-    mh_patch_jump_build(at, dest, size, p->bytes);
-
-    err = mh_trap_register(at, tramp + MH_TRAMP_BODY);
+    mh_patch_jump_build(e->at, dest, size, p->bytes);
+    err = mh_trap_register(e->at, tramp, size, e->plan.map, size == 12 ? dest : 0);
     if (err) {
         free(p);
-        refuse(why, why_len, &ti, at, avail, "too many patch sites");
+        refuse(why, why_len, ti, e->at, e->avail, "too many patch sites");
         return err;
     }
-    /* Threads can stand inside the old bytes if an instruction boundary
-     * falls strictly inside the window. */
-    mh_x86_insn first;
-    bool interior = !(mh_x86_decode(code + skip, avail, &first) == MH_X86_OK &&
-                      first.length >= (size_t)size);
-    /* *original is published before the jump goes live: a hook that calls
-     * through the very variable passed as `original` never sees it unset. */
-    void *previous = __atomic_load_n(original, __ATOMIC_RELAXED);
-    __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
-    char poke_why[200] = "";
-    err = mh_text_poke(at, p->bytes, (size_t)size, interior, poke_why, sizeof poke_why);
-    if (err) {
-        __atomic_store_n(original, previous, __ATOMIC_RELEASE);
-        free(p);
-        refuse(why, why_len, &ti, at, avail, "%s", poke_why);
-        return err;
-    }
-    site->live = p;
-    *out = p;
+    e->p = p;
     return 0;
+}
+
+static size_t install_locked(memhook_bistro_request *req, size_t n)
+{
+    pending *e = calloc(n ? n : 1, sizeof *e);
+    mh_poke *pk = calloc(n ? n : 1, sizeof *pk);
+    size_t *idx = calloc(n ? n : 1, sizeof *idx);
+    if (!e || !pk || !idx) {
+        for (size_t i = 0; i < n; i++) {
+            req[i].err = ENOMEM;
+            snprintf(req[i].why, sizeof req[i].why, "bistro: out of memory");
+        }
+        free(e);
+        free(pk);
+        free(idx);
+        return 0;
+    }
+    size_t np = 0;
+    for (size_t i = 0; i < n; i++) {
+        e[i].req = &req[i];
+        req[i].patch = NULL;
+        req[i].why[0] = '\0';
+        req[i].err = prepare(&e[i], req[i].why, sizeof req[i].why);
+        if (req[i].err)
+            continue;
+        /* *original is published before the jump goes live: a hook that
+         * calls through the very variable passed as `original` never sees
+         * it unset. */
+        void **original = req[i].original;
+        e[i].previous = __atomic_load_n(original, __ATOMIC_RELAXED);
+        /* The widest trampoline (see ensure_wide). */
+        mh_site *site = e[i].site;
+        uint64_t tramp = site->tramp[1] ? site->tramp[1] : site->tramp[0];
+        __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
+        pk[np] = (mh_poke){.at = e[i].at, .bytes = e[i].p->bytes,
+                           .len = (size_t)e[i].p->jump_size, .interior = e[i].plan.interior,
+                           .boundary1 = e[i].plan.map[1] != MH_PLAN_NO_BOUNDARY};
+        idx[np++] = i;
+    }
+    mh_text_poke_batch(pk, np);
+    size_t done = 0;
+    for (size_t k = 0; k < np; k++) {
+        pending *x = &e[idx[k]];
+        memhook_bistro_request *r = x->req;
+        if (pk[k].err) {
+            __atomic_store_n(r->original, x->previous, __ATOMIC_RELEASE);
+            free(x->p);
+            r->err = pk[k].err;
+            refuse(r->why, sizeof r->why, &x->ti, x->at, x->avail, "%s", pk[k].why);
+            continue;
+        }
+        x->site->live = x->p;
+        r->patch = x->p;
+        done++;
+    }
+    free(e);
+    free(pk);
+    free(idx);
+    return done;
+}
+
+static bool bad_request(const memhook_bistro_request *r)
+{
+    return !r->target || !r->hook || !r->original ||
+           (r->jump_size != 0 && r->jump_size != 5 && r->jump_size != 12);
+}
+
+size_t memhook_bistro_install_batch(memhook_bistro_request *req, size_t n)
+{
+    if (!req)
+        return 0;
+    pthread_once(&g_once, init_once);
+    pthread_mutex_lock(&g_lock);
+    /* Bad requests are answered here; the rest go through one pass. */
+    size_t done = 0, start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && !bad_request(&req[i]))
+            continue;
+        done += install_locked(req + start, i - start);
+        if (i < n) {
+            req[i].patch = NULL;
+            req[i].err = EINVAL;
+            snprintf(req[i].why, sizeof req[i].why,
+                     "bistro: bad argument (target %p, hook %p, jump_size %d)", req[i].target,
+                     req[i].hook, req[i].jump_size);
+        }
+        start = i + 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return done;
 }
 
 int memhook_bistro_install(void *target, void *hook, int jump_size, void **original,
@@ -373,50 +470,78 @@ int memhook_bistro_install(void *target, void *hook, int jump_size, void **origi
 {
     if (why && why_len)
         why[0] = '\0';
-    if (!target || !hook || !original || !out ||
-        (jump_size != 0 && jump_size != 5 && jump_size != 12)) {
+    if (!out) {
         if (why && why_len)
-            snprintf(why, why_len, "bistro: bad argument (target %p, hook %p, jump_size %d)",
-                     target, hook, jump_size);
+            snprintf(why, why_len, "bistro: bad argument (out is NULL)");
         return EINVAL;
     }
-    pthread_once(&g_once, init_once);
-    pthread_mutex_lock(&g_lock);
-    int err = install_locked((uint64_t)(uintptr_t)target, (uint64_t)(uintptr_t)hook, jump_size,
-                             original, out, why, why_len);
-    pthread_mutex_unlock(&g_lock);
-    return err;
+    memhook_bistro_request r = {.target = target, .hook = hook, .jump_size = jump_size,
+                                .original = original};
+    memhook_bistro_install_batch(&r, 1);
+    if (why && why_len)
+        snprintf(why, why_len, "%s", r.why);
+    if (r.err == 0)
+        *out = r.patch;
+    return r.err;
 }
 
 /* ---- remove ---------------------------------------------------------------- */
+
+size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, size_t n)
+{
+    if (!patches || !errs)
+        return 0;
+    pthread_once(&g_once, init_once);
+    pthread_mutex_lock(&g_lock);
+    mh_poke *pk = calloc(n ? n : 1, sizeof *pk);
+    size_t *idx = calloc(n ? n : 1, sizeof *idx);
+    size_t np = 0, done = 0;
+    for (size_t i = 0; i < n; i++) {
+        memhook_bistro_patch *patch = patches[i];
+        mh_site *site = patch ? patch->site : NULL;
+        if (!pk || !idx) {
+            errs[i] = ENOMEM;
+        } else if (!site || site->live != patch) {
+            errs[i] = EINVAL;
+        } else if (memcmp((const void *)(uintptr_t)site->at, patch->bytes,
+                          (size_t)patch->jump_size) != 0) {
+            /* Someone wrote over our jump (another hooking library):
+             * restoring would break theirs. */
+            errs[i] = EBUSY;
+        } else {
+            int form = patch->jump_size == 12;
+            errs[i] = mh_trap_register(site->at, site->tramp[form], patch->jump_size,
+                                       site->map[form], form ? patch->dest : 0);
+            if (errs[i] == 0) {
+                /* movabs+jmp has a boundary at +10 where a thread may stand. */
+                pk[np] = (mh_poke){.at = site->at, .bytes = site->orig,
+                                   .len = (size_t)patch->jump_size, .interior = form};
+                idx[np++] = i;
+            }
+        }
+    }
+    mh_text_poke_batch(pk, np);
+    for (size_t k = 0; k < np; k++) {
+        size_t i = idx[k];
+        errs[i] = pk[k].err;
+        if (pk[k].err == 0) {
+            patches[i]->site->live = NULL;
+            free(patches[i]);
+            done++;
+        }
+    }
+    free(pk);
+    free(idx);
+    pthread_mutex_unlock(&g_lock);
+    return done;
+}
 
 int memhook_bistro_remove(memhook_bistro_patch *patch)
 {
     if (!patch)
         return EINVAL;
-    pthread_mutex_lock(&g_lock);
-    mh_site *site = patch->site;
-    int err = 0;
-    if (!site || site->live != patch) {
-        err = EINVAL;
-    } else if (memcmp((const void *)(uintptr_t)site->at, patch->bytes,
-                      (size_t)patch->jump_size) != 0) {
-        /* Someone wrote over our jump (another hooking library): restoring
-         * would break theirs. */
-        err = EBUSY;
-    } else {
-        char why[200];
-        int form = patch->jump_size == 12;
-        mh_trap_register(site->at, site->tramp[form] + MH_TRAMP_BODY);
-        /* movabs+jmp has a boundary at +10 where a thread may stand. */
-        err = mh_text_poke(site->at, site->orig, (size_t)patch->jump_size,
-                           patch->jump_size == 12, why, sizeof why);
-        if (err == 0) {
-            site->live = NULL;
-            free(patch);
-        }
-    }
-    pthread_mutex_unlock(&g_lock);
+    int err = EINVAL;
+    memhook_bistro_remove_batch(&patch, &err, 1);
     return err;
 }
 

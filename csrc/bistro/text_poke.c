@@ -1,33 +1,54 @@
 /*
  * text_poke.c - writing live code that other threads may be executing.
  *
- * The int3 protocol (one patch window [at, at+len), len 5 or 12):
+ * The int3 protocol, run once for a whole batch of patch windows
+ * [at, at+len) (len 5 or 12), in bounded time - it never waits for a
+ * thread to leave a window:
  *
- *   0. read the original protection of each page from /proc/self/maps and
- *      mprotect them R+W+X.  This is the step a W^X host (SELinux execmod,
- *      PaX, a seccomp filter) refuses: we return its errno with nothing
- *      written.
- *   1. store 0xCC at `at`; sync cores.  From here a thread entering the
- *      window traps; the SIGTRAP handler sends it to the trampoline body
- *      (original behaviour).
- *   2. quiesce: a thread may already stand on an instruction boundary
- *      inside (at, at+len) -- it entered before step 1 and was interrupted
- *      or preempted there.  Such a thread would resume in the middle of the
- *      new bytes.  We signal every runnable thread of the process (with a
- *      free real-time signal, queued) and look at the interrupted RIP in
- *      the handler; until none is inside, we yield and
- *      ask again (nobody can newly get inside: the only way in is through
- *      the int3, and branches back into the window are refused by patch.c).
- *      Skipped when the old bytes have no instruction boundary inside
- *      (a lone 5-byte jmp).
- *   3. store bytes 1..len-1; sync cores.
- *   4. store byte 0; sync cores.
- *   5. mprotect each page back to its original protection.
+ *   0. plan the signals: read every thread's State, SigBlk and Name from
+ *      /proc/self/task/<tid>/status.  A thread that blocks SIGTRAP would be
+ *      killed by the kernel if it ran into one of our int3s (a blocked
+ *      forced signal gets the default action), so then the barrier is
+ *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
+ *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
+ *      line) are refused naming the thread.  The probe signal is the highest
+ *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
+ *      (default action: ignore) if no thread blocks it; interior windows
+ *      are refused when a runnable thread blocks whichever we use.  The
+ *      installing thread unblocks SIGTRAP for the duration.
+ *   1. read the protections of every page once from /proc/self/maps and
+ *      mprotect them R+W+X (a W^X host refuses: nothing written).
+ *   2. store 0xCC at every window's byte 0; sync cores once.  From here a
+ *      thread entering a window traps; the SIGTRAP handler sends it to the
+ *      trampoline (original behaviour).
+ *   3. when a window has an instruction boundary inside it (the old bytes
+ *      have one, or it is the +10 of movabs;jmp *%rax being removed), send
+ *      every runnable thread one probe.  The probe handler does not report
+ *      "inside" - it moves the thread: from an old instruction boundary to
+ *      the same boundary in the trampoline (the relocator's offset map), or
+ *      from +10 of movabs;jmp *%rax to where the jmp goes (%rax).  We wait
+ *      for the answers only a bounded time: a thread that has not answered
+ *      is not running user code (a running thread is interrupted at once to
+ *      take the signal), and it takes the probe before its next user
+ *      instruction, so it is moved before it could execute the new bytes.
+ *   4. store bytes 1.. of every window; sync; store every byte 0; sync.
+ *   5. put every page's protection back.
  *
- * Removing a patch is the same protocol with the original bytes.  Every
- * store to byte 0 is a single-byte store, so fetches see either the old or
- * the new byte; bytes 1.. are only written while byte 0 is an int3 and
- * nobody is inside.
+ * Every store to byte 0 is a single-byte store, so fetches see either the
+ * old or the new byte; bytes 1.. are only written while byte 0 is an int3
+ * and every thread that stood inside has been (or will be, before it runs
+ * again) moved out.
+ *
+ * Residual races, and how small they are: a thread that starts blocking
+ * SIGTRAP between step 0 and the int3s (step 3 looks again and takes the
+ * int3s out at once if so) and enters a window while its int3 is there
+ * would be killed - the exposure is the few microseconds between the two
+ * reads of its mask and the int3 stores; a thread that
+ * blocks the probe signal after step 0 keeps its probe pending and is moved
+ * when it unblocks (it is not running user code inside the window then
+ * only if it was not there: we cannot tell, as with any unprobed thread).
+ * A thread that stands at +10 of a window whose old code also has a
+ * boundary at +10 is told apart by %rax holding the hook address.
  *
  * "Sync cores" is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE):
  * every CPU running a thread of ours executes a core-serializing instruction
@@ -50,6 +71,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/membarrier.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -151,42 +173,70 @@ void mh_sync_cores(void)
     mprotect((void *)g_flush_page, (size_t)ps, PROT_READ | PROT_WRITE);
 }
 
-/* ---- SIGTRAP: int3 redirects and quiesce probes -------------------------- */
+/* ---- SIGTRAP: int3 redirects; the probe: moving threads out ------------- */
 
 #define MH_TRAP_SITES 4096
 #define QUIESCE_MAGIC 0x6d68626bULL /* "mhbk" */
 
-/* Process-wide, lock-free tables the signal handlers read: a handler runs
+/* Process-wide, lock-free table the signal handlers read: a handler runs
  * on any thread at any time and can take no lock.  Entries are only added
- * (under the install mutex) and published with release stores. */
-static struct {
+ * (under the install mutex); an entry's fields are written before `at` is
+ * published with a release store, and rewritten only when the same window
+ * gets a new trampoline (the old bytes changed under us). */
+typedef struct trap_site {
     _Atomic uint64_t at;
-    _Atomic uint64_t redirect;
-} g_sites[MH_TRAP_SITES];
+    _Atomic uint64_t tramp;
+    _Atomic uint64_t map_lo, map_hi; /* mh_plan.map, 16 bytes */
+    _Atomic uint64_t dest;           /* the 12-byte form's movabs immediate */
+    _Atomic int len;
+} trap_site;
+static trap_site g_sites[MH_TRAP_SITES];
 static _Atomic int g_nsites;
 
 static struct {
     _Atomic uint32_t round;
-    _Atomic uint64_t lo, hi;  /* a thread at lo < rip < hi is "inside" */
-    _Atomic int acks, busy;
+    _Atomic int acks;
+    _Atomic int stuck;       /* a thread inside a window, not on a boundary */
+    _Atomic uint64_t stuck_at;
 } g_q;
 
 static struct sigaction g_prev;
 
-int mh_trap_register(uint64_t at, uint64_t redirect)
+int mh_trap_register(uint64_t at, uint64_t tramp, int len, const uint8_t map[16], uint64_t dest)
 {
+    uint64_t lo, hi;
+    memcpy(&lo, map, 8);
+    memcpy(&hi, map + 8, 8);
     int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
-    for (int i = 0; i < n; i++) {
-        if (atomic_load_explicit(&g_sites[i].at, memory_order_relaxed) == at) {
-            atomic_store_explicit(&g_sites[i].redirect, redirect, memory_order_release);
+    int slot = -1;
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&g_sites[i].at, memory_order_relaxed) == at &&
+            atomic_load_explicit(&g_sites[i].len, memory_order_relaxed) == len)
+            slot = i;
+    trap_site *t;
+    if (slot >= 0) {
+        t = &g_sites[slot];
+        /* The same window and trampoline: nothing to change (the entry is
+         * read by handlers at any time, so it is only rewritten when the
+         * old bytes changed under us and the trampoline with them). */
+        if (atomic_load_explicit(&t->tramp, memory_order_relaxed) == tramp &&
+            (!dest || atomic_load_explicit(&t->dest, memory_order_relaxed) == dest))
             return 0;
-        }
+    } else {
+        if (n >= MH_TRAP_SITES)
+            return ENOMEM;
+        t = &g_sites[n];
     }
-    if (n >= MH_TRAP_SITES)
-        return ENOMEM;
-    atomic_store_explicit(&g_sites[n].redirect, redirect, memory_order_relaxed);
-    atomic_store_explicit(&g_sites[n].at, at, memory_order_relaxed);
-    atomic_store_explicit(&g_nsites, n + 1, memory_order_release);
+    atomic_store_explicit(&t->tramp, tramp, memory_order_relaxed);
+    atomic_store_explicit(&t->map_lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&t->map_hi, hi, memory_order_relaxed);
+    if (dest)
+        atomic_store_explicit(&t->dest, dest, memory_order_relaxed);
+    atomic_store_explicit(&t->len, len, memory_order_release);
+    if (slot < 0) {
+        atomic_store_explicit(&t->at, at, memory_order_release);
+        atomic_store_explicit(&g_nsites, n + 1, memory_order_release);
+    }
     return 0;
 }
 
@@ -214,50 +264,99 @@ static void chain(int sig, siginfo_t *si, void *ctx)
     g_prev.sa_handler(sig);
 }
 
-/* The quiesce probe.  It is a real-time signal, never SIGTRAP itself: a
- * standard signal does not queue, so a probe pending when the thread hits
- * our int3 would swallow the trap's SIGTRAP and the thread would run on
- * from the middle of the window. */
+/* Move a thread stopped strictly inside a window to where it would have
+ * gone.  Returns false when it stands inside but on no known boundary. */
+static bool move_out(ucontext_t *uc)
+{
+    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    uint64_t rax = (uint64_t)uc->uc_mcontext.gregs[REG_RAX];
+    int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
+    uint64_t to_tramp = 0;
+    int best = 0;
+    bool inside = false;
+    /* Every form a window was ever patched with has its entry: a thread
+     * may have stopped in a form that is no longer the current one. */
+    for (int i = 0; i < n; i++) {
+        trap_site *t = &g_sites[i];
+        uint64_t at = atomic_load_explicit(&t->at, memory_order_acquire);
+        int len = atomic_load_explicit(&t->len, memory_order_acquire);
+        if (!(rip > at && rip < at + (uint64_t)len))
+            continue;
+        inside = true;
+        size_t off = (size_t)(rip - at);
+        /* +10 of movabs $dest,%rax; jmp *%rax: the movabs ran, so do the
+         * jmp.  %rax == dest also tells it from an old instruction that
+         * happens to start at +10. */
+        uint64_t dest = atomic_load_explicit(&t->dest, memory_order_relaxed);
+        if (len == 12 && off == 10 && dest != 0 && rax == dest) {
+            uc->uc_mcontext.gregs[REG_RIP] = (greg_t)rax;
+            return true;
+        }
+        uint64_t w = atomic_load_explicit(off < 8 ? &t->map_lo : &t->map_hi,
+                                          memory_order_relaxed);
+        uint8_t to = (uint8_t)(w >> (8 * (off % 8)));
+        /* The widest form's trampoline: it jumps back past every window of
+         * this entry (a narrower one returns inside the wider window). */
+        if (to != 0xFF && len > best) {
+            to_tramp = atomic_load_explicit(&t->tramp, memory_order_relaxed) + to;
+            best = len;
+        }
+    }
+    if (!inside)
+        return true;
+    if (!to_tramp)
+        return false;
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to_tramp;
+    return true;
+}
+
+/* The probe.  Never SIGTRAP itself: a standard signal does not queue, so a
+ * probe pending when the thread hits our int3 would swallow the trap. */
 static int g_probe_sig;
 
 static void on_probe(int sig, siginfo_t *si, void *ctx)
 {
-    ucontext_t *uc = ctx;
-    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     (void)sig;
     if (si->si_code != SI_QUEUE ||
         ((uint64_t)(uintptr_t)si->si_value.sival_ptr >> 32) != QUIESCE_MAGIC)
-        return;
+        return; /* not ours: for SIGURG/SIGWINCH the default is to ignore */
+    int saved = errno;
+    if (!move_out(ctx)) {
+        atomic_store(&g_q.stuck_at, (uint64_t)((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RIP]);
+        atomic_fetch_add(&g_q.stuck, 1);
+    }
+    /* A late probe of an earlier round still moves the thread (the move
+     * depends only on where it stands), but is not this round's answer. */
     uint32_t round = (uint32_t)(uintptr_t)si->si_value.sival_ptr;
-    if (round != atomic_load_explicit(&g_q.round, memory_order_acquire))
-        return; /* a late probe of an earlier round */
-    if (rip > atomic_load(&g_q.lo) && rip < atomic_load(&g_q.hi))
-        atomic_fetch_add(&g_q.busy, 1);
-    atomic_fetch_add_explicit(&g_q.acks, 1, memory_order_release);
+    if (round == atomic_load_explicit(&g_q.round, memory_order_acquire))
+        atomic_fetch_add_explicit(&g_q.acks, 1, memory_order_release);
+    errno = saved;
 }
 
-/* Use (and keep) the highest real-time signal nobody else handles. */
-static int probe_signal_ensure(void)
+static bool probe_handler_is_ours(int sig)
 {
     struct sigaction cur;
-    if (g_probe_sig && sigaction(g_probe_sig, NULL, &cur) == 0 &&
-        (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_probe)
-        return 0;
-    for (int sig = SIGRTMAX; sig >= SIGRTMIN; sig--) {
-        if (sigaction(sig, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) ||
-            cur.sa_handler != SIG_DFL)
-            continue;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_probe;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-        sigemptyset(&sa.sa_mask);
-        if (sigaction(sig, &sa, NULL) == 0) {
-            g_probe_sig = sig;
-            return 0;
-        }
-    }
-    return EAGAIN;
+    return sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+           cur.sa_sigaction == on_probe;
+}
+
+static bool signal_free(int sig)
+{
+    struct sigaction cur;
+    return sigaction(sig, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+           cur.sa_handler == SIG_DFL;
+}
+
+static int probe_handler_set(int sig)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_probe;
+    /* SA_NODEFER: a thread inside the handler must not look (in SigBlk) like
+     * one that blocks the signal; the handler is reentrant. */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(sig, &sa, NULL) == 0 ? 0 : errno;
 }
 
 static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
@@ -265,13 +364,21 @@ static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     if (si->si_code == SI_KERNEL) { /* int3 */
-        int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
+        /* The widest form's trampoline (see move_out). */
+        int n = atomic_load_explicit(&g_nsites, memory_order_acquire), best = 0;
+        uint64_t to = 0;
         for (int i = 0; i < n; i++) {
-            if (atomic_load_explicit(&g_sites[i].at, memory_order_relaxed) == rip - 1) {
-                uc->uc_mcontext.gregs[REG_RIP] = (greg_t)atomic_load_explicit(
-                    &g_sites[i].redirect, memory_order_acquire);
-                return;
+            int len = atomic_load_explicit(&g_sites[i].len, memory_order_acquire);
+            if (atomic_load_explicit(&g_sites[i].at, memory_order_acquire) == rip - 1 &&
+                len > best) {
+                to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) +
+                     MH_TRAMP_BODY;
+                best = len;
             }
+        }
+        if (to) {
+            uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+            return;
         }
     }
     chain(sig, si, ctx);
@@ -287,7 +394,9 @@ int mh_trap_handler_ensure(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigtrap;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    /* SA_NODEFER: a thread inside the handler must not look (in SigBlk) like
+     * one that blocks the signal; the handler is reentrant. */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     /* Whoever held SIGTRAP before (a debugger helper, a crash reporter)
      * still gets every trap that is not ours. */
@@ -296,7 +405,160 @@ int mh_trap_handler_ensure(void)
     return 0;
 }
 
-/* ---- quiesce --------------------------------------------------------------- */
+/* ---- the threads: state, blocked signals, name -------------------------- */
+
+typedef struct thread_info {
+    pid_t tid;
+    char state;
+    uint64_t blocked;        /* SigBlk: bit sig-1 */
+    char name[20];
+} thread_info;
+
+static bool blocks(const thread_info *t, int sig)
+{
+    return (t->blocked >> (sig - 1)) & 1;
+}
+
+/* 'R' (running/runnable) or 'D' (e.g. a page fault): the states in which a
+ * thread's user RIP can be anywhere.  A thread asleep in a system call sits
+ * at a syscall instruction, not in a patch window, and is not disturbed. */
+static bool may_be_inside(const thread_info *t)
+{
+    return t->state == 'R' || t->state == 'D' || t->state == '?';
+}
+
+static void read_thread(pid_t tid, thread_info *t)
+{
+    char path[64], buf[2048];
+    memset(t, 0, sizeof *t);
+    t->tid = tid;
+    t->state = '?';
+    snprintf(t->name, sizeof t->name, "?");
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        t->state = 'X'; /* exited */
+        return;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strncmp(line, "Name:\t", 6) == 0)
+            snprintf(t->name, sizeof t->name, "%s", line + 6);
+        else if (strncmp(line, "State:\t", 7) == 0)
+            t->state = line[7];
+        else if (strncmp(line, "SigBlk:\t", 8) == 0)
+            t->blocked = strtoull(line + 8, NULL, 16);
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+/* Every thread but the caller.  Returns the count (at most cap), or -errno. */
+static int list_threads(thread_info *out, int cap)
+{
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir)
+        return -errno;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)) != NULL && n < cap) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid == self)
+            continue;
+        read_thread(tid, &out[n]);
+        if (out[n].state != 'X')
+            n++;
+    }
+    closedir(dir);
+    return n;
+}
+
+/* The probe signal: the one in use if it is still ours and no thread
+ * blocks it, else the highest free real-time signal no thread blocks, else
+ * SIGURG or SIGWINCH (free and unblocked), else the best real-time one
+ * (then the threads that block it cannot be probed).  0 when none is free. */
+static int probe_signal_choose(const thread_info *th, int nth)
+{
+    int cands[64], nc = 0;
+    if (g_probe_sig && probe_handler_is_ours(g_probe_sig))
+        cands[nc++] = g_probe_sig;
+    for (int sig = SIGRTMAX; sig >= SIGRTMIN && nc < 60; sig--)
+        if (sig != g_probe_sig && signal_free(sig))
+            cands[nc++] = sig;
+    int rt = nc;
+    if (SIGURG != g_probe_sig && signal_free(SIGURG))
+        cands[nc++] = SIGURG;
+    if (SIGWINCH != g_probe_sig && signal_free(SIGWINCH))
+        cands[nc++] = SIGWINCH;
+    int pick = 0;
+    for (int c = 0; c < nc && !pick; c++) {
+        bool ok = true;
+        for (int i = 0; i < nth && ok; i++)
+            ok = !blocks(&th[i], cands[c]);
+        if (ok)
+            pick = cands[c];
+    }
+    if (!pick && rt > 0)
+        pick = cands[0];
+    if (!pick)
+        return 0;
+    if (!probe_handler_is_ours(pick) && probe_handler_set(pick) != 0)
+        return 0;
+    g_probe_sig = pick;
+    return pick;
+}
+
+/* A thread that blocks the probe signal while it may be inside a window.
+ * glibc blocks every signal in a thread that is being created or is
+ * exiting, for microseconds: look again for up to DEAF_WAIT_NS before
+ * calling it deaf.  Returns true when it is deaf (th updated). */
+#define DEAF_WAIT_NS 10000000ULL
+static uint64_t now_ns(void);
+static bool deaf(thread_info *t, int psig)
+{
+    uint64_t end = 0;
+    for (;;) {
+        if (!may_be_inside(t) || (psig != 0 && !blocks(t, psig)))
+            return false;
+        uint64_t now = now_ns();
+        if (end == 0)
+            end = now + DEAF_WAIT_NS;
+        else if (now > end)
+            return true;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        read_thread(t->tid, t);
+    }
+}
+
+/* Does t block SIGTRAP for longer than the glibc transients (see deaf)? */
+static bool blocks_trap(thread_info *t)
+{
+    uint64_t end = 0;
+    for (;;) {
+        if (t->state == 'X' || !blocks(t, SIGTRAP))
+            return false;
+        uint64_t now = now_ns();
+        if (end == 0)
+            end = now + DEAF_WAIT_NS;
+        else if (now > end)
+            return true;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        read_thread(t->tid, t);
+    }
+}
+
+/* ---- the protocol ---------------------------------------------------------- */
 
 static uint64_t now_ns(void)
 {
@@ -305,173 +567,369 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* 'R' (running/runnable) or 'D' (e.g. an instruction or data page fault):
- * the states in which a thread's user RIP can be anywhere.  A thread asleep
- * in a system call ('S') sits at a syscall instruction, not in a patch
- * window, and is not disturbed (a signal would cost it an EINTR). */
-static bool task_may_be_inside(pid_t tid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false; /* exited */
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return true;
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    if (!rp || rp[1] != ' ')
-        return true;
-    char st = rp[2];
-    return st == 'R' || st == 'D';
-}
-
-static int probe_threads(uint32_t round)
-{
-    pid_t pid = getpid();
-    pid_t self = (pid_t)syscall(SYS_gettid);
-    DIR *dir = opendir("/proc/self/task");
-    if (!dir)
-        return -errno;
-    int sent = 0;
-    struct dirent *de;
-    while ((de = readdir(dir)) != NULL) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        pid_t tid = (pid_t)atoi(de->d_name);
-        if (tid == self || !task_may_be_inside(tid))
-            continue;
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        si.si_signo = g_probe_sig;
-        si.si_code = SI_QUEUE;
-        si.si_pid = pid;
-        si.si_uid = getuid();
-        si.si_value.sival_ptr = (void *)(uintptr_t)((QUIESCE_MAGIC << 32) | round);
-        if (syscall(SYS_rt_tgsigqueueinfo, pid, tid, g_probe_sig, &si) == 0)
-            sent++;
-    }
-    closedir(dir);
-    return sent;
-}
-
-static int quiesce(uint64_t lo, uint64_t hi)
-{
-    int err = probe_signal_ensure();
-    if (err)
-        return err;
-    uint64_t deadline = now_ns() + 2000000000ULL;
-    for (unsigned attempt = 0;; attempt++) {
-        atomic_store(&g_q.lo, lo);
-        atomic_store(&g_q.hi, hi);
-        atomic_store(&g_q.acks, 0);
-        atomic_store(&g_q.busy, 0);
-        uint32_t round = atomic_fetch_add(&g_q.round, 1) + 1;
-        int sent = probe_threads(round);
-        if (sent < 0)
-            return -sent;
-        /* Wait for every probed thread's answer (a thread that exits
-         * meanwhile never answers: give up on this round after 20 ms). */
-        uint64_t round_end = now_ns() + 20000000ULL;
-        for (unsigned spin = 0; atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent;
-             spin++) {
-            if (now_ns() > round_end)
-                break;
-            if (spin < 64) {
-                sched_yield();
-            } else { /* let the probed threads have this CPU */
-                struct timespec ts = {0, 20000};
-                nanosleep(&ts, NULL);
-            }
-        }
-        if (atomic_load_explicit(&g_q.acks, memory_order_acquire) >= sent &&
-            atomic_load(&g_q.busy) == 0)
-            return 0;
-        if (now_ns() > deadline)
-            return EBUSY;
-        /* Someone is inside: give it the CPU to walk out. */
-        struct timespec ts = {0, attempt < 4 ? 20000 : 200000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* ---- the protocol ---------------------------------------------------------- */
-
-static int set_prot(uint64_t first, int npages, size_t ps, const int *prot, bool rwx)
-{
-    for (int i = 0; i < npages; i++) {
-        int p = rwx ? (prot[i] | PROT_READ | PROT_WRITE | PROT_EXEC) : prot[i];
-        if (mprotect((void *)(uintptr_t)(first + (uint64_t)i * ps), ps, p) != 0) {
-            int err = errno;
-            for (int j = 0; j < i && rwx; j++)
-                mprotect((void *)(uintptr_t)(first + (uint64_t)j * ps), ps, prot[j]);
-            return err;
-        }
-    }
-    return 0;
-}
+/* How long we wait for the probes' answers.  An unanswered probe is taken
+ * before its thread runs user code again (see the top of the file); the
+ * wait covers the only case that is not so, a thread running on another
+ * CPU until the IPI that signal delivery sends it lands (microseconds; a
+ * vCPU the hypervisor descheduled executes nothing meanwhile either). */
+#define PROBE_WAIT_NS 500000ULL
+#define MAX_THREADS 4096
+#define MAX_PAGES 512
 
 static inline void store_byte(uint64_t at, uint8_t v)
 {
     __atomic_store_n((volatile uint8_t *)(uintptr_t)at, v, __ATOMIC_RELEASE);
 }
 
+/* Protections of the sorted, distinct pages from one read of
+ * /proc/self/maps (-1 for a page not mapped). */
+static void pages_prot(const uint64_t *page, int n, int *prot)
+{
+    for (int i = 0; i < n; i++)
+        prot[i] = -1;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[8192];
+    size_t have = 0;
+    int next = 0;
+    while (next < n) {
+        ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        have += (size_t)r;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n')) != NULL && next < n) {
+            *nl = '\0';
+            unsigned long long lo, hi;
+            char perms[5];
+            if (sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) == 3) {
+                while (next < n && page[next] < lo)
+                    next++; /* not mapped */
+                while (next < n && page[next] >= lo && page[next] < hi) {
+                    prot[next++] = (perms[0] == 'r' ? PROT_READ : 0) |
+                                   (perms[1] == 'w' ? PROT_WRITE : 0) |
+                                   (perms[2] == 'x' ? PROT_EXEC : 0);
+                }
+            }
+            line = nl + 1;
+        }
+        have = strlen(line);
+        memmove(buf, line, have);
+        if (have >= sizeof buf - 1)
+            have = 0;
+    }
+    close(fd);
+}
+
+/* One atomic 2-byte store (x86: atomic for cacheable memory when it fits
+ * in one cache line, which the caller checked). */
+static inline void store_pair(uint64_t at, uint16_t v)
+{
+    __asm__ volatile("movw %1, (%0)" : : "r"((uintptr_t)at), "r"(v) : "memory");
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void fail_all(mh_poke *s, size_t n, int err, const char *why)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].err == 0) {
+            s[i].err = err;
+            snprintf(s[i].why, sizeof s[i].why, "%s", why);
+        }
+    }
+}
+
+size_t mh_text_poke_batch(mh_poke *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        s[i].err = 0;
+        s[i].why[0] = '\0';
+    }
+    if (n == 0)
+        return 0;
+    char why[200];
+    int err = mh_trap_handler_ensure();
+    if (err) {
+        snprintf(why, sizeof why, "cannot install the SIGTRAP handler: %s", strerror(err));
+        fail_all(s, n, err, why);
+        return 0;
+    }
+
+    /* 0. the signals */
+    thread_info *th = malloc(sizeof *th * MAX_THREADS);
+    if (!th) {
+        fail_all(s, n, ENOMEM, "out of memory");
+        return 0;
+    }
+    int nth = list_threads(th, MAX_THREADS);
+    if (nth < 0) {
+        snprintf(why, sizeof why, "cannot list the threads in /proc/self/task: %s",
+                 strerror(-nth));
+        fail_all(s, n, -nth, why);
+        free(th);
+        return 0;
+    }
+    /* A thread that blocks SIGTRAP would be killed by an int3 it ran into:
+     * then the barrier at byte 0 is "jmp ." (eb fe) instead, a thread that
+     * enters spins there until the new bytes are in, no signal involved.
+     * It needs bytes 0-1 in one cache line (one atomic 2-byte store). */
+    bool spin = false;
+    const thread_info *trap_blocker = NULL;
+    for (int i = 0; i < nth && !trap_blocker; i++)
+        if (blocks_trap(&th[i]))
+            trap_blocker = &th[i];
+    if (trap_blocker) {
+        spin = true;
+        for (size_t i = 0; i < n; i++) {
+            if ((s[i].at & 63) == 63 || s[i].len < 2 || s[i].boundary1) {
+                s[i].err = EAGAIN;
+                snprintf(s[i].why, sizeof s[i].why, "thread %d (%s) blocks SIGTRAP (an int3 "
+                         "would kill it) and %s", (int)trap_blocker->tid, trap_blocker->name,
+                         s[i].boundary1 ? "the first instruction is one byte long, so a "
+                         "two-byte spin barrier would cut the next one"
+                                        : "the window's first two bytes straddle a cache "
+                         "line (no atomic spin barrier)");
+            }
+        }
+    }
+    bool any_interior = false;
+    for (size_t i = 0; i < n; i++)
+        any_interior |= s[i].interior;
+    int psig = 0;
+    if (any_interior) {
+        psig = probe_signal_choose(th, nth);
+        const thread_info *dth = NULL;
+        for (int i = 0; i < nth && !dth; i++)
+            if (deaf(&th[i], psig))
+                dth = &th[i];
+        if (dth) {
+            if (psig)
+                snprintf(why, sizeof why, "thread %d (%s) blocks signal %d (and every other "
+                         "free probe signal), so the threads cannot be moved out of a window "
+                         "with an instruction boundary inside", (int)dth->tid, dth->name, psig);
+            else
+                snprintf(why, sizeof why, "no free signal to probe the threads with (every "
+                         "real-time signal, SIGURG and SIGWINCH have handlers)");
+            for (size_t i = 0; i < n; i++) {
+                if (s[i].interior) {
+                    s[i].err = EAGAIN;
+                    snprintf(s[i].why, sizeof s[i].why, "%s", why);
+                }
+            }
+        }
+    }
+
+    /* 1. the pages */
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t *page = malloc(sizeof *page * 2 * n);
+    int *prot = malloc(sizeof *prot * 2 * n);
+    int npages = 0;
+    if (!page || !prot) {
+        free(page);
+        free(prot);
+        free(th);
+        fail_all(s, n, ENOMEM, "out of memory");
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].err)
+            continue;
+        page[npages++] = s[i].at & ~(uint64_t)(ps - 1);
+        page[npages++] = (s[i].at + s[i].len - 1) & ~(uint64_t)(ps - 1);
+    }
+    qsort(page, (size_t)npages, sizeof *page, cmp_u64);
+    int distinct = 0;
+    for (int i = 0; i < npages; i++)
+        if (distinct == 0 || page[distinct - 1] != page[i])
+            page[distinct++] = page[i];
+    npages = distinct;
+    pages_prot(page, npages, prot);
+    int done = 0;
+    err = 0;
+    for (; done < npages; done++) {
+        if (prot[done] < 0) {
+            snprintf(why, sizeof why, "page %#llx is not in /proc/self/maps",
+                     (unsigned long long)page[done]);
+            err = EFAULT;
+            break;
+        }
+        if (mprotect((void *)(uintptr_t)page[done], ps,
+                     prot[done] | PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+            err = errno;
+            snprintf(why, sizeof why, "the host refuses writable+executable code: "
+                     "mprotect(%#llx, PROT_READ|PROT_WRITE|PROT_EXEC) failed: %s",
+                     (unsigned long long)page[done], strerror(err));
+            break;
+        }
+    }
+    if (err) {
+        for (int j = 0; j < done; j++)
+            mprotect((void *)(uintptr_t)page[j], ps, prot[j]);
+        fail_all(s, n, err, why);
+        free(page);
+        free(prot);
+        free(th);
+        return 0;
+    }
+
+    /* The installing thread may block SIGTRAP itself (it never runs a
+     * window meanwhile, but a handler it calls might). */
+    sigset_t trap, old;
+    sigemptyset(&trap);
+    sigaddset(&trap, SIGTRAP);
+    pthread_sigmask(SIG_UNBLOCK, &trap, &old);
+
+    /* 2. barriers: int3, or eb fe when a thread blocks SIGTRAP */
+    for (size_t i = 0; i < n; i++) {
+        s[i].old0 = *(volatile uint8_t *)(uintptr_t)s[i].at;
+        memcpy(&s[i].old01, (const void *)(uintptr_t)s[i].at, 2);
+        if (!s[i].err) {
+            if (spin)
+                store_pair(s[i].at, 0xFEEB);
+            else
+                store_byte(s[i].at, 0xCC);
+        }
+    }
+    mh_sync_cores();
+
+    /* 3. The threads again, now that nobody can newly get inside a window
+     * (one started since step 0 is in this list).  A thread that began to
+     * block SIGTRAP since step 0 makes us take every int3 back at once. */
+    nth = list_threads(th, MAX_THREADS);
+    for (int i = 0; i < nth && !spin; i++) {
+        if (blocks_trap(&th[i])) {
+            snprintf(why, sizeof why, "thread %d (%s) blocks SIGTRAP, and one that runs into "
+                     "the int3 of the live-write protocol would be killed by the kernel",
+                     (int)th[i].tid, th[i].name);
+            fail_all(s, n, EAGAIN, why);
+            break;
+        }
+    }
+    bool probe = false;
+    for (size_t i = 0; i < n; i++)
+        probe |= s[i].interior && !s[i].err;
+    for (int i = 0; i < nth && probe; i++) {
+        if (deaf(&th[i], psig)) {
+            snprintf(why, sizeof why, "thread %d (%s) blocks signal %d, the probe, so it "
+                     "cannot be moved out of a window with an instruction boundary inside",
+                     (int)th[i].tid, th[i].name, psig);
+            for (size_t k = 0; k < n; k++) {
+                if (s[k].interior && !s[k].err) {
+                    s[k].err = EAGAIN;
+                    snprintf(s[k].why, sizeof s[k].why, "%s", why);
+                }
+            }
+            probe = false;
+        }
+    }
+    if (probe) {
+        atomic_store(&g_q.acks, 0);
+        atomic_store(&g_q.stuck, 0);
+        uint32_t round = atomic_fetch_add(&g_q.round, 1) + 1;
+        pid_t pid = getpid();
+        int sent = 0;
+        for (int i = 0; i < nth; i++) {
+            if (!may_be_inside(&th[i]))
+                continue;
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            si.si_signo = psig;
+            si.si_code = SI_QUEUE;
+            si.si_pid = pid;
+            si.si_uid = getuid();
+            si.si_value.sival_ptr = (void *)(uintptr_t)((QUIESCE_MAGIC << 32) | round);
+            if (syscall(SYS_rt_tgsigqueueinfo, pid, th[i].tid, psig, &si) == 0) {
+                sent++;
+            } else if (errno != ESRCH) {
+                /* Not queued (e.g. RLIMIT_SIGPENDING): it cannot be moved. */
+                snprintf(why, sizeof why, "cannot send the probe (signal %d) to thread %d "
+                         "(%s): %s", psig, (int)th[i].tid, th[i].name, strerror(errno));
+                for (size_t k = 0; k < n; k++) {
+                    if (s[k].interior && !s[k].err) {
+                        s[k].err = EAGAIN;
+                        snprintf(s[k].why, sizeof s[k].why, "%s", why);
+                    }
+                }
+            }
+        }
+        /* Spin, not yield: yielding to a spinner costs a time slice, and
+         * the answers that matter come from threads on other CPUs. */
+        uint64_t end = now_ns() + PROBE_WAIT_NS;
+        while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && now_ns() < end)
+            __builtin_ia32_pause();
+        if (atomic_load(&g_q.stuck) > 0) {
+            uint64_t rip = atomic_load(&g_q.stuck_at);
+            for (size_t i = 0; i < n; i++) {
+                if (!s[i].err && rip > s[i].at && rip < s[i].at + s[i].len) {
+                    s[i].err = EAGAIN;
+                    snprintf(s[i].why, sizeof s[i].why, "a thread stands at +%llu of the "
+                             "window, which is no instruction boundary of it",
+                             (unsigned long long)(rip - s[i].at));
+                }
+            }
+        }
+    }
+
+    /* 4. tails, then byte 0 (or the old byte 0 back where we gave up) */
+    size_t written = 0, head = spin ? 2 : 1;
+    for (size_t i = 0; i < n; i++)
+        if (!s[i].err)
+            memcpy((void *)(uintptr_t)(s[i].at + head), s[i].bytes + head, s[i].len - head);
+    mh_sync_cores();
+    for (size_t i = 0; i < n; i++) {
+        uint16_t now2;
+        memcpy(&now2, (const void *)(uintptr_t)s[i].at, 2);
+        if (!s[i].err) {
+            if (spin) {
+                uint16_t v;
+                memcpy(&v, s[i].bytes, 2);
+                store_pair(s[i].at, v);
+            } else {
+                store_byte(s[i].at, s[i].bytes[0]);
+            }
+            written++;
+        } else if (spin && now2 == 0xFEEB && s[i].old01 != 0xFEEB) {
+            store_pair(s[i].at, s[i].old01); /* our barrier comes out */
+        } else if (!spin && (now2 & 0xFF) == 0xCC && s[i].old0 != 0xCC) {
+            store_byte(s[i].at, s[i].old0); /* our int3 comes out */
+        }
+    }
+    mh_sync_cores();
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    /* 5. protections back */
+    /* Dropping permissions does not fail short of ENOMEM splitting a
+     * mapping; try once more then, and say so. */
+    for (int j = 0; j < npages; j++) {
+        if (mprotect((void *)(uintptr_t)page[j], ps, prot[j]) != 0 &&
+            mprotect((void *)(uintptr_t)page[j], ps, prot[j]) != 0) {
+            for (size_t i = 0; i < n; i++)
+                if (!s[i].err)
+                    snprintf(s[i].why, sizeof s[i].why, "written, but page %#llx stays "
+                             "writable: %s", (unsigned long long)page[j], strerror(errno));
+        }
+    }
+    free(page);
+    free(prot);
+    free(th);
+    return written;
+}
+
 int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interior,
                  char *why, size_t why_len)
 {
-    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-    uint64_t first = at & ~(uint64_t)(ps - 1);
-    uint64_t last = (at + len - 1) & ~(uint64_t)(ps - 1);
-    int npages = last == first ? 1 : 2;
-    int prot[2];
-    for (int i = 0; i < npages; i++) {
-        prot[i] = mh_page_prot(first + (uint64_t)i * ps);
-        if (prot[i] < 0) {
-            snprintf(why, why_len, "page %#llx is not in /proc/self/maps",
-                     (unsigned long long)(first + (uint64_t)i * ps));
-            return EFAULT;
-        }
-    }
-    int err = mh_trap_handler_ensure();
-    if (err) {
-        snprintf(why, why_len, "cannot install the SIGTRAP handler: %s", strerror(err));
-        return err;
-    }
-    err = set_prot(first, npages, ps, prot, true);
-    if (err) {
-        snprintf(why, why_len, "the host refuses writable+executable code: mprotect(%#llx, "
-                 "PROT_READ|PROT_WRITE|PROT_EXEC) failed: %s",
-                 (unsigned long long)first, strerror(err));
-        return err;
-    }
-    uint8_t old0 = *(volatile uint8_t *)(uintptr_t)at;
-    store_byte(at, 0xCC);
-    mh_sync_cores();
-    if (interior) {
-        err = quiesce(at, at + len);
-        if (err) {
-            store_byte(at, old0);
-            mh_sync_cores();
-            set_prot(first, npages, ps, prot, false);
-            if (err == EAGAIN)
-                snprintf(why, why_len, "no free real-time signal to probe the threads with");
-            else
-                snprintf(why, why_len, "a thread stayed inside the patch window at %#llx "
-                         "for 2 s", (unsigned long long)at);
-            return err;
-        }
-    }
-    memcpy((void *)(uintptr_t)(at + 1), new_bytes + 1, len - 1);
-    mh_sync_cores();
-    store_byte(at, new_bytes[0]);
-    mh_sync_cores();
-    err = set_prot(first, npages, ps, prot, false);
-    if (err) {
-        snprintf(why, why_len, "cannot restore the protection of %#llx: %s",
-                 (unsigned long long)first, strerror(err));
-        return err;
-    }
-    return 0;
+    mh_poke p = {.at = at, .bytes = new_bytes, .len = len, .interior = interior};
+    mh_text_poke_batch(&p, 1);
+    if (p.err && why && why_len)
+        snprintf(why, why_len, "%s", p.why);
+    return p.err;
 }

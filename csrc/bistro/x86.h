@@ -81,12 +81,21 @@ typedef enum mh_reloc_refusal {
     MH_RELOC_NO_ROOM,           /* dst_cap too small */
 } mh_reloc_refusal;
 
+#define MH_RELOC_MAP_MAX 16
+
 typedef struct mh_reloc_result {
     mh_reloc_refusal refusal;
     size_t consumed;            /* source bytes moved: whole instructions >= need */
     size_t written;             /* bytes written to dst, excluding the jump back */
     size_t insn_count;
     size_t failed_offset;       /* where the refusal happened, from src */
+    /* Instruction boundaries old -> new: the i-th moved instruction starts
+     * at src+map_src[i] and its relocated copy at dst+map_dst[i] (the first
+     * MH_RELOC_MAP_MAX instructions).  A thread stopped on a boundary of the
+     * old bytes continues at the same boundary of the copy. */
+    size_t map_n;
+    uint8_t map_src[16];
+    uint8_t map_dst[16];
     char reason[160];           /* e.g. "rip-relative lea at +7 reaches
                                    0x7f.. which is 3.1 GiB from the trampoline" */
 } mh_reloc_result;

@@ -240,6 +240,12 @@ bool mh_x86_relocate(const uint8_t *src, uint64_t src_addr, size_t avail, size_t
     res->consumed = consumed;
     res->written = written;
     res->insn_count = n;
+    for (size_t i = 0; i < n && i < MH_RELOC_MAP_MAX && new_off[i] <= UINT8_MAX &&
+                       src_off[i] <= UINT8_MAX; i++) {
+        res->map_src[i] = (uint8_t)src_off[i];
+        res->map_dst[i] = (uint8_t)new_off[i];
+        res->map_n = i + 1;
+    }
     return true;
 }
 

@@ -143,7 +143,10 @@ static const char *loaded_driver_path(void *handle, const char *any_symbol, char
     return buf;
 }
 
-static void bistro_apply_one(mh_hook *h, void *lib, const char *lib_path)
+/* Whether h's entry needs a patch; fills *req then.  `asked` holds the
+ * entries already asked for in this pass (two names, one code). */
+static bool bistro_want_one(mh_hook *h, void *lib, const char *lib_path, void *const *asked,
+                            int nasked, memhook_bistro_request *req)
 {
     const char *fallback = mh_fallback_name(h);
     void *addr = dlsym(lib, h->name);
@@ -154,46 +157,56 @@ static void bistro_apply_one(mh_hook *h, void *lib, const char *lib_path)
     }
     if (addr == NULL) {
         snprintf(h->reason, sizeof h->reason, "%.200s does not export %s", lib_path, h->name);
-        return;
+        return false;
     }
     if (h->patch != NULL && h->patched_at == addr)
-        return;  /* already in place */
+        return false;  /* already in place */
     if (via != h->name && memhook_hook_index(via) >= 0) {
         __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
         snprintf(h->reason, sizeof h->reason,
                  "%.160s does not export %s; bistro patches its older spelling %s in its own row",
                  lib_path, h->name, via);
-        return;
+        return false;
     }
     for (int i = 0; i < MH_FN_COUNT; i++) {
-        if (&mh_hooks[i] != h && mh_hooks[i].patch != NULL && mh_hooks[i].patched_at == addr) {
+        bool same = &mh_hooks[i] != h && mh_hooks[i].patch != NULL &&
+                    mh_hooks[i].patched_at == addr;
+        for (int k = 0; k < nasked && !same; k++)
+            same = asked[k] == addr && &mh_hooks[i] != h;
+        if (same) {
             __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
             snprintf(h->reason, sizeof h->reason,
                      "%.60s is the same code as %.60s, which bistro patched", h->name,
                      mh_hooks[i].name);
-            return;
+            return false;
         }
     }
     __atomic_store_n(&h->resolved, addr, __ATOMIC_RELEASE);
-    char why[256] = "";
-    int rc = memhook_bistro_install(addr, h->wrapper, 0, &h->trampoline, &h->patch, why,
-                                    sizeof why);
-    pthread_once(&g_fork_after_bistro_once, fork_register_after_bistro);  /* see fork() above */
+    *req = (memhook_bistro_request){.target = addr, .hook = h->wrapper,
+                                    .original = &h->trampoline};
+    return true;
+}
+
+static void bistro_done_one(mh_hook *h, const memhook_bistro_request *req)
+{
+    int rc = req->err;
     h->bistro_errno = rc;
     if (rc == 0) {
-        h->patched_at = addr;
+        h->patch = req->patch;
+        h->patched_at = req->target;
         h->reason[0] = '\0';
     } else {
         h->patch = NULL;
         __atomic_store_n(&h->trampoline, NULL, __ATOMIC_RELEASE);
         /* the engine's reason already starts with "bistro: " */
-        const char *what = strncmp(why, "bistro: ", 8) == 0 ? why + 8 : why;
+        const char *what = strncmp(req->why, "bistro: ", 8) == 0 ? req->why + 8 : req->why;
         snprintf(h->reason, sizeof h->reason, "bistro: %.250s (%.40s)", what, strerror(rc));
-        mh_info("bistro could not patch %s: %s", h->name, why);
+        mh_info("bistro could not patch %s: %s", h->name, req->why);
     }
 }
 
-/* Returns 0, or the first errno when bistro is alone and patched nothing. */
+/* Returns 0, or the first errno when bistro is alone and patched nothing.
+ * Every entry goes in through one pass of bistro's live-write protocol. */
 static int bistro_apply(bool alone, char *why, size_t why_len)
 {
     if (g_libcuda == NULL) {
@@ -205,8 +218,9 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
     }
     char path[512];
     loaded_driver_path(g_libcuda, "cuInit", path, sizeof path);
-    int tried = 0, patched = 0, first_errno = 0;
-    const char *first_reason = NULL;
+    static memhook_bistro_request req[MH_FN_COUNT]; /* install lock; too big for the stack */
+    static void *asked[MH_FN_COUNT];
+    int who[MH_FN_COUNT], nreq = 0;
     for (int i = 0; i < MH_FN_COUNT; i++) {
         mh_hook *h = &mh_hooks[i];
         if (h->api != MEMHOOK_API_DRIVER)
@@ -216,7 +230,21 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
                      g_libcuda_error);
             continue;
         }
-        bistro_apply_one(h, g_libcuda, path);
+        if (bistro_want_one(h, g_libcuda, path, asked, nreq, &req[nreq])) {
+            asked[nreq] = req[nreq].target;
+            who[nreq++] = i;
+        }
+    }
+    memhook_bistro_install_batch(req, (size_t)nreq);
+    pthread_once(&g_fork_after_bistro_once, fork_register_after_bistro);  /* see fork() above */
+    for (int k = 0; k < nreq; k++)
+        bistro_done_one(&mh_hooks[who[k]], &req[k]);
+    int tried = 0, patched = 0, first_errno = 0;
+    const char *first_reason = NULL;
+    for (int i = 0; i < MH_FN_COUNT; i++) {
+        mh_hook *h = &mh_hooks[i];
+        if (h->api != MEMHOOK_API_DRIVER || g_libcuda == NULL)
+            continue;
         if (h->patch != NULL) {
             patched++;
             tried++;
@@ -236,8 +264,14 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
     return 0;
 }
 
+/* All patches out in one pass.  One that stays (EAGAIN: a thread blocks
+ * SIGTRAP or the probe signal; or a refused mprotect) keeps its row: the
+ * wrapper passes calls through while nothing is recorded, and a later
+ * install finds it in place. */
 static void bistro_remove_all(void)
 {
+    memhook_bistro_patch *patches[MH_FN_COUNT];
+    int errs[MH_FN_COUNT], who[MH_FN_COUNT], n = 0;
     for (int i = 0; i < MH_FN_COUNT; i++) {
         mh_hook *h = &mh_hooks[i];
         if (h->patch == NULL) {
@@ -245,7 +279,13 @@ static void bistro_remove_all(void)
             h->reason[0] = '\0';
             continue;
         }
-        int rc = memhook_bistro_remove(h->patch);
+        patches[n] = h->patch;
+        who[n++] = i;
+    }
+    memhook_bistro_remove_batch(patches, errs, (size_t)n);
+    for (int k = 0; k < n; k++) {
+        mh_hook *h = &mh_hooks[who[k]];
+        int rc = errs[k];
         if (rc != 0)
             mh_warn("bistro: restoring %s failed: %s", h->name, strerror(rc));
         if (rc == 0 || rc == EINVAL || rc == EBUSY) {

@@ -111,8 +111,9 @@ typedef struct memhook_bistro_patch memhook_bistro_patch; /* opaque */
 /* Patch `target` to jump to `hook`.  On success returns 0, sets *original to
  * a callable that behaves like the unpatched function (the trampoline) and
  * *out to the patch record.  On failure returns a positive errno (EPERM/EACCES
- * from a W^X host, ENOEXEC for a refusal by the relocator, ENOMEM, EINVAL,
- * EEXIST if already patched, EBUSY if a thread stayed inside the window) and
+ * from a W^X host, ENOEXEC for a refusal by the planner, ENOMEM, EINVAL,
+ * EEXIST if already patched, EAGAIN when a thread blocks SIGTRAP or cannot be
+ * probed, EBUSY if a thread stands inside the window off any boundary) and
  * writes a one-line reason into why[why_len] naming the function, its library
  * and the prologue bytes; nothing is written to the target then.
  * jump_size: 0 = automatic (5 when the hook or a jump slot near the target is
@@ -127,6 +128,27 @@ MEMHOOK_API int memhook_bistro_install(void *target, void *hook, int jump_size, 
  * Returns 0, EINVAL (not a live patch) or EBUSY (our jump was overwritten by
  * someone else: nothing restored), or the errno of a refused mprotect. */
 MEMHOOK_API int memhook_bistro_remove(memhook_bistro_patch *patch);
+/* Many patches in one pass of the live-write protocol (one set of core
+ * syncs and one probe of the threads for the whole batch, instead of one per
+ * function): what install("bistro") uses.  Each request is answered as
+ * memhook_bistro_install would (err, why, patch); returns how many were
+ * installed. */
+typedef struct memhook_bistro_request {
+    void *target;
+    void *hook;
+    int jump_size;                 /* 0, 5 or 12 as for memhook_bistro_install */
+    void **original;
+    memhook_bistro_patch *patch;   /* out: the patch, or NULL */
+    int err;                       /* out: 0 or an errno */
+    char why[256];                 /* out: the reason when err != 0 */
+} memhook_bistro_request;
+MEMHOOK_API size_t memhook_bistro_install_batch(memhook_bistro_request *req, size_t n);
+/* Remove many patches in one pass; errs[i] is what memhook_bistro_remove
+ * would return for patches[i] (plus EAGAIN: a thread blocks SIGTRAP or the
+ * probe signal, so the patch stays in place).  Returns how many were
+ * removed. */
+MEMHOOK_API size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs,
+                                               size_t n);
 /* 5 or 12: the size of the jump the patch wrote. */
 MEMHOOK_API int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
 

@@ -1,0 +1,91 @@
+"""install/flush/uninstall cycles in a busy process:
+
+    python churn.py MODE FIXTURE CYCLES CALLERS SPINNERS CALLER_MASK SPINNER_MASK BOUND_MS
+
+FIXTURE (fixtures/churn.c) runs CALLERS threads making checked
+cuMemAlloc_v2/cuMemFree_v2 pairs and SPINNERS threads burning CPU, with the
+signal masks given (0 none, 1 SIGTRAP, 2 real-time signals, 3 all).  Each
+cycle is install(MODE); flush(); uninstall(); every install must cover every
+present driver function (by some mechanism of MODE, with bistro's reason
+where bistro refused), no call may go wrong, no cycle may take longer than
+BOUND_MS.  Prints the median and the maximum cycle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+from hkchild import MODES, Cases
+
+import memhook
+from memhook import HookMode
+
+
+def main() -> int:
+    mode = sys.argv[1]
+    fixture = sys.argv[2]
+    cycles, callers, spinners, cmask, smask, bound_ms = (int(a) for a in sys.argv[3:9])
+    cases = Cases()
+    lib = ctypes.CDLL(fixture)
+    lib.hk_churn_calls.restype = ctypes.c_long
+    lib.hk_churn_stop.restype = ctypes.c_long
+    with cases.case("churn"):
+        cases.check(lib.hk_churn_start(callers, spinners, cmask, smask) == 0, "start failed")
+        try:
+            run(cases, mode, cycles, bound_ms, lib, callers)
+        finally:
+            errors = lib.hk_churn_stop()
+        cases.check(errors == 0, f"{errors} calls went wrong")
+    return 0
+
+
+def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL,
+        callers: int) -> None:
+    if True:
+        times: list[float] = []
+        flushes: list[float] = []
+        refused: set[str] = set()
+        want = HookMode.parse(MODES[mode])
+        for cycle in range(cycles):
+            t0 = time.perf_counter()
+            report = memhook.install(MODES[mode])
+            t1 = time.perf_counter()
+            if not os.environ.get("CHURN_NO_FLUSH"):
+                memhook.flush()
+            t2 = time.perf_counter()
+            flushes.append((t2 - t1) * 1000)
+            dt_install = t1 - t0
+            for h in report.hooks:
+                if h.api != "driver" or not h.present:
+                    continue
+                if not h.installed:
+                    cases.check(False, f"cycle {cycle}: {h.name} not covered: {h.reason}")
+                elif not h.mechanism & HookMode.BISTRO and want & HookMode.BISTRO:
+                    cases.check(h.reason.startswith("bistro"),
+                                f"cycle {cycle}: {h.name} not patched by bistro and no "
+                                f"reason says why: {h.reason!r}")
+                    refused.add(f"{h.name}: {h.reason}")
+            t3 = time.perf_counter()
+            memhook.uninstall()
+            # The bound is on what install/uninstall do; flush() drains
+            # what the callers recorded meanwhile (the event path's cost).
+            times.append((time.perf_counter() - t3 + t1 - t0) * 1000)
+            cases.check(times[-1] <= bound_ms,
+                        f"cycle {cycle} took {times[-1]:.1f} ms (install {dt_install * 1000:.1f})"
+                        f", over {bound_ms} ms")
+        calls = lib.hk_churn_calls()
+        cases.check(calls > 0 or callers == 0, "the callers made no call")
+        print(f"CHURN mode={mode} cycles={cycles} calls={calls} "
+              f"median_ms={statistics.median(times):.2f} max_ms={max(times):.2f} "
+              f"flush_median_ms={statistics.median(flushes):.2f} flush_max_ms={max(flushes):.2f} "
+              f"bistro_refused={len(refused)}", flush=True)
+        for r in sorted(refused)[:5]:
+            print(f"REFUSED {r}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
