@@ -4,10 +4,13 @@ no CUDA needed."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hooks_api_testing import ALLOC, FREE, WINDOW, clean_events, record  # noqa: F401
@@ -382,23 +385,41 @@ def test_threads_record_and_drain_concurrently() -> None:
 
 
 def test_coverage_answer_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """coverage_complete asks the core only when the mode, the loader's
-    object count or the install epoch changed."""
+    """coverage_complete asks the core only when its token (mode, loader
+    object count, first trim) or the install epoch changed."""
     assert _coverage.coverage_complete() is False  # no hooks in this process
     asked: list[int] = []
-    generation = [100]
-    monkeypatch.setattr(_coverage, "_mode", lambda: 3)
-    monkeypatch.setattr(_coverage, "_generation", lambda: generation[0])
+    token = [(100 << 3) | 3]  # 100 objects loaded, mode bistro,reloc
+    monkeypatch.setattr(_coverage, "_token", lambda: token[0])
     monkeypatch.setattr(_coverage, "_ask", lambda: asked.append(1) or 1)
     assert _coverage.coverage_complete() is True
     assert _coverage.coverage_complete() is True
     assert len(asked) == 1
-    generation[0] += 1  # an object was loaded
+    token[0] += 1 << 3  # an object was loaded
     assert _coverage.coverage_complete() is True and len(asked) == 2
     _coverage.invalidate()  # (install/uninstall)
     assert _coverage.coverage_complete() is True and len(asked) == 3
-    monkeypatch.setattr(_coverage, "_mode", lambda: 2)
+    token[0] = (token[0] & ~3) | 2  # mode reloc
     assert _coverage.coverage_complete() is True and len(asked) == 4
-    monkeypatch.setattr(_coverage, "_mode", lambda: 0)
-    assert _coverage.coverage_complete() is False and len(asked) == 4
+    token[0] |= 1 << 2  # the queue was trimmed once
+    assert _coverage.coverage_complete() is True and len(asked) == 5
+    token[0] &= ~3  # mode none: never vouched for, never asked
+    assert _coverage.coverage_complete() is False and len(asked) == 5
     _coverage.invalidate()
+
+
+def test_coverage_token_moves_with_what_the_answer_depends_on(tmp_path: Path) -> None:
+    """The core's token changes with the mode and with every object loaded."""
+    from memhook._core import lib
+
+    before = int(lib.memhook_coverage_token())
+    assert before & 3 == int(lib.memhook_hooks_mode())
+    src = tmp_path / "extra.c"
+    src.write_text("int memhook_token_probe(void) { return 7; }\n")
+    so = tmp_path / "libextra.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    handle = ctypes.CDLL(str(so))
+    assert handle.memhook_token_probe() == 7
+    after = int(lib.memhook_coverage_token())
+    assert after >> 3 > before >> 3, (before, after)
+    assert after & 7 == before & 7
