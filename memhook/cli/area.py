@@ -46,6 +46,7 @@ class TraceArea:
 
     def __init__(self, fd: int) -> None:
         self._punch = True  # give read segments' pages back (MADV_REMOVE) while it works
+        self._last_ns = 0  # the newest stamp handed out: they never step back
         try:
             size = os.fstat(fd).st_size
             if size < 4096:
@@ -121,6 +122,15 @@ class TraceArea:
         ticks = ev["timestamp_ns"][raw].astype(np.float64) - float(tsc1)
         ev["timestamp_ns"][raw] = (ns1 + ticks * rate).astype(np.int64).astype(np.uint64)
         ev["flags"][raw] &= ~np.uint32(RAW_TSC)
+        # Batches leave in causal order, but each is converted with the rate
+        # and anchor known when it is read, which move (a young area starts
+        # on a borrowed or a unit rate): a later batch could map before an
+        # earlier one, and the time-ordered output would then put a FREE
+        # before its ALLOC.  Stamps never step back within an area.
+        ts = np.maximum.accumulate(ev["timestamp_ns"])
+        np.maximum(ts, np.uint64(self._last_ns), out=ts)
+        ev["timestamp_ns"] = ts
+        self._last_ns = int(ts[-1])
 
     # ----------------------------------------------------------------- read
 

@@ -86,3 +86,37 @@ def test_rejects_what_is_not_an_area() -> None:
     else:
         raise AssertionError("accepted an area without its magic")
     assert EVENT_DTYPE.itemsize == 64
+
+
+def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
+    """Raw TSC stamps are converted with the anchor known at each read; a
+    young area's rate moves (a unit rate at first, the measured one later),
+    and a later batch must still not land before an earlier one - the
+    time-ordered output would put a FREE before its ALLOC."""
+    import struct
+
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    area.TraceArea.best_ns_per_tick = None
+    area.TraceArea._best_baseline = 0
+    ev = a.events
+    stamps = [1000, 2000, 3000, 4000]  # raw TSC, one thread
+    for j, t in enumerate(stamps):
+        ev[0, j]["timestamp_ns"] = t
+        ev[0, j]["flags"] = area.RAW_TSC
+    a.first[0] = stamps[0]
+    a.claim[0] = 1
+    a.state[0] = area.SEG_OWNED
+    a._header[128 // 8] = 1
+    a.published[0] = 2
+    first = a.read(final=True)  # no baseline yet: a unit rate from the anchor
+    # The process's anchor now says a tick is 0.001 ns, far from 1.0.
+    a.mm[96:120] = struct.pack("<QQQ", 2, 100_000_000, 100_000)
+    a.published[0] = 4
+    second = a.read(final=True)
+    got = list(first["timestamp_ns"]) + list(second["timestamp_ns"])
+    assert len(got) == 4
+    assert got == sorted(got), got
+    del ev
+    a.close()
+    os.close(fd)
