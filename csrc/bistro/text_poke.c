@@ -523,11 +523,14 @@ static int probe_signal_choose(const thread_info *th, int nth)
  * calling it deaf.  Returns true when it is deaf (th updated). */
 #define DEAF_WAIT_NS 10000000ULL
 static uint64_t now_ns(void);
-static bool deaf(thread_info *t, int psig)
+
+/* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
+ * re-read the thread every 100 us for up to DEAF_WAIT_NS. */
+static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const thread_info *, int))
 {
     uint64_t end = 0;
     for (;;) {
-        if (!may_be_inside(t) || (psig != 0 && !blocks(t, psig)))
+        if (!holds(t, sig))
             return false;
         uint64_t now = now_ns();
         if (end == 0)
@@ -540,22 +543,25 @@ static bool deaf(thread_info *t, int psig)
     }
 }
 
+static bool inside_and_blocking(const thread_info *t, int psig)
+{
+    return may_be_inside(t) && (psig == 0 || blocks(t, psig));
+}
+
+static bool alive_and_blocking(const thread_info *t, int sig)
+{
+    return t->state != 'X' && blocks(t, sig);
+}
+
+static bool deaf(thread_info *t, int psig)
+{
+    return holds_past_transient(t, psig, inside_and_blocking);
+}
+
 /* Does t block SIGTRAP for longer than the glibc transients (see deaf)? */
 static bool blocks_trap(thread_info *t)
 {
-    uint64_t end = 0;
-    for (;;) {
-        if (t->state == 'X' || !blocks(t, SIGTRAP))
-            return false;
-        uint64_t now = now_ns();
-        if (end == 0)
-            end = now + DEAF_WAIT_NS;
-        else if (now > end)
-            return true;
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-        read_thread(t->tid, t);
-    }
+    return holds_past_transient(t, SIGTRAP, alive_and_blocking);
 }
 
 /* ---- the protocol ---------------------------------------------------------- */
