@@ -53,7 +53,7 @@ from ._core import ffi, lib
 from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
-__all__ = ["BATCH", "EVENT_DTYPE", "attach", "drain", "drain_batch", "function_name",
+__all__ = ["BATCH", "EVENT_DTYPE", "attach", "drain", "drain_batch", "flush", "function_name",
            "function_names"]
 
 _log = logging.getLogger("memhook")
@@ -156,6 +156,33 @@ def drain() -> int:
         _release()
         return 0
     return _drain_locked(n)
+
+
+def flush() -> int:
+    """Drain the pending events now: apply them to the process-wide cache
+    and hand them to the subscribers.  Returns how many events were
+    drained; 0 when called from a subscriber (the drain under way in this
+    thread delivers the rest).  The module-level queries drain lazily anyway;
+    call this to have subscribers see events without querying.
+
+    Runtime complexity: O(e log n) for e pending events and n cache regions
+    (each event is one cache update), plus the subscribers' own time.
+
+    >>> import memhook
+    >>> from memhook._core import lib
+    >>> from memhook.hooks import hook_index
+    >>> memhook.flush()                          # nothing pending
+    0
+    >>> lib.memhook_events_record(lib.MEMHOOK_EVENT_ALLOC, hook_index("cuMemAlloc_v2"),
+    ...                           0x7f0000000000, 4096, lib.MEMHOOK_MEM_CUDA, 0, 0)
+    0
+    >>> memhook.flush()
+    1
+    >>> memhook.cache.process_cache().lookup(0x7f0000000000)
+    Region(start=0x7f0000000000, size=4096, mem_type=CUDA, device=0)
+    >>> memhook.cache.process_cache().remove(0x7f0000000000, 4096)
+    """
+    return drain()
 
 
 def drain_batch(limit: int = BATCH) -> int:
