@@ -230,7 +230,10 @@ void mh_registry_resolve_missing(void *scope_handle)
 
 /* ---- adding and forgetting (under reloc's lock) ---- */
 
-int mh_registry_add(const char *name, void *replacement, void **original_out)
+/* Add (or update) an entry; a new one is filled in before it is
+ * published, so a lock-free reader sees it whole. */
+static int add(const char *name, void *replacement, void **original_out, mh_entry_kind kind,
+               void *definition)
 {
     size_t len = strlen(name);
     if (len == 0 || len >= MH_RELOC_NAME_MAX)
@@ -257,12 +260,18 @@ int mh_registry_add(const char *name, void *replacement, void **original_out)
     e->hash = hash_n(name, e->plain_len);
     e->replacement = replacement;
     e->original_out = original_out;
-    e->kind = MH_ENTRY_USER;
+    e->kind = kind;
+    e->definition = definition;
     unsigned b = e->hash & 255u;
     __atomic_store_n(&g_chain[g_count], g_bucket[b], __ATOMIC_RELAXED);
     __atomic_store_n(&g_count, g_count + 1, __ATOMIC_RELEASE);
     __atomic_store_n(&g_bucket[b], (uint16_t)g_count, __ATOMIC_RELEASE);
     return 0;
+}
+
+int mh_registry_add(const char *name, void *replacement, void **original_out)
+{
+    return add(name, replacement, original_out, MH_ENTRY_USER, NULL);
 }
 
 /* The entries that stay: the loader's entry points with their definitions
@@ -284,17 +293,11 @@ void mh_registry_add_kept(void)
         {"dlsym", (void *)mh_dlsym_entry, (void *)mh_real_dlsym},
         {"dlvsym", (void *)mh_dlvsym_entry, (void *)mh_real_dlvsym},
     };
-    for (size_t i = 0; i < sizeof loader / sizeof loader[0]; i++) {
-        mh_registry_add(loader[i].name, loader[i].replacement, NULL);
-        g_entries[i].definition = loader[i].definition;
-        g_entries[i].kind = MH_ENTRY_LOADER;
-    }
-    for (size_t i = 0; i < g_ninterposers; i++) {
-        size_t at = g_count;
-        if (mh_registry_add(g_interposers[i].name, g_interposers[i].replacement,
-                            g_interposers[i].real) == 0 && g_count > at)
-            g_entries[at].kind = MH_ENTRY_INTERPOSER;
-    }
+    for (size_t i = 0; i < sizeof loader / sizeof loader[0]; i++)
+        add(loader[i].name, loader[i].replacement, NULL, MH_ENTRY_LOADER, loader[i].definition);
+    for (size_t i = 0; i < g_ninterposers; i++)
+        add(g_interposers[i].name, g_interposers[i].replacement, g_interposers[i].real,
+            MH_ENTRY_INTERPOSER, NULL);
     g_kept = g_count;
 }
 
