@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MH_HIDDEN __attribute__((visibility("hidden")))
+#include "mh_visibility.h"
 
 #define MH_X86_MAX_INSN 15
 

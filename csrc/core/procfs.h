@@ -4,10 +4,11 @@
 
 #include <stddef.h>
 
+#include "mh_visibility.h"
+
 /* Read `path` into a malloc'd, NUL-terminated buffer; *len_out (if not
  * NULL) gets its length.  NULL with errno set on failure.  Not for hooks:
  * it allocates. */
-__attribute__((visibility("hidden")))
-char *mh_read_whole_file(const char *path, size_t *len_out);
+MH_HIDDEN char *mh_read_whole_file(const char *path, size_t *len_out);
 
 #endif

@@ -30,7 +30,7 @@
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
 
-#define MH_HIDDEN __attribute__((visibility("hidden")))
+#include "mh_visibility.h"
 
 typedef enum mh_fn {
 #define MH_HOOK(name, api, kind, type, fallback) MH_FN_##name,

@@ -32,7 +32,7 @@
 
 #include "memhook/memhook.h"
 
-#define MH_HIDDEN __attribute__((visibility("hidden")))
+#include "mh_visibility.h"
 
 /* ---- elf_index.c ---- */
 

@@ -17,11 +17,9 @@
 #include <stddef.h>
 
 #include "memhook/memhook.h"
+#include "mh_visibility.h"
 #include "trace_proto.h"
 
-#ifndef MH_HIDDEN
-#define MH_HIDDEN __attribute__((visibility("hidden")))
-#endif
 
 /* Nonzero while this process is traced: the hooks' one extra branch. */
 MH_HIDDEN extern _Atomic int mh_trace_on;

@@ -1,0 +1,21 @@
+/*
+ * mh_visibility.h - the linkage attributes of memhook's internal names.
+ *
+ * The core is built with -fvisibility=hidden, so an unmarked definition is
+ * already hidden; the mark on a declaration matters too: it tells the
+ * compiler the symbol binds inside libmemhook.so, so a call or a load of a
+ * global needs no PLT/GOT hop (the hook path counts every one of those).
+ * Only the public API (MEMHOOK_API, csrc/include/memhook/memhook.h) is
+ * exported.  One header, so the spelling cannot drift between layers.
+ */
+#ifndef MEMHOOK_CORE_VISIBILITY_H
+#define MEMHOOK_CORE_VISIBILITY_H
+
+/* Internal to libmemhook.so: every cross-file name below the public API. */
+#define MH_HIDDEN __attribute__((visibility("hidden")))
+
+/* Internal, and printf-checked (arguments fmt_at, first vararg va_at). */
+#define MH_HIDDEN_PRINTF(fmt_at, va_at) \
+    __attribute__((visibility("hidden"), format(printf, fmt_at, va_at)))
+
+#endif
