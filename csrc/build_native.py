@@ -67,15 +67,17 @@ SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls", "-fno-omit-frame-pointer", "-
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        # trace/ after cuda/: .init_array runs in link order, and trace's
-        # constructor must come after the event queue's (csrc/trace/trace.c).
-        sources=("core/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c", "trace/*.c"),
+        # trace/ after queue/ and cuda/: .init_array runs in link order, and
+        # trace's constructor must come after the event queue's and the
+        # hooks' (their atfork child handlers first: csrc/trace/trace.c).
+        sources=("core/*.c", "queue/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c",
+                 "trace/*.c"),
         soname="libmemhook.so",
         # nodelete: patched entry points, GOT slots and each thread's lane
-        # destructor (csrc/cuda/event_lane.c) point into it; a dlclose must
+        # destructor (csrc/queue/event_lane.c) point into it; a dlclose must
         # never unmap it.
         libs=("-ldl", "-lpthread", "-Wl,-z,nodelete"),
-        includes=("bistro", "reloc", "core", "cuda", "trace"),
+        includes=("core", "queue", "bistro", "reloc", "cuda", "trace"),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

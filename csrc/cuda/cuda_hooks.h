@@ -3,8 +3,6 @@
  *
  *   hook_table.def   the hooked functions, in event-ABI order
  *   table.c          the table itself: names, wrappers, what each calls
- *   event_lane.[ch]  the event queue's producer side: one lane per thread
- *   event_drain.c    its consumer side: the lanes merged into one order
  *   live_table.c     address -> (size, type, device) of live allocations,
  *                    so a FREE knows its size without asking the driver
  *   emit.c           building events: pid/tid/clock, the ALLOC and FREE paths
@@ -14,6 +12,11 @@
  *   install.c        install/uninstall/switch modes with bistro and reloc,
  *                    per-function status, coverage
  *   mode.c           MEMHOOK_CUDA_MODE parsing
+ *   queue_stats.c    memhook_queue_stats_get: the queue's figures and the
+ *                    FREE-size counters this layer keeps
+ *
+ * Events go into the event queue (csrc/queue/queue.h), which knows nothing
+ * of this layer.
  *
  * A wrapper runs in the caller's thread with no lock held by memhook; it
  * never calls into Python, never takes a lock Python may hold, and records
@@ -112,64 +115,6 @@ static inline bool mh_record_begin(void)
 
 static inline void mh_record_end(void) { mh_hook_depth--; }
 
-/* ---- clock.c ---- */
-
-/* memhook_event.flags bit of an event whose timestamp_ns still holds a raw
- * TSC reading; the drain converts it (mh_clock_convert) and clears it, so
- * no event leaves the core with it. */
-#define MH_EVENT_RAW_TSC 0x80000000u
-
-MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
-MH_HIDDEN uint64_t mh_clock_monotonic_ns(void);
-/* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
- * Consumer side: called with the queue's consumer lock held. */
-MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
-
-/* A timestamp for an event being recorded, and the flag that says what
- * kind it is.  `after_call`: the stamp of an event that follows the real
- * call (an ALLOC) must be later than anything that call observed - the
- * free that made its address available - because the drain orders the
- * threads' events by stamp (event_drain.c).  rdtsc alone may run ahead of
- * the call's last loads; lfence first waits for them.  An event stamped
- * before the call (a FREE) needs no fence: running ahead only makes its
- * stamp earlier. */
-static inline uint64_t mh_clock_stamp(uint32_t *flags, bool after_call)
-{
-    if (__builtin_expect(mh_clock_tsc, 1)) {
-        *flags |= MH_EVENT_RAW_TSC;
-        if (after_call)
-            __builtin_ia32_lfence();
-        return __builtin_ia32_rdtsc();
-    }
-    return mh_clock_monotonic_ns();
-}
-
-/* ---- event_drain.c (the queue's producer side is event_lane.h) ---- */
-
-MH_HIDDEN void mh_queue_note_free_source(bool from_driver, bool unknown);
-
-/* A sink sees every batch memhook_events_drain hands out, called inside the
- * drain under the consumer lock, and every batch mh_queue_tee reads, so it
- * gets each event exactly once and in order whoever takes it out (Python in
- * a traced process that imports memhook, or the trace's own reader).  It must not drain, and it runs in the draining
- * thread; producers never call it.  NULL (the default) turns it off.
- * Set by csrc/trace/. */
-typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
-MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
-/* The trace's reader: copy up to capacity pending events it has not read
- * yet into out and hand them to the sink, WITHOUT consuming them (the
- * process's own consumer still drains them; the sink does not see them
- * twice).  Returns how many. */
-MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
-/* While nothing ever called memhook_events_drain, consume (drop) the
- * events the tee has read except the newest `keep`: a traced process with
- * no consumer of its own holds at most that many.  Once it dropped any,
- * the hooks no longer vouch for coverage (mh_queue_trimmed): a consumer
- * that starts later asks the driver about pointers its cache lacks. */
-MH_HIDDEN void mh_queue_trim(uint64_t keep);
-/* Whether mh_queue_trim ever dropped an event in this process. */
-MH_HIDDEN bool mh_queue_trimmed(void);
-
 /* ---- live_table.c ---- */
 
 typedef struct mh_live {
@@ -217,6 +162,12 @@ MH_HIDDEN void mh_driver_calls_prepare(void);
 /* Forget cached driver entry points (the driver was unloaded). */
 MH_HIDDEN void mh_driver_calls_reset(void);
 
+/* ---- queue_stats.c ---- */
+
+/* Count a FREE whose size came from the driver (from_driver) or from
+ * nobody (unknown); memhook_queue_stats_get reports both. */
+MH_HIDDEN void mh_free_source_note(bool from_driver, bool unknown);
+
 /* ---- emit.c ---- */
 
 #define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
@@ -247,8 +198,6 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
 
-/* Refresh the cached pid and the calling thread's tid (after fork). */
-MH_HIDDEN void mh_emit_after_fork_child(void);
 
 /* Called by a wrapper whose real function is not known (cannot happen once
  * install finished; kept so a wrapper never jumps to NULL). */

@@ -7,6 +7,7 @@
  * of the hook) and refreshed in a fork child; the tid is the lane's.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -29,7 +30,16 @@ static int32_t current_pid(void)
     return pid;
 }
 
-void mh_emit_after_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
+/* The child's pid, before anything in the child records an event.  This
+ * layer's own handler (the queue knows nothing of pids); registered at load,
+ * so it runs before the trace's child handler (csrc/trace/trace.c), which
+ * is registered later (cuda/ objects precede trace/ ones on the link line). */
+static void emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
+
+__attribute__((constructor)) static void emit_fork_handlers(void)
+{
+    pthread_atfork(NULL, NULL, emit_fork_child);
+}
 
 /* Write and publish one event; the caller then calls mh_lane_announce. */
 static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
@@ -90,7 +100,7 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
         if (mh_driver_range(addr, &base, &size) && base == addr) {
             plan->known = true;
             plan->rec.size = size;
-            mh_queue_note_free_source(true, false);
+            mh_free_source_note(true, false);
         } else {
             plan->rec.size = 0;
         }
@@ -102,7 +112,7 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
     }
     if (plan->rec.size == 0) {
         plan->flags |= MEMHOOK_EVENT_SIZE_UNKNOWN;
-        mh_queue_note_free_source(false, true);
+        mh_free_source_note(false, true);
     }
     if (!plan->known)
         return;

@@ -17,6 +17,7 @@
 
 #include "cuda_hooks.h"
 #include "log.h"
+#include "queue.h"
 #include "reloc.h"
 
 int mh_recording;

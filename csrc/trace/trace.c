@@ -45,8 +45,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda_hooks.h"
 #include "log.h"
+#include "queue.h"
 #include "trace_lane.h"
 #include "trace_proto.h"
 
@@ -339,10 +339,11 @@ static unsigned env_number(const char *name, unsigned dflt, unsigned lo, unsigne
     return (unsigned)n;
 }
 
-/* Runs after the queue's constructors (cuda/ objects come before trace/
- * ones on the link line, and .init_array runs in link order), so the
- * queue's atfork handlers are registered before ours and its fork repair
- * (the child's pid) runs before our child handler. */
+/* Runs after the queue's and the hooks' constructors (queue/ and cuda/
+ * objects come before trace/ ones on the link line, and .init_array runs
+ * in link order), so their atfork handlers are registered before ours and
+ * their fork repair (the lanes' tids, emit.c's pid) runs before our child
+ * handler. */
 __attribute__((constructor)) static void trace_init(void)
 {
     const char *path = getenv("MEMHOOK_TRACE_SOCKET");

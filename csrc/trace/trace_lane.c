@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda_hooks.h"
+#include "queue.h"
 #include "trace_lane.h"
 
 _Static_assert(sizeof(mh_trace_area) <= 4096, "the area header is one page");

@@ -3,7 +3,7 @@
 the collector at connect.
 
 :meth:`TraceArea.read` takes out what is new in the order
-``csrc/cuda/event_drain.c`` explains (two looks at every segment's
+``csrc/queue/event_drain.c`` explains (two looks at every segment's
 ``published`` count; events that appeared between the looks set a horizon
 that what is handed out stays below), converts raw TSC stamps to
 ``CLOCK_MONOTONIC`` ns, then gives finished segments back: their pages are

@@ -26,7 +26,7 @@ from memhook import EventKind
 from memhook._core import ffi, lib
 
 # Segments the queue may keep beyond its backlog's.  Each thread records
-# into a lane of its own (csrc/cuda/event_lane.c): a lane holds the segment
+# into a lane of its own (csrc/queue/event_lane.c): a lane holds the segment
 # it writes, the one the drain is reading (when they differ) and one spare;
 # the process keeps up to SPARE_SEGMENTS = 64 more for any lane.  Lanes:
 # the producers, the main thread, and one for luck (a helper thread).

@@ -65,12 +65,12 @@
 #include <time.h>
 
 #include "event_lane.h"
+#include "queue.h"
 
 /* Process-wide like the queue it serves: consumers serialise here. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Under g_lock: the next seq to hand out, and what was handed out. */
 static uint64_t g_next_seq;
-static _Atomic uint64_t g_free_from_driver, g_free_unknown;
 /* The sum of every lane's `consumed`, for memhook_events_wait_backlog
  * (which does not take g_lock); written under g_lock by lanes_tidy. */
 static _Atomic uint64_t g_consumed_total;
@@ -87,14 +87,6 @@ static _Atomic bool g_consumer_seen;
 static _Atomic bool g_trimmed;
 
 bool mh_queue_trimmed(void) { return atomic_load_explicit(&g_trimmed, memory_order_acquire); }
-
-void mh_queue_note_free_source(bool from_driver, bool unknown)
-{
-    if (from_driver)
-        atomic_fetch_add_explicit(&g_free_from_driver, 1, memory_order_relaxed);
-    if (unknown)
-        atomic_fetch_add_explicit(&g_free_unknown, 1, memory_order_relaxed);
-}
 
 /* ---- walking the lanes (g_lock held) ---- */
 
@@ -458,10 +450,8 @@ void mh_queue_trim(uint64_t keep)
     pthread_mutex_unlock(&g_lock);
 }
 
-void memhook_queue_stats_get(memhook_queue_stats *out)
+void mh_queue_stats_fill(memhook_queue_stats *out)
 {
-    if (out == NULL)
-        return;
     pthread_mutex_lock(&g_lock);
     out->produced = out->consumed = out->lanes = 0;
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
@@ -472,14 +462,13 @@ void memhook_queue_stats_get(memhook_queue_stats *out)
     }
     mh_lane_seg_stats(&out->segments_live, &out->segments_peak);
     out->segment_bytes = sizeof(mh_lane_seg);
-    out->free_size_from_driver = atomic_load(&g_free_from_driver);
-    out->free_size_unknown = atomic_load(&g_free_unknown);
     pthread_mutex_unlock(&g_lock);
 }
 
 /* ---- fork: the consumer lock is held across it, so the child's queue is
  * between two drains; the lanes' own handler orphans the vanished threads'
- * lanes (event_lane.c). ---- */
+ * lanes (event_lane.c).  Producers repair their own state (emit.c: the
+ * pid). ---- */
 
 static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
 static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
@@ -487,7 +476,6 @@ static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
 static void fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
-    mh_emit_after_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
     atomic_store(&mh_events_pending, 1);
 }

@@ -24,7 +24,7 @@
 
 #include <stdatomic.h>
 
-#include "cuda_hooks.h"
+#include "queue.h"
 
 #if !defined(__x86_64__)
 #error "the event queue counts on x86-64 ordering (mh_lane_announce)"

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_hooks.h"
+#include "queue.h"
 
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
  * every thread read the switch.  Written once by the constructor. */

@@ -1,0 +1,86 @@
+/*
+ * queue.h - the event queue's interface for everything outside csrc/queue/:
+ * producers (the hook layer, csrc/cuda/emit.c), the drain's other users
+ * (the trace streamer, csrc/trace/) and the install code.
+ *
+ *   event_lane.[ch]  the producer side: one lane per thread (the inline
+ *                    push path lives in event_lane.h)
+ *   event_drain.c    the consumer side: the lanes merged into one order,
+ *                    the trace's tee and trim, statistics
+ *   clock.c          event timestamps (raw TSC on the hook path, converted
+ *                    to CLOCK_MONOTONIC ns by the drain)
+ *
+ * The queue carries memhook_event records (csrc/include/memhook/memhook.h)
+ * and knows nothing of CUDA or of the hooks that fill it: a layer above it
+ * that needs fork repair or counters of its own keeps them itself.
+ */
+#ifndef MEMHOOK_QUEUE_H
+#define MEMHOOK_QUEUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memhook/memhook.h"
+#include "mh_visibility.h"
+
+/* ---- clock.c ---- */
+
+/* memhook_event.flags bit of an event whose timestamp_ns still holds a raw
+ * TSC reading; the drain converts it (mh_clock_convert) and clears it, so
+ * no event leaves the core with it. */
+#define MH_EVENT_RAW_TSC 0x80000000u
+
+MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
+MH_HIDDEN uint64_t mh_clock_monotonic_ns(void);
+/* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
+ * Consumer side: called with the queue's consumer lock held. */
+MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
+
+/* A timestamp for an event being recorded, and the flag that says what
+ * kind it is.  `after_call`: the stamp of an event that follows the real
+ * call (an ALLOC) must be later than anything that call observed - the
+ * free that made its address available - because the drain orders the
+ * threads' events by stamp (event_drain.c).  rdtsc alone may run ahead of
+ * the call's last loads; lfence first waits for them.  An event stamped
+ * before the call (a FREE) needs no fence: running ahead only makes its
+ * stamp earlier. */
+static inline uint64_t mh_clock_stamp(uint32_t *flags, bool after_call)
+{
+    if (__builtin_expect(mh_clock_tsc, 1)) {
+        *flags |= MH_EVENT_RAW_TSC;
+        if (after_call)
+            __builtin_ia32_lfence();
+        return __builtin_ia32_rdtsc();
+    }
+    return mh_clock_monotonic_ns();
+}
+
+/* ---- event_drain.c (the producer side is event_lane.h) ---- */
+
+/* A sink sees every batch memhook_events_drain hands out, called inside the
+ * drain under the consumer lock, and every batch mh_queue_tee reads, so it
+ * gets each event exactly once and in order whoever takes it out (Python in
+ * a traced process that imports memhook, or the trace's own reader).  It must not drain, and it runs in the draining
+ * thread; producers never call it.  NULL (the default) turns it off.
+ * Set by csrc/trace/. */
+typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
+MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
+/* The trace's reader: copy up to capacity pending events it has not read
+ * yet into out and hand them to the sink, WITHOUT consuming them (the
+ * process's own consumer still drains them; the sink does not see them
+ * twice).  Returns how many. */
+MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
+/* While nothing ever called memhook_events_drain, consume (drop) the
+ * events the tee has read except the newest `keep`: a traced process with
+ * no consumer of its own holds at most that many.  Once it dropped any,
+ * the hooks no longer vouch for coverage (mh_queue_trimmed): a consumer
+ * that starts later asks the driver about pointers its cache lacks. */
+MH_HIDDEN void mh_queue_trim(uint64_t keep);
+/* Whether mh_queue_trim ever dropped an event in this process. */
+MH_HIDDEN bool mh_queue_trimmed(void);
+/* The queue's part of memhook_queue_stats (produced, consumed, lanes,
+ * segments); fields the queue does not own are left as they are. */
+MH_HIDDEN void mh_queue_stats_fill(memhook_queue_stats *out);
+
+#endif
