@@ -66,6 +66,7 @@
  * only.
  */
 #include "bistro.h"
+#include "mh_time.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -522,7 +523,6 @@ static int probe_signal_choose(const thread_info *th, int nth)
  * exiting, for microseconds: look again for up to DEAF_WAIT_NS before
  * calling it deaf.  Returns true when it is deaf (th updated). */
 #define DEAF_WAIT_NS 10000000ULL
-static uint64_t now_ns(void);
 
 /* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
  * re-read the thread every 100 us for up to DEAF_WAIT_NS. */
@@ -532,7 +532,7 @@ static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const th
     for (;;) {
         if (!holds(t, sig))
             return false;
-        uint64_t now = now_ns();
+        uint64_t now = mh_monotonic_ns();
         if (end == 0)
             end = now + DEAF_WAIT_NS;
         else if (now > end)
@@ -565,13 +565,6 @@ static bool blocks_trap(thread_info *t)
 }
 
 /* ---- the protocol ---------------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* How long we wait for the probes' answers.  An unanswered probe is taken
  * before its thread runs user code again (see the top of the file); the
@@ -869,8 +862,8 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
         }
         /* Spin, not yield: yielding to a spinner costs a time slice, and
          * the answers that matter come from threads on other CPUs. */
-        uint64_t end = now_ns() + PROBE_WAIT_NS;
-        while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && now_ns() < end)
+        uint64_t end = mh_monotonic_ns() + PROBE_WAIT_NS;
+        while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && mh_monotonic_ns() < end)
             __builtin_ia32_pause();
         if (atomic_load(&g_q.stuck) > 0) {
             uint64_t rip = atomic_load(&g_q.stuck_at);

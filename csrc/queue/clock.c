@@ -38,13 +38,6 @@ static double g_ns_per_tick;
  * a just-loaded process waits at most this long, once. */
 #define MIN_BASELINE_NS 4000000ull
 
-uint64_t mh_clock_monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* A (TSC, clock) pair read as close together as this CPU allows: the best
  * of a few tries, the TSC taken at the middle of the clock read. */
 static void anchor(uint64_t *tsc, uint64_t *ns)
@@ -52,7 +45,7 @@ static void anchor(uint64_t *tsc, uint64_t *ns)
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < 5; i++) {
         uint64_t a = __builtin_ia32_rdtsc();
-        uint64_t t = mh_clock_monotonic_ns();
+        uint64_t t = mh_monotonic_ns();
         uint64_t b = __builtin_ia32_rdtsc();
         if (b - a < best) {
             best = b - a;

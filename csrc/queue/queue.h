@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "memhook/memhook.h"
+#include "mh_time.h"
 #include "mh_visibility.h"
 
 /* ---- clock.c ---- */
@@ -32,7 +33,6 @@
 #define MH_EVENT_RAW_TSC 0x80000000u
 
 MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
-MH_HIDDEN uint64_t mh_clock_monotonic_ns(void);
 /* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
  * Consumer side: called with the queue's consumer lock held. */
 MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
@@ -53,7 +53,7 @@ static inline uint64_t mh_clock_stamp(uint32_t *flags, bool after_call)
             __builtin_ia32_lfence();
         return __builtin_ia32_rdtsc();
     }
-    return mh_clock_monotonic_ns();
+    return mh_monotonic_ns();
 }
 
 /* ---- event_drain.c (the producer side is event_lane.h) ---- */

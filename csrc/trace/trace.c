@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "mh_time.h"
 #include "queue.h"
 #include "trace_lane.h"
 #include "trace_proto.h"
@@ -81,13 +82,6 @@ static struct {
     unsigned buffer_mb;
     _Atomic int stop;
 } t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1};
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static bool fd_is(int fd, dev_t dev, ino_t ino)
 {
@@ -165,7 +159,7 @@ static int send_hello(void)
         .install_rc = t.install_rc,
         .core_version = (uint32_t)memhook_version_number(),
         .flags = t.hello_flags,
-        .start_ns = now_ns(),
+        .start_ns = mh_monotonic_ns(),
         .exe_len = (uint32_t)exe_len,
         .cmdline_len = (uint32_t)cmd_len,
         .why_len = (uint32_t)why_len,
