@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_hooks.h"
+#include "mh_sonames.h"
 
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
 typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -40,7 +41,7 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
     void *fn = atomic_load_explicit(cache, memory_order_acquire);
     if (fn != NULL)
         return fn;
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
     if (h == NULL)
         return NULL;
     fn = dlsym(h, name);

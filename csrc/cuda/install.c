@@ -17,6 +17,7 @@
 
 #include "cuda_hooks.h"
 #include "log.h"
+#include "mh_sonames.h"
 #include "queue.h"
 #include "reloc.h"
 
@@ -118,7 +119,7 @@ static bool g_driver_used_unseen;
 
 static bool driver_initialised(void)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
     if (h == NULL)
         return false;
     typedef CUresult (*count_fn)(int *);
@@ -140,7 +141,7 @@ static const char *loaded_driver_path(void *handle, const char *any_symbol, char
     Dl_info info;
     void *sym = handle ? dlsym(handle, any_symbol) : NULL;
     snprintf(buf, n, "%s", sym && dladdr(sym, &info) && info.dli_fname ? info.dli_fname
-                                                                     : "libcuda.so.1");
+                                                                     : MH_LIBCUDA_SONAME);
     return buf;
 }
 
@@ -211,7 +212,7 @@ static void bistro_done_one(mh_hook *h, const memhook_bistro_request *req)
 static int bistro_apply(bool alone, char *why, size_t why_len)
 {
     if (g_libcuda == NULL) {
-        g_libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        g_libcuda = dlopen(MH_LIBCUDA_SONAME, RTLD_NOW | RTLD_LOCAL);
         if (g_libcuda == NULL) {
             const char *e = dlerror();
             snprintf(g_libcuda_error, sizeof g_libcuda_error, "%s", e ? e : "not found");
@@ -227,7 +228,7 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
         if (h->api != MEMHOOK_API_DRIVER)
             continue;
         if (g_libcuda == NULL) {
-            snprintf(h->reason, sizeof h->reason, "bistro: libcuda.so.1 cannot be loaded (%.200s)",
+            snprintf(h->reason, sizeof h->reason, "bistro: " MH_LIBCUDA_SONAME " cannot be loaded (%.200s)",
                      g_libcuda_error);
             continue;
         }
@@ -310,7 +311,7 @@ static int reloc_apply(char *why, size_t why_len)
         syms[i].original = &mh_hooks[i].reloc_original;
     }
     if (!g_reloc_on) {
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
         g_driver_before_reloc = h != NULL;
         if (h)
             dlclose(h);
@@ -411,7 +412,7 @@ int memhook_hooks_coverage_complete(void)
     install_lock();
     /* (mh_queue_trimmed: events this process's consumer never saw.) */
     int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
-    void *lib = complete ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    void *lib = complete ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;
         for (int i = 0; i < MH_FN_COUNT && complete; i++) {
@@ -458,7 +459,7 @@ static bool present(const mh_hook *h)
     if (h->api == MEMHOOK_API_RUNTIME &&
         __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
         return true;
-    void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)
+    void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD)
                                              : RTLD_DEFAULT;
     if (lib == NULL)
         return false;

@@ -22,6 +22,7 @@
 
 #include "cuda_hooks.h"
 #include "log.h"
+#include "mh_sonames.h"
 #include "reloc.h"
 
 typedef int (*gpa_v1_fn)(const char *, void **, int, uint64_t);
@@ -41,7 +42,7 @@ static void *find_real(void **store, const char *name)
     mh_reloc_inside++;
     real = mh_real_dlsym ? mh_real_dlsym(RTLD_DEFAULT, name) : NULL;
     if (real == NULL && mh_real_dlopen) {
-        void *h = mh_real_dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        void *h = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
         if (h) {
             real = mh_real_dlsym(h, name);
             mh_real_dlclose(h);
@@ -102,6 +103,6 @@ __attribute__((constructor(102))) static void register_with_reloc(void)
 {
     if (mh_reloc_interpose("cuGetProcAddress", (void *)gpa_v1_wrapper, &g_real_v1) != 0 ||
         mh_reloc_interpose("cuGetProcAddress_v2", (void *)gpa_v2_wrapper, &g_real_v2) != 0 ||
-        mh_reloc_watch_unload("libcuda.so.1", mh_driver_unloaded) != 0)
+        mh_reloc_watch_unload(MH_LIBCUDA_SONAME, mh_driver_unloaded) != 0)
         mh_warn("reloc: cannot register the CUDA layer's cuGetProcAddress interposition");
 }
