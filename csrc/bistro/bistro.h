@@ -80,10 +80,6 @@ MH_HIDDEN size_t mh_patch_jump_build(uint64_t at, uint64_t dest, int size, uint8
 
 /* ---- text_poke.c: the live-write protocol ------------------------------- */
 
-/* The protection of the page holding addr, from /proc/self/maps (PROT_*),
- * or -1 when addr is not mapped. */
-MH_HIDDEN int mh_page_prot(uint64_t addr);
-
 /* Serializing event on every CPU that runs a thread of this process. */
 MH_HIDDEN void mh_sync_cores(void);
 

@@ -74,82 +74,81 @@ static size_t page_size(void)
 
 static uint64_t dist(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 
-/* Read /proc/self/maps into a malloc'd, NUL-terminated buffer. */
-static char *read_maps(void)
+#define MAX_CANDIDATES 16
+
+/* The walk over /proc/self/maps: the free gap before each mapping in turn. */
+typedef struct gap_walk {
+    uint64_t near, ps;
+    uint64_t *cand;
+    uint64_t dists[MAX_CANDIDATES];
+    int n;
+    uint64_t prev_end;
+    bool prev_heap;
+    bool stopped;  /* a mapping at or past USER_TOP ended the walk */
+} gap_walk;
+
+/* The gap [w->prev_end, start): its page nearest to w->near, kept when it is
+ * within reach and among the MAX_CANDIDATES nearest so far. */
+static void gap_consider(gap_walk *w, uint64_t start)
 {
-    return mh_read_whole_file("/proc/self/maps", NULL);
+    uint64_t ps = w->ps, near = w->near;
+    uint64_t gap_lo = w->prev_end, gap_hi = start;
+    if (w->prev_heap)
+        gap_lo += (uint64_t)64 << 20; /* leave room for brk to grow */
+    if (gap_hi > USER_TOP)
+        gap_hi = USER_TOP;
+    if (gap_lo < gap_hi && gap_hi - gap_lo >= ps) {
+        uint64_t c;
+        if (near <= gap_lo)
+            c = gap_lo;
+        else if (near >= gap_hi)
+            c = gap_hi - ps;
+        else
+            c = near & ~(ps - 1);
+        uint64_t d = dist(c, near);
+        if (d < MH_ISLAND_NEAR) {
+            /* insertion into the sorted candidate list */
+            int i = -1;
+            if (w->n < MAX_CANDIDATES)
+                i = w->n++;
+            else if (d < w->dists[MAX_CANDIDATES - 1])
+                i = MAX_CANDIDATES - 1;
+            if (i >= 0) {
+                while (i > 0 && w->dists[i - 1] > d) {
+                    w->dists[i] = w->dists[i - 1];
+                    w->cand[i] = w->cand[i - 1];
+                    i--;
+                }
+                w->dists[i] = d;
+                w->cand[i] = c;
+            }
+        }
+    }
 }
 
-#define MAX_CANDIDATES 16
+static bool gap_line(const mh_map_entry *e, void *ctx)
+{
+    gap_walk *w = ctx;
+    gap_consider(w, e->start);
+    if (e->start >= USER_TOP) {
+        w->stopped = true;
+        return false;
+    }
+    if (e->end > w->prev_end)
+        w->prev_end = e->end;
+    w->prev_heap = strstr(e->name, "[heap]") != NULL;
+    return true;
+}
 
 /* Up to MAX_CANDIDATES page addresses in free gaps, nearest to `near` first. */
 static int near_candidates(uint64_t near, uint64_t cand[MAX_CANDIDATES])
 {
-    char *maps = read_maps();
-    if (!maps)
+    gap_walk w = {.near = near, .ps = page_size(), .cand = cand, .prev_end = USER_BOTTOM};
+    if (mh_maps_each(gap_line, &w) != 0)
         return 0;
-    uint64_t ps = page_size();
-    uint64_t dists[MAX_CANDIDATES];
-    int n = 0;
-    uint64_t prev_end = USER_BOTTOM;
-    bool prev_heap = false;
-    char *line = maps;
-    for (;;) {
-        unsigned long long start = USER_TOP, end = USER_TOP;
-        bool last = (*line == '\0');
-        bool heap = false;
-        if (!last) {
-            if (sscanf(line, "%llx-%llx", &start, &end) != 2)
-                break;
-            char *nl = strchr(line, '\n');
-            heap = nl ? (memmem(line, (size_t)(nl - line), "[heap]", 6) != NULL)
-                      : (strstr(line, "[heap]") != NULL);
-        }
-        uint64_t gap_lo = prev_end, gap_hi = start;
-        if (prev_heap)
-            gap_lo += (uint64_t)64 << 20; /* leave room for brk to grow */
-        if (gap_hi > USER_TOP)
-            gap_hi = USER_TOP;
-        if (gap_lo < gap_hi && gap_hi - gap_lo >= ps) {
-            uint64_t c;
-            if (near <= gap_lo)
-                c = gap_lo;
-            else if (near >= gap_hi)
-                c = gap_hi - ps;
-            else
-                c = near & ~(ps - 1);
-            uint64_t d = dist(c, near);
-            if (d < MH_ISLAND_NEAR) {
-                /* insertion into the sorted candidate list */
-                int i = -1;
-                if (n < MAX_CANDIDATES)
-                    i = n++;
-                else if (d < dists[MAX_CANDIDATES - 1])
-                    i = MAX_CANDIDATES - 1;
-                if (i >= 0) {
-                    while (i > 0 && dists[i - 1] > d) {
-                        dists[i] = dists[i - 1];
-                        cand[i] = cand[i - 1];
-                        i--;
-                    }
-                    dists[i] = d;
-                    cand[i] = c;
-                }
-            }
-        }
-        if (last || start >= USER_TOP)
-            break;
-        if (end > prev_end)
-            prev_end = end;
-        prev_heap = heap;
-        char *nl = strchr(line, '\n');
-        if (!nl)
-            line += strlen(line);
-        else
-            line = nl + 1;
-    }
-    free(maps);
-    return n;
+    if (!w.stopped)
+        gap_consider(&w, USER_TOP); /* the gap above the last mapping */
+    return w.n;
 }
 
 /* Map one page at exactly `at` (or anywhere when at == 0).  Returns the

@@ -67,6 +67,7 @@
  */
 #include "bistro.h"
 #include "mh_time.h"
+#include "procfs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -84,54 +85,6 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-/* ---- /proc/self/maps ---------------------------------------------------- */
-
-int mh_page_prot(uint64_t addr)
-{
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    char buf[8192];
-    size_t have = 0;
-    int prot = -1;
-    bool done = false;
-    while (!done) {
-        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *line = buf;
-        char *nl;
-        while ((nl = strchr(line, '\n')) != NULL) {
-            *nl = '\0';
-            unsigned long long lo, hi;
-            char perms[5];
-            if (sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) == 3 && addr >= lo && addr < hi) {
-                prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-                       (perms[2] == 'x' ? PROT_EXEC : 0);
-                done = true;
-                break;
-            }
-            if (sscanf(line, "%llx", &lo) == 1 && lo > addr) { /* sorted: past it */
-                done = true;
-                break;
-            }
-            line = nl + 1;
-        }
-        if (!done) {
-            have = strlen(line);
-            memmove(buf, line, have);
-            if (have >= sizeof buf - 1) /* absurd line: drop it */
-                have = 0;
-        }
-    }
-    close(fd);
-    return prot;
-}
 
 /* ---- sync cores --------------------------------------------------------- */
 
@@ -580,48 +533,32 @@ static inline void store_byte(uint64_t at, uint8_t v)
     __atomic_store_n((volatile uint8_t *)(uintptr_t)at, v, __ATOMIC_RELEASE);
 }
 
-/* Protections of the sorted, distinct pages from one read of
- * /proc/self/maps (-1 for a page not mapped). */
+/* Protections of the sorted, distinct pages from one walk of
+ * /proc/self/maps (-1 for a page not mapped).  The core's reader: no
+ * malloc, no stdio (other threads may be stopped anywhere meanwhile). */
+typedef struct pages_walk {
+    const uint64_t *page;
+    int n, next;
+    int *prot;
+} pages_walk;
+
+static bool page_line(const mh_map_entry *e, void *ctx)
+{
+    pages_walk *w = ctx;
+    while (w->next < w->n && w->page[w->next] < e->start)
+        w->next++; /* not mapped */
+    while (w->next < w->n && w->page[w->next] >= e->start && w->page[w->next] < e->end)
+        w->prot[w->next++] = e->prot;
+    return w->next < w->n;
+}
+
 static void pages_prot(const uint64_t *page, int n, int *prot)
 {
     for (int i = 0; i < n; i++)
         prot[i] = -1;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    char buf[8192];
-    size_t have = 0;
-    int next = 0;
-    while (next < n) {
-        ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        have += (size_t)r;
-        buf[have] = '\0';
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n')) != NULL && next < n) {
-            *nl = '\0';
-            unsigned long long lo, hi;
-            char perms[5];
-            if (sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) == 3) {
-                while (next < n && page[next] < lo)
-                    next++; /* not mapped */
-                while (next < n && page[next] >= lo && page[next] < hi) {
-                    prot[next++] = (perms[0] == 'r' ? PROT_READ : 0) |
-                                   (perms[1] == 'w' ? PROT_WRITE : 0) |
-                                   (perms[2] == 'x' ? PROT_EXEC : 0);
-                }
-            }
-            line = nl + 1;
-        }
-        have = strlen(line);
-        memmove(buf, line, have);
-        if (have >= sizeof buf - 1)
-            have = 0;
-    }
-    close(fd);
+    pages_walk w = {page, n, 0, prot};
+    if (n > 0)
+        mh_maps_each(page_line, &w);
 }
 
 /* One atomic 2-byte store (x86: atomic for cacheable memory when it fits

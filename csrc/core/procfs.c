@@ -1,53 +1,105 @@
-/* procfs.c - read a /proc file whole.  bistro (free gaps near a target) and
- * reloc (page protections) both parse /proc/self/maps, whose size stat()
- * does not tell. */
+/* procfs.c - the /proc/self/maps walk (procfs.h says who needs it and why
+ * it must not allocate). */
 #include "procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-char *mh_read_whole_file(const char *path, size_t *len_out)
+static bool parse_hex(const char **p, uintptr_t *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uintptr_t v = 0;
+    const char *s = *p;
+    for (;; s++) {
+        char c = *s;
+        int d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            break;
+        v = (v << 4) | (uintptr_t)d;
+    }
+    bool any = s != *p;
+    *p = s;
+    *out = v;
+    return any;
+}
+
+/* "start-end perms offset dev inode   name": fills e; false when the line
+ * is not one (then it is skipped). */
+static bool parse_line(const char *s, mh_map_entry *e)
+{
+    if (!parse_hex(&s, &e->start) || *s++ != '-' || !parse_hex(&s, &e->end) || *s++ != ' ')
+        return false;
+    if (strnlen(s, 4) < 4)
+        return false;
+    e->prot = (s[0] == 'r' ? PROT_READ : 0) | (s[1] == 'w' ? PROT_WRITE : 0) |
+              (s[2] == 'x' ? PROT_EXEC : 0);
+    s += 4;
+    for (int field = 0; field < 3; field++) {  /* offset, dev, inode */
+        while (*s == ' ')
+            s++;
+        while (*s != ' ' && *s != '\0')
+            s++;
+    }
+    while (*s == ' ')
+        s++;
+    e->name = s;
+    return true;
+}
+
+int mh_maps_each(mh_maps_fn fn, void *ctx)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return NULL;
-    size_t cap = 64 * 1024, len = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL) {
-        if (cap - len < 4096) {
-            char *grown = realloc(buf, cap * 2);
-            if (grown == NULL) {
-                free(buf);
-                buf = NULL;
-                errno = ENOMEM;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        ssize_t n = read(fd, buf + len, cap - len - 1);
+        return errno;
+    char buf[MH_MAPS_LINE_MAX];
+    size_t have = 0;
+    bool skipping = false;  /* dropping the tail of a line cut short */
+    bool go = true;
+    int err = 0;
+    mh_map_entry e;
+    while (go) {
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            int saved = errno;
-            free(buf);
-            buf = NULL;
-            errno = saved;
+            err = errno;
             break;
         }
-        if (n == 0)
+        if (n == 0) {
+            buf[have] = '\0';  /* a last line without its newline */
+            if (have != 0 && !skipping && parse_line(buf, &e))
+                fn(&e, ctx);
             break;
-        len += (size_t)n;
+        }
+        have += (size_t)n;
+        char *line = buf, *end = buf + have, *nl;
+        while (go && (nl = memchr(line, '\n', (size_t)(end - line))) != NULL) {
+            *nl = '\0';
+            if (!skipping && parse_line(line, &e))
+                go = fn(&e, ctx);
+            skipping = false;
+            line = nl + 1;
+        }
+        have = (size_t)(end - line);
+        memmove(buf, line, have);
+        if (go && have == sizeof buf - 1) {
+            /* A line longer than the buffer: its fields come first, so it
+             * is whole but for its name; the rest of it is dropped. */
+            buf[have] = '\0';
+            if (!skipping && parse_line(buf, &e))
+                go = fn(&e, ctx);
+            skipping = true;
+            have = 0;
+        }
     }
-    int saved = errno;
     close(fd);
-    errno = saved;
-    if (buf != NULL) {
-        buf[len] = '\0';
-        if (len_out != NULL)
-            *len_out = len;
-    }
-    return buf;
+    return err;
 }

@@ -1,14 +1,52 @@
-/* procfs.h - reading a /proc file whole (its size is unknown until read). */
+/*
+ * procfs.h - memhook's one reader of /proc/self/maps.
+ *
+ * reloc (the protection of each GOT page it writes), bistro's text_poke.c
+ * (the protection of each page it patches) and bistro's islands (the free
+ * gaps near a target) all walk the same lines; this is the one parser.
+ *
+ * Malloc-free and async-signal-safe: open, read and close on a stack
+ * buffer, no stdio, no locks.  text_poke.c calls it while other threads may
+ * be stopped inside malloc or be probed by signals; a caller that wants a
+ * snapshot (reloc) builds its own from the callback.
+ *
+ * Not atomic: the kernel produces the file a read(2) at a time, so a mapping
+ * changed by another thread while the walk runs can be missed or seen twice.
+ * Every caller copes (reloc and text_poke fall back to what they know of the
+ * page; an island placement that loses a race fails its MAP_FIXED_NOREPLACE
+ * and tries the next gap).
+ */
 #ifndef MEMHOOK_CORE_PROCFS_H
 #define MEMHOOK_CORE_PROCFS_H
 
-#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "mh_visibility.h"
 
-/* Read `path` into a malloc'd, NUL-terminated buffer; *len_out (if not
- * NULL) gets its length.  NULL with errno set on failure.  Not for hooks:
- * it allocates. */
-MH_HIDDEN char *mh_read_whole_file(const char *path, size_t *len_out);
+/* One line of /proc/self/maps. */
+typedef struct mh_map_entry {
+    uintptr_t start, end;  /* [start, end) */
+    int prot;              /* PROT_READ | PROT_WRITE | PROT_EXEC as listed */
+    /* The path or pseudo-name ("[heap]", "[stack]"), "" for an anonymous
+     * mapping; NUL-terminated, valid during the callback only, truncated
+     * for a line longer than the reader's buffer (MH_MAPS_LINE_MAX). */
+    const char *name;
+} mh_map_entry;
+
+/* Lines longer than this (a path near PATH_MAX) still give their range and
+ * protection; only their name is cut short. */
+#ifndef MH_MAPS_LINE_MAX  /* overridable only so a test can make every line "long" */
+#define MH_MAPS_LINE_MAX 8192
+#endif
+
+/* Called for every line in the kernel's order (ascending addresses);
+ * returns false to stop the walk. */
+typedef bool (*mh_maps_fn)(const mh_map_entry *entry, void *ctx);
+
+/* Walk /proc/self/maps.  Returns 0 (also when fn stopped the walk), or the
+ * errno of the open or a read that failed; lines seen before a failed read
+ * were passed to fn. */
+MH_HIDDEN int mh_maps_each(mh_maps_fn fn, void *ctx);
 
 #endif

@@ -25,58 +25,43 @@
 #include "procfs.h"
 #include "reloc.h"
 
-static int parse_hex(const char **p, uintptr_t *out)
+/* A snapshot being built from the core's reader (not a hook path: it may
+ * allocate). */
+typedef struct maps_build {
+    mh_maps *maps;
+    size_t cap;
+    int err;
+} maps_build;
+
+static bool maps_add(const mh_map_entry *e, void *ctx)
 {
-    uintptr_t v = 0;
-    int n = 0;
-    for (;; (*p)++, n++) {
-        char c = **p;
-        int d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else break;
-        v = (v << 4) | (uintptr_t)d;
+    maps_build *b = ctx;
+    mh_maps *maps = b->maps;
+    if (maps->count == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        struct mh_map_range *grown = realloc(maps->ranges, cap * sizeof(*grown));
+        if (grown == NULL) {
+            b->err = ENOMEM;
+            return false;
+        }
+        maps->ranges = grown;
+        b->cap = cap;
     }
-    *out = v;
-    return n;
+    maps->ranges[maps->count++] = (struct mh_map_range){e->start, e->end, e->prot};
+    return true;
 }
 
 int mh_maps_read(mh_maps *maps)
 {
     maps->ranges = NULL;
     maps->count = 0;
-    size_t len = 0;
-    char *buf = mh_read_whole_file("/proc/self/maps", &len);
-    if (buf == NULL)
-        return errno ? errno : ENOMEM;
-    size_t lines = 0;
-    for (size_t i = 0; i < len; i++)
-        lines += buf[i] == '\n';
-    maps->ranges = calloc(lines + 1, sizeof(*maps->ranges));
-    if (maps->ranges == NULL) {
-        free(buf);
-        return ENOMEM;
-    }
-    const char *p = buf;
-    while (*p) {
-        struct mh_map_range r = {0, 0, 0};
-        if (parse_hex(&p, &r.start) && *p == '-') {
-            p++;
-            if (parse_hex(&p, &r.end) && *p == ' ') {
-                p++;
-                if (p[0] == 'r') r.prot |= PROT_READ;
-                if (p[1] == 'w') r.prot |= PROT_WRITE;
-                if (p[2] == 'x') r.prot |= PROT_EXEC;
-                maps->ranges[maps->count++] = r;
-            }
-        }
-        const char *nl = strchr(p, '\n');
-        if (nl == NULL)
-            break;
-        p = nl + 1;
-    }
-    free(buf);
-    return 0;
+    maps_build b = {maps, 0, 0};
+    int err = mh_maps_each(maps_add, &b);
+    if (err == 0)
+        err = b.err;
+    if (err != 0)
+        mh_maps_free(maps);
+    return err;
 }
 
 void mh_maps_free(mh_maps *maps)
