@@ -30,6 +30,7 @@
  * island pages it shares with the parent.
  */
 #include "bistro.h"
+#include "mh_options.h"
 #include "plan.h"
 
 #include <dlfcn.h>
@@ -142,8 +143,7 @@ static mh_site *find_site(uint64_t target)
 
 static bool far_jump_forced(void)
 {
-    const char *v = getenv("MEMHOOK_BISTRO_FAR_JUMP");
-    return v && v[0] == '1' && v[1] == '\0';
+    return mh_opts.bistro_far_jump;  /* MEMHOOK_BISTRO_FAR_JUMP=1 */
 }
 
 /* Any object of ours: dladdr on it names the library memhook lives in. */

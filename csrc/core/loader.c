@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "mh_options.h"
 
 #include "memhook/memhook.h"
 
@@ -31,11 +32,11 @@ unsigned long long memhook_loader_generation(void)
  * the event queue).  The mode is read by memhook.install() in Python, and
  * at load under `memhook trace` (MEMHOOK_TRACE_SOCKET set, csrc/trace/).
  * Say so, at info level, to whoever set it expecting hooks.  (Runs after
- * log.c's priority-101 constructor has read MEMHOOK_LOG_LEVEL.) */
+ * log.c's priority-102 constructor has applied MEMHOOK_LOG_LEVEL.) */
 __attribute__((constructor)) static void note_mode_without_trace(void)
 {
-    const char *mode = getenv("MEMHOOK_CUDA_MODE");
-    const char *socket = getenv("MEMHOOK_TRACE_SOCKET");
+    const char *mode = mh_opts.cuda_mode;
+    const char *socket = mh_opts.trace_socket;
     if (mode == NULL || (socket != NULL && *socket != '\0'))
         return;
     mh_info("MEMHOOK_CUDA_MODE=\"%s\" is set, but loading libmemhook.so installs no hooks by "

@@ -1,5 +1,6 @@
 /* log.c - stderr logging controlled by MEMHOOK_LOG_LEVEL. */
 #include "log.h"
+#include "mh_options.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -110,10 +111,11 @@ void memhook_log_write(int level, const char *message)
     mh_log(level, "%s", message);
 }
 
-/* Priority 101: before any other constructor of the core logs. */
-__attribute__((constructor(101))) static void log_init_from_env(void)
+/* Priority 102: right after the knobs are read (mh_options.c, 101), before
+ * any other constructor of the core logs. */
+__attribute__((constructor(102))) static void log_init_from_env(void)
 {
-    const char *value = getenv("MEMHOOK_LOG_LEVEL");
+    const char *value = mh_opts.log_level;
     if (value == NULL || *value == '\0')
         return;
     int level = memhook_log_level_parse(value);

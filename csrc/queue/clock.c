@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mh_options.h"
 #include "queue.h"
 
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
@@ -87,8 +88,7 @@ static bool tsc_usable_by_kernel(void)
 
 __attribute__((constructor)) static void clock_init(void)
 {
-    const char *choice = getenv("MEMHOOK_CLOCK");
-    if (choice != NULL && strcmp(choice, "monotonic") == 0)
+    if (mh_opts.clock_monotonic)  /* MEMHOOK_CLOCK=monotonic */
         return;
     if (!tsc_invariant() || !tsc_usable_by_kernel())
         return;

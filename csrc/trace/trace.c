@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "mh_options.h"
 #include "mh_time.h"
 #include "queue.h"
 #include "trace_lane.h"
@@ -319,9 +320,9 @@ static void trace_fork_child(void)
     start_streamer();
 }
 
-static unsigned env_number(const char *name, unsigned dflt, unsigned lo, unsigned hi)
+static unsigned env_number(const char *name, const char *v, unsigned dflt, unsigned lo,
+                           unsigned hi)
 {
-    const char *v = getenv(name);
     if (v == NULL || *v == '\0')
         return dflt;
     char *end;
@@ -340,7 +341,7 @@ static unsigned env_number(const char *name, unsigned dflt, unsigned lo, unsigne
  * handler. */
 __attribute__((constructor)) static void trace_init(void)
 {
-    const char *path = getenv("MEMHOOK_TRACE_SOCKET");
+    const char *path = mh_opts.trace_socket;
     if (path == NULL || *path == '\0')
         return;
     if (strlen(path) >= sizeof t.addr.sun_path) {
@@ -350,8 +351,9 @@ __attribute__((constructor)) static void trace_init(void)
     }
     t.addr.sun_family = AF_UNIX;
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
-    t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", 10, 1, 1000);
-    t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
+    t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", mh_opts.trace_poll_ms, 10, 1, 1000);
+    t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
+                             MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left
      * alone, hooks and all.  (A full listen queue is not that: retried.) */
     if (connect_collector() == NO_COLLECTOR)
@@ -363,7 +365,7 @@ __attribute__((constructor)) static void trace_init(void)
         return;
     }
     t.enabled = true;
-    t.install_rc = memhook_mode_parse(getenv("MEMHOOK_CUDA_MODE"), &t.mode, t.why, sizeof t.why);
+    t.install_rc = memhook_mode_parse(mh_opts.cuda_mode, &t.mode, t.why, sizeof t.why);
     if (t.install_rc == 0)
         t.install_rc = memhook_hooks_install(t.mode, t.why, sizeof t.why);
     else

@@ -1,0 +1,55 @@
+/*
+ * mh_options.h - the MEMHOOK_* environment knobs of the C core, read once.
+ *
+ * Every knob the core reads is a field here, filled from the environment
+ * by one constructor (priority 101: before every other constructor of the
+ * core, so each of them reads the struct, never getenv).  The Python side
+ * reads its own (memhook/); MEMHOOK_CUDA_MODE is read by both, with one
+ * grammar (csrc/cuda/mode.c and memhook/_modes.py, held together by a test).
+ *
+ * Values are kept as text where their reader parses them with its own
+ * message naming what is valid (the log level, the mode, the trace's
+ * numbers), and as bools where the knob is a plain switch.  Text fields
+ * are copies taken at load (NULL: not set), so a later setenv() or
+ * unsetenv() neither changes nor invalidates them: a knob takes effect at
+ * load, as each one's documentation says.
+ */
+#ifndef MEMHOOK_CORE_OPTIONS_H
+#define MEMHOOK_CORE_OPTIONS_H
+
+#include <stdbool.h>
+
+#include "mh_visibility.h"
+
+typedef struct mh_options {
+    /* MEMHOOK_LOG_LEVEL: error, warn (default), info or debug, blanks
+     * around it ignored.  Parsed by csrc/core/log.c. */
+    const char *log_level;
+    /* MEMHOOK_CUDA_MODE: none, bistro, reloc, a comma list of those, or
+     * 0-3.  Installed at load under `memhook trace` only (csrc/trace/);
+     * with a plain LD_PRELOAD the core says at info level why it installs
+     * nothing (csrc/core/loader.c).  Parsed by memhook_mode_parse. */
+    const char *cuda_mode;
+    /* MEMHOOK_TRACE_SOCKET: the collector's AF_UNIX socket; set by
+     * `memhook trace`, which turns the trace streamer on (csrc/trace/). */
+    const char *trace_socket;
+    /* MEMHOOK_TRACE_POLL_MS: the streamer's pause between looks at the
+     * queue, 1-1000 (default 10). */
+    const char *trace_poll_ms;
+    /* MEMHOOK_TRACE_BUFFER_MB: the size of the trace area, 4-4096. */
+    const char *trace_buffer_mb;
+    /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
+     * where an invariant TSC would do (csrc/queue/clock.c).  Any other
+     * value: the default choice. */
+    bool clock_monotonic;
+    /* MEMHOOK_BISTRO_FAR_JUMP=1: bistro always writes its 12-byte jump,
+     * never the 5-byte one (tests and the GPU tools use it to exercise the
+     * far form).  Any other value: off. */
+    bool bistro_far_jump;
+} mh_options;
+
+/* Process-wide, as the environment it is read from; written once by the
+ * constructor before any other code of the core runs, read-only after. */
+MH_HIDDEN extern mh_options mh_opts;
+
+#endif
