@@ -9,8 +9,9 @@
  *   text_poke.c  the live-write protocol (int3, core sync, moving threads out)
  *   patch.c      install/remove and the public memhook_bistro_* API
  *
- * Everything here is called with the bistro mutex held (patch.c owns it),
- * except the SIGTRAP handler, which only reads atomics.
+ * Everything here is called with the bistro mutex held (patch.c owns it;
+ * its place in the lock order: csrc/core/mh_lock_order.h), except the
+ * SIGTRAP handler, which only reads atomics.
  */
 #ifndef MEMHOOK_BISTRO_H
 #define MEMHOOK_BISTRO_H

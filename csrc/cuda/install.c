@@ -28,14 +28,9 @@ __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /*
- * fork().  The cross-module lock order (a thread holding one lock may take
- * those after it, never one before):
- *
- *     install g_lock -> reloc's lock  -> the loader's lock
- *     install g_lock -> bistro's lock -> the loader's lock (dladdr)
- *     the drain's lock: never held with these, nor taken under them
- *
- * bistro's and reloc's never nest, so their order is free.  Every one of
+ * fork().  g_lock is first in the cross-module lock order
+ * (csrc/core/mh_lock_order.h: install -> reloc or bistro -> the loader;
+ * the queue's and the trace's locks are leaves), and every one of
  * memhook's locks is held across fork() by its module's atfork handlers, so
  * a child starts with each module between two operations.  glibc makes the
  * loader's dl_load_lock afresh in the child (glibc 2.36 does not do so for

@@ -67,7 +67,8 @@
 #include "event_lane.h"
 #include "queue.h"
 
-/* Process-wide like the queue it serves: consumers serialise here. */
+/* Process-wide like the queue it serves: consumers serialise here.  A leaf
+ * of the lock order (csrc/core/mh_lock_order.h). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Under g_lock: the next seq to hand out, and what was handed out. */
 static uint64_t g_next_seq;

@@ -180,7 +180,8 @@ MH_HIDDEN extern __thread int mh_reloc_inside __attribute__((tls_model("initial-
 
 /* True while at least one symbol is installed. */
 MH_HIDDEN bool mh_reloc_active(void);
-/* Makes the lock and registers its fork handlers (once). */
+/* Makes the lock and registers its fork handlers (once).  Where the lock
+ * sits among memhook's others: csrc/core/mh_lock_order.h. */
 MH_HIDDEN void mh_reloc_init(void);
 MH_HIDDEN void mh_reloc_lock(void);
 MH_HIDDEN void mh_reloc_unlock(void);

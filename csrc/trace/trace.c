@@ -69,7 +69,8 @@ _Static_assert(sizeof(memhook_event) == 64, "event layout");
  * hand-over per image is what the collector counts processes by. */
 static struct {
     bool enabled;                /* MEMHOOK_TRACE_SOCKET was set and valid */
-    pthread_mutex_t hand_lock;   /* streamer vs exit handing the area over */
+    pthread_mutex_t hand_lock;   /* streamer vs exit handing the area over; a leaf
+                                  * of the lock order (csrc/core/mh_lock_order.h) */
     int area_fd;                 /* -1 once handed over (or given up) */
     dev_t dev;                   /* identity of area_fd: the program may */
     ino_t ino;                   /*   close or reuse it before hand-over */

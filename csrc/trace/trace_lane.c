@@ -49,7 +49,8 @@ static _Atomic uint64_t g_full_at = UINT64_MAX;
 /* Closes a thread's segment when it exits (so the segment can be reused). */
 static pthread_key_t g_exit_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t g_anchor_lock = PTHREAD_MUTEX_INITIALIZER;  /* streamer, exit */
+/* Streamer vs exit; a leaf of the lock order (csrc/core/mh_lock_order.h). */
+static pthread_mutex_t g_anchor_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The calling thread's segment. */
 static __thread struct {
