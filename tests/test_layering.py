@@ -19,6 +19,10 @@ product (the simulated driver and runtime) and is not part of this order.
 Headers are included by bare name (csrc/build_native.py puts every layer's
 folder on the include path), so a header name must also be unique across
 the layers, or one would silently shadow another.
+
+The core keeps one of each helper (the environment, the monotonic clock, the
+driver's soname, the /proc/self/maps reader, MH_HIDDEN); ONE_OF_EACH holds
+each to its one file.
 """
 
 from __future__ import annotations
@@ -123,3 +127,41 @@ def test_the_check_catches_an_upward_include(tmp_path: Path) -> None:
     assert any("queue/clock.c (queue, rank 2) includes cuda/cuda_hooks.h" in p for p in problems)
     assert any("queue/clock.c (queue, rank 2) includes bistro/bistro.h" in p for p in problems)
     assert len(problems) == 2, problems
+
+
+# The core's "one of each" helpers (issue 16): each pattern may appear in
+# code (comments stripped) only in the file that owns it.
+ONE_OF_EACH: dict[str, tuple[str, str]] = {
+    "reads the environment": (r"\bgetenv\s*\(", "core/mh_options.c"),
+    "reads CLOCK_MONOTONIC": (r"\bclock_gettime\s*\(", "core/mh_time.h"),
+    "names the driver's soname": (r'"libcuda\.so', "core/mh_sonames.h"),
+    "opens /proc/self/maps": (r'"/proc/self/maps"', "core/procfs.c"),
+    "defines MH_HIDDEN": (r"#\s*define\s+MH_HIDDEN\b", "core/mh_visibility.h"),
+}
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def one_of_each_violations(root: Path) -> list[str]:
+    problems = []
+    for src in _core_files(root):
+        code = _COMMENT.sub("", src.read_text())
+        rel = src.relative_to(root).as_posix()
+        for what, (pattern, owner) in ONE_OF_EACH.items():
+            if rel != owner and re.search(pattern, code):
+                problems.append(f"{rel} {what}; only {owner} may (use its helper)")
+    return problems
+
+
+def test_one_of_each_helper() -> None:
+    problems = one_of_each_violations(CSRC)
+    assert not problems, "\n  ".join(["helpers duplicated:", *problems])
+
+
+def test_the_one_of_each_check_catches_a_second_reader(tmp_path: Path) -> None:
+    root = tmp_path / "csrc"
+    shutil.copytree(CSRC, root, ignore=shutil.ignore_patterns("sim", "__pycache__", "*.py"))
+    trace = root / "trace" / "trace.c"
+    trace.write_text(trace.read_text() + '\n/* getenv("X") in a comment is fine */\n'
+                     'static const char *knob(void) { return getenv("MEMHOOK_X"); }\n')
+    assert one_of_each_violations(root) == [
+        "trace/trace.c reads the environment; only core/mh_options.c may (use its helper)"]
