@@ -29,8 +29,8 @@ Concurrency:
   second lock (the delivery lock) serialises handing them out, in the same
   order.  A query (:func:`query_drain`) needs the first stage only: the
   cache holds every event published before the query began, whatever the
-  subscribers' backlog; it hands out at most :data:`QUERY_STEP` waiting
-  events, and only when no other thread is delivering.  flush()
+  subscribers' backlog; it spends at most :data:`QUERY_DELIVERY_S` on
+  handing out waiting events.  flush()
   (:func:`drain`) waits for both stages; the background feeder delivers
   the rest (memhook._feeder).  A subscriber therefore sees the cache as of
   the newest event applied, which may be past its own event.
@@ -54,6 +54,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,8 +66,8 @@ from ._core import ffi, lib
 from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
-__all__ = ["BATCH", "EVENT_DTYPE", "QUERY_STEP", "attach", "drain", "drain_batch",
-           "function_name", "function_names", "query_drain", "undelivered"]
+__all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_DELIVERY_S", "attach", "drain",
+           "drain_batch", "function_name", "function_names", "query_drain", "undelivered"]
 
 _log = logging.getLogger("memhook")
 
@@ -114,6 +115,7 @@ _mark = ffi.new("uint64_t *")
 # would find nothing, which is what most queries find - no C call then.
 _pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
+_clock = time.perf_counter
 
 # Two stages, two locks.  _lock (the apply lock) serialises taking events out
 # of the core's queue and applying them to the cache, so the cache sees them
@@ -139,9 +141,15 @@ _deliver_lock = threading.Lock()
 _deliverer: int | None = None    # thread ident of the deliverer, while it delivers
 _fork_held = (False, False)
 
-QUERY_STEP = 256
-"""Waiting subscriber events a query hands out before it answers (the
-feeder and flush() deliver the rest)."""
+QUERY_DELIVERY_S = 0.02
+"""How long a query may spend on the subscribers before it answers: waiting
+for another thread's delivery to end, then handing out waiting events, in
+steps of :data:`DELIVERY_STEP` (the feeder and flush() deliver the rest).
+A quiet process's query still hands out everything; one whose feeder is
+starved of the GIL answers in bounded time."""
+
+DELIVERY_STEP = 64
+"""Events handed out between two looks at the clock."""
 
 _names: tuple[str, ...] | None = None
 
@@ -181,11 +189,11 @@ def drain() -> int:
 
 def query_drain() -> int:
     """The cache's drain before a query (:func:`memhook.cache.set_hook_layer`):
-    every event pending when it began reaches the cache; subscribers get at
-    most :data:`QUERY_STEP` of the events waiting for them, and only if no
-    other thread is delivering - the feeder and flush() hand out the rest.
-    So a query never waits for subscribers to run, and still never answers
-    from a cache that lacks an event published before it began."""
+    every event pending when it began reaches the cache; the subscribers
+    get the events waiting for them for at most :data:`QUERY_DELIVERY_S` -
+    the feeder and flush() hand out the rest.  So a query does not wait
+    long for subscribers to run, and still never answers from a cache that
+    lacks an event published before it began."""
     # The fast path (nothing pending, nothing being applied) runs before
     # every query: one load through cffi, no lock taken.  In this order: a
     # flag read clear means every event published before was taken out of
@@ -197,18 +205,19 @@ def query_drain() -> int:
         return 0
     done = _take()
     if _handoff:
-        done += _hand_out(QUERY_STEP)
+        done += _hand_out(QUERY_DELIVERY_S)
     return done
 
 
-def drain_batch(limit: int = BATCH) -> int:
+def drain_batch(budget_s: float = 0.005, take: bool = True) -> int:
     """The background feeder's step: apply what is pending to the cache, then
-    hand at most ``limit`` waiting events to the subscribers and let go of
-    the delivery lock, so that a flush() waiting for it waits for one small
-    batch.  Returns how many events were delivered."""
-    done = _take()
+    hand waiting events to the subscribers for about ``budget_s`` seconds
+    and let go of the delivery lock, so that a flush() or a query waiting for
+    it waits for one short step.  ``take`` False: hand out only (the
+    core's queue is short).  Returns how many events were delivered."""
+    done = _take() if take else 0
     if _handoff:
-        done += _hand_out(limit)
+        done += _hand_out(budget_s)
     return done
 
 
@@ -281,25 +290,30 @@ def _apply_rows(rows: Any) -> int:
     return 0
 
 
-def _hand_out(budget: int | None) -> int:
+def _hand_out(budget_s: float | None) -> int:
     """Stage two: hand waiting events to the subscribers, in order - all of
-    them (budget None: wait for the delivery lock), or at most ``budget``
-    (only if the lock is free).  Returns how many were delivered.  If an
-    exception escapes a subscriber (a BaseException), the rest stays
-    waiting, and the next delivery hands it out first."""
+    them (budget_s None: wait for the delivery lock as long as it takes), or
+    for about ``budget_s`` seconds, lock wait included.  Returns how many
+    were delivered.  If an exception escapes a subscriber (a BaseException),
+    the rest stays waiting, and the next delivery hands it out first."""
     global _deliverer
     me = _get_ident()
     if _deliverer == me:
         return 0  # a subscriber drains: the outer delivery goes on
-    if not _deliver_lock.acquire(budget is None):
-        return 0
+    if budget_s is None:
+        _deliver_lock.acquire()
+    else:
+        t0 = _clock()
+        if not _deliver_lock.acquire(timeout=budget_s):
+            return 0
+        until = t0 + budget_s
     _deliverer = me
     try:
         done = 0
-        while _handoff and (budget is None or done < budget):
+        while _handoff:
             entry = _handoff[0]
             rows, at = entry
-            end = len(rows) if budget is None else min(len(rows), at + budget - done)
+            end = len(rows) if budget_s is None else min(len(rows), at + DELIVERY_STEP)
             chunk = rows[at:end]
             if isinstance(chunk, np.ndarray):
                 chunk = chunk.tolist()
@@ -307,6 +321,8 @@ def _hand_out(budget: int | None) -> int:
             done += _to_subscribers(chunk, entry, at)
             if entry[1] >= len(rows):
                 _handoff.popleft()
+            if budget_s is not None and _clock() >= until:
+                break
         return done
     finally:
         _deliverer = None
@@ -483,6 +499,11 @@ def _after_fork_in_child() -> None:
         _deliver_lock.acquire()
     if not _fork_held[1]:
         _acquire()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
+
 
 def attach() -> None:
     """Plug the drain (and the coverage answer) into the cache's queries."""

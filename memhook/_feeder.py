@@ -7,8 +7,8 @@ applies them all.  The feeder is one daemon thread that waits in
 ``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
 around every call), polling the lanes' counts every 5 ms; producers never
 make a system call to wake it - and drains (:func:`memhook._drain.drain_batch`:
-every pending event to the cache, then at most STEP waiting events to the
-subscribers per hold of the delivery lock) once :data:`BACKLOG` events are
+every pending event to the cache, then waiting events to the subscribers
+for STEP_S per hold of the delivery lock) once :data:`BACKLOG` events are
 waiting, until fewer than STEP / 2 are and the subscribers have every event.
 It also hands out what a query applied to the cache and left for the
 subscribers (a query does not wait for them: memhook._drain.query_drain),
@@ -39,9 +39,13 @@ BACKLOG = 1024
 """Waiting events (64 bytes each) at which the feeder drains."""
 
 STEP = 512
-"""Events the feeder hands to subscribers per hold of the delivery lock: a
-flush() that arrives meanwhile waits for at most this many (~3 ms of Python on the dev
-box, several times that when its cores are oversubscribed)."""
+"""The feeder goes on draining while at least STEP / 2 events wait in the
+core's queue."""
+
+STEP_S = 0.005
+"""Seconds the feeder hands events to subscribers per hold of the delivery
+lock: a flush() or a query that arrives meanwhile waits about this long
+(more when the feeder's cores are oversubscribed)."""
 
 _WAIT_MS = 100
 _HANDOFF_MS = 5
@@ -56,11 +60,15 @@ def _run() -> None:
     waiting = _drain.undelivered
     while True:
         # Events a query applied to the cache and left for the subscribers
-        # (memhook._drain.query_drain) are looked for every _HANDOFF_MS.
+        # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
+        # while some wait, every _WAIT_MS otherwise.
         if wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting():
             try:
-                while _drain.drain_batch(STEP) and (_backlog_left() or waiting()):
-                    pass
+                take = _backlog_left()
+                while _drain.drain_batch(STEP_S, take) or take:
+                    take = _backlog_left()
+                    if not take and not waiting():
+                        break
             except Exception:  # noqa: BLE001 - logged; the feeder must go on
                 _log.exception("memhook: the background drain failed")
 

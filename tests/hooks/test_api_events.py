@@ -304,11 +304,12 @@ def test_a_query_waits_for_events_already_taken_out() -> None:
 
 
 def test_subscribers_get_what_queries_left_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Queries hand out at most QUERY_STEP waiting events; the feeder's step
+    """A query hands out waiting events for QUERY_DELIVERY_S at most; the feeder's step
     (and flush()) hand out the rest - every event once, in order.  (The
     feeder thread itself is not started here: it would drain under the
     other tests of this process.)"""
-    monkeypatch.setattr(_drain, "QUERY_STEP", 7)
+    monkeypatch.setattr(_drain, "QUERY_DELIVERY_S", 0.0)  # one step of DELIVERY_STEP
+    monkeypatch.setattr(_drain, "DELIVERY_STEP", 7)
     seen: list[int] = []
     memhook.subscribe(lambda e: seen.append(e.seq))
     seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(100)]
@@ -317,7 +318,7 @@ def test_subscribers_get_what_queries_left_in_order(monkeypatch: pytest.MonkeyPa
     seqs += [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(100, 120)]
     assert memhook.memory_type(A + 64 * 119) is M.CUDA
     assert _drain.undelivered() == len(seqs) - len(seen) > 0
-    while _drain.drain_batch(5):
+    while _drain.drain_batch(0.0):
         assert _drain.undelivered() == len(seqs) - len(seen)
     assert seen == seqs and memhook.flush() == 0
 
