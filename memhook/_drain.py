@@ -129,9 +129,11 @@ _clock = time.perf_counter
 _lock = threading.Lock()
 _acquire = _lock.acquire
 _release = _lock.release
-_locked = _lock.locked
 _owner: int | None = None        # thread ident of the applier, while it applies
 _backlog: list[tuple[int, ...]] = []  # rows taken out, not yet applied (an interrupted apply)
+# False from before an applier takes events out of the core until they are
+# all in the cache (or in _backlog, which keeps it False): see query_drain.
+_quiet = True
 # [rows, next index]: applied to the cache, not yet handed to the
 # subscribers.  rows is a list of EVENT_DTYPE tuples or an EVENT_DTYPE array
 # (64 bytes an event while they wait).  Appended under _lock, consumed under
@@ -179,7 +181,7 @@ def drain() -> int:
     (skipped slots not counted).  From inside a subscriber (this thread is
     delivering already) it applies pending events to the cache and returns
     0: the outer delivery hands them out, in order."""
-    if not _pending[0] and not _backlog and not _handoff and not _locked():
+    if not _pending[0] and _quiet and not _handoff:
         return 0
     done = _take()
     if _handoff:
@@ -195,13 +197,14 @@ def query_drain() -> int:
     long for subscribers to run, and still never answers from a cache that
     lacks an event published before it began."""
     # The fast path (nothing pending, nothing being applied) runs before
-    # every query: one load through cffi, no lock taken.  In this order: a
-    # flag read clear means every event published before was taken out of
-    # the core by a drain that holds the apply lock from before that read
-    # until those events are in the cache - so a free lock after it means
-    # they are there (the drain clears the flag as it takes them, so the
-    # flag alone would let a query answer while they are on their way).
-    if not _pending[0] and not _backlog and not _handoff and not _locked():
+    # every query: one load through cffi and one global, no lock taken.  In
+    # this order: a flag read clear means every event published before was
+    # taken out of the core by a drain that cleared _quiet before it took
+    # them and sets it again only once they are in the cache - so _quiet
+    # read set after the flag means they are there.  (The C drain clears
+    # the flag as it takes the events out, so the flag alone let a query
+    # answer HOST for a live allocation on its way to the cache.)
+    if not _pending[0] and _quiet:
         return 0
     done = _take()
     if _handoff:
@@ -230,14 +233,15 @@ def _take() -> int:
     """Stage one: take the events pending now out of the core's queue (one
     bounded run) and apply them to the cache.  Returns how many need no
     delivery (no subscribers); the others go to _handoff."""
-    global _owner
-    if not _pending[0] and not _backlog and not _locked():
+    global _owner, _quiet
+    if not _pending[0] and _quiet:
         return 0
     if not _acquire(False):
         if _owner == _get_ident():
             return 0  # a signal handler's query while this thread applies
         _acquire()
     _owner = _get_ident()
+    _quiet = False  # before the C drain clears the pending flag
     try:
         _mark[0] = 0
         done = 0
@@ -254,6 +258,7 @@ def _take() -> int:
             if n < BATCH:
                 return done  # the run's cut is reached (memhook_events_drain_bounded)
     finally:
+        _quiet = not _backlog
         _owner = None
         _release()
 
@@ -490,9 +495,9 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _acquire, _release, _locked, _deliver_lock
+    global _lock, _acquire, _release, _deliver_lock
     _lock = threading.Lock()
-    _acquire, _release, _locked = _lock.acquire, _lock.release, _lock.locked
+    _acquire, _release = _lock.acquire, _lock.release
     _deliver_lock = threading.Lock()
     # Forked from inside a subscriber (or an apply): that stage still runs here.
     if not _fork_held[0]:

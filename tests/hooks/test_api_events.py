@@ -268,7 +268,7 @@ def test_a_query_does_not_wait_for_subscribers() -> None:
         flusher.join(30)
 
 
-def test_a_query_waits_for_events_already_taken_out() -> None:
+def test_a_query_waits_for_events_already_taken_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """A drain has taken an ALLOC out of the core (the pending flag is clear
     again) and not yet applied it: a query waits for it rather than answer
     from the cache as it was.  (The feeder drains like this in the
@@ -276,18 +276,20 @@ def test_a_query_waits_for_events_already_taken_out() -> None:
     allocation in scripts/pressure.py.)"""
     record(ALLOC, "cudaMalloc", A, 4096)
     taken, gate = threading.Event(), threading.Event()
+    apply_rows = _drain._apply_rows
+    drainer_id: list[int] = []
 
-    def slow_drain() -> None:
-        _drain._acquire()
-        try:
-            _drain._mark[0] = 0
-            n = _drain._c_drain(_drain._buffer, _drain.BATCH, _drain._mark)
-            rows = _drain._rows[:n].copy()
+    def slow_apply(rows):  # type: ignore[no-untyped-def]
+        if threading.get_ident() in drainer_id:
             taken.set()
             gate.wait(30)
-            _drain._apply_rows(rows)
-        finally:
-            _drain._release()
+        return apply_rows(rows)
+
+    monkeypatch.setattr(_drain, "_apply_rows", slow_apply)
+
+    def slow_drain() -> None:
+        drainer_id.append(threading.get_ident())
+        _drain._take()
 
     drainer = threading.Thread(target=slow_drain, daemon=True)
     drainer.start()
