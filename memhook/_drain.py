@@ -143,7 +143,7 @@ _deliver_lock = threading.Lock()
 _deliverer: int | None = None    # thread ident of the deliverer, while it delivers
 _fork_held = (False, False)
 
-QUERY_DELIVERY_S = 0.02
+QUERY_DELIVERY_S = 0.005
 """How long a query may spend on the subscribers before it answers: waiting
 for another thread's delivery to end, then handing out waiting events, in
 steps of :data:`DELIVERY_STEP` (the feeder and flush() deliver the rest).
