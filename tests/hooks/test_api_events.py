@@ -305,6 +305,29 @@ def test_a_query_waits_for_events_already_taken_out(monkeypatch: pytest.MonkeyPa
     assert answers == [M.CUDA]
 
 
+def test_a_query_does_not_deliver_a_slow_subscribers_backlog() -> None:
+    """2,000 events wait for a subscriber that takes 1 ms an event: a query
+    answers in well under the 2 s that delivering them takes (the starved
+    feeder of scripts/pressure.py, made deterministic); flush() then hands
+    every event out, in order.  The bound has 10x headroom over the ~5 ms
+    budget plus applying 2,000 events, for a loaded 2-core box."""
+    seen: list[int] = []
+
+    def slow(event: Event) -> None:
+        seen.append(event.seq)
+        time.sleep(0.001)
+
+    memhook.subscribe(slow)
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(2000)]
+    t0 = time.perf_counter()
+    assert memhook.memory_type(A + 64 * 1999) is M.CUDA
+    took = time.perf_counter() - t0
+    assert took < 0.5, f"the query took {took * 1e3:.0f} ms, delivering to the subscriber"
+    assert seen == seqs[:len(seen)] and len(seen) < len(seqs)
+    memhook.flush()
+    assert seen == seqs
+
+
 def test_subscribers_get_what_queries_left_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     """A query hands out waiting events for QUERY_DELIVERY_S at most; the feeder's step
     (and flush()) hand out the rest - every event once, in order.  (The
