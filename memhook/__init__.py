@@ -9,7 +9,8 @@ examples run in the test suite (tests/test_doctests.py), on the simulator
 where they need a driver.
 
 * hooks: :func:`install`, :func:`uninstall`, :func:`status` (:mod:`memhook.hooks`);
-* events: :func:`subscribe`, :func:`flush`, :class:`Event` (:mod:`memhook.events`);
+* events: :func:`subscribe`, :class:`Event` (:mod:`memhook.events`), :func:`flush`
+  (:mod:`memhook._drain`);
 * queries: :func:`memory_type`, :func:`lookup`, :func:`memory_types`, and the
   standalone :class:`MemtypeCache` (:mod:`memhook.cache`);
 * the simulator: :mod:`memhook.sim`.
@@ -31,7 +32,8 @@ from ._modes import HookMode
 from ._types import MemoryType, Region
 from ._version import __version__
 from .cache import MemtypeCache, lookup, memory_type, memory_types
-from .events import Event, EventKind, Subscription, flush, subscribe
+from ._drain import flush
+from .events import Event, EventKind, Subscription, subscribe
 from .hooks import HookInfo, HookReport, install, status, uninstall
 
 __all__ = [

@@ -67,7 +67,8 @@ from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
 __all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_DELIVERY_S", "attach", "drain",
-           "drain_batch", "function_name", "function_names", "query_drain", "undelivered"]
+           "drain_batch", "flush", "function_name", "function_names", "query_drain",
+           "undelivered"]
 
 _log = logging.getLogger("memhook")
 
@@ -187,6 +188,36 @@ def drain() -> int:
     if _handoff:
         done += _hand_out(None)
     return done
+
+
+def flush() -> int:
+    """Drain the pending events now: apply them to the process-wide cache
+    and hand them, and every event still waiting for them, to the
+    subscribers.  Returns how many events were delivered; from a
+    subscriber it applies pending events to the cache and returns 0 (the
+    delivery under way in this thread hands out the rest).  The
+    module-level queries drain lazily anyway, but hand subscribers only
+    what they can in :data:`QUERY_DELIVERY_S` (the background feeder
+    delivers the rest); call this to have subscribers see every event now.
+
+    Runtime complexity: O(e log n) for e pending events and n cache regions
+    (each event is one cache update), plus the subscribers' own time.
+
+    >>> import memhook
+    >>> from memhook._core import lib
+    >>> from memhook.hooks import hook_index
+    >>> memhook.flush()                          # nothing pending
+    0
+    >>> lib.memhook_events_record(lib.MEMHOOK_EVENT_ALLOC, hook_index("cuMemAlloc_v2"),
+    ...                           0x7f0000000000, 4096, lib.MEMHOOK_MEM_CUDA, 0, 0)
+    0
+    >>> memhook.flush()
+    1
+    >>> memhook.cache.process_cache().lookup(0x7f0000000000)
+    Region(start=0x7f0000000000, size=4096, mem_type=CUDA, device=0)
+    >>> memhook.cache.process_cache().remove(0x7f0000000000, 4096)
+    """
+    return drain()
 
 
 def query_drain() -> int:

@@ -4,9 +4,10 @@ Every completed CUDA allocation or free call the hooks see becomes one
 :class:`Event` (DESIGN.md section 3).  The hooks only record events into the
 core's lock-free queue; Python takes them out when it drains the queue -
 lazily before every module-level cache query (:func:`memhook.memory_type`
-and friends), and on :func:`flush`.  Draining applies each event to the
-process-wide cache and then hands it to the subscribers, in event order
-(:mod:`memhook._drain` does the work).
+and friends), and on :func:`memhook.flush`.  Draining applies each event
+to the process-wide cache and then hands it to the subscribers, in event
+order.  The drain (:mod:`memhook._drain`, where ``flush`` lives) reads this
+module; this module never imports the drain, so the two form no cycle.
 
 Subscribers run in the thread that drains, one event at a time, while that
 thread holds the drain lock:
@@ -34,7 +35,7 @@ from ._types import MemoryType
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Event", "EventKind", "Subscription", "flush", "subscribe", "subscriptions"]
+__all__ = ["Event", "EventKind", "Subscription", "subscribe", "subscriptions"]
 
 
 class EventKind(enum.IntFlag):
@@ -243,33 +244,3 @@ def subscriptions() -> tuple[Subscription, ...]:
     False
     """
     return _registry.current
-
-
-def flush() -> int:
-    """Drain the pending events now: apply them to the process-wide cache
-    and hand them to the subscribers.  Returns how many events were
-    drained; 0 when called from a subscriber (the drain under way in this
-    thread delivers the rest).  The module-level queries drain lazily anyway;
-    call this to have subscribers see events without querying.
-
-    Runtime complexity: O(e log n) for e pending events and n cache regions
-    (each event is one cache update), plus the subscribers' own time.
-
-    >>> import memhook
-    >>> from memhook._core import lib
-    >>> from memhook.hooks import hook_index
-    >>> memhook.flush()                          # nothing pending
-    0
-    >>> lib.memhook_events_record(lib.MEMHOOK_EVENT_ALLOC, hook_index("cuMemAlloc_v2"),
-    ...                           0x7f0000000000, 4096, lib.MEMHOOK_MEM_CUDA, 0, 0)
-    0
-    >>> memhook.flush()
-    1
-    >>> memhook.cache.process_cache().lookup(0x7f0000000000)
-    Region(start=0x7f0000000000, size=4096, mem_type=CUDA, device=0)
-    >>> memhook.cache.process_cache().remove(0x7f0000000000, 4096)
-    """
-    from ._drain import drain
-
-    return drain()
-

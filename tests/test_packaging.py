@@ -101,3 +101,15 @@ def test_wheel_metadata_requires_only_what_the_library_imports(wheel: Path) -> N
     assert 'cuda-bindings<14,>=12.8; extra == "demo"' in requires, requires
     assert "License-Expression: Apache-2.0" in meta
     assert "Classifier: Typing :: Typed" in meta
+
+
+def test_wheel_metadata_names_the_project_urls_and_python_versions(wheel: Path) -> None:
+    meta = _wheel_metadata(wheel, "METADATA")
+    urls = dict(line.split(": ", 1)[1].split(", ", 1) for line in meta.splitlines()
+                if line.startswith("Project-URL: "))
+    assert {"Documentation", "Source", "Issues"} <= set(urls), urls
+    assert urls["Documentation"].endswith("/docs"), urls
+    assert all(u.startswith("https://") for u in urls.values()), urls
+    classifiers = [line.split(": ", 1)[1] for line in meta.splitlines()
+                   if line.startswith("Classifier: ")]
+    assert "Programming Language :: Python :: 3.9" in classifiers  # requires-python's floor

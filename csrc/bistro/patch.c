@@ -149,84 +149,122 @@ static bool far_jump_forced(void)
 /* Any object of ours: dladdr on it names the library memhook lives in. */
 static int self_anchor;
 
-/* ---- install: plan -> place the trampoline -> place the jump -> publish ---- */
+/* ---- install: plan -> place the trampoline -> place the jump -> publish ----
+ *
+ * Each step fills in what the next one needs.  A step that fails says why
+ * (fail) and returns the errno; give_up is the one way out for a failed
+ * entry: it gives back what the entry holds and answers its request. */
 
 /* One entry on its way in. */
 typedef struct pending {
     memhook_bistro_request *req;
     target_info ti;
-    mh_site *site;
-    memhook_bistro_patch *p;
+    uint64_t target, hook;
+    const uint8_t *code;     /* the function's bytes, from target */
+    size_t total;            /* bytes from target to the symbol's end */
+    mh_site *site;           /* NULL until the site's first trampoline */
+    uint64_t at;             /* first patched byte (after an endbr64) */
+    size_t avail;            /* bytes from `at` to the symbol's end */
+    size_t keep;             /* bytes of the original kept in the site record */
+    int size;                /* the jump: 5 or 12 */
+    mh_island_chunk chunk;   /* a fresh trampoline's island, while uncommitted */
+    bool chunk_open;
+    uint64_t tramp;          /* this window's trampoline */
     mh_plan plan;
-    uint64_t at;
-    size_t avail;
+    memhook_bistro_patch *p;
+    bool published;          /* *original holds our trampoline */
     void *previous;          /* *original before we published the trampoline */
+    uint64_t fail_at;        /* the failure: where its bytes are shown from, */
+    size_t fail_avail;       /* how many there are, */
+    char reason[256];        /* and why */
 } pending;
 
-/* Where the trampoline runs: the cached one of this window, or a fresh
- * island near the target (or, with nothing mappable near it, anywhere:
- * that only works for the 12-byte form, so *size may become 12). */
-static int place_island(pending *e, uint64_t hook, int demanded, int *size, uint64_t *tramp,
-                        mh_island_chunk *chunk, bool *fresh, char *why, size_t why_len)
+__attribute__((format(printf, 5, 6)))
+static int fail(pending *e, int err, uint64_t at, size_t avail, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->reason, sizeof e->reason, fmt, ap);
+    va_end(ap);
+    e->fail_at = at;
+    e->fail_avail = avail;
+    return err;
+}
+
+/* Step 1: which function this is, whether memhook may patch it, where the
+ * patch goes and which jump it wants; and whether the site's cached
+ * trampolines were built from the bytes that are there now. */
+static int plan_target(pending *e)
+{
+    memhook_bistro_request *r = e->req;
+    e->target = (uint64_t)(uintptr_t)r->target;
+    e->hook = (uint64_t)(uintptr_t)r->hook;
+    e->code = (const uint8_t *)(uintptr_t)e->target;
+    describe(e->target, &e->ti);
+    const target_info *ti = &e->ti;
+
+    Dl_info self;
+    if (dladdr(&self_anchor, &self) && ti->library && self.dli_fname &&
+        strcmp(ti->library, self.dli_fname) == 0)
+        return fail(e, EINVAL, e->target, 0, "memhook does not patch its own library");
+    if (ti->sym_size == 0 || e->target < ti->sym_addr || e->target >= ti->sym_addr + ti->sym_size)
+        return fail(e, ENOEXEC, e->target, 0,
+                    "no symbol with a size covers this address, so the end of the function "
+                    "is unknown");
+    e->total = (size_t)(ti->sym_addr + ti->sym_size - e->target);
+    e->site = find_site(e->target);
+    if (e->site && e->site->live)
+        return fail(e, EEXIST, e->site->at, 0, "already patched by memhook");
+    e->size = r->jump_size ? r->jump_size : far_jump_forced() ? 12 : 5;
+    /* The planner keeps an endbr64; its verdict on the skip is all we need
+     * to place the island near the patch point. */
+    mh_plan first;
+    mh_plan_entry(e->code, e->target, e->total, e->total, e->size, 0, NULL, &first);
+    e->at = e->target + first.skip;
+    e->avail = e->total - first.skip;
+
+    /* Original bytes changed since we first saw this site (someone else
+     * patched it): forget the cached trampolines. */
     mh_site *site = e->site;
-    *fresh = false;
-    if (site && site->tramp[*size == 12]) {
-        *tramp = site->tramp[*size == 12];
-        return 0;
+    const uint8_t *now = e->code + first.skip;
+    e->keep = e->avail < sizeof site->orig ? e->avail : sizeof site->orig;
+    if (site && memcmp(site->orig, now, e->keep) != 0) {
+        site->tramp[0] = site->tramp[1] = 0;
+        site->wide_tried = false;
+        memcpy(site->orig, now, e->keep);
     }
-    int err = mh_island_reserve(e->at, MH_TRAMP_MAX, chunk);
-    if (err) {
-        if (demanded == 5 && !mh_rel32_reachable(e->at + 5, hook)) {
-            refuse(why, why_len, &e->ti, e->at, e->avail,
-                   "a 5-byte jump was demanded but the hook is beyond +-2 GiB and no "
-                   "memory could be mapped near the function (%s)", strerror(err));
-            return EINVAL;
-        }
-        if (*size == 5 && !mh_rel32_reachable(e->at + 5, hook))
-            *size = 12;
-        if (site && site->tramp[*size == 12]) {
-            *tramp = site->tramp[*size == 12];
-            return 0;
-        }
-        err = mh_island_reserve(0, MH_TRAMP_MAX, chunk);
-        if (err) {
-            refuse(why, why_len, &e->ti, e->at, e->avail, "cannot map a trampoline page: %s",
-                   strerror(err));
-            return err;
-        }
-    }
-    *tramp = chunk->addr;
-    *fresh = true;
     return 0;
 }
 
-/* The jump's destination: the hook, or a far-jump slot near the target. */
-static int place_jump(pending *e, uint64_t hook, int size, uint64_t *dest, char *why,
-                      size_t why_len)
+/* Where the trampoline runs: the cached one of this window, or a fresh
+ * island near the target (or, with nothing mappable near it, anywhere:
+ * that only works for the 12-byte form, so e->size may become 12). */
+static int place_island(pending *e)
 {
-    *dest = hook;
-    if (size == 12 || mh_rel32_reachable(e->at + 5, hook))
+    mh_site *site = e->site;
+    if (site && site->tramp[e->size == 12]) {
+        e->tramp = site->tramp[e->size == 12];
         return 0;
-    mh_island_chunk slot;
-    int err = mh_island_reserve(e->at, MH_FARSLOT_SIZE, &slot);
-    uint8_t sb[MH_FARSLOT_SIZE];
-    mh_farslot_build(hook, sb);
-    if (!err && !mh_rel32_reachable(e->at + 5, slot.addr)) {
-        mh_island_release(&slot);
-        err = ENOMEM;
     }
-    if (!err) {
-        err = mh_island_commit(&slot, sb, sizeof sb);
-        if (err)
-            mh_island_release(&slot);
-    }
+    int err = mh_island_reserve(e->at, MH_TRAMP_MAX, &e->chunk);
     if (err) {
-        refuse(why, why_len, &e->ti, e->at, e->avail,
-               "cannot map a jump slot near the function: %s", strerror(err));
-        return err;
+        if (e->req->jump_size == 5 && !mh_rel32_reachable(e->at + 5, e->hook))
+            return fail(e, EINVAL, e->at, e->avail,
+                        "a 5-byte jump was demanded but the hook is beyond +-2 GiB and no "
+                        "memory could be mapped near the function (%s)", strerror(err));
+        if (e->size == 5 && !mh_rel32_reachable(e->at + 5, e->hook))
+            e->size = 12;
+        if (site && site->tramp[e->size == 12]) {
+            e->tramp = site->tramp[e->size == 12];
+            return 0;
+        }
+        err = mh_island_reserve(0, MH_TRAMP_MAX, &e->chunk);
+        if (err)
+            return fail(e, err, e->at, e->avail, "cannot map a trampoline page: %s",
+                        strerror(err));
     }
-    *dest = slot.addr;
+    e->tramp = e->chunk.addr;
+    e->chunk_open = true;
     return 0;
 }
 
@@ -235,8 +273,9 @@ static int place_jump(pending *e, uint64_t hook, int size, uint64_t *dest, char 
  * and used by the signal handlers, because it jumps back past +12.  A
  * 5-byte trampoline jumps back to the end of its shorter window, which is
  * inside the 12-byte one: a thread still inside it when the site switches
- * to the 12-byte form would return into the middle of that jump. */
-static void ensure_wide(pending *e, const uint8_t *code, uint64_t target, size_t total)
+ * to the 12-byte form would return into the middle of that jump.  Best
+ * effort: without it, the 5-byte trampoline serves. */
+static void ensure_wide(pending *e)
 {
     mh_site *site = e->site;
     if (site->tramp[1] || site->wide_tried)
@@ -247,7 +286,7 @@ static void ensure_wide(pending *e, const uint8_t *code, uint64_t target, size_t
         return;
     uint8_t buf[MH_TRAMP_MAX];
     mh_plan wide;
-    if (!mh_plan_entry(code, target, total, total, 12, chunk.addr, buf, &wide)) {
+    if (!mh_plan_entry(e->code, e->target, e->total, e->total, 12, chunk.addr, buf, &wide)) {
         mh_island_release(&chunk);
         return;
     }
@@ -262,117 +301,152 @@ static void ensure_wide(pending *e, const uint8_t *code, uint64_t target, size_t
     memcpy(site->map[1], wide.map, MH_PLAN_MAP);
 }
 
-/* Everything but the write: describe, plan, trampoline, jump bytes, the
- * signal handlers' record.  Returns 0 or an errno (why says why). */
-static int prepare(pending *e, char *why, size_t why_len)
+/* A fresh trampoline goes into the site's record (made now, at the site's
+ * first trampoline, with the original bytes), so later installs reuse it. */
+static int record_trampoline(pending *e)
 {
-    memhook_bistro_request *r = e->req;
-    uint64_t target = (uint64_t)(uintptr_t)r->target, hook = (uint64_t)(uintptr_t)r->hook;
-    describe(target, &e->ti);
-    const target_info *ti = &e->ti;
-    const uint8_t *code = (const uint8_t *)(uintptr_t)target;
-
-    Dl_info self;
-    if (dladdr(&self_anchor, &self) && ti->library && self.dli_fname &&
-        strcmp(ti->library, self.dli_fname) == 0) {
-        refuse(why, why_len, ti, target, 0, "memhook does not patch its own library");
-        return EINVAL;
-    }
-    if (ti->sym_size == 0 || target < ti->sym_addr || target >= ti->sym_addr + ti->sym_size) {
-        refuse(why, why_len, ti, target, 0,
-               "no symbol with a size covers this address, so the end of the function "
-               "is unknown");
-        return ENOEXEC;
-    }
-    size_t total = (size_t)(ti->sym_addr + ti->sym_size - target);
-    e->site = find_site(target);
-    if (e->site && e->site->live) {
-        refuse(why, why_len, ti, e->site->at, 0, "already patched by memhook");
-        return EEXIST;
-    }
-    int size = r->jump_size ? r->jump_size : far_jump_forced() ? 12 : 5;
-    /* The planner keeps an endbr64; its verdict on the skip is all we need
-     * to place the island near the patch point. */
-    mh_plan first;
-    mh_plan_entry(code, target, total, total, size, 0, NULL, &first);
-    e->at = target + first.skip;
-    e->avail = total - first.skip;
-
-    /* Original bytes changed since we first saw this site (someone else
-     * patched it): forget the cached trampolines. */
     mh_site *site = e->site;
-    size_t keep = e->avail < sizeof site->orig ? e->avail : sizeof site->orig;
-    if (site && memcmp(site->orig, code + first.skip, keep) != 0) {
-        site->tramp[0] = site->tramp[1] = 0;
-        site->wide_tried = false;
-        memcpy(site->orig, code + first.skip, keep);
+    if (!site) {
+        site = calloc(1, sizeof *site);
+        if (!site)
+            return fail(e, ENOMEM, e->at, e->avail, "out of memory"); /* tramp stays unused */
+        site->target = e->target;
+        site->at = e->at;
+        memcpy(site->orig, (const uint8_t *)(uintptr_t)e->at, e->keep);
+        site->next = g_sites;
+        g_sites = site;
+        e->site = site;
     }
+    int form = e->size == 12;
+    site->tramp[form] = e->tramp;
+    memcpy(site->map[form], e->plan.map, MH_PLAN_MAP);
+    return 0;
+}
 
-    mh_island_chunk chunk;
-    uint64_t tramp;
-    bool fresh;
-    int err = place_island(e, hook, r->jump_size, &size, &tramp, &chunk, &fresh, why, why_len);
+/* Step 2: the displaced instructions, relocated into this window's
+ * trampoline (built and made executable when it is fresh). */
+static int place_trampoline(pending *e)
+{
+    int err = place_island(e);
     if (err)
         return err;
     uint8_t buf[MH_TRAMP_MAX];
-    if (!mh_plan_entry(code, target, total, total, size, tramp, buf, &e->plan)) {
-        if (fresh)
-            mh_island_release(&chunk);
-        refuse(why, why_len, ti, e->at, e->avail, "%s", e->plan.why);
-        return ENOEXEC;
-    }
-    int form = size == 12;
-    if (fresh) {
-        mh_island_shrink(&chunk, e->plan.tramp_len);
-        err = mh_island_commit(&chunk, buf, e->plan.tramp_len);
-        if (err) {
-            mh_island_release(&chunk);
-            refuse(why, why_len, ti, e->at, e->avail,
-                   "cannot make the trampoline executable: %s", strerror(err));
+    if (!mh_plan_entry(e->code, e->target, e->total, e->total, e->size, e->tramp, buf, &e->plan))
+        return fail(e, ENOEXEC, e->at, e->avail, "%s", e->plan.why);
+    if (e->chunk_open) {
+        mh_island_shrink(&e->chunk, e->plan.tramp_len);
+        err = mh_island_commit(&e->chunk, buf, e->plan.tramp_len);
+        if (err)
+            return fail(e, err, e->at, e->avail, "cannot make the trampoline executable: %s",
+                        strerror(err));
+        e->chunk_open = false;
+        err = record_trampoline(e);
+        if (err)
             return err;
-        }
-        if (!site) {
-            site = calloc(1, sizeof *site);
-            if (!site) {
-                refuse(why, why_len, ti, e->at, e->avail, "out of memory");
-                return ENOMEM; /* the trampoline stays unused */
-            }
-            site->target = target;
-            site->at = e->at;
-            memcpy(site->orig, code + first.skip, keep);
-            site->next = g_sites;
-            g_sites = site;
-            e->site = site;
-        }
-        site->tramp[form] = tramp;
-        memcpy(site->map[form], e->plan.map, MH_PLAN_MAP);
     }
+    if (e->size == 5)
+        ensure_wide(e);
+    return 0;
+}
 
-    if (size == 5)
-        ensure_wide(e, code, target, total);
+/* The jump's destination: the hook, or a far-jump slot near the target. */
+static int jump_destination(pending *e, uint64_t *dest)
+{
+    *dest = e->hook;
+    if (e->size == 12 || mh_rel32_reachable(e->at + 5, e->hook))
+        return 0;
+    mh_island_chunk slot;
+    int err = mh_island_reserve(e->at, MH_FARSLOT_SIZE, &slot);
+    uint8_t sb[MH_FARSLOT_SIZE];
+    mh_farslot_build(e->hook, sb);
+    if (!err && !mh_rel32_reachable(e->at + 5, slot.addr)) {
+        mh_island_release(&slot);
+        err = ENOMEM;
+    }
+    if (!err) {
+        err = mh_island_commit(&slot, sb, sizeof sb);
+        if (err)
+            mh_island_release(&slot);
+    }
+    if (err)
+        return fail(e, err, e->at, e->avail, "cannot map a jump slot near the function: %s",
+                    strerror(err));
+    *dest = slot.addr;
+    return 0;
+}
 
+/* Step 3: the jump's bytes, and the signal handlers' record of the site
+ * (where a thread stopped in the window continues) before it is written. */
+static int place_jump(pending *e)
+{
     uint64_t dest;
-    err = place_jump(e, hook, size, &dest, why, why_len);
+    int err = jump_destination(e, &dest);
     if (err)
         return err;
     memhook_bistro_patch *p = calloc(1, sizeof *p);
-    if (!p) {
-        refuse(why, why_len, ti, e->at, e->avail, "out of memory");
-        return ENOMEM;
-    }
-    p->site = site;
-    p->hook = hook;
+    if (!p)
+        return fail(e, ENOMEM, e->at, e->avail, "out of memory");
+    p->site = e->site;
+    p->hook = e->hook;
     p->dest = dest;
-    p->jump_size = size;
-    mh_patch_jump_build(e->at, dest, size, p->bytes);
-    err = mh_trap_register(e->at, tramp, size, e->plan.map, size == 12 ? dest : 0);
-    if (err) {
-        free(p);
-        refuse(why, why_len, ti, e->at, e->avail, "too many patch sites");
-        return err;
-    }
+    p->jump_size = e->size;
+    mh_patch_jump_build(e->at, dest, e->size, p->bytes);
     e->p = p;
+    err = mh_trap_register(e->at, e->tramp, e->size, e->plan.map, e->size == 12 ? dest : 0);
+    if (err)
+        return fail(e, err, e->at, e->avail, "too many patch sites");
     return 0;
+}
+
+/* The one failure exit of an entry: give back what it holds (an
+ * uncommitted island, the patch record, a published *original) and answer
+ * its request.  A trampoline already committed stays with its site. */
+static void give_up(pending *e, int err)
+{
+    if (e->chunk_open)
+        mh_island_release(&e->chunk);
+    e->chunk_open = false;
+    if (e->published)
+        __atomic_store_n(e->req->original, e->previous, __ATOMIC_RELEASE);
+    e->published = false;
+    free(e->p);
+    e->p = NULL;
+    e->req->err = err;
+    refuse(e->req->why, sizeof e->req->why, &e->ti, e->fail_at, e->fail_avail, "%s", e->reason);
+}
+
+/* Step 4a: *original is published before the jump goes live, so a hook
+ * that calls through the very variable passed as `original` never sees it
+ * unset.  It gets the widest trampoline (see ensure_wide). */
+static mh_poke publish_original(pending *e)
+{
+    void **original = e->req->original;
+    e->previous = __atomic_load_n(original, __ATOMIC_RELAXED);
+    uint64_t tramp = e->site->tramp[1] ? e->site->tramp[1] : e->site->tramp[0];
+    __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
+    e->published = true;
+    return (mh_poke){.at = e->at, .bytes = e->p->bytes, .len = (size_t)e->p->jump_size,
+                     .interior = e->plan.interior,
+                     .boundary1 = e->plan.map[1] != MH_PLAN_NO_BOUNDARY};
+}
+
+/* Step 4b: every prepared jump is written in one live-write pass; a
+ * written one makes its patch live. */
+static size_t publish(pending *e, mh_poke *pk, const size_t *idx, size_t np)
+{
+    mh_text_poke_batch(pk, np);
+    size_t done = 0;
+    for (size_t k = 0; k < np; k++) {
+        pending *x = &e[idx[k]];
+        if (pk[k].err) {
+            give_up(x, fail(x, pk[k].err, x->at, x->avail, "%s", pk[k].why));
+            continue;
+        }
+        x->site->live = x->p;
+        x->req->patch = x->p;
+        done++;
+    }
+    return done;
 }
 
 static size_t install_locked(memhook_bistro_request *req, size_t n)
@@ -392,42 +466,24 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
     }
     size_t np = 0;
     for (size_t i = 0; i < n; i++) {
-        e[i].req = &req[i];
         req[i].patch = NULL;
+        req[i].err = 0;
         req[i].why[0] = '\0';
-        req[i].err = prepare(&e[i], req[i].why, sizeof req[i].why);
-        if (req[i].err)
-            continue;
-        /* *original is published before the jump goes live: a hook that
-         * calls through the very variable passed as `original` never sees
-         * it unset. */
-        void **original = req[i].original;
-        e[i].previous = __atomic_load_n(original, __ATOMIC_RELAXED);
-        /* The widest trampoline (see ensure_wide). */
-        mh_site *site = e[i].site;
-        uint64_t tramp = site->tramp[1] ? site->tramp[1] : site->tramp[0];
-        __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
-        pk[np] = (mh_poke){.at = e[i].at, .bytes = e[i].p->bytes,
-                           .len = (size_t)e[i].p->jump_size, .interior = e[i].plan.interior,
-                           .boundary1 = e[i].plan.map[1] != MH_PLAN_NO_BOUNDARY};
-        idx[np++] = i;
-    }
-    mh_text_poke_batch(pk, np);
-    size_t done = 0;
-    for (size_t k = 0; k < np; k++) {
-        pending *x = &e[idx[k]];
-        memhook_bistro_request *r = x->req;
-        if (pk[k].err) {
-            __atomic_store_n(r->original, x->previous, __ATOMIC_RELEASE);
-            free(x->p);
-            r->err = pk[k].err;
-            refuse(r->why, sizeof r->why, &x->ti, x->at, x->avail, "%s", pk[k].why);
+        pending *x = &e[i];
+        x->req = &req[i];
+        int err = plan_target(x);
+        if (!err)
+            err = place_trampoline(x);
+        if (!err)
+            err = place_jump(x);
+        if (err) {
+            give_up(x, err);
             continue;
         }
-        x->site->live = x->p;
-        r->patch = x->p;
-        done++;
+        pk[np] = publish_original(x);
+        idx[np++] = i;
     }
+    size_t done = publish(e, pk, idx, np);
     free(e);
     free(pk);
     free(idx);

@@ -35,6 +35,10 @@
  *    them against memhook; a file found in the caller's path that fails to
  *    load makes memhook try the next directory where the loader would stop.
  *
+ * Unload watches: a layer above asks to hear when a dlclose takes a library
+ * out of the process (mh_reloc_watch_unload: a driver layer watches its
+ * driver); the wrapper looks before and after the real dlclose.
+ *
  * Nesting: a dlopen/dlclose made by a constructor or destructor while this
  * thread is inside a real dlopen/dlclose called from a wrapper (so under the
  * loader's lock) does not patch: the outer wrapper patches everything new
@@ -42,6 +46,7 @@
  * lock from there.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <link.h>
 #include <stdlib.h>
@@ -273,10 +278,31 @@ void *mh_dlmopen_wrapper(Lmid_t lmid, const char *file, int mode)
     return h;
 }
 
-/* Whether libcuda.so.1 is loaded (a reference taken and given back). */
-static bool driver_loaded(void)
+/* ---- unload watches ---- */
+
+/* Process-wide: registered by other layers' constructors (nothing of
+ * memhook runs before them), read by the dlclose wrapper. */
+#define MAX_WATCHES 4
+static struct watch {
+    const char *soname;
+    void (*gone)(void);
+} g_watches[MAX_WATCHES];
+static size_t g_nwatches;
+
+int mh_reloc_watch_unload(const char *soname, void (*gone)(void))
 {
-    void *h = mh_real_dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (soname == NULL || gone == NULL)
+        return EINVAL;
+    if (g_nwatches == MAX_WATCHES)
+        return ENOSPC;
+    g_watches[g_nwatches++] = (struct watch){soname, gone};
+    return 0;
+}
+
+/* Whether soname is loaded (a reference taken and given back). */
+static bool loaded(const char *soname)
+{
+    void *h = mh_real_dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
     if (h != NULL)
         mh_real_dlclose(h);
     return h != NULL;
@@ -290,10 +316,13 @@ int mh_dlclose_wrapper(void *handle)
      * object and writing its slots while it is unmapped. */
     mh_reloc_lock();
     t_in_real_dl++;
-    bool had_driver = driver_loaded();
+    bool had[MAX_WATCHES];
+    for (size_t i = 0; i < g_nwatches; i++)
+        had[i] = loaded(g_watches[i].soname);
     int r = mh_real_dlclose(handle);
-    if (had_driver && !driver_loaded())
-        mh_driver_unloaded();  /* its memory is gone: forget it (emit.c) */
+    for (size_t i = 0; i < g_nwatches; i++)
+        if (had[i] && !loaded(g_watches[i].soname))
+            g_watches[i].gone();    /* its memory is gone: the watcher forgets it */
     t_in_real_dl--;
     mh_reloc_refresh(NULL);
     mh_reloc_unlock();

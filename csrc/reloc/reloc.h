@@ -5,12 +5,21 @@
  *                    relocations that bind a symbol to a pointer-sized slot
  *   got.c            write one slot: page protection from /proc/self/maps,
  *                    mprotect only that page, atomic store, restore
- *   reloc.c          the registry of hooked names, the per-object records of
- *                    changed slots, install/uninstall, the walks
- *   interpose_dl.c   dlopen/dlmopen/dlclose/dlsym/dlvsym wrappers
+ *   registry.c       the hooked names: replacement, definition, the one
+ *                    lookup (lock-free)
+ *   walk.c           the loaded objects and the slots changed in each; the
+ *                    install / refresh / forget walk, restore, count
+ *   reloc.c          the public API (memhook_reloc_*), the lock, fork
+ *   interpose_dl.c   dlopen/dlmopen/dlclose/dlsym/dlvsym wrappers, and the
+ *                    unload watches
  *   interpose_x86_64.S  the dlsym/dlvsym entry stubs (tail-jump to the real
  *                    function with the caller's return address intact)
- *   interpose_cuda.c cuGetProcAddress/_v2 wrappers
+ *
+ * The engine knows no library but the loader.  A layer above that needs an
+ * entry point of its own library interposed (a lookup function of its own,
+ * as dlsym is the loader's) registers it with mh_reloc_interpose and asks
+ * mh_reloc_replacement_for what to hand out; one that must hear of its
+ * library's unloading registers mh_reloc_watch_unload.
  */
 #ifndef MEMHOOK_RELOC_H
 #define MEMHOOK_RELOC_H
@@ -87,6 +96,69 @@ MH_HIDDEN int mh_got_write(const mh_maps *maps, void **slot, void *value, int el
  * program headers (PT_GNU_RELRO, PT_LOAD flags); -1 if outside it. */
 MH_HIDDEN int mh_elf_prot(uintptr_t base, const ElfW(Phdr) *phdr, size_t phnum, uintptr_t addr);
 
+/* ---- registry.c ---- */
+
+#define MH_RELOC_NAME_MAX 160     /* "name@VERSION", with its NUL */
+
+typedef enum mh_entry_kind {
+    MH_ENTRY_USER = 0,      /* a symbol of memhook_reloc_install */
+    MH_ENTRY_LOADER,        /* dlopen, dlmopen, dlclose, dlsym, dlvsym */
+    MH_ENTRY_INTERPOSER,    /* registered with mh_reloc_interpose */
+} mh_entry_kind;
+
+typedef struct mh_reloc_entry {
+    char name[MH_RELOC_NAME_MAX];  /* as registered: "name" or "name@VERSION" */
+    size_t plain_len;          /* length of the part before '@' */
+    uint32_t hash;             /* of the plain part */
+    mh_entry_kind kind;
+    void *replacement;
+    void **original_out;       /* receives the definition, or NULL */
+    void *definition;          /* what the loader binds the name to */
+} mh_reloc_entry;
+
+/* The one lookup (lock-free): the index of the entry for `name` - the
+ * "name@version" entry when version is given and registered, else the
+ * plain one - or -1. */
+MH_HIDDEN int mh_registry_find(const char *name, const char *version);
+/* The entry at index (NULL for -1 or past the end). */
+MH_HIDDEN mh_reloc_entry *mh_registry_entry(int index);
+MH_HIDDEN size_t mh_registry_count(void);
+/* Record e's definition if it has none yet (lock-free; the first wins). */
+MH_HIDDEN void mh_registry_set_definition(mh_reloc_entry *e, void *definition);
+/* What the loader binds e's name to in a scope (NULL: the global one). */
+MH_HIDDEN void *mh_registry_resolve(const mh_reloc_entry *e, void *scope_handle);
+/* Resolve, in a scope, every entry whose definition is still unknown. */
+MH_HIDDEN void mh_registry_resolve_missing(void *scope_handle);
+/* Is `found` another library's definition of e's name? */
+MH_HIDDEN bool mh_registry_other_definition(const mh_reloc_entry *e, void *found);
+/* Under the lock: add (or update) a user entry; 0 or an errno. */
+MH_HIDDEN int mh_registry_add(const char *name, void *replacement, void **original_out);
+/* Under the lock: the loader's and the interposers' entries (once). */
+MH_HIDDEN void mh_registry_add_kept(void);
+/* Under the lock: forget the user's entries (uninstall). */
+MH_HIDDEN void mh_registry_forget_user(void);
+/* A handle on lm's object (dlopen RTLD_NOLOAD by name), or NULL. */
+MH_HIDDEN void *mh_reloc_handle_of(struct link_map *lm);
+
+/* ---- walk.c (under the lock) ---- */
+
+typedef enum mh_walk_op {
+    MH_WALK_INSTALL,    /* pin and patch every loaded object */
+    MH_WALK_REFRESH,    /* patch the objects loaded since the last walk */
+    MH_WALK_FORGET,     /* patch nothing; forget objects that are gone */
+} mh_walk_op;
+
+/* One walk over the loaded objects; 0 or the first errno. */
+MH_HIDDEN int mh_reloc_walk(mh_walk_op op);
+/* Give every changed slot still holding memhook's pointer its old value
+ * back and forget every object; 0 or the first errno (then nothing is
+ * forgotten). */
+MH_HIDDEN int mh_reloc_restore_all(void);
+/* The next walk looks at every object again. */
+MH_HIDDEN void mh_reloc_walk_reset(void);
+/* Slots that hold a user entry's replacement. */
+MH_HIDDEN size_t mh_reloc_count_user_slots(void);
+
 /* ---- reloc.c ---- */
 
 typedef void *(*mh_dlsym_fn)(void *, const char *);
@@ -108,44 +180,48 @@ MH_HIDDEN extern __thread int mh_reloc_inside __attribute__((tls_model("initial-
 
 /* True while at least one symbol is installed. */
 MH_HIDDEN bool mh_reloc_active(void);
-/* The replacement memhook hands out for `name` (a hooked user symbol or one
- * of the interposed loader/CUDA entry points), or NULL.  Lock-free. */
+/* Makes the lock and registers its fork handlers (once). */
+MH_HIDDEN void mh_reloc_init(void);
+MH_HIDDEN void mh_reloc_lock(void);
+MH_HIDDEN void mh_reloc_unlock(void);
+/* Patch objects loaded since the last walk, forget unloaded ones; a handle
+ * returned by dlopen lets unresolved originals be looked up in it. */
+MH_HIDDEN void mh_reloc_refresh(void *new_handle);
+
+/* ---- for the layers above (lock-free) ---- */
+
+/* Interpose `name` (a plain name) for a layer's own lookups, as the engine
+ * does dlsym: while any symbol is installed, every GOT slot of it in the
+ * base namespace points at `replacement`, and *real receives the
+ * definition the loader binds (learned at install, or from
+ * mh_reloc_note_definition).  Kept across uninstall; not counted by
+ * memhook_reloc_patched_slots.  Only from a constructor (before the first
+ * install): EINVAL for a bad name, ENOSPC when too late or full. */
+MH_HIDDEN int mh_reloc_interpose(const char *name, void *replacement, void **real);
+/* The replacement memhook hands out for `name` (a hooked user symbol or an
+ * interposed entry point), or NULL. */
 MH_HIDDEN void *mh_reloc_replacement(const char *name);
 /* The replacement to hand out for a lookup of `name` that found
  * `definition`: NULL when that is another library's definition of the name
  * than the one the replacement calls (two versions loaded side by side). */
 MH_HIDDEN void *mh_reloc_replacement_for(const char *name, void *definition);
 /* Tell the registry that `name` is defined at `definition` (learned from a
- * dlsym or cuGetProcAddress answer): fills the original if still unknown. */
+ * dlsym or an interposer's answer): fills the original if still unknown. */
 MH_HIDDEN void mh_reloc_note_definition(const char *name, void *definition);
-/* Patch objects loaded since the last walk, forget unloaded ones; a handle
- * returned by dlopen lets unresolved originals be looked up in it. */
-MH_HIDDEN void mh_reloc_refresh(void *new_handle);
-/* Makes the lock and registers its fork handlers (once). */
-MH_HIDDEN void mh_reloc_init(void);
-MH_HIDDEN void mh_reloc_lock(void);
-MH_HIDDEN void mh_reloc_unlock(void);
 /* Find the definition of name in an object after `after` in the load order
  * (RTLD_NEXT's approximation); NULL if none. */
 MH_HIDDEN void *mh_reloc_find_after(struct link_map *after, const char *name);
+/* Call gone() from the dlclose wrapper when a dlclose takes the object
+ * named soname out of the process (it was loaded before the call, and is
+ * not after).  Only from a constructor; 0, or ENOSPC when full. */
+MH_HIDDEN int mh_reloc_watch_unload(const char *soname, void (*gone)(void));
 
-/* ---- interpose_dl.c / interpose_x86_64.S / interpose_cuda.c ---- */
+/* ---- interpose_dl.c / interpose_x86_64.S ---- */
 
 MH_HIDDEN void *mh_dlsym_entry(void *handle, const char *name);           /* .S */
 MH_HIDDEN void *mh_dlvsym_entry(void *handle, const char *name, const char *version); /* .S */
 MH_HIDDEN void *mh_dlopen_wrapper(const char *file, int mode);
 MH_HIDDEN void *mh_dlmopen_wrapper(Lmid_t lmid, const char *file, int mode);
 MH_HIDDEN int mh_dlclose_wrapper(void *handle);
-MH_HIDDEN int mh_cuGetProcAddress_wrapper(const char *symbol, void **pfn, int version,
-                                          uint64_t flags);
-MH_HIDDEN int mh_cuGetProcAddress_v2_wrapper(const char *symbol, void **pfn, int version,
-                                             uint64_t flags, int *status);
-/* Set when memhook learns the real entry points (dlsym answers, patching). */
-MH_HIDDEN extern void *mh_real_cuGetProcAddress;
-MH_HIDDEN extern void *mh_real_cuGetProcAddress_v2;
-
-/* The CUDA layer (emit.c): the driver was just unloaded (a dlclose took
- * libcuda.so.1 out of the process). */
-MH_HIDDEN void mh_driver_unloaded(void);
 
 #endif
