@@ -98,6 +98,8 @@ def main() -> int:
     ap.add_argument("--api", default="sync,async")
     ap.add_argument("--no-drain", action="store_true")
     ap.add_argument("--no-stub", action="store_true", help="skip the stub-driver run")
+    ap.add_argument("--no-sim", action="store_true",
+                    help="skip the simulator run (the stub driver's figure only)")
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args()
 
@@ -124,7 +126,7 @@ def main() -> int:
                   flush=True)
             results["real"] = run(exe, [*common, "--real", "--pairs", str(pairs),
                                         "--goal-pct", "10"])
-        else:
+        elif not args.no_sim:
             print("== simulator; goal: at most 60 ns added per pair, one thread", flush=True)
             results["simulator"] = run(exe, [*common, "--libcuda", str(sim), "--pairs",
                                              str(pairs), "--goal-ns", "60"])

@@ -3,7 +3,7 @@
 The hooks record events into a lock-free queue in libmemhook.so (no Python,
 no GIL inside a hook).  :func:`drain` takes them out in batches of up to
 :data:`BATCH` events into one preallocated C array, and for each event, in
-order:
+order (two stages, see Concurrency):
 
 1. applies it to :func:`memhook.cache.process_cache`: a successful ALLOC is
    ``update(address, size, mem_type, device)`` (size 0 is skipped); a
@@ -23,25 +23,38 @@ straight to the cache.
 
 Concurrency:
 
-* One Python lock serialises drainers, so two threads never apply two
-  batches out of order (the C drain is thread safe, but "take a batch" and
-  "apply it" must be one step).
-* Re-entrancy: a subscriber that queries memhook (which drains first) finds
-  that its own thread is the one draining and returns at once - the outer
-  drain is still delivering, in order.
+* Two stages.  One lock (the apply lock) serialises taking events out of
+  the core and applying them to the cache, so the cache sees them in order;
+  with subscribers, the applied rows then wait in a hand-off queue, and a
+  second lock (the delivery lock) serialises handing them out, in the same
+  order.  A query (:func:`query_drain`) needs the first stage only: the
+  cache holds every event published before the query began, whatever the
+  subscribers' backlog; it spends at most :data:`QUERY_DELIVERY_S` on
+  handing out waiting events.  flush()
+  (:func:`drain`) waits for both stages; the background feeder delivers
+  the rest (memhook._feeder).  A subscriber therefore sees the cache as of
+  the newest event applied, which may be past its own event.
+* Re-entrancy: a subscriber that queries memhook (or flushes) applies
+  pending events to the cache, hands nothing out - its own thread is the
+  one delivering - and returns; the outer delivery goes on, in order.
 * A KeyboardInterrupt (or any BaseException) escaping a subscriber leaves
-  the rest of its batch in a backlog that the next drain delivers first, so
-  nothing is lost or reordered.
-* fork(): the drain lock is taken around fork() (unless the forking thread
-  is the one draining), so a child never inherits a batch taken out of the
-  queue but not yet applied; the child gets a fresh lock.
+  the rest of its events waiting, and the next delivery hands them out
+  first, so nothing is lost or reordered; one escaping while the cache is
+  updated leaves the rows not applied in a backlog that the next drain
+  applies first.
+* fork(): both locks are taken around fork() (unless the forking thread
+  holds one: a subscriber forking), so a child never inherits a batch taken
+  out of the queue but not yet applied; the child gets fresh locks and the
+  events still waiting for subscribers, which its own subscribers get.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,8 +66,9 @@ from ._core import ffi, lib
 from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
-__all__ = ["BATCH", "EVENT_DTYPE", "attach", "drain", "drain_batch", "flush", "function_name",
-           "function_names"]
+__all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_DELIVERY_S", "attach", "drain",
+           "drain_batch", "flush", "function_name", "function_names", "query_drain",
+           "undelivered"]
 
 _log = logging.getLogger("memhook")
 
@@ -102,18 +116,43 @@ _mark = ffi.new("uint64_t *")
 # would find nothing, which is what most queries find - no C call then.
 _pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
+_clock = time.perf_counter
 
+# Two stages, two locks.  _lock (the apply lock) serialises taking events out
+# of the core's queue and applying them to the cache, so the cache sees them
+# in order; the rows then wait in _handoff, oldest first, for the
+# subscribers, who get them under _deliver_lock, in the same order.  A query
+# needs only the first stage: it never waits for subscribers to run (with 8
+# threads allocating, the feeder thread that runs them gets a ninth of the
+# GIL, and a query that delivered the backlog itself took up to 370 ms).
+# Lock order: _deliver_lock before _lock (a subscriber's query applies
+# events while its thread delivers); nothing takes them the other way.
 _lock = threading.Lock()
 _acquire = _lock.acquire
 _release = _lock.release
-_owner: int | None = None        # thread ident of the drainer, while it delivers
-_backlog: list[tuple[int, ...]] = []  # rows an interrupted delivery left behind
-_fork_held = False
-# While a batch is delivered to subscribers: the successful ALLOCs passed so
-# far whose FREE comes later in the batch, not yet applied to the cache
-# (_cancelled_allocs), by address.  A query from a subscriber applies them
-# first (_materialise), so what it sees is exact.
-_deferred: dict[int, tuple[Any, ...]] = {}
+_owner: int | None = None        # thread ident of the applier, while it applies
+_backlog: list[tuple[int, ...]] = []  # rows taken out, not yet applied (an interrupted apply)
+# False from before an applier takes events out of the core until they are
+# all in the cache (or in _backlog, which keeps it False): see query_drain.
+_quiet = True
+# [rows, next index]: applied to the cache, not yet handed to the
+# subscribers.  rows is a list of EVENT_DTYPE tuples or an EVENT_DTYPE array
+# (64 bytes an event while they wait).  Appended under _lock, consumed under
+# _deliver_lock (deque append/popleft are atomic).
+_handoff: collections.deque[list[Any]] = collections.deque()
+_deliver_lock = threading.Lock()
+_deliverer: int | None = None    # thread ident of the deliverer, while it delivers
+_fork_held = (False, False)
+
+QUERY_DELIVERY_S = 0.005
+"""How long a query may spend on the subscribers before it answers: waiting
+for another thread's delivery to end, then handing out waiting events, in
+steps of :data:`DELIVERY_STEP` (the feeder and flush() deliver the rest).
+A quiet process's query still hands out everything; one whose feeder is
+starved of the GIL answers in bounded time."""
+
+DELIVERY_STEP = 64
+"""Events handed out between two looks at the clock."""
 
 _names: tuple[str, ...] | None = None
 
@@ -138,32 +177,28 @@ def drain() -> int:
     """Take every event pending when the call began out of the core's queue
     (events recorded while it delivers wait for the next drain: the run is
     bounded, see memhook_events_drain_bounded), apply it to the
-    process-wide cache and hand it to the subscribers, in order.  Returns
-    how many events were delivered (skipped slots not counted).  From inside
-    a subscriber (this thread is draining already) it returns 0 at once."""
-    # The fast path (nothing pending) runs before every cache query: one
-    # load through cffi, no lock, no call.
-    if not _pending[0] and not _backlog and not _deferred:
+    process-wide cache and hand it, and every event still waiting for them,
+    to the subscribers, in order.  Returns how many events were delivered
+    (skipped slots not counted).  From inside a subscriber (this thread is
+    delivering already) it applies pending events to the cache and returns
+    0: the outer delivery hands them out, in order."""
+    if not _pending[0] and _quiet and not _handoff:
         return 0
-    if not _acquire(False):
-        if _owner == _get_ident():
-            _materialise()  # a subscriber queries: the cache must be exact here
-            return 0
-        _acquire()
-    _mark[0] = 0
-    n = _c_drain(_buffer, BATCH, _mark)
-    if not n and not _backlog:
-        _release()
-        return 0
-    return _drain_locked(n)
+    done = _take()
+    if _handoff:
+        done += _hand_out(None)
+    return done
 
 
 def flush() -> int:
     """Drain the pending events now: apply them to the process-wide cache
-    and hand them to the subscribers.  Returns how many events were
-    drained; 0 when called from a subscriber (the drain under way in this
-    thread delivers the rest).  The module-level queries drain lazily anyway;
-    call this to have subscribers see events without querying.
+    and hand them, and every event still waiting for them, to the
+    subscribers.  Returns how many events were delivered; from a
+    subscriber it applies pending events to the cache and returns 0 (the
+    delivery under way in this thread hands out the rest).  The
+    module-level queries drain lazily anyway, but hand subscribers only
+    what they can in :data:`QUERY_DELIVERY_S` (the background feeder
+    delivers the rest); call this to have subscribers see every event now.
 
     Runtime complexity: O(e log n) for e pending events and n cache regions
     (each event is one cache update), plus the subscribers' own time.
@@ -185,89 +220,167 @@ def flush() -> int:
     return drain()
 
 
-def drain_batch(limit: int = BATCH) -> int:
-    """Deliver at most ``limit`` events (up to :data:`BATCH`) and let go of
-    the drain lock: the background feeder's step, so that a query waiting
-    for the lock waits for one small batch, not for a whole run."""
-    if not _pending[0] and not _backlog:
+def query_drain() -> int:
+    """The cache's drain before a query (:func:`memhook.cache.set_hook_layer`):
+    every event pending when it began reaches the cache; the subscribers
+    get the events waiting for them for at most :data:`QUERY_DELIVERY_S` -
+    the feeder and flush() hand out the rest.  So a query does not wait
+    long for subscribers to run, and still never answers from a cache that
+    lacks an event published before it began."""
+    # The fast path (nothing pending, nothing being applied) runs before
+    # every query: one load through cffi and one global, no lock taken.  In
+    # this order: a flag read clear means every event published before was
+    # taken out of the core by a drain that cleared _quiet before it took
+    # them and sets it again only once they are in the cache - so _quiet
+    # read set after the flag means they are there.  (The C drain clears
+    # the flag as it takes the events out, so the flag alone let a query
+    # answer HOST for a live allocation on its way to the cache.)
+    if not _pending[0] and _quiet:
+        return 0
+    done = _take()
+    if _handoff:
+        done += _hand_out(QUERY_DELIVERY_S)
+    return done
+
+
+def drain_batch(budget_s: float = 0.005, take: bool = True) -> int:
+    """The background feeder's step: apply what is pending to the cache, then
+    hand waiting events to the subscribers for about ``budget_s`` seconds
+    and let go of the delivery lock, so that a flush() or a query waiting for
+    it waits for one short step.  ``take`` False: hand out only (the
+    core's queue is short).  Returns how many events were delivered."""
+    done = _take() if take else 0
+    if _handoff:
+        done += _hand_out(budget_s)
+    return done
+
+
+def undelivered() -> int:
+    """Events applied to the cache that the subscribers have not had yet."""
+    return sum(len(rows) - at for rows, at in list(_handoff))
+
+
+def _take() -> int:
+    """Stage one: take the events pending now out of the core's queue (one
+    bounded run) and apply them to the cache.  Returns how many need no
+    delivery (no subscribers); the others go to _handoff."""
+    global _owner, _quiet
+    if not _pending[0] and _quiet:
         return 0
     if not _acquire(False):
         if _owner == _get_ident():
-            return 0
+            return 0  # a signal handler's query while this thread applies
         _acquire()
-    _mark[0] = 0
-    n = _c_drain(_buffer, min(limit, BATCH), _mark)
-    if not n and not _backlog:
-        _release()
-        return 0
-    return _drain_locked(n, once=True)
-
-
-def _drain_locked(n: int, once: bool = False) -> int:
-    """The rest of :func:`drain`: ``n`` events are in the buffer, the drain
-    lock is held (and released here).  ``once``: this batch only."""
-    global _owner
     _owner = _get_ident()
+    _quiet = False  # before the C drain clears the pending flag
     try:
+        _mark[0] = 0
         done = 0
         while True:
-            rows = _rows[:n].tolist() if n else []
-            if _backlog:  # older than anything still in the core's queue
-                rows[:0] = _backlog
-                del _backlog[:]
-            if not rows:
-                return done
-            done += _deliver(rows)
-            if n < BATCH or once:
-                return done  # the run's cut is reached (memhook_events_drain_bounded)
             n = _c_drain(_buffer, BATCH, _mark)
+            if _backlog:  # older than anything still in the core's queue
+                rows: Any = _backlog[:] + _rows[:n].tolist()
+                del _backlog[:]
+            elif n:
+                rows = _rows[:n]
+            else:
+                return done
+            done += _apply_rows(rows)
+            if n < BATCH:
+                return done  # the run's cut is reached (memhook_events_drain_bounded)
     finally:
+        _quiet = not _backlog
         _owner = None
         _release()
 
 
-def _deliver(rows: list[tuple[Any, ...]]) -> int:
-    """Apply ``rows`` (EVENT_DTYPE tuples) to the cache and the subscribers.
-    If an exception escapes (a KeyboardInterrupt, or a BaseException from a
-    subscriber), what is left of ``rows`` goes to the backlog first."""
+def _apply_rows(rows: Any) -> int:
+    """Apply ``rows`` (EVENT_DTYPE tuples, or an EVENT_DTYPE array the next
+    C drain overwrites) to the cache, in order; with subscribers, queue them
+    for delivery (returns 0), else return how many were delivered.  If an
+    exception escapes (a KeyboardInterrupt), the rows not applied go to the
+    backlog first."""
+    listed = rows.tolist() if isinstance(rows, np.ndarray) else rows
     cache = _cache.process_cache()
-    subs = _registry.current
+    cancelled = _cancelled_allocs(listed)
     count = 0
     i = 0
-    if not subs:
-        cancelled = _cancelled_allocs(rows)
-        try:
-            for i, row in enumerate(rows):
-                flags = row[11]
-                if flags & (_SKIPPED | _UNLOADED):
-                    if flags & _UNLOADED:
-                        _driver_unloaded(cache)
-                    continue
-                count += 1
-                if not row[10] and i not in cancelled:  # (a failed call never reaches it)
-                    _apply(cache, row[4], row[1], row[2], row[6], row[7], flags)
-        except BaseException:
-            _backlog[:0] = rows[i:]  # (applying row i again is harmless: idempotent)
-            raise
-        return count
-    builder = _EventBuilder
-    cancelled = _cancelled_allocs(rows)
-    deferred = _deferred
     try:
-        for i, row in enumerate(rows):
-            _, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags = row
+        for i, row in enumerate(listed):
+            flags = row[11]
             if flags & (_SKIPPED | _UNLOADED):
                 if flags & _UNLOADED:
                     _driver_unloaded(cache)
                 continue
             count += 1
-            if not result:
-                if i in cancelled:
-                    deferred[address] = row
-                else:
-                    if deferred and kind == _EVENT_FREE:
-                        deferred.pop(address, None)
-                    _apply(cache, kind, address, size, mem_type, device, flags)
+            if not row[10] and i not in cancelled:  # (a failed call never reaches it)
+                _apply(cache, row[4], row[1], row[2], row[6], row[7], flags)
+    except BaseException:
+        _backlog[:0] = listed[i:]  # (applying row i again is harmless: idempotent)
+        if _registry.current and i:
+            _handoff.append([listed[:i], 0])
+        raise
+    if not _registry.current:
+        return count
+    _handoff.append([rows.copy() if isinstance(rows, np.ndarray) else rows, 0])
+    return 0
+
+
+def _hand_out(budget_s: float | None) -> int:
+    """Stage two: hand waiting events to the subscribers, in order - all of
+    them (budget_s None: wait for the delivery lock as long as it takes), or
+    for about ``budget_s`` seconds, lock wait included.  Returns how many
+    were delivered.  If an exception escapes a subscriber (a BaseException),
+    the rest stays waiting, and the next delivery hands it out first."""
+    global _deliverer
+    me = _get_ident()
+    if _deliverer == me:
+        return 0  # a subscriber drains: the outer delivery goes on
+    if budget_s is None:
+        _deliver_lock.acquire()
+    else:
+        t0 = _clock()
+        if not _deliver_lock.acquire(timeout=budget_s):
+            return 0
+        until = t0 + budget_s
+    _deliverer = me
+    try:
+        done = 0
+        while _handoff:
+            entry = _handoff[0]
+            rows, at = entry
+            end = len(rows) if budget_s is None else min(len(rows), at + DELIVERY_STEP)
+            chunk = rows[at:end]
+            if isinstance(chunk, np.ndarray):
+                chunk = chunk.tolist()
+            entry[1] = end  # (before delivery: an escaping exception resets it)
+            done += _to_subscribers(chunk, entry, at)
+            if entry[1] >= len(rows):
+                _handoff.popleft()
+            if budget_s is not None and _clock() >= until:
+                break
+        return done
+    finally:
+        _deliverer = None
+        _deliver_lock.release()
+
+
+def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> int:
+    """Hand ``rows`` (entry's rows from index ``at``) to the subscribers of
+    now.  A BaseException from a subscriber leaves entry pointing past the
+    row it escaped from (that row reached some subscribers)."""
+    subs = _registry.current
+    builder = _EventBuilder
+    count = 0
+    i = 0
+    try:
+        for i, row in enumerate(rows):
+            _, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags = row
+            if flags & (_SKIPPED | _UNLOADED):
+                continue
+            count += 1
+            if not subs:
+                continue
             if builder is not None:
                 event = builder()
                 event.kind = _KINDS.get(kind, kind)
@@ -295,29 +408,26 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
                         _log.exception("memhook: subscriber %r raised on %r", sub.callback,
                                        event)
     except BaseException:
-        _materialise()  # their FREEs are in the backlog; the ALLOCs would be lost
-        _backlog[:0] = rows[i + 1:]  # (row i reached the cache and some subscribers)
+        entry[1] = at + i + 1  # (row i reached the cache and some subscribers)
         raise
     return count
+
+
+def _deliver(rows: list[tuple[Any, ...]]) -> int:
+    """Apply ``rows`` to the cache and hand them (after any events still
+    waiting) to the subscribers; returns how many were delivered."""
+    done = _apply_rows(rows)
+    if _handoff:
+        done += _hand_out(None)
+    return done
 
 
 def _driver_unloaded(cache: _cache.MemtypeCache) -> None:
     """The driver was unloaded at this point of the event order: every
     region the cache holds came from it (its allocations, pinned and
     registered host memory, ranges marked as reserved) and is gone."""
-    _deferred.clear()
     cache.clear()
     _log.info("memhook: the CUDA driver was unloaded; the cache forgot its regions")
-
-
-def _materialise() -> None:
-    """Apply the deferred ALLOCs to the cache now (their FREEs still come)."""
-    if _deferred:
-        cache = _cache.process_cache()
-        rows = list(_deferred.values())
-        _deferred.clear()
-        for row in rows:
-            _apply(cache, row[4], row[1], row[2], row[6], row[7], row[11])
 
 
 def _event_builder() -> type | None:
@@ -357,9 +467,8 @@ def _cancelled_allocs(rows: list[tuple[Any, ...]]) -> set[int]:
     other event in between touches the range, which is live there (the
     driver hands out no overlapping live allocations; a FREE of unknown size
     names its own address).  remove() of a range the cache does not hold is
-    one search; update() rebuilds the cache's flat snapshot.  With
-    subscribers, a module-level query from one of them between the two
-    applies the ALLOCs passed so far first (_deferred, _materialise)."""
+    one search; update() rebuilds the cache's flat snapshot.  (Subscribers
+    get their events after the cache has the whole batch.)"""
     open_at: dict[int, int] = {}
     cancelled: set[int] = set()
     for i, row in enumerate(rows):
@@ -400,21 +509,31 @@ def _apply(cache: _cache.MemtypeCache, kind: int, address: int, size: int, mem_t
 
 def _before_fork() -> None:
     global _fork_held
-    _fork_held = _owner != _get_ident()
-    if _fork_held:
+    me = _get_ident()
+    held = (_deliverer != me, _owner != me)
+    if held[0]:
+        _deliver_lock.acquire()
+    if held[1]:
         _acquire()
+    _fork_held = held
 
 
 def _after_fork_in_parent() -> None:
-    if _fork_held:
+    if _fork_held[1]:
         _release()
+    if _fork_held[0]:
+        _deliver_lock.release()
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _acquire, _release
+    global _lock, _acquire, _release, _deliver_lock
     _lock = threading.Lock()
     _acquire, _release = _lock.acquire, _lock.release
-    if not _fork_held:  # forked from inside a subscriber: that drain still runs here
+    _deliver_lock = threading.Lock()
+    # Forked from inside a subscriber (or an apply): that stage still runs here.
+    if not _fork_held[0]:
+        _deliver_lock.acquire()
+    if not _fork_held[1]:
         _acquire()
 
 
@@ -426,7 +545,7 @@ def attach() -> None:
     """Plug the drain (and the coverage answer) into the cache's queries."""
     from ._coverage import coverage_complete
 
-    _cache.set_hook_layer(drain, coverage_complete)
+    _cache.set_hook_layer(query_drain, coverage_complete)
     if _pending[0] or lib.memhook_hooks_mode():
         from . import _feeder
 

@@ -7,9 +7,12 @@ applies them all.  The feeder is one daemon thread that waits in
 ``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
 around every call), polling the lanes' counts every 5 ms; producers never
 make a system call to wake it - and drains (:func:`memhook._drain.drain_batch`:
-the cache and the subscribers, in order, exactly as a query would; STEP events
-per hold of the drain lock, so a query waits for one such step at most) once
-:data:`BACKLOG` events are waiting, until fewer than STEP / 2 are.
+every pending event to the cache, then waiting events to the subscribers
+for STEP_S per hold of the delivery lock) once :data:`BACKLOG` events are
+waiting, until fewer than STEP / 2 are and the subscribers have every event.
+It also hands out what a query applied to the cache and left for the
+subscribers (a query does not wait for them: memhook._drain.query_drain),
+looking for that every 100 ms when idle and every 5 ms while some wait.
 
 The policy: with the memhook package imported and hooks installed, the
 backlog stays near BACKLOG events (64 KiB) plus what producers record while
@@ -36,11 +39,16 @@ BACKLOG = 1024
 """Waiting events (64 bytes each) at which the feeder drains."""
 
 STEP = 512
-"""Events the feeder delivers per hold of the drain lock: a query that
-arrives meanwhile waits for at most this many (~3 ms of Python on the dev
-box, several times that when its cores are oversubscribed)."""
+"""The feeder goes on draining while at least STEP / 2 events wait in the
+core's queue."""
 
-_WAIT_MS = 1000
+STEP_S = 0.005
+"""Seconds the feeder hands events to subscribers per hold of the delivery
+lock: a flush() or a query that arrives meanwhile waits about this long
+(more when the feeder's cores are oversubscribed)."""
+
+_WAIT_MS = 100
+_HANDOFF_MS = 5
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
@@ -49,11 +57,18 @@ def _run() -> None:
     from . import _drain
 
     wait = lib.memhook_events_wait_backlog
+    waiting = _drain.undelivered
     while True:
-        if wait(BACKLOG, _WAIT_MS):
+        # Events a query applied to the cache and left for the subscribers
+        # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
+        # while some wait, every _WAIT_MS otherwise.
+        if wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting():
             try:
-                while _drain.drain_batch(STEP) and _backlog_left():
-                    pass
+                take = _backlog_left()
+                while _drain.drain_batch(STEP_S, take) or take:
+                    take = _backlog_left()
+                    if not take and not waiting():
+                        break
             except Exception:  # noqa: BLE001 - logged; the feeder must go on
                 _log.exception("memhook: the background drain failed")
 

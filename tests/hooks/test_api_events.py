@@ -28,7 +28,8 @@ A = WINDOW + 0x1000_0000  # an address in the test window
 def test_the_cache_drains_before_every_query() -> None:
     from memhook import cache
 
-    assert cache._drain is _drain.drain and cache._coverage_complete is _coverage.coverage_complete
+    assert cache._drain is _drain.query_drain
+    assert cache._coverage_complete is _coverage.coverage_complete
     record(ALLOC, "cuMemAlloc_v2", A, 1 << 20, M.CUDA, 0)
     # No flush: the query itself drains.
     assert memhook.memory_type(A + 100) is M.CUDA
@@ -236,6 +237,115 @@ def test_subscriber_may_query_memhook_without_deadlock() -> None:
     worker.join(60)
     assert done.is_set(), "the drain deadlocked on a subscriber's query"
     assert answers == [(seqs[0], M.CUDA_HOST, 0), (seqs[1], M.CUDA_MANAGED, 0)]
+
+
+def test_a_query_does_not_wait_for_subscribers() -> None:
+    """While a subscriber runs (here: blocked) in another thread's flush(), a
+    query still answers at once from a cache that holds every event
+    published before it began - an ALLOC and a FREE after the blocked one."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow(event: Event) -> None:
+        entered.set()
+        gate.wait(30)
+
+    memhook.subscribe(slow)
+    record(ALLOC, "cudaMalloc", A, 4096)
+    flusher = threading.Thread(target=memhook.flush, daemon=True)
+    flusher.start()
+    try:
+        assert entered.wait(30)
+        record(ALLOC, "cudaMalloc", A + 8192, 4096, M.CUDA_MANAGED, 0)
+        record(FREE, "cudaFree", A, 4096)
+        answers: list[MemoryType] = []
+        asker = threading.Thread(target=lambda: answers.extend(
+            [memhook.memory_type(A + 8192), memhook.memory_type(A)]), daemon=True)
+        asker.start()
+        asker.join(10)
+        assert answers == [M.CUDA_MANAGED, M.HOST], "the query waited for a subscriber"
+    finally:
+        gate.set()
+        flusher.join(30)
+
+
+def test_a_query_waits_for_events_already_taken_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain has taken an ALLOC out of the core (the pending flag is clear
+    again) and not yet applied it: a query waits for it rather than answer
+    from the cache as it was.  (The feeder drains like this in the
+    background; a query in that window answered HOST for a live
+    allocation in scripts/pressure.py.)"""
+    record(ALLOC, "cudaMalloc", A, 4096)
+    taken, gate = threading.Event(), threading.Event()
+    apply_rows = _drain._apply_rows
+    drainer_id: list[int] = []
+
+    def slow_apply(rows):  # type: ignore[no-untyped-def]
+        if threading.get_ident() in drainer_id:
+            taken.set()
+            gate.wait(30)
+        return apply_rows(rows)
+
+    monkeypatch.setattr(_drain, "_apply_rows", slow_apply)
+
+    def slow_drain() -> None:
+        drainer_id.append(threading.get_ident())
+        _drain._take()
+
+    drainer = threading.Thread(target=slow_drain, daemon=True)
+    drainer.start()
+    assert taken.wait(30) and not _drain._pending[0]
+    answers: list[MemoryType] = []
+    asker = threading.Thread(target=lambda: answers.append(memhook.memory_type(A)),
+                             daemon=True)
+    asker.start()
+    asker.join(0.3)
+    gate.set()
+    asker.join(30)
+    drainer.join(30)
+    assert answers == [M.CUDA]
+
+
+def test_a_query_does_not_deliver_a_slow_subscribers_backlog() -> None:
+    """2,000 events wait for a subscriber that takes 1 ms an event: a query
+    answers in well under the 2 s that delivering them takes (the starved
+    feeder of scripts/pressure.py, made deterministic); flush() then hands
+    every event out, in order.  The bound has 10x headroom over the ~5 ms
+    budget plus applying 2,000 events, for a loaded 2-core box."""
+    seen: list[int] = []
+
+    def slow(event: Event) -> None:
+        seen.append(event.seq)
+        time.sleep(0.001)
+
+    memhook.subscribe(slow)
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(2000)]
+    t0 = time.perf_counter()
+    assert memhook.memory_type(A + 64 * 1999) is M.CUDA
+    took = time.perf_counter() - t0
+    assert took < 0.5, f"the query took {took * 1e3:.0f} ms, delivering to the subscriber"
+    assert seen == seqs[:len(seen)] and len(seen) < len(seqs)
+    memhook.flush()
+    assert seen == seqs
+
+
+def test_subscribers_get_what_queries_left_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query hands out waiting events for QUERY_DELIVERY_S at most; the feeder's step
+    (and flush()) hand out the rest - every event once, in order.  (The
+    feeder thread itself is not started here: it would drain under the
+    other tests of this process.)"""
+    monkeypatch.setattr(_drain, "QUERY_DELIVERY_S", 0.0)  # one step of DELIVERY_STEP
+    monkeypatch.setattr(_drain, "DELIVERY_STEP", 7)
+    seen: list[int] = []
+    memhook.subscribe(lambda e: seen.append(e.seq))
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(100)]
+    assert memhook.memory_type(A + 64 * 99) is M.CUDA  # the cache has all 100
+    assert len(seen) <= 7 and seen == seqs[:len(seen)]
+    seqs += [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(100, 120)]
+    assert memhook.memory_type(A + 64 * 119) is M.CUDA
+    assert _drain.undelivered() == len(seqs) - len(seen) > 0
+    while _drain.drain_batch(0.0):
+        assert _drain.undelivered() == len(seqs) - len(seen)
+    assert seen == seqs and memhook.flush() == 0
 
 
 class _Interrupt(BaseException):
