@@ -112,7 +112,7 @@ class TextWriter(Writer):
         names, types, sizes = self._names, self._types, self._sizes
         lines: list[str] = []
         append = lines.append
-        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags in rows:
+        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags, caller in rows:
             # %-formatting: the cheapest way CPython has to build these lines.
             d = ts - t0 if ts > t0 else 0
             append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s\n" % (
@@ -182,7 +182,7 @@ class JsonlWriter(Writer):
         names, types = self._names, self._types
         lines: list[str] = []
         append = lines.append
-        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _ in rows:
+        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _, caller in rows:
             # Names are C identifiers: no JSON escaping needed.
             append('{"kind":"%s","function":"%s","address":%d,"size":%d,"mem_type":"%s",'
                    '"device":%d,"pid":%d,"tid":%d,"ts_ns":%d,"result":%d}\n' % (
@@ -324,7 +324,7 @@ class MemvizWriter(Writer):
         ring = self.ring
         live = self.live
         for row in rows:
-            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, _ = row
+            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, _, caller = row
             if mem_type == MEM_CUDA_HOST:
                 continue
             dev = max(device, 0)

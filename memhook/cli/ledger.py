@@ -164,7 +164,7 @@ class Ledger:
         globals_ = self.globals_
         changes = []
         i = -1
-        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _ in rows:
+        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _, caller in rows:
             i += 1
             calls[fn] += 1
             if result:

@@ -1,0 +1,97 @@
+/*
+ * caller.h - who called into CUDA: the `caller` of every event.
+ *
+ * The outermost recording wrapper notes its own return address and frame
+ * (MH_CALLER_NOTE, in MH_WRAPPER_ENTER after mh_record_begin): a wrapper
+ * is reached by a jump from a patched entry, a rewritten GOT slot or a
+ * pointer dlsym/cuGetProcAddress handed out, never by a call of memhook's,
+ * so that return address is the code that called CUDA.  Nested wrappers
+ * (the runtime reaching the hooked driver) do not note: one event, named at
+ * the outermost layer.
+ *
+ * When that address lies inside CUDA's own libraries (libcudart calling the
+ * bistro-patched driver entry, the runtime not hooked) the event names the
+ * first frame outside them, found by walking frame pointers
+ * (mh_caller_walk): every frame is checked against the thread's stack
+ * bounds before it is read, so a chain through code built without frame
+ * pointers stops (naming the last CUDA frame) and never faults.
+ *
+ * Cost where the return address is enough: two TLS stores in the wrapper
+ * and a compare against a handful of text ranges at the event.
+ */
+#ifndef MEMHOOK_CALLER_H
+#define MEMHOOK_CALLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifndef MH_HIDDEN
+#define MH_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+typedef struct mh_caller_site {
+    uintptr_t ra;  /* the outermost wrapper's return address */
+    uintptr_t fp;  /* its frame: fp[0] the caller's saved rbp, fp[1] == ra */
+} mh_caller_site;
+
+/* Per thread: the site of the recording call in progress. */
+MH_HIDDEN extern __thread mh_caller_site mh_caller_tl __attribute__((tls_model("initial-exec")));
+
+/* In a wrapper, after mh_record_begin said it records.  A macro: the
+ * builtins must run in the wrapper's own frame. */
+#define MH_CALLER_NOTE()                                                     \
+    do {                                                                     \
+        mh_caller_tl.ra = (uintptr_t)__builtin_return_address(0);           \
+        mh_caller_tl.fp = (uintptr_t)__builtin_frame_address(0);            \
+    } while (0)
+
+/* The text ranges of CUDA's own libraries (libcuda, libcudart), a snapshot
+ * refreshed by mh_objects_changed.  Two buffers and one packed word
+ * (buffer << 8 | count): a reader that races a refresh reads a complete
+ * older or newer set - unless two refreshes pass during its few loads, when
+ * it may misclassify one event (never fault: the buffers are static). */
+#define MH_CUDA_RANGES 16
+typedef struct mh_text_range {
+    uintptr_t lo, hi;
+} mh_text_range;
+MH_HIDDEN extern mh_text_range mh_cuda_text[2][MH_CUDA_RANGES];
+MH_HIDDEN extern _Atomic uint32_t mh_cuda_text_state;
+
+static inline bool mh_in_cuda_text(uintptr_t a)
+{
+    uint32_t s = __atomic_load_n(&mh_cuda_text_state, __ATOMIC_ACQUIRE);
+    const mh_text_range *r = mh_cuda_text[s >> 8];
+    for (uint32_t i = 0, n = s & 0xff; i < n; i++)
+        if (a - r[i].lo < r[i].hi - r[i].lo)
+            return true;
+    return false;
+}
+
+/* Out of line: the first frame outside CUDA's libraries above `site`, or
+ * the last one inside them where the chain ends first. */
+MH_HIDDEN uint64_t mh_caller_walk(const mh_caller_site *site);
+
+/* The caller of the event being written (emit.c). */
+static inline uint64_t mh_caller_get(void)
+{
+    uintptr_t ra = mh_caller_tl.ra;
+    if (__builtin_expect(!mh_in_cuda_text(ra), 1))
+        return ra;
+    return mh_caller_walk(&mh_caller_tl);
+}
+
+/* Up to `depth` return addresses, outermost last, starting with the
+ * recording call's own return address; the same safety rules as
+ * mh_caller_walk.  Returns how many. */
+MH_HIDDEN unsigned mh_stack_walk(const mh_caller_site *site, uint64_t *out, unsigned depth);
+
+/* The set of loaded objects may have changed (install, dlopen, dlclose,
+ * the trace streamer's poll): refresh the CUDA text snapshot and let the
+ * trace record the objects.  Takes a lock of its own; never from a hook. */
+MH_HIDDEN void mh_objects_changed(void);
+
+/* trace's side of mh_objects_changed (csrc/trace/trace_modules.c): module
+ * records into this image's trace area, if it is traced. */
+MH_HIDDEN void mh_trace_modules_sync(void);
+
+#endif
