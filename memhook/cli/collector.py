@@ -30,6 +30,7 @@ import time
 
 from . import protocol
 from .area import TraceArea
+from .modules import parse_modules
 from .formats import Writer
 from .ledger import Ledger, Process
 
@@ -148,10 +149,23 @@ class Collector:
     # ---------------------------------------------------------------- areas
 
     def _deliver(self, image: _Image, final: bool) -> int:
+        records = image.area.read_modules()
+        if records:
+            image.proc.modules.add(parse_modules(records)[0])
         ev = image.area.read(final=final, limit=_BATCH)
         if len(ev) == 0:
             return 0
-        rows = ev.tolist()
+        # Rows leave here self-describing (a Reorder merges processes):
+        # the caller address becomes a Caller, and a 14th item holds the
+        # --stacks frames (Callers, innermost first) or None.
+        resolve = image.proc.modules.resolve
+        stacks = image.area.last_stacks
+        if stacks is None:
+            rows = [(*r[:12], resolve(r[12], r[3]), None) for r in ev.tolist()]
+        else:
+            rows = [(*r[:12], resolve(r[12], r[3]),
+                     tuple(resolve(a, r[3]) for a in s) if s else None)
+                    for r, s in zip(ev.tolist(), stacks)]
         changes = self.ledger.add(image.proc, rows)
         for w in self.writers:
             w.events(image.proc, rows, changes)
