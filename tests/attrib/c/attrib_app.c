@@ -1,7 +1,8 @@
 /*
  * attrib_app.c - the traced program of tests/attrib.  libattrib_a.so is
- * linked; libattrib_b.so is dlopened, used, and dlclosed before the
- * program ends (its events must still be named after it).
+ * linked; libattrib_b.so (argv[1]) is dlopened, used, and dlclosed before
+ * the program ends (its events must still be named after it); argv[2]:
+ * milliseconds to wait before the dlclose.
  *
  *   A: 1 MiB + 2 MiB (driver + runtime), 3 MiB leaked; B: 4 MiB + 8 MiB
  *   (driver + runtime), 12 MiB leaked; then a_chain_outer (16 MiB, freed),
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cudart_sim.h"
 
@@ -45,6 +47,12 @@ int main(int argc, char **argv)
     void *(*b_runtime)(size_t) = (void *(*)(size_t))sym(h, "b_runtime_alloc");
     if (b_runtime(8 * MiB) == NULL || b_driver(4 * MiB) == 0)
         return 92;
+    if (argc > 2) {
+        /* memhook trace in bistro mode alone learns of objects on its
+         * streamer's poll (README, "Who allocated it"): wait for it. */
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = atol(argv[2]) * 1000000L};
+        nanosleep(&pause, NULL);
+    }
     dlclose(h);
     void *c = a_chain_outer(16 * MiB);
     if (c == NULL || a_runtime_free(c) != 0)
