@@ -21,7 +21,7 @@ __thread mh_caller_site mh_caller_tl __attribute__((tls_model("initial-exec")));
 
 /* Process-wide by nature: which text is CUDA's is a property of the
  * process's mappings.  Written under g_refresh_lock only. */
-mh_text_range mh_cuda_text[2][MH_CUDA_RANGES];
+mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
 _Atomic uint32_t mh_cuda_text_state;
 static pthread_mutex_t g_refresh_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -148,8 +148,16 @@ void mh_objects_changed(void)
     pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_refresh_lock);
     uint32_t next = (__atomic_load_n(&mh_cuda_text_state, __ATOMIC_RELAXED) >> 8) ^ 1;
-    collect_state c = {.out = mh_cuda_text[next], .n = 0};
+    collect_state c = {.out = mh_cuda_text[next] + 1, .n = 0};
     dl_iterate_phdr(collect, &c);
+    mh_text_range box = {.lo = UINTPTR_MAX, .hi = 0};
+    for (uint32_t i = 0; i < c.n; i++) {
+        if (c.out[i].lo < box.lo)
+            box.lo = c.out[i].lo;
+        if (c.out[i].hi > box.hi)
+            box.hi = c.out[i].hi;
+    }
+    mh_cuda_text[next][0] = c.n ? box : (mh_text_range){0, 0};
     __atomic_store_n(&mh_cuda_text_state, next << 8 | c.n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_refresh_lock);
     mh_trace_modules_sync();

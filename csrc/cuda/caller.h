@@ -54,14 +54,19 @@ MH_HIDDEN extern __thread mh_caller_site mh_caller_tl __attribute__((tls_model("
 typedef struct mh_text_range {
     uintptr_t lo, hi;
 } mh_text_range;
-MH_HIDDEN extern mh_text_range mh_cuda_text[2][MH_CUDA_RANGES];
+/* Entry 0 of each buffer bounds all the others: an address outside it -
+ * nearly every caller - costs one compare (the loop over two ranges cost
+ * ~3 ns more per event in bench/caller_bench.py). */
+MH_HIDDEN extern mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
 MH_HIDDEN extern _Atomic uint32_t mh_cuda_text_state;
 
 static inline bool mh_in_cuda_text(uintptr_t a)
 {
     uint32_t s = __atomic_load_n(&mh_cuda_text_state, __ATOMIC_ACQUIRE);
     const mh_text_range *r = mh_cuda_text[s >> 8];
-    for (uint32_t i = 0, n = s & 0xff; i < n; i++)
+    if (__builtin_expect(a - r[0].lo >= r[0].hi - r[0].lo, 1))
+        return false;
+    for (uint32_t i = 1, n = s & 0xff; i <= n; i++)
         if (a - r[i].lo < r[i].hi - r[i].lo)
             return true;
     return false;
