@@ -29,7 +29,8 @@ def _trace(programs, mode: str, tmp_path: Path, *args: str) -> tuple[list[dict],
     out = tmp_path / f"trace-{mode}.jsonl"
     # bistro alone has no dlopen/dlclose interposition: objects are learnt
     # on the streamer's 10 ms poll, so the program waits for one.
-    wait = ["100"] if mode == "bistro" else []
+    # (500 ms: the poll is late on a loaded 2-core box.)
+    wait = ["500"] if mode == "bistro" else []
     proc = subprocess.run(
         [sys.executable, "-m", "memhook", "trace", "--sim", "-m", mode, "-f", "jsonl", "-o",
          str(out), *args, "--", str(programs.app), str(programs.lib_b), *wait],
