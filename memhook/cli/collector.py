@@ -187,6 +187,14 @@ class Collector:
                 f"pid {proc.pid} LOST {area.lost} events: its trace area "
                 f"({area.buffer_mib:.0f} MiB) was full because the collector fell behind; "
                 f"raise MEMHOOK_TRACE_BUFFER_MB (4-4096)")
+        if area.stacks_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks frames: "
+                f"the area's stack records (64 MiB) were used up")
+        if area.modules_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.modules_lost} module records found no room (1 MiB); "
+                f"callers in those objects are named '?'")
         area.close()
         changes = self.ledger.process_ended(proc)
         for w in self.writers:
