@@ -137,6 +137,7 @@ class Collector:
         except (OSError, AttributeError):  # ENOSYS (gVisor, kernels < 5.3), old Python
             pidfd, watched = None, _alive(hello.pid)
         proc = Process(conn_id=self._next_id, hello=hello)
+        proc.modules.pid = hello.pid
         self._next_id += 1
         image = _Image(proc, area, pidfd, watched)
         self.images.append(image)
@@ -149,6 +150,7 @@ class Collector:
     # ---------------------------------------------------------------- areas
 
     def _deliver(self, image: _Image, final: bool) -> int:
+        image.proc.modules.batch += 1
         records = image.area.read_modules()
         if records:
             image.proc.modules.add(parse_modules(records)[0])
@@ -173,6 +175,7 @@ class Collector:
 
     def _finish(self, image: _Image) -> None:
         """The image is over (its process gone, or exec'd): read it all, close it."""
+        image.proc.modules.pid = 0  # /proc/PID/maps is no longer this image's
         while self._deliver(image, final=True):
             pass
         self.images.remove(image)

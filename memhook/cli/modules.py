@@ -59,6 +59,12 @@ class ModuleMap:
     modules: list[Module] = field(default_factory=list)
     _los: list[int] = field(default_factory=list)
     _cache: dict[int, Caller] = field(default_factory=dict)
+    pid: int = 0
+    """While the process lives: where to look (``/proc/PID/maps``) for an
+    object no record names yet (bistro alone learns of objects on a poll,
+    and its events may be read first)."""
+    batch: int = 0   # bumped by the collector at every read of the area
+    _maps_batch: int = -1
 
     def add(self, records: list[tuple[int, Module]]) -> None:
         for kind, m in records:
@@ -68,6 +74,28 @@ class ModuleMap:
             self._los.insert(i, m.lo)
             self.modules.insert(i, m)
             self._cache.clear()  # (a range may now be ambiguous)
+
+    def _from_proc_maps(self) -> None:
+        try:
+            with open(f"/proc/{self.pid}/maps") as f:
+                lines = f.readlines()
+        except OSError:
+            return
+        bases: dict[str, int] = {}
+        found: dict[str, list[int]] = {}
+        for line in lines:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].rstrip("\n")
+            bases.setdefault(path, lo - int(parts[2], 16))
+            if "x" in parts[1]:
+                span = found.setdefault(path, [lo, hi])
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
+        known = {(m.path, m.base) for m in self.modules}
+        self.add([(MODULE_LOAD, Module(p, bases[p], lo, hi, 0)) for p, (lo, hi) in found.items()
+                  if (p, bases[p]) not in known])
 
     def _candidates(self, address: int) -> list[Module]:
         i = bisect.bisect_right(self._los, address)
@@ -81,6 +109,10 @@ class ModuleMap:
         if hit is not None:
             return hit
         found = self._candidates(address)
+        if not found and self.pid and self._maps_batch != self.batch:
+            self._maps_batch = self.batch  # once a read at most
+            self._from_proc_maps()
+            found = self._candidates(address)
         if not found:
             return Caller("", "", address, address)
         if len(found) == 1:
