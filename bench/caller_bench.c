@@ -24,6 +24,7 @@
 #include "memhook/memhook.h"
 
 void mh_trace_modules_sync(void) {}
+_Atomic int mh_trace_on;
 
 static memhook_event ring[256];
 static unsigned at;

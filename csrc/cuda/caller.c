@@ -16,6 +16,7 @@
 
 #include "caller.h"
 #include "cuda_hooks.h"
+#include "trace_lane.h"
 
 __thread mh_caller_site mh_caller_tl __attribute__((tls_model("initial-exec")));
 
@@ -161,4 +162,10 @@ void mh_objects_changed(void)
     __atomic_store_n(&mh_cuda_text_state, next << 8 | c.n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_refresh_lock);
     mh_trace_modules_sync();
+}
+
+void mh_objects_changed_by_dl(void)
+{
+    if (atomic_load_explicit(&mh_trace_on, memory_order_relaxed))
+        mh_objects_changed();
 }

@@ -95,6 +95,16 @@ MH_HIDDEN unsigned mh_stack_walk(const mh_caller_site *site, uint64_t *out, unsi
  * trace record the objects.  Takes a lock of its own; never from a hook. */
 MH_HIDDEN void mh_objects_changed(void);
 
+/* After a dlopen/dlclose reloc's wrappers saw: mh_objects_changed, but only
+ * in a traced process (its module records must be written before dlopen
+ * returns).  Untraced, the walk is left out: every dl_iterate_phdr holds
+ * glibc's dl_load_write_lock, which a fork child does not get back (glibc
+ * 2.36), so each one is a window in which a fork by another thread leaves
+ * the child hanging in its next dlopen (tests/hooks/test_fork_churn.py);
+ * and with reloc in, the runtime is hooked at its own entry points, so
+ * CUDA's text ranges matter little there. */
+MH_HIDDEN void mh_objects_changed_by_dl(void);
+
 /* trace's side of mh_objects_changed (csrc/trace/trace_modules.c): module
  * records into this image's trace area, if it is traced. */
 MH_HIDDEN void mh_trace_modules_sync(void);

@@ -258,7 +258,7 @@ static void after_open(void *h)
 {
     if (h != NULL && t_in_real_dl == 0) {
         mh_reloc_refresh(h);
-        mh_objects_changed();  /* events' callers and the trace's records */
+        mh_objects_changed_by_dl();  /* the trace's module records */
     }
 }
 
@@ -300,6 +300,6 @@ int mh_dlclose_wrapper(void *handle)
     t_in_real_dl--;
     mh_reloc_refresh(NULL);
     mh_reloc_unlock();
-    mh_objects_changed();  /* events' callers and the trace's records */
+    mh_objects_changed_by_dl();  /* the trace's module records */
     return r;
 }
