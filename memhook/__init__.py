@@ -31,10 +31,11 @@ from ._modes import HookMode
 from ._types import MemoryType, Region
 from ._version import __version__
 from .cache import MemtypeCache, lookup, memory_type, memory_types
-from .events import Event, EventKind, Subscription, flush, subscribe
+from .events import Caller, Event, EventKind, Subscription, flush, subscribe
 from .hooks import HookInfo, HookReport, install, status, uninstall
 
 __all__ = [
+    "Caller",
     "Event",
     "EventKind",
     "HookInfo",
