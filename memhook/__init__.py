@@ -33,10 +33,11 @@ from ._types import MemoryType, Region
 from ._version import __version__
 from .cache import MemtypeCache, lookup, memory_type, memory_types
 from ._drain import flush
-from .events import Event, EventKind, Subscription, subscribe
+from .events import Caller, Event, EventKind, Subscription, subscribe
 from .hooks import HookInfo, HookReport, install, status, uninstall
 
 __all__ = [
+    "Caller",
     "Event",
     "EventKind",
     "HookInfo",

@@ -75,13 +75,17 @@ _log = logging.getLogger("memhook")
 BATCH = 4096
 """Events taken out of the core's queue per call."""
 
-EVENT_DTYPE = np.dtype([
-    ("seq", "<u8"), ("address", "<u8"), ("size", "<u8"), ("timestamp_ns", "<u8"),
-    ("kind", "<i4"), ("function", "<i4"), ("mem_type", "<i4"), ("device", "<i4"),
-    ("pid", "<i4"), ("tid", "<i4"), ("result", "<i4"), ("flags", "<u4"),
-])
+EVENT_DTYPE = np.dtype({
+    "names": ["seq", "address", "size", "timestamp_ns", "kind", "function", "mem_type",
+              "device", "pid", "tid", "result", "flags", "caller"],
+    "formats": ["<u8", "<u8", "<u8", "<u8", "<i2", "<i2", "<i2", "<i2", "<i4", "<i4", "<i4",
+                "<u4", "<u8"],
+    "offsets": [0, 8, 16, 24, 40, 42, 44, 46, 48, 52, 56, 60, 32],
+    "itemsize": 64,
+})
 """numpy's view of ``memhook_event`` (64 bytes; checked against the C layout
-at import)."""
+at import).  ``caller`` sits at offset 32 but comes last in the field order,
+so a row's first twelve items keep their places."""
 
 _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
@@ -375,7 +379,8 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
     i = 0
     try:
         for i, row in enumerate(rows):
-            _, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags = row
+            (_, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags,
+             caller) = row
             if flags & (_SKIPPED | _UNLOADED):
                 continue
             count += 1
@@ -395,11 +400,12 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
                 event.result = result
                 event.seq = row[0]
                 event.flags = flags
+                event.caller_address = caller
                 event.__class__ = Event
             else:  # pragma: no cover - Python 3.9
                 event = Event(_KINDS.get(kind, kind), function_name(function), address, size,
                               _memory_type(mem_type), device, pid, tid, ts, result, row[0],
-                              flags)
+                              flags, caller)
             for sub in subs:
                 if sub._active and sub._kind_bits & kind:
                     try:
@@ -453,8 +459,8 @@ def _event_builder() -> type | None:
 
 
 _EVENT_FIELDS = ("kind", "function", "address", "size", "mem_type", "device", "pid", "tid",
-                 "timestamp_ns", "result", "seq", "flags")
-_PROBE = (EventKind.ALLOC, "f", 1, 2, MemoryType.CUDA, 0, 3, 4, 5, 0, 6, 7)
+                 "timestamp_ns", "result", "seq", "flags", "caller_address")
+_PROBE = (EventKind.ALLOC, "f", 1, 2, MemoryType.CUDA, 0, 3, 4, 5, 0, 6, 7, 8)
 _EventBuilder = _event_builder()
 
 

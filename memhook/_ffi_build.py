@@ -93,10 +93,11 @@ typedef struct memhook_event {
     uint64_t address;
     uint64_t size;
     uint64_t timestamp_ns;
-    int32_t kind;
-    int32_t function;
-    int32_t mem_type;
-    int32_t device;
+    uint64_t caller;
+    int16_t kind;
+    int16_t function;
+    int16_t mem_type;
+    int16_t device;
     int32_t pid;
     int32_t tid;
     int32_t result;

@@ -30,12 +30,13 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ._symbolize import Caller, resolve_local
 from ._types import MemoryType
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Event", "EventKind", "Subscription", "subscribe", "subscriptions"]
+__all__ = ["Caller", "Event", "EventKind", "Subscription", "subscribe", "subscriptions"]
 
 
 class EventKind(enum.IntFlag):
@@ -64,7 +65,8 @@ class Event:
     unknown; ``result`` is the CUresult / cudaError_t of the call (0:
     success); ``timestamp_ns`` is CLOCK_MONOTONIC.  ``seq`` is the event's
     position in this process's event order, ``flags`` the core's
-    ``MEMHOOK_EVENT_*`` flags.
+    ``MEMHOOK_EVENT_*`` flags.  ``caller_address`` is the return address
+    into the code that called CUDA; :attr:`caller` names it.
 
     >>> from memhook import Event, EventKind, MemoryType
     >>> e = Event(EventKind.ALLOC, "cuMemAlloc_v2", 0x10000, 256, MemoryType.CUDA,
@@ -88,6 +90,18 @@ class Event:
     result: int
     seq: int = -1
     flags: int = 0
+    caller_address: int = 0
+
+    @property
+    def caller(self) -> Caller | None:
+        """The code that called into CUDA (past CUDA's own libraries): its
+        object, symbol and offset, resolved on first use from this process's
+        mappings and the object's ELF symbols (cached per object); None when
+        the address is 0.  An address in no mapped object (the object was
+        unloaded since) keeps ``object`` empty."""
+        if not self.caller_address:
+            return None
+        return resolve_local(self.caller_address)
 
     @property
     def ok(self) -> bool:

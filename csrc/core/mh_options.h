@@ -38,6 +38,9 @@ typedef struct mh_options {
     const char *trace_poll_ms;
     /* MEMHOOK_TRACE_BUFFER_MB: the size of the trace area, 4-4096. */
     const char *trace_buffer_mb;
+    /* MEMHOOK_TRACE_STACKS: native frames recorded per ALLOC, 0-128
+     * (default 0: none); set by `memhook trace --stacks[=DEPTH]`. */
+    const char *trace_stacks;
     /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
      * where an invariant TSC would do (csrc/queue/clock.c).  Any other
      * value: the default choice. */

@@ -13,4 +13,9 @@
 /* The CUDA driver. */
 #define MH_LIBCUDA_SONAME "libcuda.so.1"
 
+/* CUDA's own libraries by file-name prefix (any version): the code an
+ * event's caller walks past (csrc/cuda/caller.c). */
+#define MH_LIBCUDA_PREFIX "libcuda.so"
+#define MH_LIBCUDART_PREFIX "libcudart.so"
+
 #endif

@@ -6,6 +6,7 @@
 #ifndef MEMHOOK_CUDA_SIGNATURES_H
 #define MEMHOOK_CUDA_SIGNATURES_H
 
+#include "caller.h"
 #include "cuda_hooks.h"
 
 /* The runtime's types, as cuda_runtime_api.h declares them. */
@@ -100,7 +101,8 @@ MH_SIGNATURE(cudaError_t, cudaHostUnregister, (void *ptr))
     if (real_ == NULL)                                                        \
         return (ret_t)mh_unresolved(MH_FN_##name);                            \
     if ((pass_through) || !mh_record_begin())                                 \
-        return real_ args;
+        return real_ args;                                                    \
+    MH_CALLER_NOTE();
 
 /* An allocating call: pass through when not recording; else call, then
  * emit one ALLOC with the address and size the expressions compute (they

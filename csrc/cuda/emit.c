@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "caller.h"
 #include "cuda_hooks.h"
 #include "event_lane.h"
 #include "log.h"
@@ -47,6 +48,7 @@ static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem
 {
     memhook_event *e = mh_lane_slot();
     e->timestamp_ns = mh_clock_stamp(&flags, kind == MEMHOOK_EVENT_ALLOC);
+    e->caller = mh_caller_get();  /* caller.h */
     e->seq = 0;  /* the drain numbers events */
     e->address = addr;
     e->size = size;
@@ -173,6 +175,7 @@ int memhook_events_record(int kind, int function, uint64_t address, uint64_t siz
     if (mh_hook_depth != 0)
         return EBUSY;
     mh_hook_depth++;
+    MH_CALLER_NOTE();
     push(kind, (mh_fn)function, address, size, mem_type, device, result, 0);
     mh_hook_depth--;
     return 0;

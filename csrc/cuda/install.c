@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "caller.h"
+#include "mh_objects.h"
 #include "cuda_hooks.h"
 #include "log.h"
 #include "mh_sonames.h"
@@ -373,6 +375,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     g_mode = mode;
     if (mode != 0)
         mh_driver_calls_prepare();
+    mh_objects_changed();  /* CUDA's text, for events' callers (caller.h) */
     if (g_mode_before == 0 && mode != 0)
         mh_live_new_generation(true);  /* before recording starts: live_table.c */
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);

@@ -53,6 +53,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mh_objects.h"
 #include "log.h"
 #include "reloc.h"
 
@@ -260,8 +261,10 @@ static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, cons
 
 static void after_open(void *h)
 {
-    if (h != NULL && t_in_real_dl == 0)
+    if (h != NULL && t_in_real_dl == 0) {
         mh_reloc_refresh(h);
+        mh_objects_changed_by_dl();  /* the trace's module records */
+    }
 }
 
 void *mh_dlopen_wrapper(const char *file, int mode)
@@ -326,5 +329,6 @@ int mh_dlclose_wrapper(void *handle)
     t_in_real_dl--;
     mh_reloc_refresh(NULL);
     mh_reloc_unlock();
+    mh_objects_changed_by_dl();  /* the trace's module records */
     return r;
 }

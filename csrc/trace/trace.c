@@ -82,6 +82,7 @@ static struct {
     struct sockaddr_un addr;
     unsigned poll_ms;
     unsigned buffer_mb;
+    unsigned stack_depth;        /* MEMHOOK_TRACE_STACKS: frames per ALLOC, 0 off */
     _Atomic int stop;
 } t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1};
 
@@ -238,6 +239,7 @@ static void *streamer_main(void *arg)
         while (mh_queue_tee(buf, MH_TRACE_BATCH) == MH_TRACE_BATCH) {
         }
         mh_queue_trim(TRACE_KEEP);
+        mh_trace_modules_poll();  /* objects loaded or unloaded without dlopen's wrapper */
         mh_trace_area_anchor();
         if (pthread_mutex_trylock(&t.hand_lock) == 0) {
             hand_over();
@@ -273,7 +275,7 @@ static void start_streamer(void)
 /* A fresh area in t.area_fd; false (and a warning) if none could be made. */
 static bool new_area(void)
 {
-    int fd = mh_trace_area_create(t.buffer_mb);
+    int fd = mh_trace_area_create(t.buffer_mb, t.stack_depth);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         mh_warn("memhook trace: pid %d cannot make its trace area (%u MiB): %s; its "
@@ -283,6 +285,7 @@ static bool new_area(void)
         mh_trace_area_forget();
         return false;
     }
+    mh_trace_modules_sync();  /* every object loaded now, in the new area */
     t.area_fd = fd;
     t.dev = st.st_dev;
     t.ino = st.st_ino;
@@ -353,6 +356,7 @@ __attribute__((constructor)) static void trace_init(void)
     t.addr.sun_family = AF_UNIX;
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
     t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", mh_opts.trace_poll_ms, 10, 1, 1000);
+    t.stack_depth = env_number("MEMHOOK_TRACE_STACKS", mh_opts.trace_stacks, 0, 0, 128);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mh_frames.h"
+#include "mh_objects.h"
 #include "queue.h"
 #include "trace_lane.h"
 
@@ -156,6 +158,18 @@ static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid, uint64_t first)
     return true;
 }
 
+/* --stacks: this ALLOC's native frames into a stack record of its own;
+ * 1 + its index, or 0 when the records are used up (counted there). */
+static uint64_t record_stack(mh_trace_area *a)
+{
+    uint64_t i = __atomic_fetch_add(&a->stacks_next, 1, __ATOMIC_RELAXED);
+    if (i >= a->stacks_cap)
+        return 0;
+    uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
+    rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth);
+    return i + 1;
+}
+
 void mh_trace_record(const memhook_event *e)
 {
     mh_trace_area *a = atomic_load_explicit(&g_area, memory_order_acquire);
@@ -168,7 +182,10 @@ void mh_trace_record(const memhook_event *e)
         __atomic_fetch_add(&a->lost, 1, __ATOMIC_RELAXED);
         return;
     }
-    events_of(a, tl.seg)[tl.at] = *e;
+    memhook_event *slot = &events_of(a, tl.seg)[tl.at];
+    *slot = *e;
+    if (__builtin_expect(a->stack_depth != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
+        slot->seq = record_stack(a);
     tl.at++;
     __atomic_store_n(&pub_of(a)[tl.seg], tl.at, __ATOMIC_RELEASE);
 }
@@ -195,7 +212,7 @@ static void anchor_now(uint64_t *tsc, uint64_t *ns)
     }
 }
 
-int mh_trace_area_create(unsigned mb)
+int mh_trace_area_create(unsigned mb, unsigned stack_depth)
 {
     pthread_once(&g_key_once, make_key);
     uint64_t nseg = (uint64_t)mb * 1024 * 1024 / SEG_BYTES;
@@ -212,6 +229,12 @@ int mh_trace_area_create(unsigned mb)
     off = align_up(off + nseg * 8, 64);
     uint64_t first_off = off;
     off = align_up(off + nseg * 8, 4096);
+    uint64_t modules_off = off;
+    off = align_up(off + MH_TRACE_MODULES_BYTES, 4096);
+    uint64_t stacks_off = off;
+    uint64_t stacks_cap = stack_depth == 0 ? 0
+                          : (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
+    off = align_up(off + stacks_cap * (stack_depth + 1) * 8, 4096);
     uint64_t events_off = off;
     uint64_t size = events_off + nseg * SEG_BYTES;
     int fd = memfd_create("memhook-trace", MFD_CLOEXEC);
@@ -241,6 +264,11 @@ int mh_trace_area_create(unsigned mb)
     a->done_off = done_off;
     a->events_off = events_off;
     a->first_off = first_off;
+    a->modules_off = modules_off;
+    a->modules_cap = MH_TRACE_MODULES_BYTES;
+    a->stacks_off = stacks_off;
+    a->stacks_cap = stacks_cap;
+    a->stack_depth = stack_depth;
     a->pid = (int32_t)getpid();
     anchor_now(&a->tsc0, &a->ns0);
     a->tsc1 = a->tsc0;
@@ -249,8 +277,11 @@ int mh_trace_area_create(unsigned mb)
     atomic_store(&g_full_at, UINT64_MAX);
     atomic_store_explicit(&g_area, a, memory_order_release);
     atomic_store(&mh_trace_on, 1);
+    mh_objects_watch_dl();  /* dlopen/dlclose now write module records */
     return fd;
 }
+
+mh_trace_area *mh_trace_area_current(void) { return atomic_load(&g_area); }
 
 void mh_trace_area_forget(void)
 {

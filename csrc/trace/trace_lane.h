@@ -40,11 +40,21 @@ static inline void mh_trace_copy(const memhook_event *e)
 /* Make a fresh area of `mb` MiB for this process image and start copying
  * into it; returns its memfd (the caller hands it over and closes it), or
  * -1 with errno. */
-MH_HIDDEN int mh_trace_area_create(unsigned mb);
+MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth);
+/* The area being written, or NULL (trace_modules.c appends to it). */
+MH_HIDDEN mh_trace_area *mh_trace_area_current(void);
 /* Stop copying (the fork child, before it makes its own area). */
 MH_HIDDEN void mh_trace_area_forget(void);
 /* Record a (TSC, ns) anchor so the collector can convert raw stamps. */
 MH_HIDDEN void mh_trace_area_anchor(void);
 MH_HIDDEN void mh_trace_area_mark_exited(void);
+/* trace_modules.c: records of objects loaded or unloaded since the last
+ * sync (mh_trace_modules_sync), if the set changed - cheap when
+ * it did not (the loader's add/remove counters). */
+MH_HIDDEN void mh_trace_modules_poll(void);
+/* Module records into this image's trace area, if it is traced: an
+ * observer of mh_objects.h (registered by trace_modules.c), and called
+ * when an area is made.  Takes a lock of its own; never from a hook. */
+MH_HIDDEN void mh_trace_modules_sync(void);
 
 #endif

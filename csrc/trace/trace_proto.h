@@ -26,7 +26,9 @@
 #include <stdint.h>
 
 #define MH_TRACE_MAGIC 0x3154484Du /* "MHT1" */
-#define MH_TRACE_VERSION 2
+/* 3: events carry `caller` (memhook.h: 16-bit kind/function/mem_type/
+ * device), and the area holds module records and stack records. */
+#define MH_TRACE_VERSION 3
 
 #define MH_TRACE_HELLO 1
 #define MH_TRACE_EVENTS 2
@@ -118,6 +120,40 @@ typedef struct mh_trace_area {
     uint64_t pad1[4];
     /* the collector's line */
     uint64_t done_total;     /* segments the collector finished, ever */
+    uint64_t pad2[7];
+    /* module records (mh_trace_module): the objects the process had
+     * loaded, appended at area creation and whenever the set changed; one
+     * writer at a time (a lock in the process, never a hook) */
+    uint64_t modules_off;
+    uint64_t modules_cap;    /* bytes */
+    uint64_t modules_used;   /* bytes of complete records (release) */
+    uint64_t modules_lost;   /* records that found no room */
+    /* stack records (--stacks): fixed-size, stack_depth return addresses
+     * each, claimed by fetch_add from any thread; an ALLOC event's seq in
+     * the area is 1 + its record's index (0: none) */
+    uint64_t stacks_off;
+    uint64_t stacks_cap;     /* records */
+    uint64_t stacks_next;    /* records claimed (may pass stacks_cap: lost) */
+    uint32_t stack_depth;    /* 0: no stacks */
+    uint32_t reserved2;
 } mh_trace_area;
+
+/* A module record: the header, then the object's path and a NUL, padded
+ * to 8 bytes (len counts all of it).  `lo`/`hi` bound its executable
+ * segments; addresses map to the file as address - base. */
+#define MH_TRACE_MODULE_LOAD 1
+#define MH_TRACE_MODULE_UNLOAD 2
+typedef struct mh_trace_module {
+    uint32_t len;
+    uint32_t kind;           /* MH_TRACE_MODULE_* */
+    uint64_t ts_ns;          /* CLOCK_MONOTONIC when it was recorded */
+    uint64_t base;           /* dlpi_addr */
+    uint64_t lo, hi;
+} mh_trace_module;           /* 40 bytes, then the path */
+
+/* A stack record: count, then stack_depth return addresses (innermost
+ * first: [0] is the event's own caller return address). */
+#define MH_TRACE_MODULES_BYTES (1u << 20)
+#define MH_TRACE_STACKS_MB 64
 
 #endif

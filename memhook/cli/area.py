@@ -32,6 +32,10 @@ RAW_TSC = 0x80000000
 AREA_HEADER = struct.Struct("<IIIIQQQQQQQiIQQQQQQ")
 """mh_trace_area's fields up to first_off (128 bytes); the counters follow."""
 _FRESH, _LOST, _DONE_TOTAL, _EXITED, _ANCHOR = 128, 152, 192, 76, 96
+RECORDS = struct.Struct("<QQQQQQQII")
+"""modules_off, modules_cap, modules_used, modules_lost, stacks_off,
+stacks_cap, stacks_next, stack_depth, reserved2 (at offset 256)."""
+_RECORDS_AT, _MODULES_USED, _MODULES_LOST, _STACKS_NEXT = 256, 272, 280, 304
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 
 
@@ -67,7 +71,7 @@ class TraceArea:
         self.nseg = nseg
         self.buffer_mib = nseg * _SEG_BYTES / 2**20
         self.events_off = events_off
-        self._header = np.frombuffer(self.mm, np.uint64, 32, 0)
+        self._header = np.frombuffer(self.mm, np.uint64, 64, 0)
         self.state = np.frombuffer(self.mm, np.uint32, nseg, state_off)
         self.tid = np.frombuffer(self.mm, np.int32, nseg, tid_off)
         self.claim = np.frombuffer(self.mm, np.uint64, nseg, claim_off)
@@ -81,6 +85,43 @@ class TraceArea:
         self.rd_last = np.zeros(nseg, np.uint64)   # the stamp of the last one
         self.seq = 0
         self.taken = 0
+        (self.modules_off, self.modules_cap, _, _, self.stacks_off, self.stacks_cap, _,
+         self.stack_depth, _) = RECORDS.unpack_from(self.mm, _RECORDS_AT)
+        self.modules_read = 0
+        self.last_stacks: list[tuple[int, ...] | None] | None = None
+        """After :meth:`read` with --stacks: each event's return addresses
+        (innermost first), or None (a FREE, or no record)."""
+
+    def read_modules(self) -> bytes:
+        """Module record bytes written since the last call (complete records
+        only: the process publishes modules_used after writing one)."""
+        used = min(self._word(_MODULES_USED), self.modules_cap)
+        if used <= self.modules_read:
+            return b""
+        data = self.mm[self.modules_off + self.modules_read:self.modules_off + used]
+        self.modules_read = used
+        return data
+
+    @property
+    def modules_lost(self) -> int:
+        return self._word(_MODULES_LOST)
+
+    @property
+    def stacks_lost(self) -> int:
+        return max(0, self._word(_STACKS_NEXT) - self.stacks_cap)
+
+    def _stacks(self, ids: np.ndarray) -> list[tuple[int, ...] | None]:
+        out: list[tuple[int, ...] | None] = []
+        width = (self.stack_depth + 1) * 8
+        for rid in ids.tolist():
+            if rid == 0 or rid > self.stacks_cap:
+                out.append(None)
+                continue
+            at = self.stacks_off + (rid - 1) * width
+            rec = struct.unpack_from(f"<{self.stack_depth + 1}Q", self.mm, at)
+            n = min(rec[0], self.stack_depth)
+            out.append(rec[1:1 + n])
+        return out
 
     # ---------------------------------------------------------------- header
 
@@ -213,6 +254,8 @@ class TraceArea:
         if len(parts) > 1:
             ev = ev[np.argsort(ev["timestamp_ns"], kind="stable")]
         self._to_ns(ev)
+        # The process wrote 1 + an ALLOC's stack record's index into seq.
+        self.last_stacks = self._stacks(ev["seq"]) if self.stack_depth else None
         ev["seq"] = np.arange(self.seq, self.seq + len(ev), dtype=np.uint64)
         self.seq += len(ev)
         self.taken += len(ev)

@@ -30,6 +30,7 @@ import time
 
 from . import protocol
 from .area import TraceArea
+from .modules import parse_modules
 from .formats import Writer
 from .ledger import Ledger, Process
 
@@ -136,6 +137,7 @@ class Collector:
         except (OSError, AttributeError):  # ENOSYS (gVisor, kernels < 5.3), old Python
             pidfd, watched = None, _alive(hello.pid)
         proc = Process(conn_id=self._next_id, hello=hello)
+        proc.modules.pid = hello.pid
         self._next_id += 1
         image = _Image(proc, area, pidfd, watched)
         self.images.append(image)
@@ -148,10 +150,24 @@ class Collector:
     # ---------------------------------------------------------------- areas
 
     def _deliver(self, image: _Image, final: bool) -> int:
+        image.proc.modules.batch += 1
+        records = image.area.read_modules()
+        if records:
+            image.proc.modules.add(parse_modules(records)[0])
         ev = image.area.read(final=final, limit=_BATCH)
         if len(ev) == 0:
             return 0
-        rows = ev.tolist()
+        # Rows leave here self-describing (a Reorder merges processes):
+        # the caller address becomes a Caller, and a 14th item holds the
+        # --stacks frames (Callers, innermost first) or None.
+        resolve = image.proc.modules.resolve
+        stacks = image.area.last_stacks
+        if stacks is None:
+            rows = [(*r[:12], resolve(r[12], r[3]), None) for r in ev.tolist()]
+        else:
+            rows = [(*r[:12], resolve(r[12], r[3]),
+                     tuple(resolve(a, r[3]) for a in s) if s else None)
+                    for r, s in zip(ev.tolist(), stacks)]
         changes = self.ledger.add(image.proc, rows)
         for w in self.writers:
             w.events(image.proc, rows, changes)
@@ -159,6 +175,7 @@ class Collector:
 
     def _finish(self, image: _Image) -> None:
         """The image is over (its process gone, or exec'd): read it all, close it."""
+        image.proc.modules.pid = 0  # /proc/PID/maps is no longer this image's
         while self._deliver(image, final=True):
             pass
         self.images.remove(image)
@@ -173,6 +190,14 @@ class Collector:
                 f"pid {proc.pid} LOST {area.lost} events: its trace area "
                 f"({area.buffer_mib:.0f} MiB) was full because the collector fell behind; "
                 f"raise MEMHOOK_TRACE_BUFFER_MB (4-4096)")
+        if area.stacks_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks frames: "
+                f"the area's stack records (64 MiB) were used up")
+        if area.modules_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.modules_lost} module records found no room (1 MiB); "
+                f"callers in those objects are named '?'")
         area.close()
         changes = self.ledger.process_ended(proc)
         for w in self.writers:

@@ -23,9 +23,12 @@ history is a bounded ring (like PyTorch's own recorder), see
 from __future__ import annotations
 
 import collections
+import json
 import pickle
 import time
 from typing import IO, Any
+
+from .._symbolize import Caller
 
 from .ledger import (
     ALLOC,
@@ -112,15 +115,17 @@ class TextWriter(Writer):
         names, types, sizes = self._names, self._types, self._sizes
         lines: list[str] = []
         append = lines.append
-        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags in rows:
+        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags, caller, \
+                _ in rows:
             # %-formatting: the cheapest way CPython has to build these lines.
             d = ts - t0 if ts > t0 else 0
-            append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s\n" % (
+            append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s  from %s\n" % (
                 d // 1000000000, d % 1000000000 // 1000, pid, tid, _KIND_TEXT.get(kind, "?    "),
                 names[fn], address,
                 "         ?" if (flags & SIZE_UNKNOWN and not size) else sizes[size],
                 types[mem_type], device,
-                "%s (%d)" % (ledger.error_name(fn, result), result) if result else "ok"))
+                "%s (%d)" % (ledger.error_name(fn, result), result) if result else "ok",
+                caller.library if caller is not None else "?"))
         self.out.write("".join(lines))
         self.out.flush()
 
@@ -163,6 +168,10 @@ class _Padded(dict):
         return text
 
 
+def _short(c: Caller | None) -> str:
+    return c.short if c is not None else "?"
+
+
 def _mode_name(mode: int) -> str:
     names = [n for bit, n in ((1, "bistro"), (2, "reloc")) if mode & bit]
     return ",".join(names) if names else "none"
@@ -170,24 +179,49 @@ def _mode_name(mode: int) -> str:
 
 # ----------------------------------------------------------------- jsonl
 
+def _frame_json(c: Caller | None) -> dict | None:
+    if c is None:
+        return None
+    return {"object": c.object, "symbol": c.symbol, "offset": c.offset, "address": c.address}
+
+
 class JsonlWriter(Writer):
-    """One object per event (keys of DESIGN.md section 5)."""
+    """One object per event (keys of DESIGN.md section 5).  ``caller``:
+    ``{"object", "symbol", "offset", "address"}`` (null when unknown);
+    with --stacks, ALLOCs have ``stack``, a list of the same, innermost
+    first."""
 
     def __init__(self, out: IO[Any], ledger: Ledger, t0_ns: int) -> None:
         super().__init__(out, ledger, t0_ns)
         self._names = _Padded(ledger.function_name, 0)
         self._types = _Padded(mem_type_name, 0)
+        self._callers: dict[Caller | None, str] = {}
+
+    def _caller(self, caller: Caller | None) -> str:
+        text = self._callers.get(caller)
+        if text is None:
+            text = json.dumps(_frame_json(caller))
+            if len(self._callers) > 100_000:
+                self._callers.clear()
+            self._callers[caller] = text
+        return text
 
     def events(self, proc: Process, rows: list[tuple], changes: list[tuple]) -> None:
         names, types = self._names, self._types
         lines: list[str] = []
         append = lines.append
-        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _ in rows:
-            # Names are C identifiers: no JSON escaping needed.
+        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _, caller, \
+                frames in rows:
+            # Names are C identifiers: no JSON escaping needed (paths and
+            # symbols go through json.dumps).
+            stack = ""
+            if frames:
+                stack = ',"stack":' + json.dumps([_frame_json(c) for c in frames])
             append('{"kind":"%s","function":"%s","address":%d,"size":%d,"mem_type":"%s",'
-                   '"device":%d,"pid":%d,"tid":%d,"ts_ns":%d,"result":%d}\n' % (
+                   '"device":%d,"pid":%d,"tid":%d,"ts_ns":%d,"result":%d,"caller":%s%s}\n' % (
                        "alloc" if kind == ALLOC else "free", names[fn], address, size,
-                       types[mem_type], device, pid, tid, ts, result))
+                       types[mem_type], device, pid, tid, ts, result,
+                       self._caller(caller), stack))
         self.out.write("".join(lines))
         self.out.flush()
 
@@ -239,7 +273,7 @@ class ChromeWriter(Writer):
         ci = 0
         nchanges = len(changes)
         for i, (_, address, size, ts, kind, fn, mem_type, device, pid, tid, result,
-                _) in enumerate(rows):
+                _, caller, _) in enumerate(rows):
             d = ts - t0 if ts > t0 else 0
             if result:
                 cat = ('alloc,failed' if kind == ALLOC else 'free,failed')
@@ -249,8 +283,10 @@ class ChromeWriter(Writer):
                 err = ''
             append('{"name":"%s","cat":"%s","ph":"i","s":"t","ts":%d.%03d,"pid":%d,"tid":%d,'
                    '"args":{"address":"%#x","size":%d,"mem_type":"%s","device":%d,'
-                   '"result":%d%s}}' % (names[fn], cat, d // 1000, d % 1000, pid, tid, address,
-                                        size, types[mem_type], device, result, err))
+                   '"result":%d%s,"caller":%s}}' % (
+                       names[fn], cat, d // 1000, d % 1000, pid, tid, address, size,
+                       types[mem_type], device, result, err,
+                       json.dumps(_short(caller))))
             while ci < nchanges and changes[ci][0] == i:
                 append(self._counter(d, changes[ci][1], changes[ci][2]))
                 ci += 1
@@ -284,8 +320,9 @@ class MemvizWriter(Writer):
     driver handed it out whole): ``segment_alloc`` + ``alloc`` in the trace;
     its free is ``free_requested`` + ``free_completed`` + ``segment_free``;
     a failed allocation with CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation
-    is ``oom``.  Frames name the process and the function (memhook sees no
-    Python stack).  The final ``segments`` are the allocations never freed,
+    is ``oom``.  Frames, innermost first: the CUDA function, the native
+    frames of --stacks (or the caller alone), then the process (memhook
+    records no Python frames: README, "Who allocated it").  The final ``segments`` are the allocations never freed,
     which the page shows as still allocated at the end.
 
     Bounded memory: the trace is a ring of the last ``max_entries`` entries
@@ -303,7 +340,7 @@ class MemvizWriter(Writer):
         super().__init__(out, ledger, t0_ns)
         self.ring: collections.deque[tuple] = collections.deque(maxlen=max_entries)
         self.live: dict[tuple[int, int], tuple[int, int, tuple]] = {}
-        self.frames: dict[tuple[int, int], list[dict]] = {}
+        self.frames: dict[tuple, list[dict]] = {}
         self.commands: dict[int, str] = {}
         self.dropped = 0
 
@@ -311,20 +348,32 @@ class MemvizWriter(Writer):
         if proc.hello is not None:
             self.commands[proc.pid] = proc.hello.command
 
-    def _frames(self, pid: int, fn: int) -> list[dict]:
-        key = (pid, fn)
+    def _frames(self, pid: int, fn: int, where: tuple = ()) -> list[dict]:
+        """PyTorch's frame dicts (filename, line, name), innermost first:
+        the native frames (--stacks) or the caller, then the CUDA function
+        and the process.  Cached per (pid, function, addresses)."""
+        key = (pid, fn, where)
         frames = self.frames.get(key)
         if frames is None:
             command = self.commands.get(pid, "?")
-            frames = self.frames[key] = [{"filename": f"pid {pid}: {command}", "line": 0,
-                                          "name": self.ledger.function_name(fn)}]
+            frames = [{"filename": "CUDA", "line": 0, "name": self.ledger.function_name(fn)}]
+            for c in where:
+                if c is None:
+                    continue
+                frames.append({"filename": c.object or "?", "line": 0,
+                               "name": f"{c.symbol or hex(c.address)}+{c.offset:#x}"})
+            frames.append({"filename": f"pid {pid}: {command}", "line": 0, "name": "process"})
+            if len(self.frames) > 100_000:
+                self.frames.clear()
+            self.frames[key] = frames
         return frames
 
     def events(self, proc: Process, rows: list[tuple], changes: list[tuple]) -> None:
         ring = self.ring
         live = self.live
         for row in rows:
-            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, _ = row
+            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, _, caller, st = row
+            where = st or (caller,)
             if mem_type == MEM_CUDA_HOST:
                 continue
             dev = max(device, 0)
@@ -332,13 +381,14 @@ class MemvizWriter(Writer):
             if kind == ALLOC:
                 if result:
                     if result == 2:  # CUDA_ERROR_OUT_OF_MEMORY == cudaErrorMemoryAllocation
-                        ring.append((dev, "oom", 0, size, time_us, (pid, fn)))
+                        ring.append((dev, "oom", 0, size, time_us, (pid, fn, where)))
                     continue
                 if not address or fn in self.ledger.globals_:
                     continue
-                live[(pid, address)] = (dev, size, (pid, fn))
-                ring.append((dev, "segment_alloc", address, size, time_us, (pid, fn)))
-                ring.append((dev, "alloc", address, size, time_us, (pid, fn)))
+                fkey = (pid, fn, where)
+                live[(pid, address)] = (dev, size, fkey)
+                ring.append((dev, "segment_alloc", address, size, time_us, fkey))
+                ring.append((dev, "alloc", address, size, time_us, fkey))
             elif not result:
                 old = live.pop((pid, address), None)
                 if old is None:

@@ -28,6 +28,7 @@ import dataclasses
 from collections import defaultdict
 
 from .cuda_errors import error_name
+from .modules import ModuleMap
 from .protocol import Hello
 
 __all__ = ["GLOBAL_FUNCTIONS", "HOST_KEY", "Ledger", "Process", "device_label"]
@@ -64,8 +65,9 @@ class Process:
     events_sent: int | None = None   # from BYE: the process reached exit()
     ended: bool = False
     execed: bool = False                # a later connection came from the same pid
-    live: dict[int, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
-    # address -> (size, device key, function)
+    live: dict[int, tuple[int, int, int, str]] = dataclasses.field(default_factory=dict)
+    # address -> (size, device key, function, calling library)
+    modules: ModuleMap = dataclasses.field(default_factory=ModuleMap)
 
     @property
     def pid(self) -> int:
@@ -96,6 +98,13 @@ class Ledger:
         self.live_bytes: dict[int, int] = defaultdict(int)
         self.peak_bytes: dict[int, int] = defaultdict(int)
         self.never_freed: dict[int, list[int]] = {}  # fn -> [count, bytes]
+        self.never_freed_lib: dict[str, list[int]] = {}  # calling library -> [count, bytes]
+        self.lib_live: dict[str, int] = defaultdict(int)
+        self.lib_peak: dict[str, int] = defaultdict(int)   # each library's own peak
+        self.peak_split: dict[str, int] = {}  # live bytes per library when the total peaked
+        self._total_live = 0
+        self._total_peak = 0
+        self.sites: dict[tuple, list[int]] = {}  # --stacks: (library, symbol...) -> [n, bytes]
         self.processes: list[Process] = []
         self.events = 0
         self.first_ns: int | None = None
@@ -132,13 +141,18 @@ class Ledger:
     def _release(self, proc: Process) -> list[tuple[int, int, int]]:
         changes = []
         live_bytes = self.live_bytes
-        for size, key, fn in proc.live.values():
+        for size, key, fn, lib in proc.live.values():
             entry = self.never_freed.get(fn)
             if entry is None:
                 self.never_freed[fn] = [1, size]
             else:
                 entry[0] += 1
                 entry[1] += size
+            entry = self.never_freed_lib.setdefault(lib, [0, 0])
+            entry[0] += 1
+            entry[1] += size
+            self.lib_live[lib] -= size
+            self._total_live -= size
             live_bytes[key] -= size
             changes.append((-1, key, live_bytes[key]))
         proc.live.clear()
@@ -155,7 +169,8 @@ class Ledger:
     # --------------------------------------------------------------- events
 
     def add(self, proc: Process, rows: list[tuple]) -> list[tuple[int, int, int]]:
-        """Account for ``rows`` (EVENT_DTYPE tuples, in order).  Returns the
+        """Account for ``rows`` (EVENT_DTYPE tuples, in order, the caller a
+        :class:`~memhook.Caller` or None, then the --stacks frames or None).  Returns the
         live-bytes changes they made: (row index, device key, live after)."""
         if not rows:
             return []
@@ -163,8 +178,10 @@ class Ledger:
         live, live_bytes, peak = proc.live, self.live_bytes, self.peak_bytes
         globals_ = self.globals_
         changes = []
+        lib_live, lib_peak = self.lib_live, self.lib_peak
         i = -1
-        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _ in rows:
+        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _, caller, stack \
+                in rows:
             i += 1
             calls[fn] += 1
             if result:
@@ -178,7 +195,20 @@ class Ledger:
                 old = live.get(address)
                 if old is not None:  # an ALLOC over a live one: its FREE was not seen
                     live_bytes[old[1]] -= old[0]
-                live[address] = (size, dev, fn)
+                    lib_live[old[3]] -= old[0]
+                    self._total_live -= old[0]
+                lib = caller.library if caller is not None else "?"
+                live[address] = (size, dev, fn, lib)
+                lt = lib_live[lib] + size
+                lib_live[lib] = lt
+                if lt > lib_peak[lib]:
+                    lib_peak[lib] = lt
+                self._total_live += size
+                if self._total_live > self._total_peak:
+                    self._total_peak = self._total_live
+                    self.peak_split = {k: v for k, v in lib_live.items() if v > 0}
+                if stack:
+                    self._site(stack, size)
                 total = live_bytes[dev] + size
                 live_bytes[dev] = total
                 if total > peak[dev]:  # noqa: PLR1730 (a compare is cheaper than max() here)
@@ -190,6 +220,8 @@ class Ledger:
                     nbytes[fn] += size
                     continue
                 nbytes[fn] += size or old[0]
+                lib_live[old[3]] -= old[0]
+                self._total_live -= old[0]
                 dev = old[1]
                 total = live_bytes[dev] - old[0]
                 live_bytes[dev] = total
@@ -200,6 +232,14 @@ class Ledger:
             self.first_ns = rows[0][3]
         self.last_ns = max(self.last_ns, rows[-1][3])
         return changes
+
+    def _site(self, frames: tuple, size: int) -> None:
+        """--stacks: count an ALLOC at its call site (its first three frames
+        by symbol)."""
+        key = tuple(c.short if c is not None else "?" for c in frames[:3])
+        entry = self.sites.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += size
 
     def _failed(self, fn: int, result: int, size: int) -> None:
         self.failed[fn] += 1
@@ -241,6 +281,21 @@ class Ledger:
             "never_freed": [
                 {"function": self.function_name(f), "count": n, "bytes": b}
                 for f, (n, b) in sorted(self.never_freed.items(), key=lambda kv: -kv[1][1])
+            ],
+            "never_freed_by_library": [
+                {"library": lib, "count": n, "bytes": b}
+                for lib, (n, b) in sorted(self.never_freed_lib.items(),
+                                          key=lambda kv: (-kv[1][1], kv[0]))
+            ],
+            "peak_by_library": [
+                {"library": lib, "at_peak": self.peak_split.get(lib, 0),
+                 "own_peak": self.lib_peak[lib]}
+                for lib in sorted(self.lib_peak, key=lambda k: (-self.peak_split.get(k, 0),
+                                                                -self.lib_peak[k], k))
+            ],
+            "top_sites": [
+                {"frames": list(k), "count": n, "bytes": b}
+                for k, (n, b) in sorted(self.sites.items(), key=lambda kv: -kv[1][1])[:10]
             ],
         }
 
@@ -290,6 +345,11 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
             out.append(f"  {dev:<16} {human_size(peak):>12}  ({peak} bytes)")
     else:
         out.append("  (nothing allocated)")
+    if summary.get("peak_by_library"):
+        out.append("peak live bytes by calling library (at the peak of all; each one's own):")
+        for p in summary["peak_by_library"]:
+            out.append(f"  {_clip(p['library'], 34):<34} {human_size(p['at_peak']):>12}  "
+                       f"{human_size(p['own_peak']):>12}")
     out.append("failed calls:")
     if summary["failed"]:
         for f in summary["failed"]:
@@ -305,6 +365,17 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
                        f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
     else:
         out.append("  (none)")
+    if summary.get("never_freed_by_library"):
+        out.append("allocations never freed by calling library:")
+        for f in summary["never_freed_by_library"]:
+            plural = "s" if f["count"] != 1 else ""
+            out.append(f"  {_clip(f['library'], 30):<30} {f['count']:>6} allocation{plural}  "
+                       f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
+    if summary.get("top_sites"):
+        out.append("top call sites (--stacks; bytes allocated):")
+        for s in summary["top_sites"]:
+            out.append(f"  {human_size(s['bytes']):>12} {s['count']:>6}x  "
+                       + " <- ".join(s["frames"]))
     rate = summary["events"] / elapsed_s if elapsed_s > 0 else 0.0
     out.append(f"collector: {summary['events']} events in {elapsed_s:.2f} s "
                f"({rate:,.0f} events/s), peak RSS {collector_rss / 2**20:.1f} MiB")

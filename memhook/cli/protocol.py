@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
-VERSION = 2
+VERSION = 3  # 3: events carry caller; module and stack records in the area
 HELLO, EVENTS, BYE = 1, 2, 3
 BATCH = 1024                # most events in one EVENTS message
 HELLO_FORKED = 0x1
@@ -33,15 +33,19 @@ HEADER = struct.Struct("<IHHII")            # magic, version, type, count, reser
 HELLO_FIXED = struct.Struct("<iiIiIIQIIII")  # mh_trace_hello (48 bytes)
 _BYE = struct.Struct("<Q")
 
-EVENT_DTYPE = np.dtype([
-    ("seq", "<u8"), ("address", "<u8"), ("size", "<u8"), ("timestamp_ns", "<u8"),
-    ("kind", "<i4"), ("function", "<i4"), ("mem_type", "<i4"), ("device", "<i4"),
-    ("pid", "<i4"), ("tid", "<i4"), ("result", "<i4"), ("flags", "<u4"),
-])
-"""``memhook_event`` (memhook.h), 64 bytes."""
+EVENT_DTYPE = np.dtype({
+    "names": ["seq", "address", "size", "timestamp_ns", "kind", "function", "mem_type",
+              "device", "pid", "tid", "result", "flags", "caller"],
+    "formats": ["<u8", "<u8", "<u8", "<u8", "<i2", "<i2", "<i2", "<i2", "<i4", "<i4", "<i4",
+                "<u4", "<u8"],
+    "offsets": [0, 8, 16, 24, 40, 42, 44, 46, 48, 52, 56, 60, 32],
+    "itemsize": 64,
+})
+"""``memhook_event`` (memhook.h), 64 bytes; ``caller`` (offset 32) is last in
+the field order, so a row's first twelve items keep version 2's places."""
 
-EVENT = struct.Struct("<QQQQiiiiiiiI")
-"""``memhook_event`` as a struct (the same layout as :data:`EVENT_DTYPE`)."""
+EVENT = struct.Struct("<QQQQQhhhhiiiI")
+"""``memhook_event`` as a struct, in memory order (caller 5th)."""
 
 
 MAX_MESSAGE = HEADER.size + BATCH * EVENT_DTYPE.itemsize + 8192
@@ -121,6 +125,5 @@ def parse_bye(data: bytes) -> int | None:
 def events(data: bytes) -> list[tuple]:
     """The events of an EVENTS message, as tuples in EVENT_DTYPE's field
     order (seq, address, size, timestamp_ns, kind, function, mem_type,
-    device, pid, tid, result, flags).  struct's iter_unpack makes plain
-    ints at about half the cost of numpy's ``tolist``."""
-    return list(EVENT.iter_unpack(memoryview(data)[HEADER.size:]))
+    device, pid, tid, result, flags, caller)."""
+    return [r[:4] + r[5:] + r[4:5] for r in EVENT.iter_unpack(memoryview(data)[HEADER.size:])]

@@ -73,6 +73,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz)")
     p.add_argument("--memviz-entries", type=int, default=100_000, metavar="N",
                    help="memviz keeps the last N trace entries (default 100000)")
+    p.add_argument("--stacks", nargs="?", const=str(STACKS_DEFAULT), default=None,
+                   metavar="DEPTH",
+                   help=f"record up to DEPTH native frames (frame pointers) of each "
+                        f"allocation (default {STACKS_DEFAULT}; 1-{STACKS_MAX}); use --stacks=N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -124,6 +128,10 @@ def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
     return stream, False, path
 
 
+STACKS_DEFAULT = 16
+STACKS_MAX = 128  # MEMHOOK_TRACE_STACKS's bound in csrc/trace/trace.c
+
+
 def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -132,14 +140,24 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"missing command; usage: {USAGE}")
     if args.memviz_entries < 1:
         return _fail("--memviz-entries must be at least 1")
+    stacks = 0
+    if args.stacks is not None:
+        try:
+            stacks = int(args.stacks)
+        except ValueError:
+            stacks = -1
+        if not 1 <= stacks <= STACKS_MAX:
+            return _fail(f"--stacks: {args.stacks!r} is not a depth; valid: 1-{STACKS_MAX} "
+                         f"(--stacks alone: {STACKS_DEFAULT})")
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
-                     output=args.output, memviz_entries=args.memviz_entries)
+                     output=args.output, memviz_entries=args.memviz_entries, stacks=stacks)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
-              memviz_entries: int = 100_000) -> int:
-    """The whole of ``memhook trace``; returns the exit status."""
+              memviz_entries: int = 100_000, stacks: int = 0) -> int:
+    """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
+    native frames recorded per ALLOC (0: none)."""
     from .. import library_path
     from .._modes import HookMode
     from .formats import FORMATS
@@ -151,6 +169,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
         return _fail(problem)
     hook_mode = HookMode.parse(mode)
     env = dict(os.environ)
+    env["MEMHOOK_TRACE_STACKS"] = str(stacks)
     if sim:
         from .. import sim as _sim
 

@@ -29,10 +29,11 @@ def test_text(programs, tmp_path: Path) -> None:
     events = [ln for ln in text.splitlines() if re.search(r"\] (alloc|free ) ", ln)]
     assert len(events) == 12, text
     line = re.compile(r"^ +\d+\.\d{6} \[(\d+)/(\d+)\] (alloc|free ) (\w+) +(0x[0-9a-f]+) +"
-                      r"([\d.]+ (?:B|KiB|MiB|GiB|TiB|PiB)) +(CUDA\w*) +dev +(-?\d+)  (.+)$")
+                      r"([\d.]+ (?:B|KiB|MiB|GiB|TiB|PiB)) +(CUDA\w*) +dev +(-?\d+)  (.+)  from (\S+)$")
     parsed = [line.match(ln) for ln in events]
     assert all(parsed), events
     assert {m.group(9) for m in parsed} == {"ok", "CUDA_ERROR_OUT_OF_MEMORY (2)"}
+    assert {m.group(10) for m in parsed} == {"cli_static_app"}  # the caller's object
     assert any(m.group(6) == "256 MiB" for m in parsed)
     # pid/tid: static_app allocates on its main thread, whose tid is the pid.
     assert {(m.group(1), m.group(2)) for m in parsed} == {(parsed[0].group(1),) * 2}
@@ -50,9 +51,13 @@ def test_jsonl(programs, tmp_path: Path) -> None:
     events = read_jsonl(out)
     assert len(events) == 12
     keys = {"kind", "function", "address", "size", "mem_type", "device", "pid", "tid",
-            "ts_ns", "result"}
+            "ts_ns", "result", "caller"}
     for e in events:
         assert set(e) == keys
+        assert set(e["caller"]) == {"object", "symbol", "offset", "address"}
+        # static_app links the runtime statically: its calls are named
+        # after the executable (README, "Who allocated it").
+        assert e["caller"]["object"] == str(programs.static_app)
         assert e["kind"] in ("alloc", "free")
         assert e["mem_type"] in ("CUDA", "CUDA_MANAGED", "CUDA_HOST", "UNKNOWN", "HOST")
         assert isinstance(e["address"], int) and isinstance(e["ts_ns"], int)

@@ -390,7 +390,7 @@ def test_more_than_one_batch_in_order() -> None:
 
 def _row(kind: int, address: int, size: int, mem_type: int = 1, device: int = 0,
          result: int = 0, flags: int = 0, seq: int = 0) -> tuple[int, ...]:
-    return (seq, address, size, 0, kind, 0, mem_type, device, 1, 1, result, flags)
+    return (seq, address, size, 0, kind, 0, mem_type, device, 1, 1, result, flags, 0)  # caller 0
 
 
 def test_skipped_slots_are_ignored_entirely() -> None:

@@ -221,17 +221,26 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
                                                before it is gone.  Drained, never
                                                sent to a trace (memhook trace) */
 
-/* One completed user call.  64 bytes. */
+/* One completed user call.  64 bytes: one cache line (the queue's and the
+ * trace area's slots are lines), so kind/function/mem_type/device are 16
+ * bits each to make room for `caller`. */
 typedef struct memhook_event {
     uint64_t seq;            /* position in this process's event order */
     uint64_t address;        /* 0 for a failed ALLOC */
     uint64_t size;           /* requested bytes; pitch*height; global size;
                                 the allocation's size for a FREE */
     uint64_t timestamp_ns;   /* CLOCK_MONOTONIC */
-    int32_t kind;            /* MEMHOOK_EVENT_ALLOC or _FREE */
-    int32_t function;        /* index in the hook table (memhook_hook_get) */
-    int32_t mem_type;        /* MEMHOOK_MEM_* */
-    int32_t device;          /* device ordinal, -1 unknown */
+    uint64_t caller;         /* the code that called into CUDA: the return
+                                address of the outermost hooked call, or,
+                                where that is inside CUDA's own libraries,
+                                the first frame-pointer frame outside them;
+                                0 unknown.  Consumers name it from the
+                                process's mappings (memhook.Event.caller,
+                                memhook trace's module records) */
+    int16_t kind;            /* MEMHOOK_EVENT_ALLOC or _FREE */
+    int16_t function;        /* index in the hook table (memhook_hook_get) */
+    int16_t mem_type;        /* MEMHOOK_MEM_* */
+    int16_t device;          /* device ordinal, -1 unknown */
     int32_t pid;
     int32_t tid;
     int32_t result;          /* CUresult or cudaError_t of the call */

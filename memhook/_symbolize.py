@@ -1,0 +1,189 @@
+"""Naming code addresses: object path, symbol and offset.
+
+Used for an event's caller (``memhook.Event.caller``, resolved in this
+process from ``/proc/self/maps``) and by ``memhook trace``'s collector (from
+the module records a traced process wrote into its trace area, so the
+answer stays right after the process exited or unloaded the object).
+Symbols come from the object's own ELF file: ``.symtab`` where it has one,
+else ``.dynsym``; read once per object and cached.  Never called in a hook.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import os
+import struct
+import threading
+from dataclasses import dataclass
+
+__all__ = ["Caller", "ElfSymbols", "elf_symbols", "resolve_local"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Where a call came from: ``object`` (the file's path, "" if unknown),
+    ``symbol`` (the function holding ``address``, "" if unknown), ``offset``
+    (bytes past the symbol's start, or past the object's base when there is
+    no symbol) and the raw ``address``.
+
+    >>> Caller("/usr/lib/libfoo.so", "foo_alloc", 0x1c, 0x7f0000001c1c).short
+    'libfoo.so!foo_alloc+0x1c'
+    """
+
+    object: str
+    symbol: str
+    offset: int
+    address: int
+
+    @property
+    def library(self) -> str:
+        """The object's file name (``libtorch_cuda.so``), or ``?``."""
+        return os.path.basename(self.object) or "?"
+
+    @property
+    def short(self) -> str:
+        if self.symbol:
+            return f"{self.library}!{self.symbol}+{self.offset:#x}"
+        return f"{self.library}+{self.offset:#x}"
+
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_SHT_SYMTAB, _SHT_DYNSYM = 2, 11
+_STT_FUNC, _STT_GNU_IFUNC = 2, 10
+
+
+class ElfSymbols:
+    """The function symbols of one ELF file, sorted by address (vaddr, as in
+    the file: add the load base to compare with a running address)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.names: list[str] = []
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return
+        try:
+            self._load(data)
+        except (struct.error, IndexError, UnicodeDecodeError):
+            self.starts, self.ends, self.names = [], [], []
+
+    def _load(self, data: bytes) -> None:
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            return  # only 64-bit little-endian objects (x86-64)
+        (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = _EHDR.unpack_from(data)
+        sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+        for want in (_SHT_SYMTAB, _SHT_DYNSYM):
+            table = [s for s in sections if s[1] == want]
+            if not table:
+                continue
+            _, _, _, _, off, size, link, _, _, entsize = table[0]
+            stroff = sections[link][4]
+            syms = []
+            for i in range(size // (entsize or _SYM.size)):
+                name, info, _, shndx, value, ssize = _SYM.unpack_from(data, off + i * _SYM.size)
+                if shndx == 0 or value == 0 or (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC):
+                    continue
+                end = data.index(b"\0", stroff + name)
+                syms.append((value, value + max(ssize, 1), data[stroff + name:end].decode()))
+            if syms:
+                syms.sort()
+                self.starts = [s[0] for s in syms]
+                self.ends = [s[1] for s in syms]
+                self.names = [s[2] for s in syms]
+                return
+
+    def lookup(self, vaddr: int) -> tuple[str, int] | None:
+        """(symbol, offset) of the function holding ``vaddr``, or None."""
+        i = bisect.bisect_right(self.starts, vaddr) - 1
+        if i < 0 or vaddr >= self.ends[i]:
+            return None
+        return self.names[i], vaddr - self.starts[i]
+
+
+@functools.lru_cache(maxsize=256)
+def elf_symbols(path: str) -> ElfSymbols:
+    """The symbols of ``path``, read once (an object's file is assumed not to
+    change while it is in use)."""
+    return ElfSymbols(path)
+
+
+def describe(path: str, base: int, address: int) -> Caller:
+    """``address`` in the object ``path`` loaded at ``base``."""
+    vaddr = address - base
+    # A return address points past the call: look up the byte before it,
+    # so a call that is a function's last instruction is not named after
+    # the next function.
+    hit = elf_symbols(path).lookup(vaddr - 1)
+    if hit is None:
+        return Caller(path, "", vaddr, address)
+    return Caller(path, hit[0], hit[1] + 1, address)
+
+
+class _LocalMaps:
+    """This process's file mappings, reread when an address is in none of
+    them (an object loaded since)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.starts: list[int] = []
+        self.entries: list[tuple[int, int, str, int]] = []  # start, end, path, base
+        self.cache: dict[int, Caller] = {}
+
+    def _reload(self) -> None:
+        bases: dict[str, int] = {}
+        entries = []
+        try:
+            with open("/proc/self/maps") as f:
+                lines = f.readlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].rstrip("\n")
+            offset = int(parts[2], 16)
+            bases.setdefault(path, lo - offset)
+            if "x" in parts[1]:
+                entries.append((lo, hi, path, bases[path]))
+        entries.sort()
+        self.entries = entries
+        self.starts = [e[0] for e in entries]
+
+    def _find(self, address: int) -> tuple[int, int, str, int] | None:
+        i = bisect.bisect_right(self.starts, address) - 1
+        if i >= 0 and address < self.entries[i][1]:
+            return self.entries[i]
+        return None
+
+    def resolve(self, address: int) -> Caller:
+        with self.lock:
+            hit = self.cache.get(address)
+            if hit is not None:
+                return hit
+            entry = self._find(address)
+            if entry is None:
+                self._reload()
+                entry = self._find(address)
+            caller = (Caller("", "", address, address) if entry is None
+                      else describe(entry[2], entry[3], address))
+            if len(self.cache) > 65536:
+                self.cache.clear()
+            self.cache[address] = caller
+            return caller
+
+
+_local = _LocalMaps()
+
+
+def resolve_local(address: int) -> Caller:
+    """Name ``address`` of this process (cached by address)."""
+    return _local.resolve(address)
