@@ -151,10 +151,15 @@ class Collector:
 
     def _deliver(self, image: _Image, final: bool) -> int:
         image.proc.modules.batch += 1
+        ev = image.area.read(final=final, limit=_BATCH)
+        # Module records after the events: the process publishes an object's
+        # record before any event it can name (dlopen's wrapper writes it
+        # before dlopen returns), so every event just read has its record
+        # published by now; read the other way round, an object dlopened
+        # between the two reads would name its first events "?".
         records = image.area.read_modules()
         if records:
             image.proc.modules.add(parse_modules(records)[0])
-        ev = image.area.read(final=final, limit=_BATCH)
         if len(ev) == 0:
             return 0
         # Rows leave here self-describing (a Reorder merges processes):
