@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import bisect
 import functools
+import mmap
 import os
 import struct
 import threading
 from dataclasses import dataclass
+
+import numpy as np
 
 __all__ = ["Caller", "ElfSymbols", "elf_symbols", "resolve_local"]
 
@@ -55,26 +58,36 @@ _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
 
 
+_SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                       ("value", "<u8"), ("size", "<u8")])
+
+
 class ElfSymbols:
     """The function symbols of one ELF file, sorted by address (vaddr, as in
-    the file: add the load base to compare with a running address)."""
+    the file: add the load base to compare with a running address).
+
+    The file is mapped, not read: libtorch_cuda.so is over a gigabyte, and
+    only its section headers, symbol table and the names asked for are ever
+    touched.  Names are decoded on lookup.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-        self.names: list[str] = []
+        self.starts = np.zeros(0, np.uint64)
+        self.ends = np.zeros(0, np.uint64)
+        self._name_at = np.zeros(0, np.uint64)
+        self._map: mmap.mmap | None = None
         try:
             with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
+                self._map = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        except (OSError, ValueError):  # unreadable, or empty
             return
         try:
-            self._load(data)
-        except (struct.error, IndexError, UnicodeDecodeError):
-            self.starts, self.ends, self.names = [], [], []
+            self._load(self._map)
+        except (struct.error, IndexError, ValueError):
+            self.starts = self.ends = self._name_at = np.zeros(0, np.uint64)
 
-    def _load(self, data: bytes) -> None:
+    def _load(self, data: mmap.mmap) -> None:
         if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
             return  # only 64-bit little-endian objects (x86-64)
         (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = _EHDR.unpack_from(data)
@@ -83,28 +96,40 @@ class ElfSymbols:
             table = [s for s in sections if s[1] == want]
             if not table:
                 continue
-            _, _, _, _, off, size, link, _, _, entsize = table[0]
+            _, _, _, _, off, size, link, _, _, _ = table[0]
             stroff = sections[link][4]
-            syms = []
-            for i in range(size // (entsize or _SYM.size)):
-                name, info, _, shndx, value, ssize = _SYM.unpack_from(data, off + i * _SYM.size)
-                if shndx == 0 or value == 0 or (info & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC):
-                    continue
-                end = data.index(b"\0", stroff + name)
-                syms.append((value, value + max(ssize, 1), data[stroff + name:end].decode()))
-            if syms:
-                syms.sort()
-                self.starts = [s[0] for s in syms]
-                self.ends = [s[1] for s in syms]
-                self.names = [s[2] for s in syms]
-                return
+            syms = np.frombuffer(data, _SYM_DTYPE, size // _SYM_DTYPE.itemsize, off)
+            kind = syms["info"] & 0xF
+            keep = ((syms["shndx"] != 0) & (syms["value"] != 0)
+                    & ((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC)))
+            syms = syms[keep]
+            if len(syms) == 0:
+                continue
+            order = np.argsort(syms["value"], kind="stable")
+            syms = syms[order]
+            self.starts = syms["value"].copy()
+            self.ends = self.starts + np.maximum(syms["size"], 1)
+            self._name_at = syms["name"].astype(np.uint64) + np.uint64(stroff)
+            return
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def name(self, i: int) -> str:
+        """The name of symbol ``i`` (in address order)."""
+        assert self._map is not None
+        at = int(self._name_at[i])
+        end = self._map.find(b"\0", at)
+        return self._map[at:end].decode("utf-8", "replace")
 
     def lookup(self, vaddr: int) -> tuple[str, int] | None:
         """(symbol, offset) of the function holding ``vaddr``, or None."""
-        i = bisect.bisect_right(self.starts, vaddr) - 1
-        if i < 0 or vaddr >= self.ends[i]:
+        if vaddr < 0 or vaddr >= 1 << 64:
             return None
-        return self.names[i], vaddr - self.starts[i]
+        i = int(np.searchsorted(self.starts, np.uint64(vaddr), side="right")) - 1
+        if i < 0 or vaddr >= int(self.ends[i]):
+            return None
+        return self.name(i), vaddr - int(self.starts[i])
 
 
 @functools.lru_cache(maxsize=256)
