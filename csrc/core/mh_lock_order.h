@@ -10,6 +10,19 @@
  *     install's g_lock                  -> bistro's g_lock (bistro/patch.c)
  *                                          -> the loader's lock (dladdr)
  *
+ *     install's g_lock, or reloc's lock (the dlopen wrapper, after the
+ *     real call)                        -> the "objects changed" observers'
+ *                                          locks (cuda/caller.c's refresh
+ *                                          lock, trace/trace_modules.c's
+ *                                          g_lock; they never nest: the
+ *                                          observers run one after another)
+ *                                          -> the loader's lock
+ *                                          (dl_iterate_phdr)
+ *
+ * Those two observer locks are not held across fork(): the child re-makes
+ * them (a refresh interrupted by fork leaves complete double-buffered
+ * state behind, and the next change redoes it).
+ *
  * bistro's and reloc's locks never nest, so their order is free.  The
  * loader's lock is glibc's dl_load_lock, taken by dlopen, dlclose, dladdr
  * and dl_iterate_phdr; reloc holds its own lock across the real dlopen
