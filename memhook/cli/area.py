@@ -262,8 +262,19 @@ class TraceArea:
         return ev
 
     def _give_back(self, st: np.ndarray, cl: np.ndarray, pb: np.ndarray, used: int) -> None:
-        finished = np.nonzero((st == SEG_CLOSED) & (self.rd_at[:used] == pb)
-                              & (self.done[:used] != cl))[0]
+        # Candidates from the H pass, then each one looked at again now: st
+        # was copied before cl and pb, so a segment CLOSED in st may since
+        # have been taken again (its old claim was given back) and be OWNED
+        # under the newer claim that cl shows - still being written.  Only a
+        # segment that is CLOSED now, under the claim read, with nothing
+        # published past what was read, is finished: CLOSED is stored after
+        # the owner's last publish, and nobody takes it again until done
+        # says so.
+        maybe = np.nonzero((st == SEG_CLOSED) & (self.rd_at[:used] == pb)
+                           & (self.done[:used] != cl))[0]
+        finished = [i for i in maybe
+                    if self.state[i] == SEG_CLOSED and self.claim[i] == cl[i]
+                    and self.published[i] == self.rd_at[i]]
         for i in finished:
             # Pages first, then done: once done says so, the producer may
             # take the segment again, and a punch then would erase it.

@@ -120,3 +120,65 @@ def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
     del ev
     a.close()
     os.close(fd)
+
+
+class _ReclaimedBetweenCopies:
+    """The area's state array, whose first slice copy in a read lets a
+    producer take segment 0 again (its old claim was given back) before the
+    reader copies the claims and the published counts."""
+
+    def __init__(self, a: area.TraceArea) -> None:
+        self.real, self.a, self.armed = a.state, a, False
+
+    def __getitem__(self, key):  # noqa: ANN001, ANN204 - an ndarray stand-in
+        got = self.real[key]
+        if isinstance(key, slice):
+            got = got.copy()
+            if self.armed:
+                self.armed = False
+                a = self.a
+                a.events[0, 0]["timestamp_ns"] = 300
+                a.events[0, 0]["kind"] = 1
+                a.published[0] = 0
+                a.claim[0] = 2
+                self.real[0] = area.SEG_OWNED
+                a.published[0] = 1
+        return got
+
+    def __setitem__(self, key, value) -> None:  # noqa: ANN001
+        self.real[key] = value
+
+
+def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> None:
+    """A read copies states before claims: a segment CLOSED in that copy may
+    be OWNED again, under a newer claim, by the time the claims are copied.
+    Giving it back then (done = the new claim) let another thread take it
+    while its owner still wrote - and the punch zeroed its events (seen as
+    599 of 600 pairs and two 0-byte rows in test_trace_loss)."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    ev = a.events
+    for j, t in enumerate([100, 200]):
+        ev[0, j]["timestamp_ns"] = t
+        ev[0, j]["kind"] = 1 + j
+    a.first[0], a.claim[0], a.published[0] = 100, 1, 2
+    a.state[0] = area.SEG_CLOSED
+    a._header[128 // 8] = 1
+    assert list(a.read(final=True)["timestamp_ns"]) == [100, 200]
+    assert int(a.done[0]) == 1  # closed and read: given back
+    spy = _ReclaimedBetweenCopies(a)
+    a.state = spy  # type: ignore[assignment]
+    spy.armed = True
+    assert list(a.read(final=True)["timestamp_ns"]) == [300]  # the new claim's first event
+    assert int(a.done[0]) == 1, "given back while its new owner still writes"
+    # The owner writes one more and closes: now it is finished.
+    ev[0, 1]["timestamp_ns"] = 400
+    ev[0, 1]["kind"] = 2
+    a.published[0] = 2
+    spy.real[0] = area.SEG_CLOSED
+    assert list(a.read(final=True)["timestamp_ns"]) == [400]
+    assert int(a.done[0]) == 2
+    a.state = spy.real
+    del ev, spy
+    a.close()
+    os.close(fd)
