@@ -8,12 +8,8 @@ out=${1:?usage: trace_on_gpu.sh OUTDIR}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-# The device has no cffi: the wheels travel in .whl/ (carry it), memhook is
-# built in place so `python3 -m memhook` works from the repository root.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$here${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-python3 setup.py -q build_ext --inplace >/tmp/memhook-build.log 2>&1 || { tail -30 /tmp/memhook-build.log; exit 1; }
+# cffi from the carried .whl/, memhook built in place (device_setup.sh).
+. tools/gpu/device_setup.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -m memhook info >"$out/info.txt" 2>&1; echo "info exit $?"
 python3 -m memhook demo >"$out/demo.txt" 2>&1; echo "demo exit $?"

@@ -9,10 +9,8 @@ out=${1:?usage: trace_workers_on_gpu.sh OUTDIR}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$here${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-python3 setup.py -q build_ext --inplace >/tmp/memhook-build.log 2>&1 || { tail -30 /tmp/memhook-build.log; exit 1; }
+# cffi from the carried .whl/, memhook built in place (device_setup.sh).
+. tools/gpu/device_setup.sh || exit 1
 python3 -m memhook trace -m bistro,reloc -f jsonl -o "$out/workers.jsonl" -- \
     python3 tools/gpu/trace_workers.py run "$out/workers.pids" >"$out/workers.txt" 2>&1
 echo "trace exit $?"
