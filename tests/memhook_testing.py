@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "run_checked"]
+__all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "run_checked",
+           "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -104,3 +105,15 @@ def run_checked(cmd: list[str], *, env: dict[str, str] | None = None, timeout: f
 
 
 HAVE_CC = shutil.which("cc") is not None
+
+
+def skip_unless_traced_programs_build(native: NativeBuild) -> None:
+    """Skip a fixture that builds C programs for `memhook trace` to run,
+    where that cannot work here."""
+    import pytest
+
+    if not HAVE_CC:
+        pytest.skip("no C compiler")
+    if native.sanitize:
+        pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
+                    "programs need their runtime first in the library list")

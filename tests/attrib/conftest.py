@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from memhook_testing import HAVE_CC, NativeBuild
+from memhook_testing import NativeBuild, skip_unless_traced_programs_build
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,11 +22,7 @@ class AttribPrograms:
 
 @pytest.fixture(scope="session")
 def attrib_programs(native: NativeBuild, c_test_dir: Path) -> AttribPrograms:
-    if not HAVE_CC:
-        pytest.skip("no C compiler")
-    if native.sanitize:
-        pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
-                    "programs need their runtime first in the library list")
+    skip_unless_traced_programs_build(native)
     src = HERE / "c"
     out = c_test_dir / "attrib"
     out.mkdir(exist_ok=True)

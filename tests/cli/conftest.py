@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import HERE
-from memhook_testing import HAVE_CC, NativeBuild
+from memhook_testing import NativeBuild, skip_unless_traced_programs_build
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,11 +21,7 @@ class Programs:
 
 @pytest.fixture(scope="session")
 def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
-    if not HAVE_CC:
-        pytest.skip("no C compiler")
-    if native.sanitize:
-        pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
-                    "programs need their runtime first in the library list")
+    skip_unless_traced_programs_build(native)
     src = HERE / "c"
     static = [str(native.sim_dir / "libcudart_static.a"), "-ldl", "-lpthread"]
     static_app = native.compile(src / "static_app.c", c_test_dir / "cli_static_app", extra=static)
