@@ -46,6 +46,9 @@
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
 
+#define BENCH_NAME "hook_bench"
+#include "pair_bench_common.h"
+
 /* ---- what we call, looked up at run time ---- */
 
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
@@ -62,7 +65,6 @@ static CUresult (*p_cuStreamSynchronize)(CUstream);
 
 static int (*p_install)(unsigned, char *, size_t);
 static int (*p_uninstall)(void);
-static size_t (*p_drain)(memhook_event *, size_t);
 static void (*p_stats)(memhook_queue_stats *);
 
 typedef struct entry_points {
@@ -80,16 +82,6 @@ static entry_points g_fn;
 static entry_points g_orig;
 static void *(*p_original)(const char *);
 
-static void *need(void *h, const char *name)
-{
-    void *p = dlsym(h, name);
-    if (p == NULL) {
-        fprintf(stderr, "hook_bench: %s not found: %s\n", name, dlerror());
-        exit(2);
-    }
-    return p;
-}
-
 static void resolve_entry_points(void)
 {
     g_fn.alloc = (alloc_fn)need(g_cuda, "cuMemAlloc_v2");
@@ -98,48 +90,11 @@ static void resolve_entry_points(void)
     g_fn.free_async = (free_async_fn)need(g_cuda, "cuMemFreeAsync");
 }
 
-static void check(CUresult r, const char *what)
-{
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "hook_bench: %s failed with CUresult %d\n", what, (int)r);
-        exit(3);
-    }
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- the drainer ---- */
 
-static atomic_int g_drainer_stop;
-static atomic_ullong g_drained;
 static int g_drainer_on;
 /* Events that are not the pairs' (the profile's own records). */
 static uint64_t extra_events;
-
-static void *drainer(void *arg)
-{
-    (void)arg;
-    enum { BATCH = 4096 };
-    static memhook_event buf[BATCH];
-    for (;;) {
-        size_t n = p_drain(buf, BATCH);
-        atomic_fetch_add(&g_drained, n);
-        if (n == BATCH)
-            continue;
-        if (atomic_load(&g_drainer_stop))
-            break;
-        /* Not a spinning consumer: it would take a core from the producers
-         * on a small machine.  50 us lets ~1k events pile up at most. */
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
-}
 
 static uint64_t drain_all(void)
 {

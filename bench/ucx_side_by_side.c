@@ -47,6 +47,9 @@
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
 
+#define BENCH_NAME "ucx_side_by_side"
+#include "pair_bench_common.h"
+
 /* ---- the driver, through the PLT ---- */
 
 extern CUresult cuInit(unsigned int flags);
@@ -88,61 +91,7 @@ typedef const char *(*ucx_status_string_fn)(int status);
  * same binary runs every configuration) ---- */
 
 static int (*p_install)(unsigned, char *, size_t);
-static size_t (*p_drain)(memhook_event *, size_t);
 static void (*p_stats)(memhook_queue_stats *);
-
-static void *need(void *h, const char *name)
-{
-    void *p = dlsym(h, name);
-    if (p == NULL) {
-        fprintf(stderr, "ucx_side_by_side: %s not found: %s\n", name, dlerror());
-        exit(2);
-    }
-    return p;
-}
-
-static void check(CUresult r, const char *what)
-{
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "ucx_side_by_side: %s failed with CUresult %d\n", what, (int)r);
-        exit(3);
-    }
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* ---- memhook's drainer: empties the queue while the pairs run, as
- * Python's drain would, so the queue stays small; it runs on its own thread
- * (the application's thread pays only for recording).  Global because the
- * thread and main share it; atomics because they do. ---- */
-
-static atomic_int g_stop;
-static atomic_ullong g_drained;
-
-static void *drainer(void *arg)
-{
-    (void)arg;
-    enum { BATCH = 4096 };
-    static memhook_event buf[BATCH];
-    for (;;) {
-        size_t n = p_drain(buf, BATCH);
-        atomic_fetch_add(&g_drained, n);
-        if (n == BATCH)
-            continue;
-        if (atomic_load(&g_stop))
-            break;
-        /* Sleep rather than spin: a spinning consumer takes a core from the
-         * measured thread on a small machine. */
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
-}
 
 /* ---- the measured pairs ---- */
 
@@ -358,7 +307,7 @@ int main(int argc, char **argv)
     /* 5. Types.  memhook's drainer stops first, so that the two ALLOCs'
      * events wait in the queue for memhook_types. */
     if (drainer_on) {
-        atomic_store(&g_stop, 1);
+        atomic_store(&g_drainer_stop, 1);
         pthread_join(drain_thread, NULL);
     }
     CUdeviceptr sync_p = 0, async_p = 0;
