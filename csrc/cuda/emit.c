@@ -42,12 +42,15 @@ __attribute__((constructor)) static void emit_fork_handlers(void)
     pthread_atfork(NULL, NULL, emit_fork_child);
 }
 
-/* Write and publish one event; the caller then calls mh_lane_announce. */
+/* Write and publish one event; the caller then calls mh_lane_announce.
+ * The stamp is taken here, after everything the hook read before it - for
+ * a FREE, the live-table record the ALLOC of its address wrote (see
+ * mh_clock_stamp). */
 static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
                         int device, int result, uint32_t flags)
 {
     memhook_event *e = mh_lane_slot();
-    e->timestamp_ns = mh_clock_stamp(&flags, kind == MEMHOOK_EVENT_ALLOC);
+    e->timestamp_ns = mh_clock_stamp(&flags);
     e->caller = mh_caller_get();  /* caller.h */
     e->seq = 0;  /* the drain numbers events */
     e->address = addr;

@@ -12,9 +12,13 @@
  * before the FREE of the pointer it returned.  Two facts give it:
  *
  *  1. Stamps follow causality.  A FREE is stamped before the real free, an
- *     ALLOC after the real allocation returned (lfence first: the stamp
- *     waits for the call's loads), so if one call's effect reached the
- *     other, the first has the smaller stamp.
+ *     ALLOC after the real allocation returned, and every stamp waits for
+ *     the loads before it (rdtscp: queue.h) - the call's, and for a FREE
+ *     its read of the live record its ALLOC wrote after being stamped - so
+ *     if one call's effect reached the other, the first has the smaller
+ *     stamp.  (With a plain rdtsc, a FREE handed its pointer by another
+ *     thread could read the clock before the load that brought the pointer
+ *     in, and so before the ALLOC's stamp.)
  *  2. Publication follows causality.  A FREE is published before the real
  *     free, an ALLOC before its pointer is returned: if event e depends on
  *     event f, f's publication happens-before e's.
@@ -98,6 +102,28 @@ typedef struct cursor {
     uint64_t end;  /* one past the last event this cursor may take */
 } cursor;
 
+/* The segment holding lane index `at` (consumed <= at < published): from
+ * the lane's seek point when `at` lies at or past it, else from read_seg
+ * (which holds `consumed`); the seek point moves to what was found. */
+static mh_lane_seg *lane_seg_of(mh_lane *l, uint64_t at)
+{
+    mh_lane_seg *s = l->read_seg;
+    if (l->seek_first > s->first && at >= l->seek_first)
+        s = l->seek_seg;
+    while (at >= s->first + MH_LANE_SEG_SLOTS)
+        s = atomic_load_explicit(&s->next, memory_order_acquire);
+    if (s->first > l->seek_first || l->seek_seg == NULL) {
+        l->seek_seg = s;
+        l->seek_first = s->first;
+    }
+    return s;
+}
+
+static cursor cursor_at(mh_lane *l, uint64_t at, uint64_t end)
+{
+    return (cursor){.lane = l, .seg = lane_seg_of(l, at), .at = at, .end = end};
+}
+
 static memhook_event *cursor_event(cursor *c)
 {
     while (c->at >= c->seg->first + MH_LANE_SEG_SLOTS)
@@ -155,12 +181,11 @@ static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon, uint64_t *
         uint64_t end = atomic_load_explicit(&l->published, memory_order_acquire);
         l->scanned = start;  /* what pass G compares with: nothing taken from it... */
         if (end != start && n < cap) {
-            cur[n] = (cursor){.lane = l, .seg = l->read_seg, .at = end - 1, .end = end};
-            uint64_t last = cursor_event(&cur[n])->timestamp_ns;  /* the lane's newest */
+            cursor newest_event = cursor_at(l, end - 1, end);
+            uint64_t last = cursor_event(&newest_event)->timestamp_ns;  /* the lane's newest */
             if (last > top)
                 top = last;
-            cur[n].seg = l->read_seg;
-            cur[n++].at = start;
+            cur[n++] = cursor_at(l, start, end);
             l->scanned = end;  /* ...or up to what this pass saw */
         }
     }
@@ -174,7 +199,7 @@ static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon, uint64_t *
         uint64_t seen = l->scanned > lane_unread(l) ? l->scanned : lane_unread(l);
         uint64_t now = atomic_load_explicit(&l->published, memory_order_acquire);
         if (now > seen) {
-            cursor probe = {.lane = l, .seg = l->read_seg, .at = seen, .end = now};
+            cursor probe = cursor_at(l, seen, now);
             uint64_t stamp = cursor_event(&probe)->timestamp_ns;
             if (stamp < h)
                 h = stamp;
@@ -192,7 +217,7 @@ static size_t open_teed(cursor *cur, size_t cap)
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire);
          l != NULL && n < cap; l = l->next)
         if (l->teed > l->consumed)
-            cur[n++] = (cursor){.lane = l, .seg = l->read_seg, .at = l->consumed, .end = l->teed};
+            cur[n++] = cursor_at(l, l->consumed, l->teed);
     return n;
 }
 
@@ -246,6 +271,10 @@ static void lane_retire_consumed(mh_lane *lane)
         s = next;
     }
     lane->read_seg = s;
+    if (lane->seek_first < s->first) {  /* the seek point was retired */
+        lane->seek_seg = s;
+        lane->seek_first = s->first;
+    }
 }
 
 /* After a reader moved: retire what is consumed; an emptied lane of an

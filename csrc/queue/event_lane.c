@@ -152,6 +152,7 @@ static mh_lane *lane_take(void)
     seg->first = 0;
     lane_start_segment(l, seg);
     l->read_seg = seg;
+    l->seek_seg = seg;
     l->tid = tid;
     atomic_store_explicit(&l->state, MH_LANE_OWNED, memory_order_relaxed);
     mh_lane *head = atomic_load_explicit(&mh_lanes, memory_order_relaxed);

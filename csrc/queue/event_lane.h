@@ -58,6 +58,14 @@ typedef struct mh_lane {
     uint64_t teed;                            /* events the trace's tee has read */
     uint64_t scanned;                         /* `published` as a drain's first pass read it */
     mh_lane_seg *read_seg;                    /* the segment holding `consumed` */
+    /* The furthest segment a drain has looked an event up in, and its
+     * `first` (copied: once retired the segment may be another lane's).
+     * A lookup starts here rather than at read_seg, so finding a lane's
+     * newest event costs a step, not one per segment of backlog (every
+     * drain call walked the whole backlog: draining 4M queued events cost
+     * 47.8 ns an event, 37.7 with this; 1M: 41.2 -> 28.7, dev box). */
+    mh_lane_seg *seek_seg;
+    uint64_t seek_first;
     /* Shared, rarely written. */
     _Alignas(64) _Atomic int state;           /* MH_LANE_* */
     _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
