@@ -15,7 +15,7 @@
 /* Process-wide by nature: which text is CUDA's is a property of the
  * process's mappings.  Written under g_refresh_lock only. */
 mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
-_Atomic uint32_t mh_cuda_text_state;
+MH_HOT _Atomic uint32_t mh_cuda_text_state;
 static pthread_mutex_t g_refresh_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 

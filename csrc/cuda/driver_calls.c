@@ -27,7 +27,7 @@ typedef CUresult (*pointer_get_attribute_fn)(void *, int, CUdeviceptr);
 
 /* Cached entry points of the one driver in the process (NULL: not looked
  * up yet, or the driver is not loaded yet - looked up again next time). */
-static _Atomic(void *) g_ctx_get_device;
+MH_HOT static _Atomic(void *) g_ctx_get_device;
 static _Atomic(void *) g_get_address_range;
 static _Atomic(void *) g_handle_properties;
 static _Atomic(void *) g_pointer_get_attribute;

@@ -19,7 +19,7 @@
 
 /* Process-wide by nature: the pid of this process, refreshed in a fork
  * child.  0 until first needed. */
-static _Atomic int32_t g_pid;
+MH_HOT static _Atomic int32_t g_pid;
 
 static int32_t current_pid(void)
 {

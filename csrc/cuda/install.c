@@ -23,7 +23,7 @@
 #include "queue.h"
 #include "reloc.h"
 
-int mh_recording;
+MH_HOT int mh_recording;
 __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 
 /* Install state: one set of hooks per process, changed under g_lock. */

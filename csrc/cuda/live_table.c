@@ -56,9 +56,9 @@ typedef struct live_slot {
 } live_slot;
 
 /* Process-wide: allocations are (any thread frees what another made). */
-static _Atomic(live_slot *) g_table;
+MH_HOT static _Atomic(live_slot *) g_table;
 /* Process-wide like the table whose records it dates; see the top. */
-uint32_t mh_live_gen = 1;
+MH_HOT uint32_t mh_live_gen = 1;
 __thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
 
 void mh_live_new_generation(bool sweep)

@@ -30,8 +30,8 @@
 
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
  * every thread read the switch.  Written once by the constructor. */
-bool mh_clock_tsc;
-bool mh_clock_rdtscp;
+MH_HOT bool mh_clock_tsc;
+MH_HOT bool mh_clock_rdtscp;
 static uint64_t g_tsc0, g_ns0;   /* the anchor taken at load */
 /* Consumer side (called under the queue's consumer lock). */
 static double g_ns_per_tick;

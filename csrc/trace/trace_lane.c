@@ -35,7 +35,7 @@ _Static_assert(offsetof(mh_trace_area, done_total) == 192, "collector's line");
  * enough that a collector keeping up keeps the area small. */
 #define REUSE_TRIES 8
 
-_Atomic int mh_trace_on;
+MH_HOT _Atomic int mh_trace_on;
 
 /* Process-wide by nature: the one area of this process image, and its
  * generation (bumped whenever the area is forgotten, so a thread's cached
