@@ -119,9 +119,10 @@ static inline void mh_record_end(void) { mh_hook_depth--; }
 
 typedef struct mh_live {
     uint64_t size;
-    int32_t mem_type;
-    int32_t device;
-    uint32_t gen;  /* mh_call_gen of the call that made the allocation */
+    uint64_t stamp;    /* the ALLOC event's timestamp: its FREE's is later */
+    uint32_t gen;      /* mh_call_gen of the call that made the allocation */
+    int16_t mem_type;
+    int16_t device;
 } mh_live;
 
 /* Start a new generation: every record made before is stale from now on

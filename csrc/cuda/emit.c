@@ -43,14 +43,17 @@ __attribute__((constructor)) static void emit_fork_handlers(void)
 }
 
 /* Write and publish one event; the caller then calls mh_lane_announce.
- * The stamp is taken here, after everything the hook read before it - for
- * a FREE, the live-table record the ALLOC of its address wrote (see
- * mh_clock_stamp). */
-static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                        int device, int result, uint32_t flags)
+ * Returns its stamp.  `ordered`: the stamp waits for the loads before it
+ * (mh_clock_stamp); otherwise it is at least `not_before`. */
+static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                            int device, int result, uint32_t flags, bool ordered,
+                            uint64_t not_before)
 {
     memhook_event *e = mh_lane_slot();
-    e->timestamp_ns = mh_clock_stamp(&flags);
+    uint64_t stamp = mh_clock_stamp(&flags, ordered);
+    if (stamp < not_before)
+        stamp = not_before;
+    e->timestamp_ns = stamp;
     e->caller = mh_caller_get();  /* caller.h */
     e->seq = 0;  /* the drain numbers events */
     e->address = addr;
@@ -65,12 +68,13 @@ static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem
     e->flags = flags;
     mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
     mh_lane_publish();
+    return stamp;
 }
 
 static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
                  int result, uint32_t flags)
 {
-    write_event(kind, f, addr, size, mem_type, device, result, flags);
+    write_event(kind, f, addr, size, mem_type, device, result, flags, true, 0);
     mh_lane_announce(false);
 }
 
@@ -80,13 +84,16 @@ void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_ty
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0);
+    /* Ordered: after the free that made addr available to the real call. */
+    uint64_t stamp = write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0,
+                                 true, 0);
     /* The live record after the event: its CAS is the fence that lets the
      * announcement skip a store (event_lane.h).  No FREE of addr can race
      * it: the caller does not have addr until we return. */
     bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
-        mh_live rec = {.size = size, .mem_type = mem_type, .device = device, .gen = mh_call_gen};
+        mh_live rec = {.size = size, .stamp = stamp, .gen = mh_call_gen,
+                       .mem_type = (int16_t)mem_type, .device = (int16_t)device};
         fenced = mh_live_insert(addr, &rec);
     }
     mh_lane_announce(fenced);
@@ -100,7 +107,7 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
     plan->known = plan->from_table;
     if (!plan->known) {
         uint64_t base = 0, size = 0;
-        plan->rec.mem_type = mh_hooks[f].mem_type;
+        plan->rec.mem_type = (int16_t)mh_hooks[f].mem_type;
         plan->rec.device = -1;
         if (mh_driver_range(addr, &base, &size) && base == addr) {
             plan->known = true;
@@ -121,8 +128,16 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
     }
     if (!plan->known)
         return;
+    /* After its ALLOC, whichever thread made that: a plain rdtsc may run
+     * ahead of the load that brought addr into this thread (handed over
+     * by the allocating thread a moment ago), and so read the clock before
+     * the ALLOC's stamp; the record carries that stamp, and a FREE found
+     * there is stamped after it - no fence needed.  A FREE the table did
+     * not know waits for its loads instead (the driver's answer, or
+     * nothing: an allocation made before install has no ALLOC to follow). */
     write_event(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type,
-                plan->rec.device, 0, plan->flags);
+                plan->rec.device, 0, plan->flags, !plan->from_table,
+                plan->from_table ? plan->rec.stamp + 1 : 0);
     /* Forget the record after the event: the CAS is the announcement's
      * fence (event_lane.h). */
     if (plan->from_table)

@@ -31,7 +31,6 @@
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
  * every thread read the switch.  Written once by the constructor. */
 MH_HOT bool mh_clock_tsc;
-MH_HOT bool mh_clock_rdtscp;
 static uint64_t g_tsc0, g_ns0;   /* the anchor taken at load */
 /* Consumer side (called under the queue's consumer lock). */
 static double g_ns_per_tick;
@@ -93,8 +92,6 @@ __attribute__((constructor)) static void clock_init(void)
         return;
     if (!tsc_invariant() || !tsc_usable_by_kernel())
         return;
-    unsigned a, b, c, d;
-    mh_clock_rdtscp = __get_cpuid(0x80000001u, &a, &b, &c, &d) && ((d >> 27) & 1u);
     anchor(&g_tsc0, &g_ns0);
     mh_clock_tsc = true;
 }

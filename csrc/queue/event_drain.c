@@ -12,13 +12,12 @@
  * before the FREE of the pointer it returned.  Two facts give it:
  *
  *  1. Stamps follow causality.  A FREE is stamped before the real free, an
- *     ALLOC after the real allocation returned, and every stamp waits for
- *     the loads before it (rdtscp: queue.h) - the call's, and for a FREE
- *     its read of the live record its ALLOC wrote after being stamped - so
- *     if one call's effect reached the other, the first has the smaller
- *     stamp.  (With a plain rdtsc, a FREE handed its pointer by another
- *     thread could read the clock before the load that brought the pointer
- *     in, and so before the ALLOC's stamp.)
+ *     ALLOC after the real allocation returned (lfence first: the stamp
+ *     waits for the call's loads), and a FREE found in the hook layer's
+ *     live table after the ALLOC stamp its record holds (a plain rdtsc
+ *     could run ahead of the load that brought the pointer in from the
+ *     allocating thread) - so if one call's effect reached the other, the
+ *     first has the smaller stamp.
  *  2. Publication follows causality.  A FREE is published before the real
  *     free, an ALLOC before its pointer is returned: if event e depends on
  *     event f, f's publication happens-before e's.

@@ -37,29 +37,21 @@ MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
  * Consumer side: called with the queue's consumer lock held. */
 MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
 
-MH_HIDDEN extern bool mh_clock_rdtscp;  /* the CPU has rdtscp (set with mh_clock_tsc) */
-
 /* A timestamp for an event being recorded, and the flag that says what
  * kind it is.  The drain orders the threads' events by stamp
- * (event_drain.c), so a stamp must come after everything the hook's thread
- * observed before it: an ALLOC's stamp after the real call returned - and
- * so after the free that made its address available - and a FREE's after
- * the hook read the ALLOC's live record (the ALLOC was stamped before it
- * wrote that record).  A plain rdtsc may execute before earlier loads have
- * completed and so carry an earlier time than what they read; rdtscp waits
- * for every earlier instruction to execute and every earlier load to be
- * globally visible (it does not wait for stores, and later instructions
- * are not held back), which is all the order needs (lfence+rdtsc,
- * the form where rdtscp is missing, waits the same way). */
-static inline uint64_t mh_clock_stamp(uint32_t *flags)
+ * (event_drain.c), so a stamp must come after everything the recording
+ * thread observed before it that another thread's event caused.  rdtsc
+ * alone may execute before earlier loads complete, and so carry an
+ * earlier time than what they read; `ordered` puts lfence first, which
+ * waits for them (an ALLOC's stamp after the real call: the free that made
+ * its address available).  Unordered is for a stamp whose order the caller
+ * gets otherwise (a FREE found in the live table: emit.c). */
+static inline uint64_t mh_clock_stamp(uint32_t *flags, bool ordered)
 {
     if (__builtin_expect(mh_clock_tsc, 1)) {
         *flags |= MH_EVENT_RAW_TSC;
-        if (__builtin_expect(mh_clock_rdtscp, 1)) {
-            unsigned int cpu;
-            return __builtin_ia32_rdtscp(&cpu);
-        }
-        __builtin_ia32_lfence();
+        if (ordered)
+            __builtin_ia32_lfence();
         return __builtin_ia32_rdtsc();
     }
     return mh_monotonic_ns();
