@@ -1,0 +1,178 @@
+/*
+ * hook_cost_split.c - one core's hooked alloc+free pair beside the original
+ * it wraps, in one process: bench/hook_cost_split.py runs it once per core
+ * variant (the real core, and the core with one piece of the hook path
+ * left out) to say where the hooked pair's ns go.
+ *
+ *   hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same]
+ *
+ * Installs bistro, then alternates blocks of BLOCK cuMemAllocAsync +
+ * cuMemFreeAsync pairs through the hooked entry points and through the
+ * originals their wrappers call (memhook_hooks_original), ABBA, on one
+ * non-blocking stream, timing each block with the TSC.  The queue is
+ * drained by a thread that sleeps 50 us between drains, as Python's feeder
+ * would ("drainer"), or by this thread between blocks, outside the timing
+ * ("same": no other core touches the lanes).  Prints the mean and the
+ * median added ns per pair over all blocks; the mean includes the rare
+ * slow blocks (a segment mapped, the drainer's lines taken back), the
+ * median does not.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <x86intrin.h>
+
+#include "memhook/cuda_abi.h"
+#include "memhook/memhook.h"
+
+#define BLOCK 128
+#define BLOCKS 4000
+
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+
+static void *need(void *h, const char *name)
+{
+    void *p = dlsym(h, name);
+    if (p == NULL) {
+        fprintf(stderr, "hook_cost_split: %s not found\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+static void check(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "hook_cost_split: %s failed with %d\n", what, (int)r);
+        exit(3);
+    }
+}
+
+/* Shared by main and the drainer thread. */
+static size_t (*p_drain)(memhook_event *, size_t);
+static atomic_int g_stop;
+
+static void drain_all(void)
+{
+    static memhook_event buf[4096];
+    while (p_drain(buf, 4096) == 4096) {
+    }
+}
+
+static void *drainer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_stop)) {
+        drain_all();
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double ns_per_tick(void)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t t0 = __rdtsc();
+    struct timespec pause = {0, 50000000};
+    nanosleep(&pause, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    uint64_t t1 = __rdtsc();
+    double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    return ns / (double)(t1 - t0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same]\n");
+        return 2;
+    }
+    int same = argc > 3 && strcmp(argv[3], "same") == 0;
+    void *cu = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
+    void *mh = cu != NULL ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL;
+    if (mh == NULL) {
+        fprintf(stderr, "hook_cost_split: %s\n", dlerror());
+        return 2;
+    }
+    CUresult (*init)(unsigned) = need(cu, "cuInit");
+    CUresult (*device_get)(CUdevice *, int) = need(cu, "cuDeviceGet");
+    CUresult (*retain)(CUcontext *, CUdevice) = need(cu, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = need(cu, "cuCtxSetCurrent");
+    CUresult (*stream_create)(CUstream *, unsigned) = need(cu, "cuStreamCreate");
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    check(init(0), "cuInit");
+    check(device_get(&dev, 0), "cuDeviceGet");
+    check(retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(set_current(ctx), "cuCtxSetCurrent");
+    check(stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+
+    int (*install)(unsigned, char *, size_t) = need(mh, "memhook_hooks_install");
+    void *(*original)(const char *) = need(mh, "memhook_hooks_original");
+    p_drain = need(mh, "memhook_events_drain");
+    char why[512] = "";
+    if (install(MEMHOOK_MODE_BISTRO, why, sizeof why) != 0) {
+        fprintf(stderr, "hook_cost_split: install failed: %s\n", why);
+        return 4;
+    }
+    alloc_async_fn hooked_alloc = (alloc_async_fn)need(cu, "cuMemAllocAsync");
+    free_async_fn hooked_free = (free_async_fn)need(cu, "cuMemFreeAsync");
+    alloc_async_fn orig_alloc = (alloc_async_fn)original("cuMemAllocAsync");
+    free_async_fn orig_free = (free_async_fn)original("cuMemFreeAsync");
+    if (orig_alloc == NULL || orig_free == NULL) {
+        fprintf(stderr, "hook_cost_split: memhook_hooks_original has no answer\n");
+        return 4;
+    }
+    pthread_t thread;
+    if (!same && pthread_create(&thread, NULL, drainer, NULL) != 0)
+        return 2;
+
+    static double hooked[BLOCKS], orig[BLOCKS];
+    CUdeviceptr p;
+    for (int b = 0; b < BLOCKS; b++) {
+        for (int side = 0; side < 2; side++) {
+            int hook = (side == 0) == (b % 2 == 0);
+            alloc_async_fn a = hook ? hooked_alloc : orig_alloc;
+            free_async_fn f = hook ? hooked_free : orig_free;
+            uint64_t t0 = __rdtsc();
+            for (int i = 0; i < BLOCK; i++) {
+                check(a(&p, 64, stream), "cuMemAllocAsync");
+                check(f(p, stream), "cuMemFreeAsync");
+            }
+            (hook ? hooked : orig)[b] = (double)(__rdtsc() - t0) / BLOCK;
+            if (same)
+                drain_all();
+        }
+    }
+    if (!same) {
+        atomic_store(&g_stop, 1);
+        pthread_join(thread, NULL);
+    }
+    drain_all();
+    double tick = ns_per_tick(), mean_added = 0, mean_orig = 0;
+    for (int b = 0; b < BLOCKS; b++) {
+        mean_added += hooked[b] - orig[b];
+        mean_orig += orig[b];
+    }
+    qsort(hooked, BLOCKS, sizeof *hooked, cmp_double);
+    qsort(orig, BLOCKS, sizeof *orig, cmp_double);
+    printf("RESULT mean_added_ns=%.1f median_added_ns=%.1f original_ns=%.1f\n",
+           mean_added / BLOCKS * tick, (hooked[BLOCKS / 2] - orig[BLOCKS / 2]) * tick,
+           mean_orig / BLOCKS * tick);
+    return 0;
+}

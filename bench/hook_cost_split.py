@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Where a hooked alloc+free pair's ns go: the core as it is, beside the core
+built with one piece of the hook path left out at a time, each measured
+against the originals in the same process (bench/hook_cost_split.c).
+
+The pieces (each a copy of csrc/ with the lines below replaced):
+
+  stamp    both events' TSC stamps (lfence+rdtsc, rdtsc)
+  device   the ALLOC's cuCtxGetDevice
+  live     the live table (insert at ALLOC, find and forget at FREE)
+  caller   caller attribution (the wrapper's note, the event's compare)
+  all      all four: what is left is the wrappers and writing two events
+
+A piece's cost is the core's added ns minus the variant's, in the same run
+(variants interleaved, --reps times, medians).  The variants are for
+measuring only: they record wrong events.
+
+    python bench/hook_cost_split.py             # stub driver, a drainer thread
+    python bench/hook_cost_split.py --same      # drained by the measured thread
+    python3 bench/hook_cost_split.py --real     # the system's libcuda.so.1
+
+If a replacement no longer matches csrc/, this script says which: update
+KNOCKOUTS with the code.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE.parent / "csrc"
+CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+          f"-I{CSRC / 'include'}"]
+
+# piece -> [(file under csrc/, text, replacement)]
+KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
+    "stamp": [("cuda/emit.c", "uint64_t stamp = mh_clock_stamp(&flags, ordered);",
+               "uint64_t stamp = 0;\n    (void)ordered;")],
+    "device": [("cuda/emit.c", "device = mh_current_device();", "device = 0;")],
+    "live": [("cuda/emit.c", "if (result == 0 && addr != 0 && mh_hooks[f].tracked) {",
+              "if (0) {"),
+             ("cuda/emit.c", "plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);",
+              "plan->from_table = false;\n    plan->rec = (mh_live){.size = 64, .mem_type = 1};"),
+             ("cuda/emit.c", "plan->known = plan->from_table;", "plan->known = true;")],
+    "caller": [("cuda/emit.c", "e->caller = mh_caller_get();", "e->caller = 0;"),
+               ("cuda/cuda_signatures.h", "        return real_ args;                                                    \\\n    MH_CALLER_NOTE();",
+                "        return real_ args;")],
+}
+KNOCKOUTS["all"] = [k for piece in ("stamp", "device", "live", "caller") for k in KNOCKOUTS[piece]]
+
+
+def make_variant(tmp: Path, name: str) -> Path:
+    """csrc/ with `name`'s replacements, built; returns its libmemhook.so."""
+    src = tmp / f"src-{name}" / "csrc"
+    shutil.copytree(CSRC, src)
+    for rel, old, new in KNOCKOUTS.get(name, []):
+        path = src / rel
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"hook_cost_split: knockout {name!r} no longer matches {rel}: "
+                             f"{old!r} (update KNOCKOUTS in {__file__})")
+        path.write_text(text.replace(old, new))
+    out = tmp / f"core-{name}"
+    subprocess.run([sys.executable, str(src / "build_native.py"), str(out)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out / "memhook" / "libmemhook.so"
+
+
+def run_once(exe: Path, core: Path, libcuda: str, same: bool) -> dict[str, float]:
+    proc = subprocess.run([str(exe), str(core), libcuda, "same" if same else "drainer"],
+                          capture_output=True, text=True, check=True)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--real", action="store_true", help="the system's libcuda.so.1")
+    ap.add_argument("--same", action="store_true", help="drain in the measured thread")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--pieces", default="stamp,device,live,caller,all")
+    args = ap.parse_args()
+    pieces = [p for p in args.pieces.split(",") if p]
+    for p in pieces:
+        if p not in KNOCKOUTS:
+            raise SystemExit(f"unknown piece {p!r}; valid: {', '.join(KNOCKOUTS)}")
+    cc = os.environ.get("CC", "cc")
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        exe = tmp / "hook_cost_split"
+        subprocess.run([cc, *CFLAGS, str(HERE / "hook_cost_split.c"), "-o", str(exe), "-ldl",
+                        "-lpthread"], check=True)
+        if args.real:
+            libcuda = "libcuda.so.1"
+        else:
+            (tmp / "stub").mkdir()
+            libcuda = str(tmp / "stub" / "libcuda.so.1")
+            subprocess.run([cc, *CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden",
+                            "-fno-optimize-sibling-calls", str(HERE / "hook_bench_stub_driver.c"),
+                            "-o", libcuda, "-Wl,-soname,libcuda.so.1"], check=True)
+        names = ["core", *pieces]
+        with concurrent.futures.ThreadPoolExecutor() as pool:
+            cores = dict(zip(names, pool.map(lambda n: make_variant(tmp, n), names)))
+        results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+        for _ in range(args.reps):
+            for n in names:
+                results[n].append(run_once(exe, cores[n], libcuda, args.same))
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
+    print(f"driver {'real' if args.real else 'stub'}, drained by "
+          f"{'the measured thread' if args.same else 'a drainer thread'}, bistro, "
+          f"cuMemAllocAsync+cuMemFreeAsync, {args.reps} runs interleaved (medians)")
+    print(f"original pair: {med['core']['original_ns']:.1f} ns")
+    print(f"{'core':<10} {'added mean':>11} {'added median':>13} {'piece costs (mean)':>19}")
+    base = med["core"]
+    print(f"{'as built':<10} {base['mean_added_ns']:>11.1f} {base['median_added_ns']:>13.1f}")
+    for n in pieces:
+        m = med[n]
+        print(f"{'- ' + n:<10} {m['mean_added_ns']:>11.1f} {m['median_added_ns']:>13.1f} "
+              f"{base['mean_added_ns'] - m['mean_added_ns']:>19.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
