@@ -49,10 +49,13 @@ static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int
                             int device, int result, uint32_t flags, bool ordered,
                             uint64_t not_before)
 {
-    memhook_event *e = mh_lane_slot();
+    /* The stamp before the slot: an ordered stamp's lfence waits for every
+     * earlier instruction to complete, and the slot's prefetchw (a line
+     * the drainer's core may hold) would be one of them. */
     uint64_t stamp = mh_clock_stamp(&flags, ordered);
     if (stamp < not_before)
         stamp = not_before;
+    memhook_event *e = mh_lane_slot();
     e->timestamp_ns = stamp;
     e->caller = mh_caller_get();  /* caller.h */
     e->seq = 0;  /* the drain numbers events */
