@@ -34,6 +34,7 @@
 #include "memhook/memhook.h"
 
 #include "mh_visibility.h"
+#include "queue.h"
 
 typedef enum mh_fn {
 #define MH_HOOK(name, api, kind, type, fallback) MH_FN_##name,
@@ -171,12 +172,31 @@ MH_HIDDEN void mh_free_source_note(bool from_driver, bool unknown);
 
 /* ---- emit.c ---- */
 
+/* An event's timestamp and the flag that says what kind it is. */
+typedef struct mh_stamp {
+    uint64_t at;
+    uint32_t flags;
+} mh_stamp;
+
+/* An ALLOC's stamp, taken by the wrapper the moment the real call returns:
+ * ordered (after everything the call read - the free that made its
+ * address available), and before the wrapper's own driver queries, so the
+ * fence waits for the call's loads alone and the clock read overlaps what
+ * follows. */
+static inline mh_stamp mh_stamp_after_call(void)
+{
+    mh_stamp s = {0, 0};
+    s.at = mh_clock_stamp(&s.flags, true);
+    return s;
+}
+
 #define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
 
-/* After an allocating call: one ALLOC event (address 0 when it failed);
- * a successful, tracked allocation is remembered for its FREE. */
-MH_HIDDEN void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_type,
-                             int device);
+/* After an allocating call: one ALLOC event (address 0 when it failed),
+ * stamped `stamp` (mh_stamp_after_call); a successful, tracked allocation
+ * is remembered for its FREE. */
+MH_HIDDEN void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
+                             int mem_type, int device);
 
 /* A FREE is planned before the real call: its size and type come from the
  * live table, else from the driver.  When the allocation is known the

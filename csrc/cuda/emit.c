@@ -42,21 +42,13 @@ __attribute__((constructor)) static void emit_fork_handlers(void)
     pthread_atfork(NULL, NULL, emit_fork_child);
 }
 
-/* Write and publish one event; the caller then calls mh_lane_announce.
- * Returns its stamp.  `ordered`: the stamp waits for the loads before it
- * (mh_clock_stamp); otherwise it is at least `not_before`. */
-static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                            int device, int result, uint32_t flags, bool ordered,
-                            uint64_t not_before)
+/* Write and publish one event stamped `stamp`; the caller then calls
+ * mh_lane_announce. */
+static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                        int device, int result, uint32_t flags, mh_stamp stamp)
 {
-    /* The stamp before the slot: an ordered stamp's lfence waits for every
-     * earlier instruction to complete, and the slot's prefetchw (a line
-     * the drainer's core may hold) would be one of them. */
-    uint64_t stamp = mh_clock_stamp(&flags, ordered);
-    if (stamp < not_before)
-        stamp = not_before;
     memhook_event *e = mh_lane_slot();
-    e->timestamp_ns = stamp;
+    e->timestamp_ns = stamp.at;
     e->caller = mh_caller_get();  /* caller.h */
     e->seq = 0;  /* the drain numbers events */
     e->address = addr;
@@ -68,34 +60,43 @@ static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int
     e->pid = current_pid();
     e->tid = mh_my_lane->tid;
     e->result = result;
-    e->flags = flags;
+    e->flags = flags | stamp.flags;
     mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
     mh_lane_publish();
-    return stamp;
+}
+
+/* A stamp taken now: `ordered` waits for the loads before it
+ * (mh_clock_stamp), else it is at least `not_before`. */
+static mh_stamp stamp_now(bool ordered, uint64_t not_before)
+{
+    mh_stamp s = {0, 0};
+    s.at = mh_clock_stamp(&s.flags, ordered);
+    if (s.at < not_before)
+        s.at = not_before;
+    return s;
 }
 
 static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
                  int result, uint32_t flags)
 {
-    write_event(kind, f, addr, size, mem_type, device, result, flags, true, 0);
+    write_event(kind, f, addr, size, mem_type, device, result, flags, stamp_now(true, 0));
     mh_lane_announce(false);
 }
 
-void mh_emit_alloc(mh_fn f, int result, uint64_t addr, uint64_t size, int mem_type, int device)
+void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
+                   int mem_type, int device)
 {
     if (device == MH_DEVICE_CURRENT)
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    /* Ordered: after the free that made addr available to the real call. */
-    uint64_t stamp = write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0,
-                                 true, 0);
+    write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0, stamp);
     /* The live record after the event: its CAS is the fence that lets the
      * announcement skip a store (event_lane.h).  No FREE of addr can race
      * it: the caller does not have addr until we return. */
     bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
-        mh_live rec = {.size = size, .stamp = stamp, .gen = mh_call_gen,
+        mh_live rec = {.size = size, .stamp = stamp.at, .gen = mh_call_gen,
                        .mem_type = (int16_t)mem_type, .device = (int16_t)device};
         fenced = mh_live_insert(addr, &rec);
     }
@@ -139,8 +140,8 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
      * not know waits for its loads instead (the driver's answer, or
      * nothing: an allocation made before install has no ALLOC to follow). */
     write_event(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type,
-                plan->rec.device, 0, plan->flags, !plan->from_table,
-                plan->from_table ? plan->rec.stamp + 1 : 0);
+                plan->rec.device, 0, plan->flags,
+                stamp_now(!plan->from_table, plan->from_table ? plan->rec.stamp + 1 : 0));
     /* Forget the record after the event: the CAS is the announcement's
      * fence (event_lane.h). */
     if (plan->from_table)
