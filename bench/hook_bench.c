@@ -495,23 +495,16 @@ int main(int argc, char **argv)
     p_stats = need(mh, "memhook_queue_stats_get");
     p_original = need(mh, "memhook_hooks_original");
 
-    CUresult (*p_cuInit)(unsigned) = need(g_cuda, "cuInit");
-    CUresult (*p_cuDeviceGet)(CUdevice *, int) = need(g_cuda, "cuDeviceGet");
-    CUresult (*p_retain)(CUcontext *, CUdevice) = need(g_cuda, "cuDevicePrimaryCtxRetain");
     CUresult (*p_version)(int *) = need(g_cuda, "cuDriverGetVersion");
     p_cuCtxSetCurrent = need(g_cuda, "cuCtxSetCurrent");
     p_cuStreamCreate = need(g_cuda, "cuStreamCreate");
     p_cuStreamDestroy = need(g_cuda, "cuStreamDestroy_v2");
     p_cuStreamSynchronize = need(g_cuda, "cuStreamSynchronize");
-    check(p_cuInit(0), "cuInit");
-    CUdevice dev;
-    check(p_cuDeviceGet(&dev, 0), "cuDeviceGet");
-    check(p_retain(&g_ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(p_cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+    g_ctx = bench_primary_context(g_cuda);
     int version = 0;
     p_version(&version);
     Dl_info info;
-    const char *driver_path = dladdr((void *)p_cuInit, &info) && info.dli_fname ? info.dli_fname
+    const char *driver_path = dladdr((void *)p_version, &info) && info.dli_fname ? info.dli_fname
                                                                                   : "?";
     resolve_entry_points();
 

@@ -17,46 +17,18 @@
  * slow blocks (a segment mapped, the drainer's lines taken back), the
  * median does not.
  */
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <x86intrin.h>
 
-#include "memhook/cuda_abi.h"
-#include "memhook/memhook.h"
+#define BENCH_NAME "hook_cost_split"
+#include "pair_bench_common.h"
 
 #define BLOCK 128
 #define BLOCKS 4000
 
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
-
-static void *need(void *h, const char *name)
-{
-    void *p = dlsym(h, name);
-    if (p == NULL) {
-        fprintf(stderr, "hook_cost_split: %s not found\n", name);
-        exit(2);
-    }
-    return p;
-}
-
-static void check(CUresult r, const char *what)
-{
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "hook_cost_split: %s failed with %d\n", what, (int)r);
-        exit(3);
-    }
-}
-
-/* Shared by main and the drainer thread. */
-static size_t (*p_drain)(memhook_event *, size_t);
-static atomic_int g_stop;
 
 static void drain_all(void)
 {
@@ -65,34 +37,20 @@ static void drain_all(void)
     }
 }
 
-static void *drainer(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&g_stop)) {
-        drain_all();
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+/* The TSC's ns per tick, over 50 ms of the monotonic clock. */
 static double ns_per_tick(void)
 {
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    uint64_t t0 = __rdtsc();
+    uint64_t n0 = now_ns(), t0 = __rdtsc();
     struct timespec pause = {0, 50000000};
     nanosleep(&pause, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    uint64_t t1 = __rdtsc();
-    double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
-    return ns / (double)(t1 - t0);
+    uint64_t n1 = now_ns(), t1 = __rdtsc();
+    return (double)(n1 - n0) / (double)(t1 - t0);
 }
 
 int main(int argc, char **argv)
@@ -108,18 +66,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "hook_cost_split: %s\n", dlerror());
         return 2;
     }
-    CUresult (*init)(unsigned) = need(cu, "cuInit");
-    CUresult (*device_get)(CUdevice *, int) = need(cu, "cuDeviceGet");
-    CUresult (*retain)(CUcontext *, CUdevice) = need(cu, "cuDevicePrimaryCtxRetain");
-    CUresult (*set_current)(CUcontext) = need(cu, "cuCtxSetCurrent");
     CUresult (*stream_create)(CUstream *, unsigned) = need(cu, "cuStreamCreate");
-    CUdevice dev;
-    CUcontext ctx;
     CUstream stream;
-    check(init(0), "cuInit");
-    check(device_get(&dev, 0), "cuDeviceGet");
-    check(retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-    check(set_current(ctx), "cuCtxSetCurrent");
+    bench_primary_context(cu);
     check(stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
 
     int (*install)(unsigned, char *, size_t) = need(mh, "memhook_hooks_install");
@@ -160,11 +109,11 @@ int main(int argc, char **argv)
         }
     }
     if (!same) {
-        atomic_store(&g_stop, 1);
+        atomic_store(&g_drainer_stop, 1);
         pthread_join(thread, NULL);
     }
     drain_all();
-    double tick = ns_per_tick(), mean_added = 0, mean_orig = 0;
+    double tick = ns_per_tick(), mean_added = 0, mean_orig = 0;  /* ns per TSC tick */
     for (int b = 0; b < BLOCKS; b++) {
         mean_added += hooked[b] - orig[b];
         mean_orig += orig[b];

@@ -1,7 +1,7 @@
 /*
  * pair_bench_common.h - what the alloc+free pair benches (hook_bench.c,
  * ucx_side_by_side.c) share: resolving a symbol or dying, checking a
- * CUresult or dying, the clock, and the drainer thread that empties
+ * CUresult or dying, the clock, device 0's primary context, and the drainer thread that empties
  * memhook's queue while the pairs run (as Python's drain would, so the
  * queue stays small and the measured thread pays only for recording).
  *
@@ -47,6 +47,23 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* cuInit, device 0's primary context made current in this thread; the
+ * driver is dlopened (its entry points looked up in `cuda`). */
+static CUcontext bench_primary_context(void *cuda)
+{
+    CUresult (*init)(unsigned) = need(cuda, "cuInit");
+    CUresult (*device_get)(CUdevice *, int) = need(cuda, "cuDeviceGet");
+    CUresult (*retain)(CUcontext *, CUdevice) = need(cuda, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = need(cuda, "cuCtxSetCurrent");
+    CUdevice dev;
+    CUcontext ctx;
+    check(init(0), "cuInit");
+    check(device_get(&dev, 0), "cuDeviceGet");
+    check(retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(set_current(ctx), "cuCtxSetCurrent");
+    return ctx;
 }
 
 /* The drainer's state.  Global because the drainer thread and main share
