@@ -39,9 +39,7 @@ static double g_ns_per_tick;
  * a just-loaded process waits at most this long, once. */
 #define MIN_BASELINE_NS 4000000ull
 
-/* A (TSC, clock) pair read as close together as this CPU allows: the best
- * of a few tries, the TSC taken at the middle of the clock read. */
-static void anchor(uint64_t *tsc, uint64_t *ns)
+void mh_clock_anchor(uint64_t *tsc, uint64_t *ns)
 {
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < 5; i++) {
@@ -92,7 +90,7 @@ __attribute__((constructor)) static void clock_init(void)
         return;
     if (!tsc_invariant() || !tsc_usable_by_kernel())
         return;
-    anchor(&g_tsc0, &g_ns0);
+    mh_clock_anchor(&g_tsc0, &g_ns0);
     mh_clock_tsc = true;
 }
 
@@ -104,9 +102,9 @@ void mh_clock_convert(memhook_event *events, size_t count)
     if (first == count)
         return;
     uint64_t tsc1, ns1;
-    anchor(&tsc1, &ns1);
+    mh_clock_anchor(&tsc1, &ns1);
     while (ns1 - g_ns0 < MIN_BASELINE_NS)  /* once, just after load */
-        anchor(&tsc1, &ns1);
+        mh_clock_anchor(&tsc1, &ns1);
     g_ns_per_tick = (double)(ns1 - g_ns0) / (double)(tsc1 - g_tsc0);
     for (size_t i = first; i < count; i++) {
         memhook_event *e = &events[i];

@@ -33,6 +33,11 @@
 #define MH_EVENT_RAW_TSC 0x80000000u
 
 MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
+/* A (TSC, CLOCK_MONOTONIC ns) pair read as close together as this CPU
+ * allows: the best of a few tries, the TSC taken at the middle of the clock
+ * read.  What a raw stamp is converted against (here, and by the trace's
+ * collector from the anchors its area records). */
+MH_HIDDEN void mh_clock_anchor(uint64_t *tsc, uint64_t *ns);
 /* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
  * Consumer side: called with the queue's consumer lock held. */
 MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);

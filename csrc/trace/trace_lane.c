@@ -199,17 +199,7 @@ static void anchor_now(uint64_t *tsc, uint64_t *ns)
         *ns = mh_monotonic_ns();
         return;
     }
-    uint64_t best = UINT64_MAX;
-    for (int i = 0; i < 3; i++) {
-        uint64_t x = __builtin_ia32_rdtsc();
-        uint64_t t = mh_monotonic_ns();
-        uint64_t y = __builtin_ia32_rdtsc();
-        if (y - x < best) {
-            best = y - x;
-            *tsc = x + (y - x) / 2;
-            *ns = t;
-        }
-    }
+    mh_clock_anchor(tsc, ns);
 }
 
 int mh_trace_area_create(unsigned mb, unsigned stack_depth)
