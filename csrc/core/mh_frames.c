@@ -45,6 +45,15 @@ static uintptr_t next_frame(uintptr_t fp, uintptr_t hi)
     return up;
 }
 
+/* Step *fp to the frame above it and return that frame's return address,
+ * or 0 where the chain ends (leaves the stack, does not climb, or holds a
+ * null return address). */
+static uintptr_t frame_up(uintptr_t *fp, uintptr_t hi)
+{
+    *fp = next_frame(*fp, hi);
+    return *fp == 0 ? 0 : ((const uintptr_t *)*fp)[1];
+}
+
 static bool frame_ok(uintptr_t fp, uintptr_t lo, uintptr_t hi)
 {
     return fp >= lo && (fp & 7) == 0 && fp <= hi - 2 * sizeof(uintptr_t);
@@ -58,10 +67,7 @@ uint64_t mh_frames_first_outside(const mh_caller_site *site, bool (*inside)(uint
         return ra;
     /* The wrapper's frame is below every frame the walk reads. */
     for (int i = 0; i < 64 && inside(ra); i++) {
-        fp = next_frame(fp, hi);
-        if (fp == 0)
-            break;
-        uintptr_t up_ra = ((const uintptr_t *)fp)[1];
+        uintptr_t up_ra = frame_up(&fp, hi);
         if (up_ra == 0)
             break;
         ra = up_ra;
@@ -80,10 +86,7 @@ unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned dep
     if (!stack_bounds(&lo, &hi) || !frame_ok(fp, lo, hi))
         return n;
     while (n < depth) {
-        fp = next_frame(fp, hi);
-        if (fp == 0)
-            break;
-        uintptr_t ra = ((const uintptr_t *)fp)[1];
+        uintptr_t ra = frame_up(&fp, hi);
         if (ra == 0)
             break;
         out[n++] = ra;
