@@ -26,8 +26,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "caller_bench"
         subprocess.run([args.cc, "-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
-                        "-fno-omit-frame-pointer", f"-I{CSRC / 'include'}", f"-I{CSRC / 'cuda'}", f"-I{CSRC / 'trace'}",
+                        "-fno-omit-frame-pointer", f"-I{CSRC / 'include'}", f"-I{CSRC / 'core'}", f"-I{CSRC / 'cuda'}",
                         str(HERE / "caller_bench.c"), str(CSRC / "cuda" / "caller.c"),
+                        str(CSRC / "core" / "mh_frames.c"),
                         "-o", str(exe), "-lpthread"], check=True)
         n = "2000000" if args.quick else "20000000"
         return subprocess.run([str(exe), n]).returncode
