@@ -63,6 +63,7 @@ import numpy as np
 from . import _hook_table
 from . import cache as _cache
 from ._core import ffi, lib
+from ._event_layout import EVENT_DTYPE
 from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
@@ -74,18 +75,6 @@ _log = logging.getLogger("memhook")
 
 BATCH = 4096
 """Events taken out of the core's queue per call."""
-
-EVENT_DTYPE = np.dtype({
-    "names": ["seq", "address", "size", "timestamp_ns", "kind", "function", "mem_type",
-              "device", "pid", "tid", "result", "flags", "caller"],
-    "formats": ["<u8", "<u8", "<u8", "<u8", "<i2", "<i2", "<i2", "<i2", "<i4", "<i4", "<i4",
-                "<u4", "<u8"],
-    "offsets": [0, 8, 16, 24, 40, 42, 44, 46, 48, 52, 56, 60, 32],
-    "itemsize": 64,
-})
-"""numpy's view of ``memhook_event`` (64 bytes; checked against the C layout
-at import).  ``caller`` sits at offset 32 but comes last in the field order,
-so a row's first twelve items keep their places."""
 
 _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
@@ -104,7 +93,7 @@ def _check_layout() -> None:
     expected = {name: spec[1] for name, spec in fields.items()}
     if size != EVENT_DTYPE.itemsize or offsets != expected:  # pragma: no cover - a header change
         raise ImportError(f"memhook_event layout changed (size {size}, offsets {offsets}); "
-                          "update memhook._drain.EVENT_DTYPE")
+                          "update memhook._event_layout.EVENT_DTYPE")
 
 
 _check_layout()

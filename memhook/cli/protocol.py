@@ -15,7 +15,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-import numpy as np
+from .._event_layout import EVENT_DTYPE
 
 __all__ = [
     "BATCH", "BYE", "EVENT", "EVENTS", "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED",
@@ -32,17 +32,6 @@ HELLO_FORKED = 0x1
 HEADER = struct.Struct("<IHHII")            # magic, version, type, count, reserved
 HELLO_FIXED = struct.Struct("<iiIiIIQIIII")  # mh_trace_hello (48 bytes)
 _BYE = struct.Struct("<Q")
-
-EVENT_DTYPE = np.dtype({
-    "names": ["seq", "address", "size", "timestamp_ns", "kind", "function", "mem_type",
-              "device", "pid", "tid", "result", "flags", "caller"],
-    "formats": ["<u8", "<u8", "<u8", "<u8", "<i2", "<i2", "<i2", "<i2", "<i4", "<i4", "<i4",
-                "<u4", "<u8"],
-    "offsets": [0, 8, 16, 24, 40, 42, 44, 46, 48, 52, 56, 60, 32],
-    "itemsize": 64,
-})
-"""``memhook_event`` (memhook.h), 64 bytes; ``caller`` (offset 32) is last in
-the field order, so a row's first twelve items keep version 2's places."""
 
 EVENT = struct.Struct("<QQQQQhhhhiiiI")
 """``memhook_event`` as a struct, in memory order (caller 5th)."""
