@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Caller", "ElfSymbols", "elf_symbols", "resolve_local"]
+__all__ = ["Caller", "ElfSymbols", "elf_symbols", "executable_mappings", "resolve_local"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,31 @@ def describe(path: str, base: int, address: int) -> Caller:
     return Caller(path, hit[0], hit[1] + 1, address)
 
 
+def executable_mappings(pid: int | str = "self") -> list[tuple[int, int, str, int]]:
+    """The executable file mappings of a process, from ``/proc/PID/maps``:
+    (start, end, path, base) in the kernel's order, where ``base`` is the
+    address the file's offset 0 maps at (its first mapping's start minus
+    that mapping's offset).  Empty when the file cannot be read (the process
+    is gone)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    bases: dict[str, int] = {}
+    out = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        path = parts[5].rstrip("\n")
+        bases.setdefault(path, lo - int(parts[2], 16))
+        if "x" in parts[1]:
+            out.append((lo, hi, path, bases[path]))
+    return out
+
+
 class _LocalMaps:
     """This process's file mappings, reread when an address is in none of
     them (an object loaded since)."""
@@ -162,24 +187,7 @@ class _LocalMaps:
         self.cache: dict[int, Caller] = {}
 
     def _reload(self) -> None:
-        bases: dict[str, int] = {}
-        entries = []
-        try:
-            with open("/proc/self/maps") as f:
-                lines = f.readlines()
-        except OSError:
-            lines = []
-        for line in lines:
-            parts = line.split(None, 5)
-            if len(parts) < 6 or not parts[5].startswith("/"):
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            path = parts[5].rstrip("\n")
-            offset = int(parts[2], 16)
-            bases.setdefault(path, lo - offset)
-            if "x" in parts[1]:
-                entries.append((lo, hi, path, bases[path]))
-        entries.sort()
+        entries = sorted(executable_mappings())
         self.entries = entries
         self.starts = [e[0] for e in entries]
 

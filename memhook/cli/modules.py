@@ -19,7 +19,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from .._symbolize import Caller, describe
+from .._symbolize import Caller, describe, executable_mappings
 
 __all__ = ["MODULE", "MODULE_LOAD", "MODULE_UNLOAD", "Module", "ModuleMap", "parse_modules"]
 
@@ -76,23 +76,12 @@ class ModuleMap:
             self._cache.clear()  # (a range may now be ambiguous)
 
     def _from_proc_maps(self) -> None:
-        try:
-            with open(f"/proc/{self.pid}/maps") as f:
-                lines = f.readlines()
-        except OSError:
-            return
         bases: dict[str, int] = {}
         found: dict[str, list[int]] = {}
-        for line in lines:
-            parts = line.split(None, 5)
-            if len(parts) < 6 or not parts[5].startswith("/"):
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            path = parts[5].rstrip("\n")
-            bases.setdefault(path, lo - int(parts[2], 16))
-            if "x" in parts[1]:
-                span = found.setdefault(path, [lo, hi])
-                span[0], span[1] = min(span[0], lo), max(span[1], hi)
+        for lo, hi, path, base in executable_mappings(self.pid):
+            bases[path] = base
+            span = found.setdefault(path, [lo, hi])
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
         known = {(m.path, m.base) for m in self.modules}
         self.add([(MODULE_LOAD, Module(p, bases[p], lo, hi, 0)) for p, (lo, hi) in found.items()
                   if (p, bases[p]) not in known])
