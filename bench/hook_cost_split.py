@@ -41,9 +41,8 @@ CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
 
 # piece -> [(file under csrc/, text, replacement)]
 KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
-    "stamp": [("cuda/emit.c", "s.at = mh_clock_stamp(&s.flags, ordered);",
-               "s.at = 0;\n    (void)ordered;"),
-              ("cuda/cuda_hooks.h", "s.at = mh_clock_stamp(&s.flags, true);", "s.at = 0;")],
+    "stamp": [("cuda/cuda_hooks.h", "s.at = mh_clock_stamp(&s.flags, ordered);",
+               "s.at = 0;\n    (void)ordered;")],
     "device": [("cuda/emit.c", "device = mh_current_device();", "device = 0;")],
     "live": [("cuda/emit.c", "if (result == 0 && addr != 0 && mh_hooks[f].tracked) {",
               "if (0) {"),

@@ -178,22 +178,22 @@ typedef struct mh_stamp {
     uint32_t flags;
 } mh_stamp;
 
-/* An ALLOC's stamp, taken by the wrapper the moment the real call returns:
- * ordered (after everything the call read - the free that made its
- * address available), and before the wrapper's own driver queries, so the
- * fence waits for the call's loads alone and the clock read overlaps what
- * follows. */
-static inline mh_stamp mh_stamp_after_call(void)
+/* A stamp taken now (mh_clock_stamp: `ordered` waits for the loads before
+ * it).  An ALLOC's is taken by its wrapper the moment the real call
+ * returns, ordered - after everything the call read, the free that made
+ * its address available - and before the wrapper's own driver queries, so
+ * the fence waits for the call's loads alone. */
+static inline mh_stamp mh_stamp_now(bool ordered)
 {
     mh_stamp s = {0, 0};
-    s.at = mh_clock_stamp(&s.flags, true);
+    s.at = mh_clock_stamp(&s.flags, ordered);
     return s;
 }
 
 #define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
 
 /* After an allocating call: one ALLOC event (address 0 when it failed),
- * stamped `stamp` (mh_stamp_after_call); a successful, tracked allocation
+ * stamped `stamp` (mh_stamp_now(true)); a successful, tracked allocation
  * is remembered for its FREE. */
 MH_HIDDEN void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
                              int mem_type, int device);

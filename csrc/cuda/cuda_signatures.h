@@ -112,7 +112,7 @@ MH_SIGNATURE(cudaError_t, cudaHostUnregister, (void *ptr))
     {                                                                         \
         MH_WRAPPER_ENTER(ret_t, name, args, false)                            \
         ret_t r_ = real_ args;                                                \
-        mh_stamp stamp_ = mh_stamp_after_call();                              \
+        mh_stamp stamp_ = mh_stamp_now(true);                                 \
         uint64_t addr_ = r_ == 0 ? (uint64_t)(addr_expr) : 0;                 \
         uint64_t size_ = (uint64_t)(size_expr);                               \
         mh_emit_alloc(MH_FN_##name, stamp_, (int)r_, addr_, size_, mem_type, device); \

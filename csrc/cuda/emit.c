@@ -65,21 +65,10 @@ static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem
     mh_lane_publish();
 }
 
-/* A stamp taken now: `ordered` waits for the loads before it
- * (mh_clock_stamp), else it is at least `not_before`. */
-static mh_stamp stamp_now(bool ordered, uint64_t not_before)
-{
-    mh_stamp s = {0, 0};
-    s.at = mh_clock_stamp(&s.flags, ordered);
-    if (s.at < not_before)
-        s.at = not_before;
-    return s;
-}
-
 static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
                  int result, uint32_t flags)
 {
-    write_event(kind, f, addr, size, mem_type, device, result, flags, stamp_now(true, 0));
+    write_event(kind, f, addr, size, mem_type, device, result, flags, mh_stamp_now(true));
     mh_lane_announce(false);
 }
 
@@ -139,9 +128,11 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
      * there is stamped after it - no fence needed.  A FREE the table did
      * not know waits for its loads instead (the driver's answer, or
      * nothing: an allocation made before install has no ALLOC to follow). */
+    mh_stamp stamp = mh_stamp_now(!plan->from_table);
+    if (plan->from_table && stamp.at <= plan->rec.stamp)
+        stamp.at = plan->rec.stamp + 1;
     write_event(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type,
-                plan->rec.device, 0, plan->flags,
-                stamp_now(!plan->from_table, plan->from_table ? plan->rec.stamp + 1 : 0));
+                plan->rec.device, 0, plan->flags, stamp);
     /* Forget the record after the event: the CAS is the announcement's
      * fence (event_lane.h). */
     if (plan->from_table)

@@ -58,7 +58,7 @@ CUresult mh_w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 {
     MH_WRAPPER_ENTER(CUresult, cuMemMap, (ptr, size, offset, handle, flags), false)
     CUresult r = real_(ptr, size, offset, handle, flags);
-    mh_stamp stamp = mh_stamp_after_call();
+    mh_stamp stamp = mh_stamp_now(true);
     int mem_type = MEMHOOK_MEM_UNKNOWN, device = -1;
     if (r == CUDA_SUCCESS)
         mh_handle_kind(handle, &mem_type, &device);
@@ -96,7 +96,7 @@ MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync_ptsz,
         size_t_ own = 0;                                                         \
         size_t_ *sizep = bytes != NULL ? bytes : &own;                           \
         CUresult r = real_(dptr, sizep, h, n);                                   \
-        mh_stamp stamp = mh_stamp_after_call();                                  \
+        mh_stamp stamp = mh_stamp_now(true);                                     \
         mh_emit_alloc(MH_FN_##name, stamp, r, r == CUDA_SUCCESS ? (uint64_t)*dptr : 0, \
                       r == CUDA_SUCCESS ? (uint64_t)*sizep : 0, mem_type, CUR);  \
         mh_record_end();                                                         \
