@@ -11,6 +11,8 @@
  *   wrap_runtime.c   wrappers of the runtime API
  *   install.c        install/uninstall/switch modes with bistro and reloc,
  *                    per-function status, coverage
+ *   fork_order.c     every module's fork() handlers, registered at load in
+ *                    the lock order (csrc/core/mh_lock_order.h)
  *   mode.c           MEMHOOK_CUDA_MODE parsing
  *   queue_stats.c    memhook_queue_stats_get: the queue's figures and the
  *                    FREE-size counters this layer keeps
@@ -219,6 +221,17 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
 
+
+/* fork() child: the cached pid is the child's (csrc/cuda/fork_order.c). */
+MH_HIDDEN void mh_emit_fork_child(void);
+
+/* ---- install.c: fork() ---- */
+
+/* The install lock is held across fork() (prepare/parent) and made afresh
+ * in the child.  Registered by fork_order.c, first in the lock order. */
+MH_HIDDEN void mh_install_fork_prepare(void);
+MH_HIDDEN void mh_install_fork_parent(void);
+MH_HIDDEN void mh_install_fork_child(void);
 
 /* Called by a wrapper whose real function is not known (cannot happen once
  * install finished; kept so a wrapper never jumps to NULL). */

@@ -32,15 +32,9 @@ static int32_t current_pid(void)
 }
 
 /* The child's pid, before anything in the child records an event.  This
- * layer's own handler (the queue knows nothing of pids); registered at load,
- * so it runs before the trace's child handler (csrc/trace/trace.c), which
- * is registered later (cuda/ objects precede trace/ ones on the link line). */
-static void emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
-
-__attribute__((constructor)) static void emit_fork_handlers(void)
-{
-    pthread_atfork(NULL, NULL, emit_fork_child);
-}
+ * layer's own handler (the queue knows nothing of pids); fork_order.c runs
+ * it before the trace's child handler (csrc/trace/trace.c). */
+void mh_emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
 /* Write and publish one event stamped `stamp`; the caller then calls
  * mh_lane_announce. */

@@ -29,78 +29,18 @@ __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 /* Install state: one set of hooks per process, changed under g_lock. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/*
- * fork().  g_lock is first in the cross-module lock order
- * (csrc/core/mh_lock_order.h: install -> reloc or bistro -> the loader;
- * the queue's and the trace's locks are leaves), and every one of
- * memhook's locks is held across fork() by its module's atfork handlers, so
- * a child starts with each module between two operations.  glibc makes the
- * loader's dl_load_lock afresh in the child (glibc 2.36 does not do so for
- * dl_load_write_lock: a child forked while another thread adds an object to
- * the link map can hang in its own dlopen, memhook or not - see
- * tests/hooks/scripts/fork_churn.py).  pthread_atfork runs the
- * prepare handlers in reverse registration order and the parent/child
- * handlers in registration order: a lock earlier in the order must be
- * registered later, and then it is also released later.  reloc registers
- * when its lock is first made (mh_reloc_init), bistro at its first install
- * (patch.c), both lazily, so install registers twice: at its first use,
- * after forcing reloc's registration, and again right after its first call
- * into bistro.  In the forking thread the first of install's prepares to run
- * (the later registration, when there are two) takes g_lock, and only that
- * registration releases it: prepare install, bistro, reloc; parent/child
- * reloc, bistro, install (bistro and reloc the other way round where the
- * bistro API was used before any install).  A fork() from code run under
- * g_lock (a libcuda constructor during install's dlopen) would deadlock in
- * prepare; memhook runs no other code there.
- */
-static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
-static pthread_once_t g_fork_after_bistro_once = PTHREAD_ONCE_INIT;
-/* Which of install's registrations holds g_lock for this thread's fork (0:
- * none): per thread, because two threads may fork at once. */
-static __thread int t_fork_holder __attribute__((tls_model("initial-exec")));
+/* fork(): g_lock is first in the lock order (csrc/core/mh_lock_order.h),
+ * so its prepare runs first and its parent/child handlers last
+ * (fork_order.c registers every module's handlers at load).  The child
+ * makes the lock afresh: it starts between two install operations.  A
+ * fork() from code run under g_lock (a libcuda constructor during
+ * install's dlopen) would deadlock in prepare; memhook runs no other code
+ * there. */
+void mh_install_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+void mh_install_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void mh_install_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
 
-static void fork_take(int who)
-{
-    if (t_fork_holder == 0) {
-        pthread_mutex_lock(&g_lock);
-        t_fork_holder = who;
-    }
-}
-
-static void fork_release(int who, bool child)
-{
-    if (t_fork_holder != who)
-        return;
-    t_fork_holder = 0;
-    if (child)
-        pthread_mutex_init(&g_lock, NULL);
-    else
-        pthread_mutex_unlock(&g_lock);
-}
-
-static void fork_prepare_1(void) { fork_take(1); }
-static void fork_parent_1(void) { fork_release(1, false); }
-static void fork_child_1(void) { fork_release(1, true); }
-static void fork_prepare_2(void) { fork_take(2); }
-static void fork_parent_2(void) { fork_release(2, false); }
-static void fork_child_2(void) { fork_release(2, true); }
-
-static void fork_register(void)
-{
-    mh_reloc_init();
-    pthread_atfork(fork_prepare_1, fork_parent_1, fork_child_1);
-}
-
-static void fork_register_after_bistro(void)
-{
-    pthread_atfork(fork_prepare_2, fork_parent_2, fork_child_2);
-}
-
-static void install_lock(void)
-{
-    pthread_once(&g_fork_once, fork_register);
-    pthread_mutex_lock(&g_lock);
-}
+static void install_lock(void) { pthread_mutex_lock(&g_lock); }
 static unsigned g_mode;
 static bool g_reloc_on;
 static char g_reloc_why[256];
@@ -235,7 +175,6 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
         }
     }
     memhook_bistro_install_batch(req, (size_t)nreq);
-    pthread_once(&g_fork_after_bistro_once, fork_register_after_bistro);  /* see fork() above */
     for (int k = 0; k < nreq; k++)
         bistro_done_one(&mh_hooks[who[k]], &req[k]);
     int tried = 0, patched = 0, first_errno = 0;

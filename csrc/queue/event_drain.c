@@ -495,21 +495,18 @@ void mh_queue_stats_fill(memhook_queue_stats *out)
 }
 
 /* ---- fork: the consumer lock is held across it, so the child's queue is
- * between two drains; the lanes' own handler orphans the vanished threads'
+ * between two drains; the lanes' own repair orphans the vanished threads'
  * lanes (event_lane.c).  Producers repair their own state (emit.c: the
- * pid). ---- */
+ * pid).  Registered with every other module's handlers, in the lock
+ * order, by csrc/cuda/fork_order.c. ---- */
 
-static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void mh_queue_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+void mh_queue_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
 
-static void fork_child(void)
+void mh_queue_fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
+    mh_lanes_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
     atomic_store(&mh_events_pending, 1);
-}
-
-__attribute__((constructor)) static void drain_fork_handlers(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

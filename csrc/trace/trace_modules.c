@@ -40,10 +40,10 @@ static struct {
     unsigned long long adds, subs;  /* the loader's counters at the last sync */
 } g_known;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void child_reinit(void) { pthread_mutex_init(&g_lock, NULL); }
-static void init_once(void) { pthread_atfork(NULL, NULL, child_reinit); }
+/* Not held across fork(): the child makes it afresh (a sync interrupted by
+ * fork left the parent's table, which the child's next area replaces). */
+void mh_trace_modules_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
 
 static uint64_t hash_name(const char *s)
 {
@@ -154,7 +154,6 @@ void mh_trace_modules_sync(void)
     mh_trace_area *a = mh_trace_area_current();
     if (a == NULL)
         return;
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     sync_locked(a);
     pthread_mutex_unlock(&g_lock);
@@ -167,7 +166,6 @@ void mh_trace_modules_poll(void)
         return;
     unsigned long long c[2] = {0, 0};
     dl_iterate_phdr(counters, c);
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     bool changed = g_known.area != a || c[0] != g_known.adds || c[1] != g_known.subs;
     pthread_mutex_unlock(&g_lock);
