@@ -120,6 +120,7 @@ typedef struct memhook_hook_info {
 } memhook_hook_info;
 size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);
+size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
 void *memhook_hooks_original(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);

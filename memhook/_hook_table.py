@@ -41,12 +41,16 @@ class Row:
 
 
 def rows() -> list[Row]:
-    """Every function of the table, in table order, read now."""
-    raw = ffi.new("memhook_hook_info *")
+    """Every function of the table, in table order, read now - in one call
+    into the core (``memhook_hook_get_range``): each call releases the GIL,
+    and in a process whose other threads keep the GIL busy each release may
+    cost a switch interval before this thread runs again."""
+    count = int(lib.memhook_hook_count())
+    table = ffi.new("memhook_hook_info[]", count)
+    filled = int(lib.memhook_hook_get_range(0, count, table))
     out = []
-    for i in range(int(lib.memhook_hook_count())):
-        if lib.memhook_hook_get(i, raw) != 0:  # pragma: no cover - count says it exists
-            break
+    for i in range(filled):
+        raw = table[i]
         out.append(Row(
             index=i,
             name=ffi.string(raw.name).decode(),

@@ -42,8 +42,10 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
     if (fn != NULL)
         return fn;
     void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
-    if (h == NULL)
+    if (h == NULL) {
+        (void)dlerror();  /* memhook's miss is not the caller's to see */
         return NULL;
+    }
     fn = dlsym(h, name);
     dlclose(h);  /* NOLOAD took a reference; the library stays loaded */
     if (fn != NULL)

@@ -54,9 +54,17 @@ static bool g_driver_before_reloc;
  * process: memory_type asks the driver instead. */
 static bool g_driver_used_unseen;
 
+/* libcuda.so.1 when this process has it loaded (a reference: give it back
+ * with dlclose), else NULL.  memhook's own probes and lookups must not
+ * leave an error behind for a caller's dlerror(): the API functions below
+ * end with dl_clear (a wrapper of the dl functions themselves leaves what
+ * the real call left: csrc/reloc/interpose_dl.c). */
+static void *loaded_driver(void) { return dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD); }
+static void dl_clear(void) { (void)dlerror(); }
+
 static bool driver_initialised(void)
 {
-    void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    void *h = loaded_driver();
     if (h == NULL)
         return false;
     typedef CUresult (*count_fn)(int *);
@@ -247,7 +255,7 @@ static int reloc_apply(char *why, size_t why_len)
         syms[i].original = &mh_hooks[i].reloc_original;
     }
     if (!g_reloc_on) {
-        void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+        void *h = loaded_driver();
         g_driver_before_reloc = h != NULL;
         if (h)
             dlclose(h);
@@ -299,6 +307,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
             /* bistro alone patched nothing: a failed install changes
              * nothing - the previous mode stays, with its mechanisms (the
              * rows keep bistro's reasons, which status() shows). */
+            dl_clear();
             pthread_mutex_unlock(&g_lock);
             mh_warn("%s", why);
             return brc;
@@ -318,6 +327,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (g_mode_before == 0 && mode != 0)
         mh_live_new_generation(true);  /* before recording starts: live_table.c */
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
         mh_warn("%s", why);
@@ -332,6 +342,7 @@ int memhook_hooks_uninstall(void)
     bistro_remove_all();
     reloc_remove();
     g_mode = 0;
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     return 0;
 }
@@ -349,7 +360,7 @@ int memhook_hooks_coverage_complete(void)
     install_lock();
     /* (mh_queue_trimmed: events this process's consumer never saw.) */
     int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
-    void *lib = complete ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    void *lib = complete ? loaded_driver() : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;
         for (int i = 0; i < MH_FN_COUNT && complete; i++) {
@@ -371,6 +382,7 @@ int memhook_hooks_coverage_complete(void)
     }
     if (lib != NULL)
         dlclose(lib);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     return complete;
 }
@@ -389,34 +401,27 @@ unsigned long long memhook_coverage_token(void)
     return adds << 3 | (unsigned long long)mh_queue_trimmed() << 2 | (mode & 3u);
 }
 
-static bool present(const mh_hook *h)
+/* `driver`: the loaded driver, or NULL (install lock held). */
+static bool present(const mh_hook *h, void *driver)
 {
     /* (Not h->resolved: that may be the older spelling a missing name
      * falls back to.) */
     if (h->api == MEMHOOK_API_RUNTIME &&
         __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
         return true;
-    void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD)
-                                             : RTLD_DEFAULT;
-    if (lib == NULL)
-        return false;
-    bool found = dlsym(lib, h->name) != NULL;
-    if (lib != RTLD_DEFAULT)
-        dlclose(lib);
-    return found;
+    void *lib = h->api == MEMHOOK_API_DRIVER ? driver : RTLD_DEFAULT;
+    return lib != NULL && dlsym(lib, h->name) != NULL;
 }
 
-int memhook_hook_get(size_t index, memhook_hook_info *out)
+/* Row `index` (install lock held). */
+static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
 {
-    if (index >= MH_FN_COUNT || out == NULL)
-        return EINVAL;
-    install_lock();
     const mh_hook *h = &mh_hooks[index];
     memset(out, 0, sizeof *out);
     out->name = h->name;
     out->api = h->api;
     out->kind = h->kind;
-    out->present = present(h);
+    out->present = present(h, driver);
     out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
                       (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
@@ -430,6 +435,33 @@ int memhook_hook_get(size_t index, memhook_hook_info *out)
                  "driver's exports, which the runtime calls)");
     else if (!out->mechanisms && (g_mode & MEMHOOK_MODE_RELOC) && g_reloc_why[0] != '\0')
         snprintf(out->reason, sizeof out->reason, "reloc: %s", g_reloc_why);
+}
+
+int memhook_hook_get(size_t index, memhook_hook_info *out)
+{
+    if (index >= MH_FN_COUNT || out == NULL)
+        return EINVAL;
+    return memhook_hook_get_range(index, 1, out) == 1 ? 0 : EINVAL;
+}
+
+/* The whole table in one call: one lock hold and one probe of the driver
+ * (status() asked row by row - 46 calls, each releasing the GIL, which a
+ * busy Python process's other threads then held for up to a switch
+ * interval each: issue 23 measured status() at a median of 287 ms beside 4
+ * Python spinners and 4 callers). */
+size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out)
+{
+    if (out == NULL || first >= MH_FN_COUNT)
+        return 0;
+    if (count > MH_FN_COUNT - first)
+        count = MH_FN_COUNT - first;
+    install_lock();
+    void *driver = loaded_driver();
+    for (size_t i = 0; i < count; i++)
+        hook_info_locked(first + i, driver, &out[i]);
+    if (driver != NULL)
+        dlclose(driver);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
-    return 0;
+    return count;
 }

@@ -296,6 +296,10 @@ typedef struct memhook_hook_info {
 MEMHOOK_API size_t memhook_hook_count(void);
 /* Fill *out for table entry index.  Returns 0, or EINVAL past the end. */
 MEMHOOK_API int memhook_hook_get(size_t index, memhook_hook_info *out);
+/* Fill out[0 .. count) with entries first .. first+count-1 (cut at the end
+ * of the table), as memhook_hook_get would, in one call.  Returns how many
+ * were filled (0 when first is past the end or out is NULL). */
+MEMHOOK_API size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out);
 /* The table index of a function name, or -1. */
 MEMHOOK_API int memhook_hook_index(const char *name);
 /* What the wrapper of hook-table function `name` calls: bistro's trampoline
