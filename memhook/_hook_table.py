@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _control
 from ._core import ffi, lib
 
 __all__ = ["Row", "function_name", "names", "rows", "runtime_flags"]
@@ -42,12 +43,11 @@ class Row:
 
 def rows() -> list[Row]:
     """Every function of the table, in table order, read now - in one call
-    into the core (``memhook_hook_get_range``): each call releases the GIL,
-    and in a process whose other threads keep the GIL busy each release may
-    cost a switch interval before this thread runs again."""
+    into the core (``memhook_hook_get_range``), made with the GIL held
+    (memhook._control says why)."""
     count = int(lib.memhook_hook_count())
     table = ffi.new("memhook_hook_info[]", count)
-    filled = int(lib.memhook_hook_get_range(0, count, table))
+    filled = _control.hook_rows(table, count)  # (memhook_hook_get_range, the GIL held)
     out = []
     for i in range(filled):
         raw = table[i]

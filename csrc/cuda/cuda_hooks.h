@@ -160,6 +160,12 @@ MH_HIDDEN bool mh_handle_kind(uint64_t handle, int *mem_type, int *device);
 /* cudaGetSymbolSize from the runtime that defines `symbol_address_fn`. */
 MH_HIDDEN bool mh_runtime_symbol_size(void *cudaGetSymbolAddress_fn, const void *symbol,
                                       uint64_t *size);
+/* The device of context ctx (cuCtxGetDevice_v2), or -1 when the driver
+ * cannot say. */
+MH_HIDDEN int mh_context_device(CUcontext ctx);
+/* Whether the primary context of dev is active (cuDevicePrimaryCtxGetState);
+ * true when the driver cannot say (then no teardown is assumed). */
+MH_HIDDEN bool mh_primary_ctx_active(CUdevice dev);
 /* Look the driver's entry points up now, if the driver is loaded (install
  * calls it, so that hooks need not). */
 MH_HIDDEN void mh_driver_calls_prepare(void);
@@ -220,6 +226,10 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 /* The driver was unloaded: reset what pointed into it, and put a
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
+/* A context teardown (reset, destroy, last release of a primary context)
+ * returned `result`: one FREE marker flagged MEMHOOK_EVENT_CONTEXT_RESET
+ * for `device` (-1: not known), stamped now. */
+MH_HIDDEN void mh_emit_context_reset(mh_fn f, int result, int device);
 
 
 /* fork() child: the cached pid is the child's (csrc/cuda/fork_order.c). */

@@ -151,6 +151,14 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
     }
 }
 
+void mh_emit_context_reset(mh_fn f, int result, int device)
+{
+    /* A FREE of no address, after the call: consumers forget (or mark
+     * UNKNOWN) every region of that device from here on in the order. */
+    push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,
+         MEMHOOK_EVENT_CONTEXT_RESET);
+}
+
 void mh_driver_unloaded(void)
 {
     /* Entry points it cached point into unmapped code; live records name

@@ -220,6 +220,14 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
                                                was unloaded here; every region
                                                before it is gone.  Drained, never
                                                sent to a trace (memhook trace) */
+#define MEMHOOK_EVENT_CONTEXT_RESET 0x8u  /* a FREE of no address: the call
+                                             (cuDevicePrimaryCtxReset,
+                                             cuCtxDestroy, the last
+                                             cuDevicePrimaryCtxRelease) freed
+                                             every allocation of a context on
+                                             `device` (-1: not known which);
+                                             address and size 0.  Reaches the
+                                             cache, subscribers and the trace */
 
 /* One completed user call.  64 bytes: one cache line (the queue's and the
  * trace area's slots are lines), so kind/function/mem_type/device are 16
@@ -277,6 +285,13 @@ MEMHOOK_API unsigned memhook_hooks_mode(void);
  * reloc alone came after the driver was loaded (objects may hold driver
  * pointers resolved before). */
 MEMHOOK_API int memhook_hooks_coverage_complete(void);
+/* The VA ranges of this process where CUDA may hold memory (anonymous
+ * no-access mappings, /dev/nvidia* mappings, the simulator's device-memory
+ * memfd; touching ones merged), from /proc/self/maps: start/end pairs into
+ * pairs[0 .. 2*capacity).  Returns how many ranges there are (more than
+ * capacity: call again with room for them), or -1 when the maps cannot be
+ * read.  install() marks those no cache region covers UNKNOWN. */
+MEMHOOK_API long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
 /* A value that changes whenever memhook_hooks_coverage_complete()'s answer
  * may have changed (the mode, an object loaded, the queue's first trim):
  * callers remember the answer under it. */
