@@ -28,15 +28,12 @@ remove assign one value to every address of their range.  So between
 events that read the cache (a FREE of unknown size looks up the region
 holding its address) or clear it (the markers) - the barriers, applied one
 at a time in order - a run of events leaves at each address the value of
-the last event whose range holds it:
-
-* events of one ``(address, size)`` whose range overlaps no other event's
-  range in the run reduce to the last of them (an allocator handing one
-  address out and back: thousands of events, one ``remove``);
-* ranges that overlap another range of the run are applied in their
-  original order;
-* ranges that do not overlap commute (touching is not overlapping: what
-  merges at a touch depends only on the values on both sides).
+the last event whose range holds it.  The events of one ``(address,
+size)`` all hold the same addresses, so the last of them wins over the
+others everywhere: each ``(address, size)`` reduces to its last event, and
+applying those in event order leaves every address as the whole run
+would (an allocator handing one address out and back: thousands of
+events, one ``remove``).
 
 A malformed event (a range past 2**64, from a native recorder) is a
 barrier too: the reference path logs and skips it.  The property test
@@ -56,7 +53,8 @@ from ._event_layout import EVENT_DTYPE
 from ._types import MemoryType
 from .cache import MemtypeCache
 
-__all__ = ["apply_row", "apply_rows", "forget_context"]
+__all__ = ["UNSURE", "UNTOUCHED", "allocated_type", "apply_row", "apply_rows", "forget_context",
+           "last_touch"]
 
 _log = logging.getLogger("memhook")
 
@@ -177,9 +175,63 @@ def apply_rows(cache: MemtypeCache, rows: np.ndarray, progress: list[int]) -> No
     progress[0] = n
 
 
+UNTOUCHED = 0
+"""last_touch: no row can change the answer for the range."""
+UNSURE = 1
+"""last_touch: a marker, a FREE of unknown size or a malformed range: the
+rows' effect on the range cannot be told without applying them."""
+
+
+def last_touch(views: list[np.ndarray], start: int, size: int, closed: bool) \
+        -> int | tuple[Any, ...]:
+    """Of ``views`` (EVENT_DTYPE arrays, in event order), the last row that
+    could change what the cache says of ``[start, start + size)`` - a
+    successful ALLOC or FREE whose range overlaps it (``closed``: or only
+    touches it, as a write next to it may merge or split the region
+    holding it) - as a tuple; :data:`UNTOUCHED` when there is none;
+    :data:`UNSURE` when a marker, a FREE of unknown size or a malformed
+    range is among them.  Failed calls and skipped slots touch nothing."""
+    lo = np.uint64(start)
+    hi = np.uint64(min(start + size, _ADDRESS_LIMIT - 1))
+    for rows in reversed(views):
+        if not len(rows):
+            continue
+        flags = rows["flags"]
+        live = (flags & _SKIPPED) == 0
+        if (live & ((flags & _MARKERS) != 0)).any():
+            return UNSURE
+        ok = live & (rows["result"] == 0)
+        address = rows["address"]
+        sz = rows["size"]
+        end = address + sz  # (wraps past 2**64)
+        if (ok & ((end < address) | ((sz == 0) & ((flags & _SIZE_UNKNOWN) != 0)))).any():
+            return UNSURE
+        if closed:
+            hit = ok & (sz != 0) & (address <= hi) & (end >= lo)
+        else:
+            hit = ok & (sz != 0) & (address < hi) & (end > lo)
+        where = np.flatnonzero(hit)
+        if len(where):
+            row: tuple[Any, ...] = rows[int(where[-1])].tolist()
+            return row
+    return UNTOUCHED
+
+
+def allocated_type(row: tuple[Any, ...], start: int, size: int) -> MemoryType | None:
+    """The type ``row`` (last_touch's) gives all of ``[start, start + size)``:
+    a successful ALLOC of a known type holding the whole range; else None."""
+    if row[_KIND] != _ALLOC or not (row[_ADDRESS] <= start and
+                                    start + size <= row[_ADDRESS] + row[_SIZE]):
+        return None
+    t = _memory_type(row[_MEM_TYPE])
+    return None if t is _UNKNOWN else t
+
+
 def _apply_run(cache: MemtypeCache, rows: np.ndarray, idx: np.ndarray) -> None:
     """The successful, well-formed ALLOC/FREE rows ``idx`` (ascending) of a
-    run with no barrier in it: see the module docstring."""
+    run with no barrier in it: each (address, size) reduces to its last
+    event, and those are applied in event order (see the module
+    docstring)."""
     if len(idx) < BULK_MIN:
         for row in rows[idx].tolist():
             apply_row(cache, row)
@@ -190,36 +242,17 @@ def _apply_run(cache: MemtypeCache, rows: np.ndarray, idx: np.ndarray) -> None:
     order = np.lexsort((idx, size, address))
     a = address[order]
     s = size[order]
-    new_group = np.empty(len(order), dtype=bool)
-    new_group[0] = True
-    np.not_equal(a[1:], a[:-1], out=new_group[1:])
-    new_group[1:] |= s[1:] != s[:-1]
-    firsts = np.flatnonzero(new_group)
-    lasts = np.empty_like(firsts)
-    lasts[:-1] = firsts[1:] - 1
-    lasts[-1] = len(order) - 1
-    g_start = a[firsts]
-    g_end = g_start + s[firsts]
-    # A group overlaps an earlier one (by start) iff it starts below the
-    # largest end before it: a new cluster of overlapping groups begins
-    # where it does not.
-    reach = np.maximum.accumulate(g_end)
-    new_cluster = np.empty(len(firsts), dtype=bool)
-    new_cluster[0] = True
-    np.greater_equal(g_start[1:], reach[:-1], out=new_cluster[1:])
-    cluster = np.cumsum(new_cluster) - 1
-    alone = np.bincount(cluster)[cluster] == 1
-    # One group alone in its cluster: its last event.
-    last_rows = rows[idx[order[lasts[alone]]]]
+    last_of_group = np.empty(len(order), dtype=bool)
+    last_of_group[-1] = True
+    np.not_equal(a[1:], a[:-1], out=last_of_group[:-1])
+    last_of_group[:-1] |= s[1:] != s[:-1]
+    # Each group's last event, in event order: at every address the last
+    # event over it (within the run) is then the one applied last.
+    lasts = np.sort(idx[order[last_of_group]])
     update, remove = cache.update, cache.remove
-    for _, addr, sz, _, kind, _, mem_type, device, *_ in last_rows.tolist():
+    for _, addr, sz, _, kind, _, mem_type, device, *_ in rows[lasts].tolist():
         if kind == _ALLOC:
             update(addr, sz, _MEMORY_TYPES[mem_type] if 0 <= mem_type < _N_TYPES else _UNKNOWN,
                    device if device >= -1 else -1)
         else:
             remove(addr, sz)
-    # Groups that overlap others: every event of them, in event order.
-    if not alone.all():
-        shared = np.repeat(~alone, np.diff(np.append(firsts, len(order))))
-        for row in rows[np.sort(idx[order[shared]])].tolist():
-            apply_row(cache, row)

@@ -3,7 +3,8 @@
 cffi releases the GIL around every call into C.  For a short call that
 costs nothing; for one that runs long - installing or removing the hooks
 (bistro's live-write protocol, reloc's walk over every loaded object),
-reading the whole hook table, walking /proc/self/maps - another Python
+reading the whole hook table, walking /proc/self/maps, taking a batch of
+events out of the queue - another Python
 thread takes the GIL meanwhile, and in a process whose threads keep it busy
 the caller then waits its turn when the call returns: one such release cost
 a median of 16 ms and a p99 of 220 ms beside 4 spinning and 4 allocating
@@ -30,8 +31,8 @@ from typing import Any
 
 from ._core import _core_handle, ffi
 
-__all__ = ["coverage_complete", "cuda_reserved_ranges", "hook_rows", "install", "queue_stats",
-           "uninstall"]
+__all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "hook_rows", "install",
+           "queue_stats", "uninstall"]
 
 _held = ctypes.PyDLL(None, handle=_core_handle._handle)
 
@@ -50,6 +51,9 @@ _coverage.restype = ctypes.c_int
 _queue_stats = _held.memhook_queue_stats_get
 _queue_stats.argtypes = [ctypes.c_void_p]
 _queue_stats.restype = None
+_drain = _held.memhook_events_drain_bounded
+_drain.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_drain.restype = ctypes.c_size_t
 _reserved = _held.memhook_cuda_reserved_ranges
 _reserved.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
 _reserved.restype = ctypes.c_longlong
@@ -77,6 +81,14 @@ def queue_stats(out: Any) -> None:
     """``memhook_queue_stats_get`` into a cffi ``memhook_queue_stats *``
     (it waits for the drain under way in another thread, if any)."""
     _queue_stats(int(ffi.cast("uintptr_t", out)))
+
+
+def events_drain(out: Any, capacity: int, mark: Any) -> int:
+    """``memhook_events_drain_bounded`` into a cffi ``memhook_event[]``
+    with a cffi ``uint64_t *`` mark: a bounded call (a batch of events, a
+    fraction of a millisecond), made by the drain's queries and its feeder
+    alike, so that a query that drains never gives up the GIL doing so."""
+    return int(_drain(int(ffi.cast("uintptr_t", out)), capacity, int(ffi.cast("uintptr_t", mark))))
 
 
 def hook_rows(table: Any, count: int) -> int:

@@ -72,7 +72,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _apply, _hook_table
+from . import _apply, _control, _hook_table
 from . import cache as _cache
 from ._core import ffi, lib
 from ._event_layout import EVENT_DTYPE
@@ -81,8 +81,8 @@ from .events import Event, EventKind, _registry
 
 __all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_EVENTS", "QUERY_DELIVERY_S",
            "applying", "attach", "drain", "drain_batch", "drain_nowait", "feed_step", "flush",
-           "function_name", "function_names", "generation", "query_drain", "remember", "settle",
-           "undelivered", "waiters"]
+           "backlogged", "function_name", "function_names", "generation", "query_drain",
+           "remember", "settle", "unapplied", "undelivered", "waiters"]
 
 _log = logging.getLogger("memhook")
 
@@ -123,7 +123,11 @@ _check_layout()
 
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
-_c_drain = lib.memhook_events_drain_bounded
+# A query's own take (unapplied_touch), under _take_lock.
+_query_buffer = ffi.new("memhook_event[]", QUERY_EVENTS)
+_query_rows = np.frombuffer(ffi.buffer(_query_buffer), dtype=EVENT_DTYPE)
+_query_mark = ffi.new("uint64_t *")
+_c_drain = _control.events_drain  # (memhook_events_drain_bounded, the GIL held)
 # The state of one drain run (memhook_events_drain_bounded): zeroed as a run
 # begins, so the run takes what was pending then and stops - a query does
 # not chase producers that keep recording while it applies.
@@ -148,8 +152,18 @@ _is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
 # Idents of threads blocked waiting for _lock (flush(), fork): the feeder
 # does not take it again while one waits (set.add/discard: atomic).
 _waiters: set[int] = set()
-# Rows taken out, not yet applied (an interrupted apply), oldest first.
+# Rows taken out, not yet applied, oldest first: what an interrupted apply
+# left, and what a query took out while another thread applied (see
+# unapplied_touch).  Changed under _take_lock only.
 _backlog: list[np.ndarray] = []
+# Taking events out of the core and publishing what was taken (_backlog,
+# _in_flight) happen together under this lock, so that a query can see
+# every event published before it that is not in the cache yet, in order,
+# without the apply lock.  Held for one C drain call and a few stores,
+# never across Python work of any length; a query only ever tries it.
+_take_lock = threading.Lock()
+# The rows the apply lock's holder is applying now, or None.
+_in_flight: np.ndarray | None = None
 # False from before an applier takes events out of the core until they are
 # all in the cache (or in _backlog, which keeps it False): see query_drain.
 _quiet = True
@@ -374,22 +388,27 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
             _acquire()
         finally:
             _waiters.discard(me)
+    global _in_flight
     try:
-        _quiet = False  # before the C drain clears the pending flag
         _mark[0] = 0
         done = 0
         left = max_events
         while True:
-            if _backlog:  # older than anything still in the core's queue
-                rows = np.concatenate(_backlog)
+            cap = BATCH if left is None else min(BATCH, left)
+            with _take_lock:
+                _quiet = False  # before the C drain clears the pending flag
+                parts = _backlog[:]  # (older than anything still in the core's queue)
                 del _backlog[:]
+                n = _c_drain(_buffer, cap, _mark)
+                if n:
+                    parts.append(_rows[:n])
+                rows = (None if not parts else parts[0] if len(parts) == 1 else
+                        np.concatenate(parts))
+                _in_flight = rows
+            if rows is not None:
                 done += _apply_rows(rows)
                 _generation += 1
-            cap = BATCH if left is None else min(BATCH, left)
-            n = _c_drain(_buffer, cap, _mark)
-            if n:
-                done += _apply_rows(_rows[:n])
-                _generation += 1
+                _in_flight = None
             if n < cap:
                 return done, True  # the run's cut is reached (memhook_events_drain_bounded)
             if left is not None:
@@ -397,8 +416,50 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
                 if left <= 0:
                     return done, False
     finally:
-        _quiet = not _backlog
+        with _take_lock:
+            _in_flight = None
+            _quiet = not _backlog
         _release()
+
+
+def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+    """For a query that cannot drain (another thread is applying, or this
+    one is, in a signal handler): of the events published before the call
+    that the cache lacks yet, the last that can change its answer for
+    ``[start, start + size)`` (memhook._apply.last_touch: ``closed`` counts
+    writes that only touch the range) - or UNTOUCHED (the cache as it
+    stands is right there), or UNSURE (not known without waiting for
+    another thread, or without applying them).
+
+    It takes what is still in the core's queue out itself (at most
+    :data:`QUERY_EVENTS`, into the backlog the applier applies next, in
+    order), and looks at those rows, the backlog's and the applier's batch."""
+    global _quiet
+    if not _take_lock.acquire(False):
+        return _apply.UNSURE  # (another thread is taking, or this one was interrupted doing so)
+    try:
+        _quiet = False  # before the C drain clears the pending flag
+        _query_mark[0] = 0
+        n = _c_drain(_query_buffer, QUERY_EVENTS, _query_mark)
+        if n:
+            _backlog.append(_query_rows[:n].copy())
+        if n == QUERY_EVENTS:
+            return _apply.UNSURE  # more than a query's share is pending
+        views = _backlog[:]  # oldest first; the applier's batch is older still
+        if _in_flight is not None:
+            views.insert(0, _in_flight)
+    finally:
+        if not _backlog and _in_flight is None and not _is_owned() and _acquire(False):
+            _quiet = True  # nothing taken is waiting (no applier is mid-batch: we hold its lock)
+            _release()
+        _take_lock.release()
+    return _apply.last_touch(views, start, size, closed)
+
+
+def backlogged() -> bool:
+    """Whether rows taken out of the core wait to be applied (the feeder
+    applies them: a query may have left some, see unapplied_touch)."""
+    return bool(_backlog)
 
 
 def _apply_rows(rows: Any) -> int:
@@ -414,7 +475,8 @@ def _apply_rows(rows: Any) -> int:
     try:
         _apply.apply_rows(_cache.process_cache(), rows, progress)
     except BaseException:
-        _backlog[:0] = [rows[progress[0]:].copy()]
+        with _take_lock:
+            _backlog[:0] = [rows[progress[0]:].copy()]
         if _registry.current and progress[0]:
             _handoff.append([rows[:progress[0]].copy(), 0])
         raise
@@ -560,10 +622,12 @@ def _before_fork() -> None:
             _acquire()
         finally:
             _waiters.discard(me)
+    _take_lock.acquire()  # (a query's take in another thread: one C call)
     _fork_held = held
 
 
 def _after_fork_in_parent() -> None:
+    _take_lock.release()
     if _fork_held[1]:
         _release()
     if _fork_held[0]:
@@ -571,7 +635,8 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _acquire, _release, _is_owned, _deliver_lock, _delivering
+    global _lock, _acquire, _release, _is_owned, _deliver_lock, _delivering, _take_lock
+    _take_lock = threading.Lock()
     _lock = threading.RLock()
     _acquire, _release = _lock.acquire, _lock.release
     _is_owned = _lock._is_owned  # type: ignore[attr-defined]
@@ -595,7 +660,8 @@ def attach() -> None:
 
     _cache.set_hook_layer(query_drain, coverage_complete,
                           applier=_cache.Applier(settle=settle, generation=generation,
-                                                 remember=remember, applying=applying))
+                                                 remember=remember, applying=applying,
+                                                 unapplied=unapplied))
     if _pending[0] or lib.memhook_hooks_mode():
         from . import _feeder
 

@@ -68,7 +68,8 @@ def _run() -> None:
         # Events a query applied to the cache and left for the subscribers
         # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
         # while some wait, every _WAIT_MS otherwise.
-        if wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting():
+        if (wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting()
+                or _drain.backlogged()):
             try:
                 _feed(_drain)
             except Exception:  # noqa: BLE001 - logged; the feeder must go on
@@ -84,7 +85,7 @@ def _feed(drain: Any) -> None:
     convoy), and a busy lock to spin on."""
     waiting = drain.undelivered
     while True:
-        take = _backlog_left()
+        take = _backlog_left() or drain.backlogged()
         if not take and not waiting():
             return
         if drain.waiters() or not drain.feed_step(STEP_S, take):

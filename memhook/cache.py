@@ -920,12 +920,16 @@ class Applier:
     (storing a driver answer) only if no apply happened since
     ``generation()`` returned ``since``, and says whether it did;
     ``applying()`` is True on a thread inside an apply, which may hold the
-    cache's lock (a signal handler there must not wait for it)."""
+    cache's lock (a signal handler there must not wait for it);
+    ``unapplied(start, size, closed)`` is, of the events the cache lacks
+    yet, the last that can change its answer for the range
+    (memhook._apply.last_touch), UNTOUCHED, or UNSURE."""
 
     settle: Callable[[], object]
     generation: Callable[[], int]
     remember: Callable[[int, Callable[[], None]], bool]
     applying: Callable[[], bool]
+    unapplied: Callable[[int, int, bool], Any]
 
 
 _applier: Applier | None = None
@@ -1056,16 +1060,34 @@ def _driver_only(start: int, n: int) -> _driver.DriverAnswer | None:
     return answer
 
 
+_UNTOUCHED, _UNSURE = 0, 1  # memhook._apply.UNTOUCHED / UNSURE (no import: no native core here)
+
+
+def _allocated_type(row: tuple[Any, ...], start: int, n: int) -> MemoryType | None:
+    from ._apply import allocated_type
+
+    return allocated_type(row, start, n)
+
+
 def _memory_type_undrained(start: int, n: int) -> MemoryType:
     """memory_type when the drain could not bring the cache up to date
-    without waiting for another thread: the driver's answer, which is the
-    truth for every pointer the hooks would have told the cache about;
-    only where there is no driver to ask (events recorded by a native
-    recorder alone), the cache once it is up to date."""
+    without waiting for another thread: the cache as it stands where no
+    event it lacks touches the range (Applier.touched); else the driver's
+    answer, which is the truth for every pointer the hooks would have told
+    the cache about; only where there is no driver to ask (events recorded
+    by a native recorder alone), the cache once it is up to date."""
+    applier = _applier
+    if applier is not None:
+        last = applier.unapplied(start, n, False)
+        if last == _UNTOUCHED:
+            return _memory_type_slow(start, n)  # what the cache says there is final
+        if last != _UNSURE:  # the last event over the range: a new allocation?
+            t = _allocated_type(last, start, n)
+            if t is not None:
+                return t
     answer = _driver_only(start, n)
     if answer is not None:
         return _answer_type(answer, start, n)
-    applier = _applier
     if applier is not None:
         applier.settle()
     return _memory_type_slow(start, n)
@@ -1183,11 +1205,12 @@ def lookup(ptr: Any, size: Any = 1) -> Region | None:
     """
     start, n = byte_range(ptr, size)
     drain = _drain
-    if drain is not None and drain() is False:
+    applier = _applier
+    if drain is not None and drain() is False and (
+            applier is None or applier.unapplied(start, n, True) != _UNTOUCHED):
         answer = _driver_only(start, n)
         if answer is not None:
             return _answer_region(answer, start, n)
-        applier = _applier
         if applier is not None:
             applier.settle()
     kind, region = _classify(start, n)

@@ -23,12 +23,14 @@ def churn_lib(hook_fixtures) -> Path:
 
 
 def churn(native, lib: Path, mode: str, cycles: int, callers: int, spinners: int,
-          caller_mask: int, spinner_mask: int, bound_ms: int, first_bound_ms: int | None = None):
+          caller_mask: int, spinner_mask: int, bound_ms: int, first_bound_ms: int | None = None,
+          median_bound_ms: int | None = None):
     first = bound_ms if first_bound_ms is None else first_bound_ms
-    outcome = run_scenario("churn.py", [mode, str(lib), str(cycles), str(callers),
-                                        str(spinners), str(caller_mask), str(spinner_mask),
-                                        str(bound_ms), str(first)],
-                           mode_env(native, mode), timeout=90)
+    args = [mode, str(lib), str(cycles), str(callers), str(spinners), str(caller_mask),
+            str(spinner_mask), str(bound_ms), str(first)]
+    if median_bound_ms is not None:
+        args.append(str(median_bound_ms))
+    outcome = run_scenario("churn.py", args, mode_env(native, mode), timeout=90)
     print(outcome.stdout)
     outcome.check("churn")
     outcome.check_all_clean()
@@ -46,10 +48,17 @@ def test_100_cycles_under_python_callers_and_spinners(native, mode: str) -> None
     through ctypes and four that spin, all wanting the GIL.  Before, a cycle
     waited without a timeout for the drain lock the feeder kept re-taking,
     and made some fifty calls that released the GIL (status() read the hook
-    table row by row): a median of 193 ms and a worst of 800 ms on a loaded
-    box.  Now install() and uninstall() wait for no thread and release the
-    GIL only where the interpreter forces it (memhook._control)."""
-    churn(native, Path("python"), mode, 100, 4, 4, 0, 0, 250)
+    table row by row): a median of 154-193 ms and a worst of 800 ms on a
+    loaded box.  Now install() and uninstall() wait for no thread and make
+    no call that releases the GIL (memhook._control): a cycle is a
+    millisecond or two of work, and waits only where the interpreter makes
+    it give the GIL up (every 5 ms of holding it while others want it), for
+    its turn among the eight.  That wait is the interpreter's, not
+    memhook's: one took p50 16 ms, p99 220 ms on the loaded box
+    (bench/query_latency.py prints the cycles' worst beside it).  So the
+    bounds: the median cycle <= 100 ms (10x the quiet box's; the old median
+    failed it), every cycle <= 2.5 s (a wait that does not end)."""
+    churn(native, Path("python"), mode, 100, 4, 4, 0, 0, 2500, median_bound_ms=100)
 
 
 def test_worker_blocking_sigtrap_survives(native, churn_lib) -> None:
