@@ -3,11 +3,12 @@ a thread (issues 13 and 23): fixtures/churn.c (or Python threads) keeps callers 
 cuMemAlloc_v2/cuMemFree_v2 pairs and spinners burning the CPUs while
 scripts/churn.py cycles install(mode)/flush()/uninstall().
 
-The 250 ms and 50 ms bounds are the issue's.  Measured on the loaded 2-core
-box: 100 cycles with 4 callers + 4 spinners take a median of a few ms and a
-worst cycle of tens of ms (the figures are printed); the bounds leave the
-headroom of the box's scheduling noise, not of waiting on threads (the
-protocol never waits for a thread to leave a window)."""
+The 250 ms bound is issue 13's and 23's.  Measured on the 2-core box: 100
+cycles with 4 C callers + 4 C spinners take a median of 10-25 ms and a
+worst cycle of 50-60 ms at load average 3-5 (the figures are printed);
+the bound leaves the headroom of the box's scheduling noise, not of
+waiting on threads (the protocol never waits for a thread to leave a
+window, and the drain never makes install wait: issue 23)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def churn(native, lib: Path, mode: str, cycles: int, callers: int, spinners: int
             str(spinner_mask), str(bound_ms), str(first)]
     if median_bound_ms is not None:
         args.append(str(median_bound_ms))
-    outcome = run_scenario("churn.py", args, mode_env(native, mode), timeout=90)
+    # (the hang guard: a quiet box runs 100 cycles in a few seconds; the
+    # Python-threads case on a loaded one can take a minute)
+    outcome = run_scenario("churn.py", args, mode_env(native, mode), timeout=300)
     print(outcome.stdout)
     outcome.check("churn")
     outcome.check_all_clean()
@@ -70,9 +73,11 @@ def test_worker_blocking_sigtrap_survives(native, churn_lib) -> None:
 
 def test_spinner_blocking_realtime_signals(native, churn_lib) -> None:
     """A spinner that blocks every real-time signal: the probe falls back to
-    a signal it does not block; install stays within 50 ms and covers every
-    present function.  The process's first install also does its one-time
-    work (14-22 ms alone on the 2-core box, 3 ms for a later one; up to 61 ms
-    once beside the spinner in a CI run), so it gets the 250 ms bound of a
-    busy process (test_100_cycles_...); every later cycle gets 50 ms."""
-    churn(native, churn_lib, "bistro,reloc", 10, 0, 1, 0, 2, 50, first_bound_ms=250)
+    a signal it does not block; install covers every present function and
+    never waits for the spinner (which would take seconds).  The process's
+    first install also does its one-time work (14-22 ms alone on the 2-core
+    box, 3 ms for a later one; up to 61 ms once beside the spinner in a CI
+    run), so it gets the 250 ms bound of a busy process
+    (test_100_cycles_...); every later cycle gets 120 ms (issue 23: over 10x
+    the <= 11 ms later cycles measure on the quiet box; it was 50 ms)."""
+    churn(native, churn_lib, "bistro,reloc", 10, 0, 1, 0, 2, 120, first_bound_ms=250)
