@@ -21,29 +21,35 @@ unload marker reaches the cache only; a context reset (a FREE flagged
 
 Concurrency - no call waits for another Python thread to make progress:
 
-* The apply stage runs under the apply lock, one batch per hold: a
-  holder takes one batch out of the core and applies it, and the lock is
-  never held while Python code of anyone else runs.  The background
-  feeder (memhook._feeder) releases it between batches and does not take
-  it again while a thread waits for it (:data:`_waiters`), so a flush()
-  waits for at most the one batch under way, not for a convoy.
+* The apply stage runs under the apply lock.  The background feeder
+  (memhook._feeder) holds it for one batch at a time and does not take it
+  again while a thread waits for it (:data:`_waiters`), so a flush() waits
+  for at most the one batch under way, not for a convoy.
 * A query (:func:`query_drain`) never waits for the lock: it takes it if
-  it is free, applies at most :data:`QUERY_BATCHES` batches (a bounded
-  number of calls into the core, each of which releases the GIL), and
-  says whether the cache now holds every event published before the
-  query began.  When it does not (another thread is applying, or the
-  backlog is longer than a query's share), memhook.cache answers through
-  the driver instead, without remembering the answer - the applier may be
-  writing that very range (memhook.cache explains) - and only where the
-  driver cannot answer (none is loaded: events recorded by a native
-  recorder alone) does it wait for the drain.
+  it is free and applies at most :data:`QUERY_EVENTS` events (one call
+  into the core, made with the GIL held: memhook._control), and says
+  whether the cache now holds every event published before the query
+  began.  When it does not (another thread is applying; the backlog is
+  longer than a query's share; this thread is applying already, in a
+  signal handler), memhook.cache asks :func:`unapplied` what the cache
+  lacks: taking events out of the core and publishing what was taken
+  happen together under a second, short lock (:data:`_take_lock`: one C
+  call and a few stores), so a query can take the rest of the queue out
+  itself - into the backlog the applier applies next, in order - and see
+  every event the cache lacks: the applier's batch, the backlog.  Where
+  none of them touches the range, the cache as it stands is right (the
+  applier writes only the ranges of its events); where the last one is an
+  ALLOC that holds the range, that is the answer; otherwise the driver's,
+  not remembered (the applier may be writing that very range: see
+  memhook.cache._remember) - and only where there is no driver to ask
+  (events of a native recorder alone) does the query wait for the drain.
 * Re-entry: the apply lock and the delivery lock are RLocks only so that
   a thread can ask whether it holds them (``_is_owned``: set atomically
   with the acquisition, in C - there is no window between acquiring and
   knowing the owner).  They are never re-acquired: a signal handler, or a
   subscriber, running on the thread that holds one answers from the cache
   as it stands or through the driver and never waits on its own thread; a
-  flush() there returns 0.
+  flush() there returns 0.  The take lock is only ever tried by queries.
 * The delivery stage runs under the delivery lock; the rows wait in a
   hand-off queue, in order.  A query hands out waiting events only if the
   lock is free and for at most :data:`QUERY_DELIVERY_S`; flush() waits for
@@ -52,11 +58,11 @@ Concurrency - no call waits for another Python thread to make progress:
 * A KeyboardInterrupt (or any BaseException) escaping a subscriber leaves
   the rest of its events waiting, and the next delivery hands them out
   first; one escaping while the cache is written leaves the rows from the
-  last safe point (memhook._apply's progress mark) in a backlog that the
-  next drain applies first.  Nothing is lost or reordered.
-* fork(): both locks are taken around fork() (unless the forking thread
-  holds one), so a child never inherits a batch taken out of the queue
-  but not applied; the child gets fresh locks and the events still
+  last safe point (memhook._apply's progress mark) in the backlog, which
+  the next drain applies first.  Nothing is lost or reordered.
+* fork(): the three locks are taken around fork() (unless the forking
+  thread holds one), so a child never inherits a batch taken out of the
+  queue but not applied; the child gets fresh locks and the events still
   waiting for subscribers, which its own subscribers get.
 """
 
@@ -275,8 +281,6 @@ def query_drain() -> bool:
     # the flag as it takes the events out, so the flag alone let a query
     # answer HOST for a live allocation on its way to the cache.)
     if not _pending[0] and _quiet:
-        if _handoff:
-            _hand_out(QUERY_DELIVERY_S, 1)
         return True
     _, complete = _take(QUERY_EVENTS, False)
     if _handoff:

@@ -58,8 +58,11 @@ The module-level :func:`memory_type`, :func:`lookup` and :func:`memory_types`
 query one process-wide cache, because a process has one address space: every
 library in it allocates from, and asks about, the same pointers, so one cache
 fed by the hooks serves them all (and a second would only be a second,
-staler copy).  Before answering they drain the hooks' pending events, and
-they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
+staler copy).  Before answering they drain the hooks' pending events - or,
+when that would mean waiting for another thread (it is applying a batch),
+they answer from the cache where no event it lacks touches the range, and
+through the driver where one does (not remembering that answer: see
+_remember) - and they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
 regions and straddling ranges always, and - while the hook layer does not say
 it covers every allocation entry point of the loaded driver, which today it
 never does - pointers the cache does not know.  The driver is asked only if
