@@ -18,10 +18,14 @@ times (none of their own).
 Why that is safe: none of these functions waits for anything a Python
 thread holds.  They take the core's own locks, which only C code holds, and
 that code needs no GIL to finish; and the loader's lock (dlopen, dladdr,
-dl_iterate_phdr), which a Python thread holds only inside a dlopen, where
-CPython keeps the GIL anyway (an import, ctypes) - unless a library loaded
-by a GIL-free call ran Python from its constructor, which nothing in memhook
-does.  Nothing they call runs Python.
+dl_iterate_phdr), which a Python thread holds only inside a dlopen or
+dlclose, where CPython keeps the GIL anyway (an import, ctypes).  Nothing
+they call runs Python.  The one way left to deadlock: a library whose
+constructor or destructor runs Python, loaded or unloaded by a call that
+released the GIL (reloc's dlclose wrapper holds its lock across the real
+dlclose), while one of these waits for that lock - nothing in memhook does
+that, and such a library would deadlock against any extension that holds
+the GIL across a dlopen.
 """
 
 from __future__ import annotations

@@ -92,19 +92,22 @@ __all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_EVENTS", "QUERY_DELIV
 
 _log = logging.getLogger("memhook")
 
-BATCH = 8192
+BATCH = 4096
 """Events taken out of the core's queue per call (and per hold of the
-apply lock by the feeder): 512 KiB of rows; about 0.8 ms of work for an
-allocator's alloc/free churn (the C drain and the bulk apply), more where
-the batch holds that many distinct new allocations (each is a cache
-write)."""
+apply lock by the feeder): 256 KiB of rows; about 0.4 ms of work for an
+allocator's alloc/free churn (a tenth of it the C drain, made with the GIL
+held, the rest the bulk apply), more where the batch holds that many
+distinct new allocations (each is a cache write).  Short, because while
+the feeder holds the apply lock a query answers without the drain, and
+while it is in the C drain no Python thread runs."""
 
 QUERY_EVENTS = 8192
-"""Events a query applies itself at most, in one call into the core (a
-tenth of a millisecond of work): a longer backlog is the feeder's, and the
-query answers through the driver meanwhile.  A query's time then hardly
-depends on how fast other threads record (on a box whose CPUs are
-oversubscribed, every millisecond of work is many more of waiting)."""
+"""Events a query takes out of the core itself at most (two calls into the
+core, under a millisecond of work): a longer backlog is the feeder's, and
+the query answers without it meanwhile (memhook.cache: through the
+driver).  A query's time then hardly depends on how fast other threads
+record (on a box whose CPUs are oversubscribed, every millisecond of work
+is many more of waiting)."""
 
 _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
@@ -192,6 +195,11 @@ that thread).  The feeder and flush() deliver the rest."""
 
 DELIVERY_STEP = 64
 """Events the feeder hands out between two looks at the clock."""
+
+UNAPPLIED_CALLS = 4
+"""Calls into the core (of :data:`QUERY_EVENTS` each) a query that cannot
+drain makes at most to take out what the applier has not (a feeder that
+lost its CPU for tens of milliseconds leaves that many behind it)."""
 
 _names: tuple[str, ...] | None = None
 
@@ -436,18 +444,22 @@ def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
     another thread, or without applying them).
 
     It takes what is still in the core's queue out itself (at most
-    :data:`QUERY_EVENTS`, into the backlog the applier applies next, in
-    order), and looks at those rows, the backlog's and the applier's batch."""
+    :data:`UNAPPLIED_CALLS` times :data:`QUERY_EVENTS` events, into the
+    backlog the applier applies next, in order), and looks at those rows,
+    the backlog's and the applier's batch."""
     global _quiet
     if not _take_lock.acquire(False):
         return _apply.UNSURE  # (another thread is taking, or this one was interrupted doing so)
     try:
         _quiet = False  # before the C drain clears the pending flag
         _query_mark[0] = 0
-        n = _c_drain(_query_buffer, QUERY_EVENTS, _query_mark)
-        if n:
-            _backlog.append(_query_rows[:n].copy())
-        if n == QUERY_EVENTS:
+        for _ in range(UNAPPLIED_CALLS):
+            n = _c_drain(_query_buffer, QUERY_EVENTS, _query_mark)
+            if n:
+                _backlog.append(_query_rows[:n].copy())
+            if n < QUERY_EVENTS:
+                break
+        else:
             return _apply.UNSURE  # more than a query's share is pending
         views = _backlog[:]  # oldest first; the applier's batch is older still
         if _in_flight is not None:

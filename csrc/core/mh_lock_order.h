@@ -64,7 +64,7 @@
  * dl_load_write_lock: a child forked while another thread adds an object
  * to the link map can hang in its own dlopen, memhook or not - see
  * tests/hooks/scripts/fork_churn.py).  Python's os.register_at_fork
- * handlers (memhook/_drain.py takes its apply and delivery locks) run
+ * handlers (memhook/_drain.py takes its apply, take and delivery locks) run
  * before all of these, from os.fork().
  */
 #ifndef MEMHOOK_CORE_LOCK_ORDER_H
