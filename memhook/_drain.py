@@ -669,15 +669,19 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
+# What memhook.cache needs of this drain besides draining: set_hook_layer
+# finds it on the function, so that saving (drain, coverage) and setting
+# them again keeps it.
+query_drain.applier = _cache.Applier(  # type: ignore[attr-defined]
+    settle=settle, generation=generation, remember=remember, applying=applying,
+    unapplied=unapplied)
+
 
 def attach() -> None:
     """Plug the drain (and the coverage answer) into the cache's queries."""
     from ._coverage import coverage_complete
 
-    _cache.set_hook_layer(query_drain, coverage_complete,
-                          applier=_cache.Applier(settle=settle, generation=generation,
-                                                 remember=remember, applying=applying,
-                                                 unapplied=unapplied))
+    _cache.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
     if _pending[0] or lib.memhook_hooks_mode():
         from . import _feeder
 

@@ -973,14 +973,18 @@ def set_hook_layer(drain: Callable[[], object] | None,
     answer).  ``coverage_complete()`` returns True while the hooks cover
     every allocation entry point of the loaded driver; only then does a
     pointer the cache does not know count as HOST without asking the driver.
-    ``applier``: see :class:`Applier` (None: driver answers are remembered
-    at once, the cache's lock is waited for).  Pass None to detach any of
-    them.  ``import memhook`` attaches the hooks' own layer
+    ``applier``: see :class:`Applier` (None: the drain's own ``applier``
+    attribute if it has one - so a layer saved as ``(drain,
+    coverage_complete)`` and set again keeps it - else driver answers are
+    remembered at once and the cache's lock is waited for).  Pass None to
+    detach any of them.  ``import memhook`` attaches the hooks' own layer
     (:mod:`memhook._drain`); this is for tests and benchmarks that stand in
     for it, so it has no example here.
 
     Runtime complexity: O(1)."""
     global _drain, _coverage_complete, _applier
+    if applier is None:
+        applier = getattr(drain, "applier", None)
     _drain = drain
     _coverage_complete = coverage_complete
     _applier = applier

@@ -27,7 +27,7 @@ def memo_always(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def hook_layer() -> Iterator[None]:
     """Whatever hook layer the package attached stays attached after the test."""
-    saved = cache_module._drain, cache_module._coverage_complete, cache_module._applier
+    saved = cache_module._drain, cache_module._coverage_complete
     try:
         yield
     finally:
