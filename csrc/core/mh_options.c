@@ -26,6 +26,7 @@ __attribute__((constructor(101))) static void options_from_env(void)
     mh_opts.trace_poll_ms = text("MEMHOOK_TRACE_POLL_MS");
     mh_opts.trace_buffer_mb = text("MEMHOOK_TRACE_BUFFER_MB");
     mh_opts.trace_stacks = text("MEMHOOK_TRACE_STACKS");
+    mh_opts.trace_python = text("MEMHOOK_TRACE_PYTHON");
     const char *clock = getenv("MEMHOOK_CLOCK");
     mh_opts.clock_monotonic = clock != NULL && strcmp(clock, "monotonic") == 0;
     const char *far = getenv("MEMHOOK_BISTRO_FAR_JUMP");

@@ -23,6 +23,8 @@
 
 #include "mh_frames.h"
 #include "mh_objects.h"
+#include "mh_text.h"
+#include "pyframes.h"
 #include "queue.h"
 #include "trace_lane.h"
 
@@ -158,15 +160,20 @@ static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid, uint64_t first)
     return true;
 }
 
-/* --stacks: this ALLOC's native frames into a stack record of its own;
- * 1 + its index, or 0 when the records are used up (counted there). */
-static uint64_t record_stack(mh_trace_area *a)
+/* --stacks, --python: this ALLOC's native frames and Python frames into
+ * records of its own (one index for both); 1 + the index, or 0 when the
+ * records are used up (counted there). */
+static uint64_t record_frames(mh_trace_area *a)
 {
     uint64_t i = __atomic_fetch_add(&a->stacks_next, 1, __ATOMIC_RELAXED);
     if (i >= a->stacks_cap)
         return 0;
-    uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
-    rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth);
+    if (a->stack_depth != 0) {
+        uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
+        rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth, mh_text_contains);
+    }
+    if (a->py_depth != 0)
+        mh_pyframes_record(a, (uint64_t *)((char *)a + a->py_off + i * (a->py_depth + 1) * 8));
     return i + 1;
 }
 
@@ -184,8 +191,8 @@ void mh_trace_record(const memhook_event *e)
     }
     memhook_event *slot = &events_of(a, tl.seg)[tl.at];
     *slot = *e;
-    if (__builtin_expect(a->stack_depth != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
-        slot->seq = record_stack(a);
+    if (__builtin_expect((a->stack_depth | a->py_depth) != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
+        slot->seq = record_frames(a);
     tl.at++;
     __atomic_store_n(&pub_of(a)[tl.seg], tl.at, __ATOMIC_RELEASE);
 }
@@ -202,7 +209,21 @@ static void anchor_now(uint64_t *tsc, uint64_t *ns)
     mh_clock_anchor(tsc, ns);
 }
 
-int mh_trace_area_create(unsigned mb, unsigned stack_depth)
+/* Frame records an area holds: as many as the smaller of the stack and
+ * the Python budgets allows (each ALLOC takes one of each kind asked for). */
+static uint64_t frame_records(unsigned stack_depth, unsigned py_depth)
+{
+    uint64_t cap = UINT64_MAX;
+    if (stack_depth != 0)
+        cap = (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
+    if (py_depth != 0) {
+        uint64_t py = (uint64_t)MH_TRACE_PY_MB * 1024 * 1024 / ((py_depth + 1) * 8);
+        cap = py < cap ? py : cap;
+    }
+    return cap == UINT64_MAX ? 0 : cap;
+}
+
+int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth)
 {
     pthread_once(&g_key_once, make_key);
     uint64_t nseg = (uint64_t)mb * 1024 * 1024 / SEG_BYTES;
@@ -222,9 +243,13 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth)
     uint64_t modules_off = off;
     off = align_up(off + MH_TRACE_MODULES_BYTES, 4096);
     uint64_t stacks_off = off;
-    uint64_t stacks_cap = stack_depth == 0 ? 0
-                          : (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
-    off = align_up(off + stacks_cap * (stack_depth + 1) * 8, 4096);
+    uint64_t stacks_cap = frame_records(stack_depth, py_depth);
+    off = align_up(off + (stack_depth ? stacks_cap * (stack_depth + 1) * 8 : 0), 4096);
+    uint64_t py_off = off;
+    off = align_up(off + (py_depth ? stacks_cap * (py_depth + 1) * 8 : 0), 4096);
+    uint64_t codes_off = off;
+    uint64_t codes_cap = py_depth ? (uint64_t)MH_TRACE_CODES_MB * 1024 * 1024 : 0;
+    off = align_up(off + codes_cap, 4096);
     uint64_t events_off = off;
     uint64_t size = events_off + nseg * SEG_BYTES;
     int fd = memfd_create("memhook-trace", MFD_CLOEXEC);
@@ -259,6 +284,10 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth)
     a->stacks_off = stacks_off;
     a->stacks_cap = stacks_cap;
     a->stack_depth = stack_depth;
+    a->py_depth = py_depth;
+    a->py_off = py_off;
+    a->codes_off = codes_off;
+    a->codes_cap = codes_cap;
     a->pid = (int32_t)getpid();
     anchor_now(&a->tsc0, &a->ns0);
     a->tsc1 = a->tsc0;

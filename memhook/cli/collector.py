@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import gc
+import itertools
 import os
 import select
 import selectors
@@ -138,6 +139,13 @@ class Collector:
             pidfd, watched = None, _alive(hello.pid)
         proc = Process(conn_id=self._next_id, hello=hello)
         proc.modules.pid = hello.pid
+        if hello.forked:
+            # A fork child has its parent's mappings: its objects are named
+            # from the parent's records too (its own, written at once, add
+            # to them; a child gone before they are read still has names).
+            parent = next((i for i in reversed(self.images) if i.proc.pid == hello.ppid), None)
+            if parent is not None:
+                proc.modules.inherit(parent.proc.modules)
         self._next_id += 1
         image = _Image(proc, area, pidfd, watched)
         self.images.append(image)
@@ -163,16 +171,19 @@ class Collector:
         if len(ev) == 0:
             return 0
         # Rows leave here self-describing (a Reorder merges processes):
-        # the caller address becomes a Caller, and a 14th item holds the
-        # --stacks frames (Callers, innermost first) or None.
+        # the caller address becomes a Caller, a 14th item holds the
+        # --stacks frames (Callers, innermost first) or None, a 15th the
+        # --python frames (a PyStack) or None.
         resolve = image.proc.modules.resolve
         stacks = image.area.last_stacks
+        python = image.area.last_python or itertools.repeat(None)
         if stacks is None:
-            rows = [(*r[:12], resolve(r[12], r[3]), None) for r in ev.tolist()]
+            rows = [(*r[:12], resolve(r[12], r[3]), None, p)
+                    for r, p in zip(ev.tolist(), python)]
         else:
             rows = [(*r[:12], resolve(r[12], r[3]),
-                     tuple(resolve(a, r[3]) for a in s) if s else None)
-                    for r, s in zip(ev.tolist(), stacks)]
+                     tuple(resolve(a, r[3]) for a in s) if s else None, p)
+                    for r, s, p in zip(ev.tolist(), stacks, python)]
         changes = self.ledger.add(image.proc, rows)
         for w in self.writers:
             w.events(image.proc, rows, changes)
@@ -197,8 +208,12 @@ class Collector:
                 f"raise MEMHOOK_TRACE_BUFFER_MB (4-4096)")
         if area.stacks_lost:
             self.errors.append(
-                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks frames: "
-                f"the area's stack records (64 MiB) were used up")
+                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks/--python "
+                f"frames: the area's frame records (64 MiB) were used up")
+        if area.codes_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.codes_lost} Python code objects found no room for "
+                f"their names (64 MiB); their frames are named '?'")
         if area.modules_lost:
             self.errors.append(
                 f"pid {proc.pid}: {area.modules_lost} module records found no room (1 MiB); "
