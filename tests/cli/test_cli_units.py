@@ -63,7 +63,8 @@ def test_error_tables_match_the_headers() -> None:
 
 
 def _row(kind, fn, address, size, *, mem_type=1, device=0, result=0, pid=1, ts=0):
-    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None)  # caller, stack: none
+    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None,
+            None)  # caller, stack, python: none
 
 
 @pytest.fixture()
