@@ -7,6 +7,7 @@ Imported as ``from pyframes_testing import ...`` (a unique module name).
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -66,31 +67,39 @@ def marker_line(path: Path, marker: str) -> int:
 
 
 def interpreters() -> list[str]:
-    """CPython executables of this machine, one per minor version (this
-    one's first): pyenv's, the distribution's, and MEMHOOK_TEST_PYTHONS
-    (os.pathsep-separated paths)."""
+    """CPython 3.9-3.13 executables of this machine, one per minor version
+    and kind of build (libpython shared, or linked into the executable),
+    this one's first: MEMHOOK_TEST_PYTHONS (os.pathsep-separated paths),
+    pyenv's, the distribution's."""
     found = [sys.executable]
     candidates = [p for p in os.environ.get("MEMHOOK_TEST_PYTHONS", "").split(os.pathsep) if p]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3")))
     candidates += sorted(glob.glob("/usr/bin/python3.[0-9]*"))
     candidates += [shutil.which(f"python3.{m}") or "" for m in range(9, 14)]
-    seen = {_minor(sys.executable)}
+    seen = {_build(sys.executable)}
     for path in candidates:
         if not path or not os.access(path, os.X_OK) or path.endswith("-config"):
             continue
-        minor = _minor(path)
-        if minor is None or minor in seen:
+        build = _build(path)
+        if build is None or build in seen:
             continue
-        seen.add(minor)
+        seen.add(build)
         found.append(path)
     return found
 
 
-def _minor(python: str) -> int | None:
+_BUILD = ("import sys; print(sys.version_info[1], "
+          "any('/libpython3' in line for line in open('/proc/self/maps')))")
+
+
+@functools.lru_cache(maxsize=None)
+def _build(python: str) -> tuple[int, bool] | None:
+    """(minor, libpython shared) of a CPython 3.9-3.13, else None."""
     try:
-        out = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=60, check=False).stdout
+        out = subprocess.run([python, "-c", _BUILD], capture_output=True, text=True,
+                             timeout=60, check=False).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    match = re.match(r"\(3, (\d+)\)", out.strip())
-    return int(match.group(1)) if match and 9 <= int(match.group(1)) <= 13 else None
+    if len(out) != 2 or not out[0].isdigit() or not 9 <= int(out[0]) <= 13:
+        return None
+    return int(out[0]), out[1] == "True"
