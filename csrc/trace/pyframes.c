@@ -53,6 +53,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "mh_objects.h"
 #include "pyframes.h"
@@ -60,6 +61,11 @@
 /* Frames looked at per walk, skipped ones included: a bound for a chain
  * that were to loop. */
 #define STEPS_MAX 1024
+/* Code objects a walk remembers having looked up: a stack repeats a few
+ * (PyTorch's Module.__call__ and _call_impl at every level of nesting).
+ * Within one walk a repeat needs no second check: every code object on the
+ * chain is held by its frame, and nothing runs while the walk does. */
+#define SEEN_MAX 8
 
 void mh_pyframes_watch(void)
 {
@@ -104,29 +110,27 @@ static uint64_t head(unsigned n, uint32_t state, bool more)
     return n | (uint64_t)state << 16 | (more ? MH_TRACE_PY_MORE : 0);
 }
 
-void mh_pyframes_record(mh_trace_area *a, uint64_t *rec)
+/* Frames into rec[1..depth]; returns rec[0], the head. */
+static uint64_t walk(mh_trace_area *a, uint64_t *rec, unsigned depth)
 {
     const mh_py_runtime *rt = atomic_load_explicit(&mh_py_rt, memory_order_acquire);
     if (rt == NULL) {
         uint32_t v = atomic_load_explicit(&mh_py_found_version, memory_order_relaxed);
         if (a->py_version != v)
             a->py_version = v;
-        rec[0] = head(0, atomic_load_explicit(&mh_py_missing, memory_order_relaxed), false);
-        return;
+        return head(0, atomic_load_explicit(&mh_py_missing, memory_order_relaxed), false);
     }
     if (__builtin_expect(a->py_version != rt->version_hex, 0))
         a->py_version = rt->version_hex;  /* found after the area was made */
-    if (!rt->initialized() || rt->finalizing()) {
-        rec[0] = head(0, MH_TRACE_PY_NO_PYTHON, false);
-        return;
-    }
+    if (!rt->initialized() || rt->finalizing())
+        return head(0, MH_TRACE_PY_NO_PYTHON, false);
     uintptr_t ts = thread_state(rt);
-    if (ts == 0) {
-        rec[0] = head(0, MH_TRACE_PY_NO_THREAD, false);
-        return;
-    }
+    if (ts == 0)
+        return head(0, MH_TRACE_PY_NO_THREAD, false);
     const mh_py_layout *L = rt->L;
-    unsigned depth = a->py_depth, n = 0;
+    unsigned n = 0, seen_n = 0;
+    uintptr_t seen_code[SEEN_MAX];
+    uint32_t seen_ref[SEEN_MAX];
     uint32_t state = MH_TRACE_PY_FRAMES;
     bool more = false;
     uintptr_t f = innermost_frame(L, ts);
@@ -160,7 +164,36 @@ void mh_pyframes_record(mh_trace_area *a, uint64_t *rec)
         }
         if (lasti < -1 || lasti > INT32_MAX)
             lasti = -1;
-        rec[1 + n++] = (uint64_t)mh_pycode_ref(a, rt, code) << 32 | (uint32_t)(int32_t)lasti;
+        uint32_t ref = 0;
+        unsigned k = 0;
+        while (k < seen_n && seen_code[k] != code)
+            k++;
+        if (k < seen_n) {
+            ref = seen_ref[k];
+        } else {
+            ref = mh_pycode_ref(a, rt, code);
+            k = seen_n < SEEN_MAX ? seen_n++ : n % SEEN_MAX;
+            seen_code[k] = code;
+            seen_ref[k] = ref;
+        }
+        rec[1 + n++] = (uint64_t)ref << 32 | (uint32_t)(int32_t)lasti;
     }
-    rec[0] = head(n, state, more);
+    return head(n, state, more);
+}
+
+uint64_t mh_pyframes_record(mh_trace_area *a)
+{
+    /* Walked into the stack first: the record then takes only the words
+     * its frames need (new pages of the area cost a fault each). */
+    uint64_t rec[1 + MH_TRACE_PY_DEPTH_MAX];
+    unsigned depth = a->py_depth < MH_TRACE_PY_DEPTH_MAX ? a->py_depth : MH_TRACE_PY_DEPTH_MAX;
+    rec[0] = walk(a, rec, depth);
+    uint64_t bytes = ((rec[0] & 0xffff) + 1) * 8;
+    uint64_t off = __atomic_fetch_add(&a->py_used, bytes, __ATOMIC_RELAXED);
+    if (off + bytes > a->py_cap) {
+        __atomic_fetch_add(&a->py_lost, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    memcpy((char *)a + a->py_off + off, rec, bytes);
+    return off / 8 + 1;
 }

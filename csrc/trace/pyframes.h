@@ -25,9 +25,10 @@ MH_HIDDEN void mh_pyframes_watch(void);
  * hook writes into it. */
 MH_HIDDEN void mh_pyframes_area_ready(mh_trace_area *a);
 
-/* The hook's part: the calling thread's frames into `rec` (the ALLOC's
- * Python record, a->py_depth + 1 words). */
-MH_HIDDEN void mh_pyframes_record(mh_trace_area *a, uint64_t *rec);
+/* The hook's part: the calling thread's frames into a Python record of
+ * the ALLOC's own; 1 + its word offset, or 0 when the records are used
+ * up (counted in py_lost). */
+MH_HIDDEN uint64_t mh_pyframes_record(mh_trace_area *a);
 
 /* pycode.c, for the walk: the code record of the (checked) code object
  * `code` - found in the cache, or written now - as 1 + its offset / 8;

@@ -362,7 +362,8 @@ __attribute__((constructor)) static void trace_init(void)
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
     t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", mh_opts.trace_poll_ms, 10, 1, 1000);
     t.stack_depth = env_number("MEMHOOK_TRACE_STACKS", mh_opts.trace_stacks, 0, 0, 128);
-    t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0, 128);
+    t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0,
+                            MH_TRACE_PY_DEPTH_MAX);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left

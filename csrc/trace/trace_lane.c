@@ -160,21 +160,25 @@ static bool claim(mh_trace_area *a, uint32_t gen, int32_t tid, uint64_t first)
     return true;
 }
 
-/* --stacks, --python: this ALLOC's native frames and Python frames into
- * records of its own (one index for both); 1 + the index, or 0 when the
- * records are used up (counted there). */
-static uint64_t record_frames(mh_trace_area *a)
+/* --stacks: this ALLOC's native frames into a stack record of its own;
+ * 1 + its index, or 0 when the records are used up (counted there). */
+static uint64_t record_stack(mh_trace_area *a)
 {
     uint64_t i = __atomic_fetch_add(&a->stacks_next, 1, __ATOMIC_RELAXED);
     if (i >= a->stacks_cap)
         return 0;
-    if (a->stack_depth != 0) {
-        uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
-        rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth, mh_text_contains);
-    }
-    if (a->py_depth != 0)
-        mh_pyframes_record(a, (uint64_t *)((char *)a + a->py_off + i * (a->py_depth + 1) * 8));
+    uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
+    rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth, mh_text_contains);
     return i + 1;
+}
+
+/* --stacks, --python: what the ALLOC's seq in the area says (trace_proto.h). */
+static uint64_t record_frames(mh_trace_area *a)
+{
+    uint64_t seq = a->stack_depth != 0 ? record_stack(a) : 0;
+    if (a->py_depth != 0)
+        seq |= mh_pyframes_record(a) << 32;
+    return seq;
 }
 
 void mh_trace_record(const memhook_event *e)
@@ -209,20 +213,6 @@ static void anchor_now(uint64_t *tsc, uint64_t *ns)
     mh_clock_anchor(tsc, ns);
 }
 
-/* Frame records an area holds: as many as the smaller of the stack and
- * the Python budgets allows (each ALLOC takes one of each kind asked for). */
-static uint64_t frame_records(unsigned stack_depth, unsigned py_depth)
-{
-    uint64_t cap = UINT64_MAX;
-    if (stack_depth != 0)
-        cap = (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
-    if (py_depth != 0) {
-        uint64_t py = (uint64_t)MH_TRACE_PY_MB * 1024 * 1024 / ((py_depth + 1) * 8);
-        cap = py < cap ? py : cap;
-    }
-    return cap == UINT64_MAX ? 0 : cap;
-}
-
 int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth)
 {
     pthread_once(&g_key_once, make_key);
@@ -243,10 +233,12 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth)
     uint64_t modules_off = off;
     off = align_up(off + MH_TRACE_MODULES_BYTES, 4096);
     uint64_t stacks_off = off;
-    uint64_t stacks_cap = frame_records(stack_depth, py_depth);
-    off = align_up(off + (stack_depth ? stacks_cap * (stack_depth + 1) * 8 : 0), 4096);
+    uint64_t stacks_cap = stack_depth == 0 ? 0
+                          : (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
+    off = align_up(off + stacks_cap * (stack_depth + 1) * 8, 4096);
     uint64_t py_off = off;
-    off = align_up(off + (py_depth ? stacks_cap * (py_depth + 1) * 8 : 0), 4096);
+    uint64_t py_cap = py_depth ? (uint64_t)MH_TRACE_PY_MB * 1024 * 1024 : 0;
+    off = align_up(off + py_cap, 4096);
     uint64_t codes_off = off;
     uint64_t codes_cap = py_depth ? (uint64_t)MH_TRACE_CODES_MB * 1024 * 1024 : 0;
     off = align_up(off + codes_cap, 4096);
@@ -286,6 +278,7 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth)
     a->stack_depth = stack_depth;
     a->py_depth = py_depth;
     a->py_off = py_off;
+    a->py_cap = py_cap;
     a->codes_off = codes_off;
     a->codes_cap = codes_cap;
     a->pid = (int32_t)getpid();

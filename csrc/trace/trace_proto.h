@@ -129,18 +129,22 @@ typedef struct mh_trace_area {
     uint64_t modules_cap;    /* bytes */
     uint64_t modules_used;   /* bytes of complete records (release) */
     uint64_t modules_lost;   /* records that found no room */
-    /* an ALLOC's frame records (--stacks, --python): one index per ALLOC,
-     * claimed by fetch_add from any thread, for a stack record and a Python
-     * record alike; an ALLOC event's seq in the area is 1 + that index (0:
+    /* an ALLOC's frame records, claimed by fetch_add from any thread; an
+     * ALLOC event's seq in the area names them: bits 0-31 1 + its stack
+     * record's index, bits 32-63 1 + its Python record's word offset (0:
      * none) */
-    uint64_t stacks_off;     /* stack records: stack_depth + 1 words each */
-    uint64_t stacks_cap;     /* indexes (records of each kind) */
-    uint64_t stacks_next;    /* indexes claimed (may pass stacks_cap: lost) */
+    uint64_t stacks_off;     /* stack records (--stacks): stack_depth + 1 words each */
+    uint64_t stacks_cap;     /* records */
+    uint64_t stacks_next;    /* records claimed (may pass stacks_cap: lost) */
     uint32_t stack_depth;    /* 0: no stacks */
     uint32_t py_depth;       /* Python frames per ALLOC (--python); 0: none.
                                 Beside stack_depth: the hook reads both at once */
     /* --python (csrc/trace/pyframes.c) */
-    uint64_t py_off;         /* Python records: py_depth + 1 words each */
+    uint64_t py_off;         /* Python records, one after another: only the
+                                frames there are take room (page faults cost) */
+    uint64_t py_cap;         /* bytes */
+    uint64_t py_used;        /* bytes claimed (fetch_add; may pass py_cap) */
+    uint64_t py_lost;        /* Python records that found no room */
     uint64_t codes_off;      /* code records (mh_trace_pycode) */
     uint64_t codes_cap;      /* bytes */
     uint64_t codes_used;     /* bytes claimed (fetch_add; past codes_cap: lost) */
@@ -167,8 +171,8 @@ typedef struct mh_trace_module {
 #define MH_TRACE_MODULES_BYTES (1u << 20)
 #define MH_TRACE_STACKS_MB 64
 
-/* A Python record: a head word, then up to py_depth frames, innermost
- * first, each (code << 32 | (uint32_t)lasti):
+/* A Python record: a head word, then its frames (at most py_depth),
+ * innermost first, each (code << 32 | (uint32_t)lasti):
  *   code   1 + a code record's offset in the code section / 8; 0: the
  *          frame's code could not be recorded (the section was full, or
  *          it failed a check: its name is unknown, never another's);
@@ -176,6 +180,7 @@ typedef struct mh_trace_module {
  *          (3.9: a byte offset; 3.10+: code units; -1: not started).
  * head: frames (bits 0-15) | MH_TRACE_PY_* (bits 16-23) | MH_TRACE_PY_MORE. */
 #define MH_TRACE_PY_MB 64
+#define MH_TRACE_PY_DEPTH_MAX 128  /* MEMHOOK_TRACE_PYTHON's bound */
 #define MH_TRACE_PY_FRAMES 0u       /* frames of a Python thread (maybe none) */
 #define MH_TRACE_PY_NO_THREAD 1u    /* the thread has no Python thread state */
 #define MH_TRACE_PY_NO_PYTHON 2u    /* no (initialized) interpreter in the process */
@@ -198,6 +203,8 @@ typedef struct mh_trace_pycode {
     uint64_t filename_obj;   /* the three objects' addresses (the cache's */
     uint64_t qualname_obj;   /*   first check, csrc/trace/pycode.c) */
     uint64_t linetable_obj;
+    int64_t filename_hash;   /* the two strings' own cached hashes when */
+    int64_t qualname_hash;   /*   recorded (-1: not computed yet) */
     uint32_t filename_len;   /* characters */
     uint32_t qualname_len;
     uint32_t linetable_len;  /* bytes */
@@ -205,7 +212,7 @@ typedef struct mh_trace_pycode {
     uint8_t qualname_kind;
     uint8_t flags;           /* MH_TRACE_PYCODE_* */
     uint8_t py_minor;        /* 9..13: how to read the line table */
-} mh_trace_pycode;           /* 56 bytes */
+} mh_trace_pycode;           /* 72 bytes */
 #define MH_TRACE_PYCODE_NO_LINES 0x1u /* the line table was not copied (too long) */
 
 #endif

@@ -33,12 +33,13 @@ RAW_TSC = 0x80000000
 AREA_HEADER = struct.Struct("<IIIIQQQQQQQiIQQQQQQ")
 """mh_trace_area's fields up to first_off (128 bytes); the counters follow."""
 _FRESH, _LOST, _DONE_TOTAL, _EXITED, _ANCHOR = 128, 152, 192, 76, 96
-RECORDS = struct.Struct("<QQQQQQQIIQQQQQII")
+RECORDS = struct.Struct("<QQQQQQQIIQQQQQQQQII")
 """modules_off, modules_cap, modules_used, modules_lost, stacks_off,
-stacks_cap, stacks_next, stack_depth, py_depth, py_off, codes_off,
-codes_cap, codes_used, codes_lost, py_version, reserved2 (at offset 256)."""
+stacks_cap, stacks_next, stack_depth, py_depth, py_off, py_cap, py_used,
+py_lost, codes_off, codes_cap, codes_used, codes_lost, py_version,
+reserved2 (at offset 256)."""
 _RECORDS_AT, _MODULES_USED, _MODULES_LOST, _STACKS_NEXT = 256, 272, 280, 304
-_CODES_LOST, _PY_VERSION = 352, 360
+_PY_LOST, _CODES_LOST, _PY_VERSION = 344, 376, 384
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 
 
@@ -89,16 +90,16 @@ class TraceArea:
         self.seq = 0
         self.taken = 0
         (self.modules_off, self.modules_cap, _, _, self.stacks_off, self.stacks_cap, _,
-         self.stack_depth, self.py_depth, py_off, codes_off, codes_cap, _, _, _,
+         self.stack_depth, self.py_depth, py_off, py_cap, _, _, codes_off, codes_cap, _, _, _,
          _) = RECORDS.unpack_from(self.mm, _RECORDS_AT)
         records_end = max(self.stacks_off + self.stacks_cap * (self.stack_depth + 1) * 8,
-                          py_off + self.stacks_cap * (self.py_depth + 1) * 8 if self.py_depth
-                          else 0, codes_off + codes_cap if self.py_depth else 0)
+                          py_off + py_cap if self.py_depth else 0,
+                          codes_off + codes_cap if self.py_depth else 0)
         if records_end > size:
             self.mm.close()
             raise ProtocolError(f"trace area of {size} bytes does not hold its frame records")
-        self.python = (PyRecords(self.mm, py_off, self.py_depth, codes_off, codes_cap,
-                                 self.stacks_cap, _PY_VERSION) if self.py_depth else None)
+        self.python = (PyRecords(self.mm, py_off, py_cap, self.py_depth, codes_off, codes_cap,
+                                 _PY_VERSION) if self.py_depth else None)
         """--python: the area's Python and code records, named."""
         self.modules_read = 0
         self.last_stacks: list[tuple[int, ...] | None] | None = None
@@ -129,6 +130,10 @@ class TraceArea:
     @property
     def codes_lost(self) -> int:
         return self._word(_CODES_LOST)
+
+    @property
+    def python_lost(self) -> int:
+        return self._word(_PY_LOST)
 
     def _stacks(self, ids: np.ndarray) -> list[tuple[int, ...] | None]:
         out: list[tuple[int, ...] | None] = []
@@ -274,9 +279,12 @@ class TraceArea:
         if len(parts) > 1:
             ev = ev[np.argsort(ev["timestamp_ns"], kind="stable")]
         self._to_ns(ev)
-        # The process wrote 1 + an ALLOC's stack record's index into seq.
-        self.last_stacks = self._stacks(ev["seq"]) if self.stack_depth else None
-        self.last_python = self.python.stacks(ev["seq"]) if self.python is not None else None
+        # The process wrote into an ALLOC's seq 1 + its stack record's index
+        # (bits 0-31) and 1 + its Python record's word offset (bits 32-63).
+        self.last_stacks = (self._stacks(ev["seq"] & np.uint64(0xFFFFFFFF)) if self.stack_depth
+                            else None)
+        self.last_python = (self.python.stacks(ev["seq"] >> np.uint64(32))
+                            if self.python is not None else None)
         ev["seq"] = np.arange(self.seq, self.seq + len(ev), dtype=np.uint64)
         self.seq += len(ev)
         self.taken += len(ev)

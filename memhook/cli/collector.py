@@ -208,8 +208,12 @@ class Collector:
                 f"raise MEMHOOK_TRACE_BUFFER_MB (4-4096)")
         if area.stacks_lost:
             self.errors.append(
-                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks/--python "
-                f"frames: the area's frame records (64 MiB) were used up")
+                f"pid {proc.pid}: {area.stacks_lost} allocations have no --stacks frames: "
+                f"the area's stack records (64 MiB) were used up")
+        if area.python_lost:
+            self.errors.append(
+                f"pid {proc.pid}: {area.python_lost} allocations have no --python frames: "
+                f"the area's Python records (64 MiB) were used up")
         if area.codes_lost:
             self.errors.append(
                 f"pid {proc.pid}: {area.codes_lost} Python code objects found no room for "

@@ -29,11 +29,11 @@ import numpy as np
 __all__ = ["CODE", "NO_PYTHON", "NO_THREAD", "PyFrame", "PyRecords", "PyStack", "SiteLedger",
            "line_for", "why_text"]
 
-CODE = struct.Struct("<IIQQQQIIIBBBB")
+CODE = struct.Struct("<IIQQQQqqIIIBBBB")
 """``mh_trace_pycode``: len, firstlineno, code, filename_obj, qualname_obj,
-linetable_obj, filename_len, qualname_len, linetable_len, filename_kind,
-qualname_kind, flags, py_minor (56 bytes; then the three texts, each
-padded to 8)."""
+linetable_obj, filename_hash, qualname_hash, filename_len, qualname_len,
+linetable_len, filename_kind, qualname_kind, flags, py_minor (72 bytes;
+then the three texts, each padded to 8)."""
 _NO_LINES = 0x1
 
 # Python record head: frames | state << 16 | MORE (trace_proto.h MH_TRACE_PY_*).
@@ -229,12 +229,11 @@ class PyRecords:
     out of bounds or malformed (the process may be hostile or broken)
     names ``?``, never raises."""
 
-    def __init__(self, mm: Any, py_off: int, py_depth: int, codes_off: int, codes_cap: int,
-                 records: int, version_at: int) -> None:
+    def __init__(self, mm: Any, py_off: int, py_cap: int, py_depth: int, codes_off: int,
+                 codes_cap: int, version_at: int) -> None:
         self.mm = mm
-        self.py_off, self.depth = py_off, py_depth
+        self.py_off, self.py_words, self.depth = py_off, py_cap // 8, py_depth
         self.codes_off, self.codes_cap = codes_off, codes_cap
-        self.records = records
         self._version_at = version_at
         self._codes: dict[int, _Code] = {}
         self._frames: dict[int, PyFrame] = {}
@@ -254,7 +253,7 @@ class PyRecords:
         if ref and off + CODE.size <= self.codes_cap:
             at = self.codes_off + off
             try:
-                (length, first, _, _, _, _, flen, qlen, llen, fkind, qkind, flags,
+                (length, first, _, _, _, _, _, _, flen, qlen, llen, fkind, qkind, flags,
                  minor) = CODE.unpack_from(self.mm, at)
                 if length and off + length <= self.codes_cap:
                     end = at + length
@@ -286,18 +285,19 @@ class PyRecords:
             self._frames[word] = frame
         return frame
 
-    def stacks(self, ids: np.ndarray) -> list[PyStack | None]:
-        """Each event's frames, by the index it carries (1 + record; 0: none)."""
+    def stacks(self, refs: np.ndarray) -> list[PyStack | None]:
+        """Each event's frames, by the reference it carries (1 + its
+        record's word offset; 0: none)."""
         out: list[PyStack | None] = []
-        width = self.depth + 1
-        view = np.frombuffer(self.mm, np.uint64, self.records * width, self.py_off)
-        for rid in ids.tolist():
-            if rid == 0 or rid > self.records:
+        words = self.py_words
+        view = np.frombuffer(self.mm, np.uint64, words, self.py_off)
+        for ref in refs.tolist():
+            if ref == 0 or ref > words:
                 out.append(None)
                 continue
-            head = int(view[(rid - 1) * width])
-            n = min(head & 0xFFFF, self.depth)
-            key = tuple(view[(rid - 1) * width:(rid - 1) * width + 1 + n].tolist())
+            head = int(view[ref - 1])
+            n = min(head & 0xFFFF, self.depth, words - ref)
+            key = tuple(view[ref - 1:ref + n].tolist())
             stack = self._stacks.get(key)
             if stack is None:
                 state = (head >> 16) & 0xFF

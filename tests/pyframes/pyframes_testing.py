@@ -17,7 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["HERE", "SCRIPTS", "Traced", "interpreters", "marker_line", "trace"]
+__all__ = ["HERE", "SCRIPTS", "Traced", "interpreters", "marker_line", "trace",
+           "unsupported_interpreter"]
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
@@ -103,3 +104,12 @@ def _build(python: str) -> tuple[int, bool] | None:
     if len(out) != 2 or not out[0].isdigit() or not 9 <= int(out[0]) <= 13:
         return None
     return int(out[0]), out[1] == "True"
+
+
+def unsupported_interpreter() -> str | None:
+    """A CPython this machine has that --python does not read (3.7, 3.8:
+    pyenv's), or None."""
+    for path in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[78].*/bin/python3"))):
+        if os.access(path, os.X_OK):
+            return path
+    return None

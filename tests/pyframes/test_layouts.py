@@ -15,7 +15,8 @@ from memhook_testing import CSRC, HAVE_CC
 from pyframes_testing import HERE, interpreters
 
 # What pycode.c and pyframes_abi.h read at fixed offsets, in every version.
-FIXED = {"ob_type": 8, "str_length": 16, "str_state": 32, "bytes_size": 16, "bytes_data": 32,
+FIXED = {"ob_type": 8, "str_length": 16, "str_hash": 24, "str_state": 32, "bytes_size": 16,
+         "bytes_data": 32,
          "state_kind": 7 << 2, "state_compact": 1 << 5, "state_ascii": 1 << 6,
          "state_ready": 1 << 7, "codeunit_size": 2, "fr_instr_size": 4}
 NO_OWNER = 0xFF

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pyframes_testing import SCRIPTS, interpreters, marker_line, trace
+from pyframes_testing import SCRIPTS, interpreters, marker_line, trace, unsupported_interpreter
 
 MODES = ["bistro", "reloc", "bistro,reloc"]
 PROGRAM = SCRIPTS / "pyframes_program.py"
@@ -117,6 +117,19 @@ def test_other_cpython_versions(c_thread_lib, tmp_path, python) -> None:
         pytest.skip("no other CPython 3.9-3.13 here (set MEMHOOK_TEST_PYTHONS)")
     traced = trace(tmp_path, "sites", str(c_thread_lib), python=python)
     _check_sites(traced, cudapy=traced.ready["cudapy"])
+
+
+@pytest.mark.skipif(unsupported_interpreter() is None, reason="no CPython 3.7/3.8 here")
+def test_an_interpreter_it_cannot_read_gets_a_note(c_thread_lib, tmp_path) -> None:
+    python = unsupported_interpreter()
+    assert python is not None
+    traced = trace(tmp_path, "sites", str(c_thread_lib), python=python)
+    minor = int(python.split("/versions/3.")[1].split(".")[0])
+    assert len(traced.allocs) == 4, traced.allocs  # (no cuda-python there)
+    for e in traced.allocs:
+        assert e["python"] == [], e
+        assert e["python_note"] == (f"Python 3.{minor}: an interpreter memhook cannot read "
+                                    "(it reads CPython 3.9-3.13)"), e
 
 
 def test_a_deleted_exec_function_is_never_named_after_another(tmp_path) -> None:

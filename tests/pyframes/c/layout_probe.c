@@ -61,6 +61,7 @@ int main(void)
     P("str_ascii_data", sizeof(PyASCIIObject));
     P("str_compact_data", sizeof(PyCompactUnicodeObject));
     P("str_length", offsetof(PyASCIIObject, length));
+    P("str_hash", offsetof(PyASCIIObject, hash));
     P("str_state", offsetof(PyASCIIObject, state));
     P("bytes_size", offsetof(PyVarObject, ob_size));
     P("bytes_data", offsetof(PyBytesObject, ob_sval));
