@@ -213,9 +213,12 @@ _ENCODINGS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
 
 
 def _text(data: Any, at: int, length: int, kind: int) -> tuple[str, int]:
-    nbytes = length * kind
-    if kind not in _ENCODINGS:
+    """A string of a code record (kind 0: the process could not read it)."""
+    if kind == 0 and length == 0:
         return "?", at
+    if kind not in _ENCODINGS:
+        raise ValueError(f"a string of {kind} bytes a character")
+    nbytes = length * kind
     raw = bytes(data[at:at + nbytes])
     if len(raw) != nbytes:
         raise ValueError("text past the record")

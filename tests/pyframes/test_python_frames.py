@@ -148,6 +148,22 @@ def test_a_deleted_exec_function_is_never_named_after_another(tmp_path) -> None:
         assert e["python"][2]["function"] == "exec_case"
 
 
+def test_threads_defining_and_dropping_functions_at_once_are_named_right(tmp_path) -> None:
+    """Four threads at once, each exec-defining, calling (allocating: the
+    GIL released, so the hooks run in parallel) and dropping functions:
+    the code cache and records, written by several threads, name each
+    ALLOC after its own function and line."""
+    threads, n = 4, 60
+    traced = trace(tmp_path, "churn", str(threads), str(n))
+    assert len(traced.allocs) == threads * n
+    for t in range(threads):
+        for k in range(n):
+            e = _one(traced, 0x1000000 + (t * 1000 + k) * 4096)
+            assert e["python"][1] == {"file": EXEC_FILE, "line": 2 + k % 3,
+                                      "function": f"churn_{t}_{k}"}, (t, k, e["python"])
+            assert e["python"][2]["function"] == "_churn"
+
+
 def test_fork_and_pool_children_name_their_callers(tmp_path) -> None:
     traced = trace(tmp_path, "fork")
     kids = {traced.ready["fork"], *traced.ready["pool"]}

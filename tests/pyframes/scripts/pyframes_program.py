@@ -9,6 +9,8 @@ with what the test cannot know otherwise (ids of code objects, pids).
                        thread, a C thread with no Python (the library)
   exec N               N functions defined with exec, called and deleted
   fork                 an os.fork child and Pool(fork) workers allocate
+  churn T N            T threads at once, each defining N functions with
+                       exec, calling (allocating) and deleting each
   loop N DEPTH         N allocations DEPTH Python frames deep (bench/)
 """
 
@@ -69,6 +71,32 @@ def exec_case(n: int) -> None:
     print("ready: " + json.dumps({"code_ids": ids}), flush=True)
 
 
+def churn_size(thread: int, k: int) -> int:
+    return 0x1000000 + (thread * 1000 + k) * 4096
+
+
+def _churn(thread: int, n: int, start: threading.Barrier) -> None:
+    ensure_context()
+    start.wait()
+    for k in range(n):
+        name = f"churn_{thread}_{k}"
+        space = {"alloc_ctypes": alloc_ctypes}
+        src = f"def {name}():\n" + "\n" * (k % 3) + f"    return alloc_ctypes({churn_size(thread, k)})\n"
+        exec(compile(src, EXEC_FILE, "exec"), space)
+        free_ctypes(space.pop(name)())
+        del space
+
+
+def churn_case(threads: int, n: int) -> None:
+    start = threading.Barrier(threads)
+    workers = [threading.Thread(target=_churn, args=(t, n, start)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    print("ready: {}", flush=True)
+
+
 def _pool_task(i: int) -> int:
     alloc_ctypes(SIZES["pool"])  # CALL: pool
     return os.getpid()
@@ -115,6 +143,8 @@ if __name__ == "__main__":
         exec_case(int(sys.argv[2]))
     elif case == "fork":
         fork_case()
+    elif case == "churn":
+        churn_case(int(sys.argv[2]), int(sys.argv[3]))
     elif case == "loop":
         loop(int(sys.argv[2]), int(sys.argv[3]))
     else:
