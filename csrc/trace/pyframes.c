@@ -116,12 +116,12 @@ static uint64_t walk(mh_trace_area *a, uint64_t *rec, unsigned depth)
     const mh_py_runtime *rt = atomic_load_explicit(&mh_py_rt, memory_order_acquire);
     if (rt == NULL) {
         uint32_t v = atomic_load_explicit(&mh_py_found_version, memory_order_relaxed);
-        if (a->py_version != v)
-            a->py_version = v;
+        if (__atomic_load_n(&a->py_version, __ATOMIC_RELAXED) != v)
+            __atomic_store_n(&a->py_version, v, __ATOMIC_RELAXED);
         return head(0, atomic_load_explicit(&mh_py_missing, memory_order_relaxed), false);
     }
-    if (__builtin_expect(a->py_version != rt->version_hex, 0))
-        a->py_version = rt->version_hex;  /* found after the area was made */
+    if (__builtin_expect(__atomic_load_n(&a->py_version, __ATOMIC_RELAXED) != rt->version_hex, 0))
+        __atomic_store_n(&a->py_version, rt->version_hex, __ATOMIC_RELAXED);  /* found late */
     if (!rt->initialized() || rt->finalizing())
         return head(0, MH_TRACE_PY_NO_PYTHON, false);
     uintptr_t ts = thread_state(rt);

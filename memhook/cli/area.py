@@ -283,7 +283,7 @@ class TraceArea:
         # (bits 0-31) and 1 + its Python record's word offset (bits 32-63).
         self.last_stacks = (self._stacks(ev["seq"] & np.uint64(0xFFFFFFFF)) if self.stack_depth
                             else None)
-        self.last_python = (self.python.stacks(ev["seq"] >> np.uint64(32))
+        self.last_python = (self.python.stacks(ev["seq"] >> np.uint64(32), ev["kind"] == 1)
                             if self.python is not None else None)
         ev["seq"] = np.arange(self.seq, self.seq + len(ev), dtype=np.uint64)
         self.seq += len(ev)

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CODE", "NO_PYTHON", "NO_THREAD", "PyFrame", "PyRecords", "PyStack", "SiteLedger",
-           "line_for", "why_text"]
+__all__ = ["CODE", "LOST", "NO_PYTHON", "NO_THREAD", "PyFrame", "PyRecords", "PyStack",
+           "SiteLedger", "line_for", "why_text"]
 
 CODE = struct.Struct("<IIQQQQqqIIIBBBB")
 """``mh_trace_pycode``: len, firstlineno, code, filename_obj, qualname_obj,
@@ -288,15 +288,17 @@ class PyRecords:
             self._frames[word] = frame
         return frame
 
-    def stacks(self, refs: np.ndarray) -> list[PyStack | None]:
+    def stacks(self, refs: np.ndarray, allocs: np.ndarray | None = None) -> list[PyStack | None]:
         """Each event's frames, by the reference it carries (1 + its
-        record's word offset; 0: none)."""
+        record's word offset; 0: none): None for a FREE (``allocs`` False),
+        a :data:`LOST` stack for an ALLOC whose record found no room."""
         out: list[PyStack | None] = []
         words = self.py_words
         view = np.frombuffer(self.mm, np.uint64, words, self.py_off)
-        for ref in refs.tolist():
+        is_alloc = allocs.tolist() if allocs is not None else [True] * len(refs)
+        for ref, alloc in zip(refs.tolist(), is_alloc):
             if ref == 0 or ref > words:
-                out.append(None)
+                out.append(LOST if alloc else None)
                 continue
             head = int(view[ref - 1])
             n = min(head & 0xFFFF, self.depth, words - ref)
@@ -314,6 +316,10 @@ class PyRecords:
                 self._stacks[key] = stack
             out.append(stack)
         return out
+
+
+LOST = PyStack((), "not recorded: the trace area's Python records (64 MiB) were used up")
+"""An ALLOC's frames when its Python record found no room."""
 
 
 # ------------------------------------------------------------ the summary

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memhook.cli.modules import MODULE_LOAD, Module, ModuleMap
-from memhook.cli.pyframes import CODE, PyFrame, PyRecords, PyStack, SiteLedger
+from memhook.cli.pyframes import CODE, LOST, PyFrame, PyRecords, PyStack, SiteLedger
 
 PY_OFF, PY_CAP, CODES_OFF, CODES_CAP, VERSION_AT = 4096, 4096, 8192, 4096, 64
 LOCATIONS_LINE_2 = bytes([0x80, 0x00, 0xD8, 0x04, 0x08])  # unit 0: first line, unit 1: +1
@@ -64,13 +64,15 @@ def test_frames_are_named_from_the_records() -> None:
                                    LOCATIONS_LINE_2))
     ref = area.python(2, [(inner, 1), (outer, 0)])
     empty = area.python(1 << 16, [])  # MH_TRACE_PY_NO_THREAD
-    [stack, none, no_record] = area.records().stacks(np.array([ref, empty, 0], np.uint64))
+    [stack, none, lost, free] = area.records().stacks(np.array([ref, empty, 0, 0], np.uint64),
+                                                     np.array([True, True, True, False]))
     assert stack == PyStack((PyFrame("/srv/app/train.py", 11, "Model.step"),
                              PyFrame("/usr/lib/python3.11/threading.py", 5, "Thread.run")))
     assert stack.site == "/srv/app/train.py:11 (Model.step)"
     assert none is not None and none.frames == () and none.why == "no Python on this thread"
     assert none.site == "(no Python frames: no Python on this thread)"
-    assert no_record is None
+    assert lost is LOST and "were used up" in lost.why  # an ALLOC whose record found no room
+    assert free is None  # a FREE has no frames
 
 
 def test_the_user_frame_skips_the_library() -> None:
