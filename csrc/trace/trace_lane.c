@@ -31,6 +31,9 @@
 _Static_assert(sizeof(mh_trace_area) <= 4096, "the area header is one page");
 _Static_assert(offsetof(mh_trace_area, fresh) == 128, "producers' line");
 _Static_assert(offsetof(mh_trace_area, done_total) == 192, "collector's line");
+_Static_assert(offsetof(mh_trace_area, py_depth) == offsetof(mh_trace_area, stack_depth) + 4 &&
+                   offsetof(mh_trace_area, stack_depth) % 8 == 0,
+               "the hook reads both depths as one word");
 
 #define SEG_BYTES ((uint64_t)MH_TRACE_SEG_EVENTS * sizeof(memhook_event))
 /* How many done segments a claim tries before it takes a fresh one:
@@ -195,7 +198,9 @@ void mh_trace_record(const memhook_event *e)
     }
     memhook_event *slot = &events_of(a, tl.seg)[tl.at];
     *slot = *e;
-    if (__builtin_expect((a->stack_depth | a->py_depth) != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
+    uint64_t depths;  /* stack_depth and py_depth: one load, one test */
+    memcpy(&depths, &a->stack_depth, sizeof depths);
+    if (__builtin_expect(depths != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
         slot->seq = record_frames(a);
     tl.at++;
     __atomic_store_n(&pub_of(a)[tl.seg], tl.at, __ATOMIC_RELEASE);

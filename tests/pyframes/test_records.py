@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import mmap
 import struct
+import subprocess
 
 import numpy as np
 import pytest
+from memhook_testing import CSRC, HAVE_CC
+from pyframes_testing import HERE
 
 from memhook.cli.modules import MODULE_LOAD, Module, ModuleMap
 from memhook.cli.pyframes import CODE, LOST, PyFrame, PyRecords, PyStack, SiteLedger
@@ -151,3 +154,43 @@ def test_a_fork_child_starts_from_its_parents_modules() -> None:
     caller = child.resolve(0x7F0000002000)
     assert caller is not None and caller.object == ffi.path
     assert 0x7F0000002000 in child._cache  # one candidate: cached
+
+
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+def test_the_readers_match_trace_proto_h(tmp_path) -> None:
+    """area.py's RECORDS and pyframes.py's CODE are trace_proto.h's
+    layouts, field for field (offset and size)."""
+    from memhook.cli import area
+
+    exe = tmp_path / "proto_probe"
+    subprocess.run(["cc", "-std=c11", f"-I{CSRC / 'trace'}", str(HERE / "c" / "proto_probe.c"),
+                    "-o", str(exe)], check=True)
+    rows = [line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                     check=True).stdout.splitlines()]
+    offsets = {name: (int(off), int(size)) for name, off, size in rows}
+
+    def layout(fmt: str, names: list[str], base: int) -> dict[str, tuple[int, int]]:
+        out, at = {}, 0
+        for name, code in zip(names, fmt.lstrip("<")):
+            size = struct.calcsize("<" + code)
+            out[name] = (base + at, size)
+            at += size
+        return out
+
+    area_names = ["modules_off", "modules_cap", "modules_used", "modules_lost", "stacks_off",
+                  "stacks_cap", "stacks_next", "stack_depth", "py_depth", "py_off", "py_cap",
+                  "py_used", "py_lost", "codes_off", "codes_cap", "codes_used", "codes_lost",
+                  "py_version", "reserved2"]
+    ours = layout(area.RECORDS.format, area_names, 256)
+    assert {f"area.{k}": v for k, v in ours.items()} == {k: v for k, v in offsets.items()
+                                                        if k.startswith("area.")}
+    assert offsets["area.py_lost"][0] == area._PY_LOST
+    assert offsets["area.codes_lost"][0] == area._CODES_LOST
+    assert offsets["area.py_version"][0] == area._PY_VERSION
+    code_names = ["len", "firstlineno", "code", "filename_obj", "qualname_obj", "linetable_obj",
+                  "filename_hash", "qualname_hash", "filename_len", "qualname_len",
+                  "linetable_len", "filename_kind", "qualname_kind", "flags", "py_minor"]
+    ours = layout(CODE.format, code_names, 0)
+    assert {f"code.{k}": v for k, v in ours.items()} == {k: v for k, v in offsets.items()
+                                                        if k.startswith("code.") and k != "code.size"}
+    assert offsets["code.size"][0] == CODE.size
