@@ -45,6 +45,10 @@ MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth);
 MH_HIDDEN mh_trace_area *mh_trace_area_current(void);
 /* Stop copying (the fork child, before it makes its own area). */
 MH_HIDDEN void mh_trace_area_forget(void);
+/* trace.c: start the image's streamer thread if it is not running yet.
+ * Called by the first claim of a segment, so a process that records no
+ * event never has a thread of ours (see trace.c: per-thread credentials). */
+MH_HIDDEN void mh_trace_want_streamer(void);
 /* Record a (TSC, ns) anchor so the collector can convert raw stamps. */
 MH_HIDDEN void mh_trace_area_anchor(void);
 MH_HIDDEN void mh_trace_area_mark_exited(void);

@@ -4,9 +4,11 @@ them, checked on an area made by Python as the producer would fill it."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 
+import numpy as np
 from memhook_testing import CSRC
 
 from memhook.cli import area
@@ -48,30 +50,54 @@ def _make(nseg: int = 8) -> tuple[int, dict[str, int]]:
     return fd, offs
 
 
+class _Producer:
+    """The traced process's side of an area made by :func:`_make`: numpy
+    views of its own mapping, written as trace_lane.c writes them."""
+
+    def __init__(self, fd: int, nseg: int = 8) -> None:
+        _, offs = _make(nseg)  # (the same layout: its offsets)
+        self.mm = mmap.mmap(fd, 0)
+        buf = self.mm
+        self.state = np.frombuffer(buf, np.uint32, nseg, offs["state"])
+        self.claim = np.frombuffer(buf, np.uint64, nseg, offs["claim"])
+        self.published = np.frombuffer(buf, np.uint64, nseg, offs["published"])
+        self.done = np.frombuffer(buf, np.uint64, nseg, offs["done"])
+        self.first = np.frombuffer(buf, np.uint64, nseg, offs["first"])
+        self.header = np.frombuffer(buf, np.uint64, 64, 0)
+        self.events = np.frombuffer(buf, EVENT_DTYPE, nseg * area.SEG_EVENTS,
+                                    offs["events"]).reshape(nseg, area.SEG_EVENTS)
+
+    def close(self) -> None:
+        del self.state, self.claim, self.published, self.done, self.first, self.header
+        del self.events
+        self.mm.close()
+
+
 def test_reads_in_stamp_order_across_segments_and_gives_back() -> None:
     fd, offs = _make()
-    mm_fd = os.dup(fd)
-    a = area.TraceArea(mm_fd)
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
     # Two threads' segments: 0 holds stamps 10, 30, 50; 1 holds 20, 40.
-    ev = a.events
+    ev = p.events
     for seg, stamps in ((0, [10, 30, 50]), (1, [20, 40])):
         for j, t in enumerate(stamps):
             ev[seg, j]["timestamp_ns"] = t
             ev[seg, j]["kind"] = 1 + j % 2
-        a.first[seg] = stamps[0]
-        a.claim[seg] = seg + 1
-        a.published[seg] = len(stamps)
-        a.state[seg] = area.SEG_CLOSED if seg == 0 else area.SEG_OWNED
-    a._header[128 // 8] = 2  # fresh
+        p.first[seg] = stamps[0]
+        p.claim[seg] = seg + 1
+        p.published[seg] = len(stamps)
+        p.state[seg] = area.SEG_CLOSED if seg == 0 else area.SEG_OWNED
+    p.header[128 // 8] = 2  # fresh
     got = a.read(final=True, limit=3)  # a stamp cut, not a segment cut
     assert list(got["timestamp_ns"]) == [10, 20, 30]
     got = a.read(final=True, limit=3)
     assert list(got["timestamp_ns"]) == [40, 50]
     # Segment 0 was closed and is read: given back (done = claim); 1 is not.
-    assert int(a.done[0]) == 1 and int(a.done[1]) == 0
-    assert int(a._header[192 // 8]) == 1
+    assert int(p.done[0]) == 1 and int(p.done[1]) == 0
+    assert int(p.header[192 // 8]) == 1
     assert a.read(final=True).size == 0
     del ev
+    p.close()
     a.close()
     os.close(fd)
 
@@ -97,56 +123,54 @@ def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
 
     fd, _ = _make()
     a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
     area.TraceArea.best_ns_per_tick = None
     area.TraceArea._best_baseline = 0
-    ev = a.events
+    ev = p.events
     stamps = [1000, 2000, 3000, 4000]  # raw TSC, one thread
     for j, t in enumerate(stamps):
         ev[0, j]["timestamp_ns"] = t
         ev[0, j]["flags"] = area.RAW_TSC
-    a.first[0] = stamps[0]
-    a.claim[0] = 1
-    a.state[0] = area.SEG_OWNED
-    a._header[128 // 8] = 1
-    a.published[0] = 2
+    p.first[0] = stamps[0]
+    p.claim[0] = 1
+    p.state[0] = area.SEG_OWNED
+    p.header[128 // 8] = 1
+    p.published[0] = 2
     first = a.read(final=True)  # no baseline yet: a unit rate from the anchor
     # The process's anchor now says a tick is 0.001 ns, far from 1.0.
-    a.mm[96:120] = struct.pack("<QQQ", 2, 100_000_000, 100_000)
-    a.published[0] = 4
+    p.mm[96:120] = struct.pack("<QQQ", 2, 100_000_000, 100_000)
+    p.published[0] = 4
     second = a.read(final=True)
     got = list(first["timestamp_ns"]) + list(second["timestamp_ns"])
     assert len(got) == 4
     assert got == sorted(got), got
     del ev
+    p.close()
     a.close()
     os.close(fd)
 
 
 class _ReclaimedBetweenCopies:
-    """The area's state array, whose first slice copy in a read lets a
-    producer take segment 0 again (its old claim was given back) before the
-    reader copies the claims and the published counts."""
+    """Wraps an area's descriptor reads: after the first read of the state
+    array (armed), a producer takes segment 0 again (its old claim was
+    given back) before the reader reads the claims and the published
+    counts."""
 
-    def __init__(self, a: area.TraceArea) -> None:
-        self.real, self.a, self.armed = a.state, a, False
+    def __init__(self, a: area.TraceArea, p: _Producer) -> None:
+        self.real, self.p, self.armed = a._load, p, False
 
-    def __getitem__(self, key):  # noqa: ANN001, ANN204 - an ndarray stand-in
-        got = self.real[key]
-        if isinstance(key, slice):
-            got = got.copy()
-            if self.armed:
-                self.armed = False
-                a = self.a
-                a.events[0, 0]["timestamp_ns"] = 300
-                a.events[0, 0]["kind"] = 1
-                a.published[0] = 0
-                a.claim[0] = 2
-                self.real[0] = area.SEG_OWNED
-                a.published[0] = 1
+    def __call__(self, name: str, count: int):  # noqa: ANN204 - an ndarray
+        got = self.real(name, count)
+        if name == "state" and self.armed:
+            self.armed = False
+            p = self.p
+            p.events[0, 0]["timestamp_ns"] = 300
+            p.events[0, 0]["kind"] = 1
+            p.published[0] = 0
+            p.claim[0] = 2
+            p.state[0] = area.SEG_OWNED
+            p.published[0] = 1
         return got
-
-    def __setitem__(self, key, value) -> None:  # noqa: ANN001
-        self.real[key] = value
 
 
 def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> None:
@@ -157,28 +181,29 @@ def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> 
     599 of 600 pairs and two 0-byte rows in test_trace_loss)."""
     fd, _ = _make()
     a = area.TraceArea(os.dup(fd))
-    ev = a.events
+    p = _Producer(fd)
+    ev = p.events
     for j, t in enumerate([100, 200]):
         ev[0, j]["timestamp_ns"] = t
         ev[0, j]["kind"] = 1 + j
-    a.first[0], a.claim[0], a.published[0] = 100, 1, 2
-    a.state[0] = area.SEG_CLOSED
-    a._header[128 // 8] = 1
+    p.first[0], p.claim[0], p.published[0] = 100, 1, 2
+    p.state[0] = area.SEG_CLOSED
+    p.header[128 // 8] = 1
     assert list(a.read(final=True)["timestamp_ns"]) == [100, 200]
-    assert int(a.done[0]) == 1  # closed and read: given back
-    spy = _ReclaimedBetweenCopies(a)
-    a.state = spy  # type: ignore[assignment]
+    assert int(p.done[0]) == 1  # closed and read: given back
+    spy = _ReclaimedBetweenCopies(a, p)
+    a._load = spy  # type: ignore[method-assign]
     spy.armed = True
     assert list(a.read(final=True)["timestamp_ns"]) == [300]  # the new claim's first event
-    assert int(a.done[0]) == 1, "given back while its new owner still writes"
+    assert int(p.done[0]) == 1, "given back while its new owner still writes"
     # The owner writes one more and closes: now it is finished.
     ev[0, 1]["timestamp_ns"] = 400
     ev[0, 1]["kind"] = 2
-    a.published[0] = 2
-    spy.real[0] = area.SEG_CLOSED
+    p.published[0] = 2
+    p.state[0] = area.SEG_CLOSED
     assert list(a.read(final=True)["timestamp_ns"]) == [400]
-    assert int(a.done[0]) == 2
-    a.state = spy.real
+    assert int(p.done[0]) == 2
     del ev, spy
+    p.close()
     a.close()
     os.close(fd)
