@@ -60,7 +60,7 @@ stacks_cap, stacks_next, stack_depth, reserved2 (at offset 256)."""
 _RECORDS_AT, _MODULES_USED, _MODULES_LOST, _STACKS_NEXT = 256, 272, 280, 304
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 _HEADER_BYTES = 4096
-_TS_AT = EVENT_DTYPE.fields["timestamp_ns"][1]
+_TS_AT = 24  # timestamp_ns in memhook_event (memhook/_event_layout.py)
 
 MAX_SEGMENTS = 4096 * 2**20 // _SEG_BYTES
 """The most segments the traced side makes (MEMHOOK_TRACE_BUFFER_MB=4096)."""
