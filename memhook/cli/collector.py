@@ -149,9 +149,10 @@ class Collector:
             if peer is not None:
                 peer.close()
 
-    def _refuse(self, peer: Peer, what: str) -> None:
-        self.failures.append(f"pid {peer.pid} sent a HELLO that is refused: {what}; the "
-                             f"events of that trace area are not traced")
+    def _refuse(self, peer: Peer, what: str, command: str = "") -> None:
+        who = f"pid {peer.pid} ({command})" if command else f"pid {peer.pid}"
+        self.failures.append(f"{who} sent a HELLO that is refused: {what}; the events of "
+                             f"that trace area are not traced")
 
     def _message(self, peer: Peer, data: bytes, fds: list[int]) -> None:
         """The one message of ``peer``'s connection; what it takes of ``fds``
@@ -172,18 +173,18 @@ class Collector:
             return
         if peer.pid <= 0:
             self._refuse(peer, f"it claims pid {hello.pid}, and the kernel names no process "
-                               f"of this PID namespace as its sender")
+                               f"of this PID namespace as its sender", hello.command)
             return
         if peer.claims(hello.pid) is False:
             assert peer.nspids is not None
             self._refuse(peer, f"it claims pid {hello.pid}, but its sender is pid {peer.pid} "
                                f"(in its PID namespaces: "
-                               f"{', '.join(str(n) for n in peer.nspids)})")
+                               f"{', '.join(str(n) for n in peer.nspids)})", hello.command)
             return
         try:
             area = TraceArea(fds.pop())
         except (protocol.ProtocolError, OSError, ValueError) as exc:
-            self._refuse(peer, f"{hello.command}: {exc}")
+            self._refuse(peer, str(exc), hello.command)
             return
         for image in list(self.images):
             if image.proc.pid == peer.pid:  # the same process, a new image: it exec'd

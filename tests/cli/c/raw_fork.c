@@ -6,7 +6,6 @@
  * "raw_fork: parent P child C status S" and exits with the child's exit
  * status (100 + N if a signal N ended it).  Needs memhook preloaded.
  */
-#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
