@@ -12,7 +12,7 @@ Where things go:
 * ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
   interleaved with CMD's own output; each line shows pid and tid, and the
   lines of all processes are merged in timestamp order
-  (:mod:`memhook.cli.reorder`: held 100 ms);
+  (:mod:`memhook.cli.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
   CMD's stdout is sent to stderr so the stream stays parseable;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /

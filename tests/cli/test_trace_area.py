@@ -4,11 +4,14 @@ them, checked on an area made by Python as the producer would fill it."""
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import re
+import struct
 
 import numpy as np
+import pytest
 from memhook_testing import CSRC
 
 from memhook.cli import area
@@ -207,3 +210,123 @@ def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> 
     p.close()
     a.close()
     os.close(fd)
+
+
+# ------------------------------------------------- an area that lies
+
+
+def _lying(**fields: int) -> int:
+    """An area made by _make(8) with header fields replaced (by name)."""
+    fd, offs = _make()
+    names = ["magic", "version", "seg_events", "nseg", "size", "state_off", "tid_off",
+             "claim_off", "published_off", "done_off", "events_off", "pid", "exited", "tsc0",
+             "ns0", "anchor_seq", "tsc1", "ns1", "first_off"]
+    values = list(area.AREA_HEADER.unpack(os.pread(fd, area.AREA_HEADER.size, 0)))
+    for name, value in fields.items():
+        if name in names:
+            values[names.index(name)] = value
+    os.pwrite(fd, area.AREA_HEADER.pack(*values), 0)
+    records = {"modules_cap": 264, "stack_depth": 304 + 8}
+    for name, at in records.items():
+        if name in fields:
+            os.pwrite(fd, struct.pack("<Q" if name == "modules_cap" else "<I", fields[name]), at)
+    return fd
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"nseg": 0}, "claims 0 segments; the traced side makes 1-262144"),
+    ({"nseg": 1 << 24}, "claims 16777216 segments"),
+    ({"size": 1 << 20}, "trace area says it is 1048576 bytes; its memfd is 139264"),
+    ({"state_off": 4097}, "trace area's state (32 bytes at offset 4097) is not inside"),
+    ({"first_off": 139264 - 8}, "trace area's first (64 bytes at offset 139256) is not inside"),
+    ({"events_off": 0}, "trace area's events (131072 bytes at offset 0) is not inside"),
+    ({"done_off": 1 << 62}, "trace area's done (64 bytes at offset 4611686018427387904)"),
+    ({"modules_cap": 2 << 20}, "claims 2097152 bytes of module records"),
+    ({"stack_depth": 129}, "claims stacks of 129 frames; at most 128"),
+], ids=["no-segments", "16M-segments", "size", "misaligned", "past-end", "in-header",
+        "far-out", "modules", "stacks"])
+def test_a_header_that_lies_is_refused_before_anything_is_read(fields: dict[str, int],
+                                                               message: str) -> None:
+    """Before: an offset past the end was a ValueError from np.frombuffer
+    (the collector died, CMD was killed), a count of 16M segments 1.3 GiB."""
+    fd = _lying(**fields)
+    with pytest.raises(ProtocolError) as exc:
+        area.TraceArea(fd)  # (closes fd)
+    assert message in str(exc.value)
+
+
+def test_a_read_only_area_is_refused() -> None:
+    fd, _ = _make()
+    ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    with pytest.raises(ProtocolError, match="not open for reading and writing"):
+        area.TraceArea(ro)
+    os.close(fd)
+
+
+def test_an_area_cut_short_after_it_was_taken_is_an_error_not_a_fault() -> None:
+    """The process truncates its (unsealed) memfd while the collector reads
+    it.  Before: the next read of the mapping was SIGBUS (this test process
+    died with it)."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    p.events[0, 0]["timestamp_ns"] = 5
+    p.first[0], p.claim[0], p.published[0] = 5, 1, 1
+    p.state[0] = area.SEG_OWNED
+    p.header[128 // 8] = 1
+    assert len(a.read(final=True)) == 1
+    p.close()
+    os.ftruncate(fd, 4096)
+    with pytest.raises(area.AreaTruncated, match="shrank from 139264 to 4096 bytes"):
+        a.read(final=True)
+    a.close()
+    os.close(fd)
+
+
+def test_counts_read_from_the_area_are_clamped() -> None:
+    """published past a segment's 256 events, fresh past nseg: read as
+    what the arrays hold, not an IndexError."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    for j in range(area.SEG_EVENTS):
+        p.events[0, j]["timestamp_ns"] = j + 1
+    p.first[0], p.claim[0], p.published[0] = 1, 1, 1 << 40
+    p.state[0] = area.SEG_CLOSED
+    p.header[128 // 8] = 1 << 40
+    got = a.read(final=True, limit=10_000)
+    assert len(got) == area.SEG_EVENTS
+    p.close()
+    a.close()
+    os.close(fd)
+
+
+def test_the_traced_side_seals_its_area(programs) -> None:  # noqa: ANN001
+    """csrc/trace/trace_lane.c seals the memfd against shrinking and
+    growing: the area a real process hands over says so (F_GET_SEALS)."""
+    import subprocess
+
+    import memhook
+    from memhook.cli.collector import Collector
+    from memhook.cli.ledger import Ledger
+
+    collector = Collector(Ledger([], []))
+    seals: list[int] = []
+    real = collector._message
+
+    def message(peer, data: bytes, fds: list[int]) -> None:  # noqa: ANN001
+        seals.extend(fcntl.fcntl(fd, fcntl.F_GET_SEALS) for fd in fds)
+        real(peer, data, fds)
+
+    collector._message = message  # type: ignore[method-assign]
+    env = dict(os.environ, LD_PRELOAD=memhook.library_path(),
+               MEMHOOK_TRACE_SOCKET=collector.path)
+    try:
+        child = subprocess.Popen([str(programs.event_storm), "10"], env=env,
+                                 stdout=subprocess.DEVNULL)
+        assert collector.run(child) == 0
+    finally:
+        collector.close()
+    assert len(seals) == 1, seals
+    want = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+    assert seals[0] & want == want, seals

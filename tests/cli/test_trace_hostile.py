@@ -165,3 +165,65 @@ def test_two_programs_each_pid_1_of_its_own_namespace(programs, tmp_path: Path) 
     procs = [line for line in proc.stderr.splitlines() if "pid 1 in its PID namespace" in line]
     assert {int(line.split()[1]) for line in procs} == set(counts), proc.stderr
     assert [w for w in warnings_of(proc.stderr) if "no CUDA driver" not in w] == []
+
+
+# ------------------------------------------- the symbol reader on its own
+
+
+def _symbols_within(path: Path, seconds: float = 30) -> object:
+    """elf_symbols(path) in a thread: it must return, whatever path is."""
+    import threading
+
+    from memhook._symbolize import elf_symbols
+
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append(elf_symbols(str(path))), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"reading {path} blocked"
+    return got[0]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "shoff", "shnum", "strtab"])
+def test_the_symbol_reader_takes_a_damaged_file(programs, tmp_path: Path, damage: str) -> None:
+    data = bytearray(programs.module_lib.read_bytes())
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    if damage == "truncated":
+        data = data[:len(data) // 3]
+    elif damage == "shoff":
+        struct.pack_into("<Q", data, 0x28, 0x7FFF_FFFF_FFFF_FFF0)
+    elif damage == "shnum":
+        struct.pack_into("<H", data, 0x3C, 0xFFFF)
+    else:  # every section's offset far out: the string tables too
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        for i in range(shnum):
+            struct.pack_into("<Q", data, shoff + i * shentsize + 24, 1 << 62)
+    path = tmp_path / "damaged.so"
+    path.write_bytes(bytes(data))
+    syms = _symbols_within(path)
+    assert len(syms) == 0  # type: ignore[arg-type]
+
+
+def test_the_symbol_reader_never_opens_what_is_not_a_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        assert len(_symbols_within(path)) == 0  # type: ignore[arg-type]
+
+
+def test_the_symbol_reader_reads_a_file_changed_in_place_again(programs,
+                                                              tmp_path: Path) -> None:
+    """A view of the old file is not used to name the new one: its names
+    read as unknown, and the new file is read afresh."""
+    from memhook._symbolize import elf_symbols
+
+    lib = tmp_path / "lib.so"
+    shutil.copy(programs.module_lib_big, lib)
+    old = elf_symbols(str(lib))
+    hit = old.lookup(0x1110)
+    assert hit is not None and hit[0] == "lib_record"
+    lib.write_bytes(programs.module_lib.read_bytes())  # in place: truncate, write
+    stale = old.lookup(0x1110)  # before: a read of the old view past the new end, SIGBUS
+    assert stale is not None and stale[0] == ""
+    new = elf_symbols(str(lib))
+    assert new is not old and new.lookup(0x1110) == hit

@@ -8,6 +8,7 @@ says "ready", and on the signal allocates AFTER more in its own handler.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -139,3 +140,34 @@ def test_cmd_starts_with_the_sigint_disposition_we_got(inherited: signal.Handler
         preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{seen}\n"
+
+
+def test_a_second_sigterm_ends_the_tracer_and_leaves_cmd_running(tmp_path: Path) -> None:
+    """CMD ignores SIGTERM.  The first SIGTERM to the tracer is passed on and
+    the trace goes on; a second one ends the tracer (after a 1 s grace), with
+    its summary and 128+15, and CMD - never killed by us - runs on.  Before:
+    the second was passed on too and the tracer waited for CMD (30 s)."""
+    proc, out = _start(tmp_path, "ignore")
+    cmd_pids = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                .read_text().split()]
+    assert len(cmd_pids) == 1, cmd_pids
+    try:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # CMD runs on, so does the trace
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)  # (its pipes stay open: CMD holds them too)
+        took = time.monotonic() - t0
+        assert took < 25, took  # not CMD's 30 s: the grace is 1 s (25x on a quiet box)
+        os.kill(cmd_pids[0], 0)  # still there
+    finally:
+        for pid in cmd_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert rc == 128 + signal.SIGTERM, stderr
+    assert (f"a second signal (SIGTERM) stopped the trace before CMD ended: CMD "
+            f"(pid {cmd_pids[0]}) was left running") in stderr
+    assert "memhook trace summary" in stderr
+    assert _counts(out) == (BEFORE, BEFORE), stderr  # what came before is all there
