@@ -21,6 +21,13 @@ Where things go:
   the stream; to a file (``-o``) it goes there too for text, so the
   terminal shows it in every format.
 
+Pids: every output shows a process by its kernel pid as this (memhook's)
+PID namespace numbers it - the one a user here can ``kill`` or find in
+``ps`` - taken from the socket (``SO_PEERCRED``), never from what the
+process says; a process in a PID namespace of its own (a container,
+``unshare -p``) has its own number beside it in the "process started" line
+and the summary.  Thread ids stay as the process numbers them.
+
 ``-m ''`` is an error (name a mode); without a loadable CUDA driver and
 without ``--sim`` CMD still runs, and the tracer says so and suggests
 ``--sim``.  Signals: see :class:`_SignalRelay`.

@@ -10,7 +10,8 @@ came).  HOW says what happens when the signal comes:
 * ``reraise``: like handle, then lets KeyboardInterrupt end the program
   (Python then dies of SIGINT: status 130 to a shell);
 * ``default``: no handler: the signal's default action ends it;
-* ``ignore``: SIGTERM ignored (SIG_IGN): it waits on, then exits 3.
+* ``ignore``: SIGTERM and SIGINT ignored (SIG_IGN): it waits on, then
+  exits 3.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> int:
     check(cu.cuCtxSetCurrent(ctx))
     if how == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     elif how != "default":
         def raise_caught(signum, _frame):
             raise Caught(signal.Signals(signum).name)
