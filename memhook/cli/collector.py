@@ -35,6 +35,7 @@ import array
 import dataclasses
 import gc
 import os
+import resource
 import select
 import selectors
 import shutil
@@ -355,6 +356,7 @@ class Collector:
         made is read to its end (or ``grace_s`` after the child's exit, for
         processes it left running), or until ``stop()`` says so.  Returns
         the child's return code (None: stopped while it ran)."""
+        _more_descriptors()
         # Every batch makes ~1000s of tuples and no cycles: the cyclic GC
         # would only rescan them.
         gc_was_enabled = gc.isenabled()
@@ -419,6 +421,20 @@ class Collector:
         self.selector.close()
         self.listener.close()  # (again: harmless)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _more_descriptors() -> None:
+    """Each live process image holds two descriptors here (its area's memfd,
+    read with pread, and its pidfd): raise the soft limit to the hard one,
+    so a tree of a thousand processes is not refused for want of them.
+    Called once CMD runs, so CMD keeps the limits it was given."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (OSError, ValueError):
+        pass
 
 
 def _alive(pid: int) -> bool:
