@@ -26,8 +26,10 @@ process may be buggy or hostile.
   one mapping kept is for ``MADV_REMOVE`` only and is never touched.
 * Counts read from the area (``published``, ``fresh``, ``modules_used``,
   a stack record's length) are clamped to what their arrays hold.
-* The descriptor must be open for writing (``done`` is written back): a
-  read-only one is refused at once, with a message.
+* The descriptor must be a memfd (the collector writes ``done`` back and
+  punches finished segments out: into the process's memory, never into a
+  file someone passed instead) open for reading and writing; anything else
+  is refused at once, with a message.
 """
 
 from __future__ import annotations
@@ -101,8 +103,17 @@ class TraceArea:
     def _open(self) -> None:
         fd = self.fd
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ProtocolError("its trace area is not a memfd (not a regular file)")
+        try:
+            seals: int | None = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            seals, link = None, ""
+        if not stat.S_ISREG(st.st_mode) or seals is None or not link.startswith("/memfd:"):
+            # The collector writes into an area (done, and punched pages):
+            # only ever into memory the process made for it, never a file.
+            raise ProtocolError("its trace area is not a memfd (the collector writes into "
+                                "the memory of a trace area, never into a file)")
+        self.sealed = bool(seals & fcntl.F_SEAL_SHRINK)
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDWR:
             raise ProtocolError("its trace area's descriptor is not open for reading and "
                                 "writing (the collector writes which segments it finished)")
@@ -113,10 +124,6 @@ class TraceArea:
         if size > _MAX_BYTES:
             raise ProtocolError(f"trace area of {size} bytes is larger than any the traced "
                                 f"side makes ({_MAX_BYTES} at most)")
-        try:
-            self.sealed = bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
-        except OSError:  # not a memfd, or a kernel without seals: pread copes
-            self.sealed = False
         head = self._pread(_HEADER_BYTES, 0)
         (magic, version, seg_events, nseg, asize, state_off, tid_off, claim_off, pub_off,
          done_off, events_off, self.pid, _, self.tsc0, self.ns0, _, _, _,

@@ -14,7 +14,10 @@ waits for the sibling and exits with its status.  Prints
                  sparse memfd: as large as it says);
 * ``shrink``     a well-formed area holding 256 events, cut to its header
                  0.3 s after the HELLO (not sealed: nothing stops it);
-* ``forged-pid`` a well-formed area whose HELLO claims the sibling's pid.
+* ``forged-pid`` a well-formed area whose HELLO claims the sibling's pid;
+* ``file``       a well-formed area in a regular file (``forge.py file
+                 EVENT_STORM N PATH``), holding a finished segment the
+                 collector would give back by writing (and punching) it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ HELLO = struct.Struct("<iiIiIIQIIII")
 AREA_MAGIC, MAGIC, VERSION, SEG_EVENTS, SEG_BYTES = 0x41544D48, 0x3154484D, 3, 256, 256 * 64
 
 
-def area(nseg: int, state_off_past_end: bool = False) -> tuple[int, dict[str, int]]:
+def area(nseg: int, state_off_past_end: bool = False,
+         path: str | None = None) -> tuple[int, dict[str, int]]:
     off, offs = 4096, {}
     for name, width in (("state", 4), ("tid", 4), ("claim", 8), ("published", 8), ("done", 8),
                         ("first", 8)):
@@ -44,7 +48,8 @@ def area(nseg: int, state_off_past_end: bool = False) -> tuple[int, dict[str, in
     size = offs["events"] + nseg * SEG_BYTES
     if state_off_past_end:
         offs["state"] = size
-    fd = os.memfd_create("forged-area")
+    fd = (os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600) if path
+          else os.memfd_create("forged-area"))
     os.ftruncate(fd, size)
     os.pwrite(fd, AREA.pack(AREA_MAGIC, VERSION, SEG_EVENTS, nseg, size, offs["state"],
                             offs["tid"], offs["claim"], offs["published"], offs["done"],
@@ -91,6 +96,15 @@ def main() -> int:
         hello(os.getpid(), fd)
         time.sleep(0.3)
         os.ftruncate(fd, 4096)
+    elif kind == "file":
+        fd, offs = area(8, path=sys.argv[4])
+        os.pwrite(fd, struct.pack("<I", 3), offs["state"])        # CLOSED
+        os.pwrite(fd, struct.pack("<Q", 1), offs["claim"])
+        os.pwrite(fd, b"\xee" * 64, offs["events"])               # one event
+        os.pwrite(fd, struct.pack("<Q", 1), offs["published"])
+        os.pwrite(fd, struct.pack("<Q", 1), 128)                  # fresh
+        os.fsync(fd)
+        hello(os.getpid(), fd)
     elif kind == "forged-pid":
         fd, _ = area(8)
         hello(child.pid, fd)
