@@ -5,9 +5,10 @@
  *
  * The copy takes no lock and makes no system call; a thread takes a new
  * segment (one CAS) every MH_TRACE_SEG_EVENTS events.  When the area is
- * full (the collector is behind by MEMHOOK_TRACE_BUFFER_MB) the event is
- * counted in the area's `lost`, which the collector reports; nothing
- * waits.
+ * full the event is counted - in `lost` when segments wait for the
+ * collector (it is behind by MEMHOOK_TRACE_BUFFER_MB), in `lost_owned`
+ * when every segment is a live thread's - and the collector reports it;
+ * nothing waits.
  */
 #ifndef MEMHOOK_TRACE_LANE_H
 #define MEMHOOK_TRACE_LANE_H
