@@ -113,7 +113,7 @@ def _nspids(pidfd: int | None, pid: int) -> tuple[int, ...] | None:
             info = ""
         for line in info.splitlines():
             if line.startswith("NSpid:"):
-                nums = tuple(int(x) for x in line.split()[1:])
+                nums = _numbers(line)
                 return nums if nums and nums[0] > 0 else None  # -1: reaped
     # A kernel whose pidfd fdinfo has no NSpid (< 5.11): the pid's status,
     # trusted if the pidfd shows the process still there after the read.
@@ -128,8 +128,15 @@ def _nspids(pidfd: int | None, pid: int) -> tuple[int, ...] | None:
         return None
     for line in status.splitlines():
         if line.startswith("NSpid:"):
-            return tuple(int(x) for x in line.split()[1:])
+            return _numbers(line)
     return (pid,)  # no PID namespaces in this kernel
+
+
+def _numbers(line: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in line.split()[1:])
+    except ValueError:
+        return None
 
 
 def identify(conn: socket.socket) -> Peer:

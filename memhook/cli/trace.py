@@ -241,15 +241,19 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             print(f"memhook trace: {hint}", file=sys.stderr)
             warnings.append(hint)
     _tell_outer_trace(warnings)
+    status = 1
     try:
-        return _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                      library_path(), memviz_entries, warnings)
+        status = _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
+                        library_path(), memviz_entries, warnings)
     finally:
         if not to_stdout:
             try:
                 out.close()
-            except OSError:  # its failure was said already (see _Guarded)
-                pass
+            except OSError as exc:  # (a writer's own failure points it at /dev/null first)
+                _say(f"memhook trace: closing {out_name} failed ({exc.strerror or exc}): "
+                     f"the {fmt} trace there may be incomplete\n")
+                status = status or DEGRADED_STATUS
+    return status
 
 
 def _tell_outer_trace(warnings: list[str]) -> None:
