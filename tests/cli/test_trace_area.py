@@ -4,9 +4,14 @@ them, checked on an area made by Python as the producer would fill it."""
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import re
+import struct
 
+import numpy as np
+import pytest
 from memhook_testing import CSRC
 
 from memhook.cli import area
@@ -48,30 +53,54 @@ def _make(nseg: int = 8) -> tuple[int, dict[str, int]]:
     return fd, offs
 
 
+class _Producer:
+    """The traced process's side of an area made by :func:`_make`: numpy
+    views of its own mapping, written as trace_lane.c writes them."""
+
+    def __init__(self, fd: int, nseg: int = 8) -> None:
+        _, offs = _make(nseg)  # (the same layout: its offsets)
+        self.mm = mmap.mmap(fd, 0)
+        buf = self.mm
+        self.state = np.frombuffer(buf, np.uint32, nseg, offs["state"])
+        self.claim = np.frombuffer(buf, np.uint64, nseg, offs["claim"])
+        self.published = np.frombuffer(buf, np.uint64, nseg, offs["published"])
+        self.done = np.frombuffer(buf, np.uint64, nseg, offs["done"])
+        self.first = np.frombuffer(buf, np.uint64, nseg, offs["first"])
+        self.header = np.frombuffer(buf, np.uint64, 64, 0)
+        self.events = np.frombuffer(buf, EVENT_DTYPE, nseg * area.SEG_EVENTS,
+                                    offs["events"]).reshape(nseg, area.SEG_EVENTS)
+
+    def close(self) -> None:
+        del self.state, self.claim, self.published, self.done, self.first, self.header
+        del self.events
+        self.mm.close()
+
+
 def test_reads_in_stamp_order_across_segments_and_gives_back() -> None:
     fd, offs = _make()
-    mm_fd = os.dup(fd)
-    a = area.TraceArea(mm_fd)
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
     # Two threads' segments: 0 holds stamps 10, 30, 50; 1 holds 20, 40.
-    ev = a.events
+    ev = p.events
     for seg, stamps in ((0, [10, 30, 50]), (1, [20, 40])):
         for j, t in enumerate(stamps):
             ev[seg, j]["timestamp_ns"] = t
             ev[seg, j]["kind"] = 1 + j % 2
-        a.first[seg] = stamps[0]
-        a.claim[seg] = seg + 1
-        a.published[seg] = len(stamps)
-        a.state[seg] = area.SEG_CLOSED if seg == 0 else area.SEG_OWNED
-    a._header[128 // 8] = 2  # fresh
+        p.first[seg] = stamps[0]
+        p.claim[seg] = seg + 1
+        p.published[seg] = len(stamps)
+        p.state[seg] = area.SEG_CLOSED if seg == 0 else area.SEG_OWNED
+    p.header[128 // 8] = 2  # fresh
     got = a.read(final=True, limit=3)  # a stamp cut, not a segment cut
     assert list(got["timestamp_ns"]) == [10, 20, 30]
     got = a.read(final=True, limit=3)
     assert list(got["timestamp_ns"]) == [40, 50]
     # Segment 0 was closed and is read: given back (done = claim); 1 is not.
-    assert int(a.done[0]) == 1 and int(a.done[1]) == 0
-    assert int(a._header[192 // 8]) == 1
+    assert int(p.done[0]) == 1 and int(p.done[1]) == 0
+    assert int(p.header[192 // 8]) == 1
     assert a.read(final=True).size == 0
     del ev
+    p.close()
     a.close()
     os.close(fd)
 
@@ -97,56 +126,54 @@ def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
 
     fd, _ = _make()
     a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
     area.TraceArea.best_ns_per_tick = None
     area.TraceArea._best_baseline = 0
-    ev = a.events
+    ev = p.events
     stamps = [1000, 2000, 3000, 4000]  # raw TSC, one thread
     for j, t in enumerate(stamps):
         ev[0, j]["timestamp_ns"] = t
         ev[0, j]["flags"] = area.RAW_TSC
-    a.first[0] = stamps[0]
-    a.claim[0] = 1
-    a.state[0] = area.SEG_OWNED
-    a._header[128 // 8] = 1
-    a.published[0] = 2
+    p.first[0] = stamps[0]
+    p.claim[0] = 1
+    p.state[0] = area.SEG_OWNED
+    p.header[128 // 8] = 1
+    p.published[0] = 2
     first = a.read(final=True)  # no baseline yet: a unit rate from the anchor
     # The process's anchor now says a tick is 0.001 ns, far from 1.0.
-    a.mm[96:120] = struct.pack("<QQQ", 2, 100_000_000, 100_000)
-    a.published[0] = 4
+    p.mm[96:120] = struct.pack("<QQQ", 2, 100_000_000, 100_000)
+    p.published[0] = 4
     second = a.read(final=True)
     got = list(first["timestamp_ns"]) + list(second["timestamp_ns"])
     assert len(got) == 4
     assert got == sorted(got), got
     del ev
+    p.close()
     a.close()
     os.close(fd)
 
 
 class _ReclaimedBetweenCopies:
-    """The area's state array, whose first slice copy in a read lets a
-    producer take segment 0 again (its old claim was given back) before the
-    reader copies the claims and the published counts."""
+    """Wraps an area's descriptor reads: after the first read of the state
+    array (armed), a producer takes segment 0 again (its old claim was
+    given back) before the reader reads the claims and the published
+    counts."""
 
-    def __init__(self, a: area.TraceArea) -> None:
-        self.real, self.a, self.armed = a.state, a, False
+    def __init__(self, a: area.TraceArea, p: _Producer) -> None:
+        self.real, self.p, self.armed = a._load, p, False
 
-    def __getitem__(self, key):  # noqa: ANN001, ANN204 - an ndarray stand-in
-        got = self.real[key]
-        if isinstance(key, slice):
-            got = got.copy()
-            if self.armed:
-                self.armed = False
-                a = self.a
-                a.events[0, 0]["timestamp_ns"] = 300
-                a.events[0, 0]["kind"] = 1
-                a.published[0] = 0
-                a.claim[0] = 2
-                self.real[0] = area.SEG_OWNED
-                a.published[0] = 1
+    def __call__(self, name: str, count: int):  # noqa: ANN204 - an ndarray
+        got = self.real(name, count)
+        if name == "state" and self.armed:
+            self.armed = False
+            p = self.p
+            p.events[0, 0]["timestamp_ns"] = 300
+            p.events[0, 0]["kind"] = 1
+            p.published[0] = 0
+            p.claim[0] = 2
+            p.state[0] = area.SEG_OWNED
+            p.published[0] = 1
         return got
-
-    def __setitem__(self, key, value) -> None:  # noqa: ANN001
-        self.real[key] = value
 
 
 def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> None:
@@ -157,28 +184,149 @@ def test_a_segment_taken_again_during_a_read_is_not_given_back_while_owned() -> 
     599 of 600 pairs and two 0-byte rows in test_trace_loss)."""
     fd, _ = _make()
     a = area.TraceArea(os.dup(fd))
-    ev = a.events
+    p = _Producer(fd)
+    ev = p.events
     for j, t in enumerate([100, 200]):
         ev[0, j]["timestamp_ns"] = t
         ev[0, j]["kind"] = 1 + j
-    a.first[0], a.claim[0], a.published[0] = 100, 1, 2
-    a.state[0] = area.SEG_CLOSED
-    a._header[128 // 8] = 1
+    p.first[0], p.claim[0], p.published[0] = 100, 1, 2
+    p.state[0] = area.SEG_CLOSED
+    p.header[128 // 8] = 1
     assert list(a.read(final=True)["timestamp_ns"]) == [100, 200]
-    assert int(a.done[0]) == 1  # closed and read: given back
-    spy = _ReclaimedBetweenCopies(a)
-    a.state = spy  # type: ignore[assignment]
+    assert int(p.done[0]) == 1  # closed and read: given back
+    spy = _ReclaimedBetweenCopies(a, p)
+    a._load = spy  # type: ignore[method-assign]
     spy.armed = True
     assert list(a.read(final=True)["timestamp_ns"]) == [300]  # the new claim's first event
-    assert int(a.done[0]) == 1, "given back while its new owner still writes"
+    assert int(p.done[0]) == 1, "given back while its new owner still writes"
     # The owner writes one more and closes: now it is finished.
     ev[0, 1]["timestamp_ns"] = 400
     ev[0, 1]["kind"] = 2
-    a.published[0] = 2
-    spy.real[0] = area.SEG_CLOSED
+    p.published[0] = 2
+    p.state[0] = area.SEG_CLOSED
     assert list(a.read(final=True)["timestamp_ns"]) == [400]
-    assert int(a.done[0]) == 2
-    a.state = spy.real
+    assert int(p.done[0]) == 2
     del ev, spy
+    p.close()
     a.close()
     os.close(fd)
+
+
+# ------------------------------------------------- an area that lies
+
+
+def _lying(**fields: int) -> int:
+    """An area made by _make(8) with header fields replaced (by name)."""
+    fd, offs = _make()
+    names = ["magic", "version", "seg_events", "nseg", "size", "state_off", "tid_off",
+             "claim_off", "published_off", "done_off", "events_off", "pid", "exited", "tsc0",
+             "ns0", "anchor_seq", "tsc1", "ns1", "first_off"]
+    values = list(area.AREA_HEADER.unpack(os.pread(fd, area.AREA_HEADER.size, 0)))
+    for name, value in fields.items():
+        if name in names:
+            values[names.index(name)] = value
+    os.pwrite(fd, area.AREA_HEADER.pack(*values), 0)
+    records = {"modules_cap": 264, "stack_depth": 304 + 8}
+    for name, at in records.items():
+        if name in fields:
+            os.pwrite(fd, struct.pack("<Q" if name == "modules_cap" else "<I", fields[name]), at)
+    return fd
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"nseg": 0}, "claims 0 segments; the traced side makes 1-262144"),
+    ({"nseg": 1 << 24}, "claims 16777216 segments"),
+    ({"size": 1 << 20}, "trace area says it is 1048576 bytes; its memfd is 139264"),
+    ({"state_off": 4097}, "trace area's state (32 bytes at offset 4097) is not inside"),
+    ({"first_off": 139264 - 8}, "trace area's first (64 bytes at offset 139256) is not inside"),
+    ({"events_off": 0}, "trace area's events (131072 bytes at offset 0) is not inside"),
+    ({"done_off": 1 << 62}, "trace area's done (64 bytes at offset 4611686018427387904)"),
+    ({"modules_cap": 2 << 20}, "claims 2097152 bytes of module records"),
+    ({"stack_depth": 129}, "claims stacks of 129 frames; at most 128"),
+], ids=["no-segments", "16M-segments", "size", "misaligned", "past-end", "in-header",
+        "far-out", "modules", "stacks"])
+def test_a_header_that_lies_is_refused_before_anything_is_read(fields: dict[str, int],
+                                                               message: str) -> None:
+    """Before: an offset past the end was a ValueError from np.frombuffer
+    (the collector died, CMD was killed), a count of 16M segments 1.3 GiB."""
+    fd = _lying(**fields)
+    with pytest.raises(ProtocolError) as exc:
+        area.TraceArea(fd)  # (closes fd)
+    assert message in str(exc.value)
+
+
+def test_a_read_only_area_is_refused() -> None:
+    fd, _ = _make()
+    ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    with pytest.raises(ProtocolError, match="not open for reading and writing"):
+        area.TraceArea(ro)
+    os.close(fd)
+
+
+def test_an_area_cut_short_after_it_was_taken_is_an_error_not_a_fault() -> None:
+    """The process truncates its (unsealed) memfd while the collector reads
+    it.  Before: the next read of the mapping was SIGBUS (this test process
+    died with it)."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    p.events[0, 0]["timestamp_ns"] = 5
+    p.first[0], p.claim[0], p.published[0] = 5, 1, 1
+    p.state[0] = area.SEG_OWNED
+    p.header[128 // 8] = 1
+    assert len(a.read(final=True)) == 1
+    p.close()
+    os.ftruncate(fd, 4096)
+    with pytest.raises(area.AreaTruncated, match="shrank from 139264 to 4096 bytes"):
+        a.read(final=True)
+    a.close()
+    os.close(fd)
+
+
+def test_counts_read_from_the_area_are_clamped() -> None:
+    """published past a segment's 256 events, fresh past nseg: read as
+    what the arrays hold, not an IndexError."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    for j in range(area.SEG_EVENTS):
+        p.events[0, j]["timestamp_ns"] = j + 1
+    p.first[0], p.claim[0], p.published[0] = 1, 1, 1 << 40
+    p.state[0] = area.SEG_CLOSED
+    p.header[128 // 8] = 1 << 40
+    got = a.read(final=True, limit=10_000)
+    assert len(got) == area.SEG_EVENTS
+    p.close()
+    a.close()
+    os.close(fd)
+
+
+def test_the_traced_side_seals_its_area(programs) -> None:  # noqa: ANN001
+    """csrc/trace/trace_lane.c seals the memfd against shrinking and
+    growing: the area a real process hands over says so (F_GET_SEALS)."""
+    import subprocess
+
+    import memhook
+    from memhook.cli.collector import Collector
+    from memhook.cli.ledger import Ledger
+
+    collector = Collector(Ledger([], []))
+    seals: list[int] = []
+    real = collector._message
+
+    def message(peer, data: bytes, fds: list[int]) -> None:  # noqa: ANN001
+        seals.extend(fcntl.fcntl(fd, fcntl.F_GET_SEALS) for fd in fds)
+        real(peer, data, fds)
+
+    collector._message = message  # type: ignore[method-assign]
+    env = dict(os.environ, LD_PRELOAD=memhook.library_path(),
+               MEMHOOK_TRACE_SOCKET=collector.path)
+    try:
+        child = subprocess.Popen([str(programs.event_storm), "10"], env=env,
+                                 stdout=subprocess.DEVNULL)
+        assert collector.run(child) == 0
+    finally:
+        collector.close()
+    assert len(seals) == 1, seals
+    want = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+    assert seals[0] & want == want, seals
