@@ -122,7 +122,7 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     assert device_answer[1] == cu.CUmemorytype.CU_MEMORYTYPE_DEVICE, device_answer
     assert get_attr(attr, host[0])[0] == cu.CUresult.CUDA_ERROR_INVALID_VALUE
 
-    consume = collections.deque(maxlen=0).extend
+    consume: Any = collections.deque(maxlen=0).extend
     clock = time.perf_counter_ns
     memory_type, lookup, memory_types = memhook.memory_type, memhook.lookup, memhook.memory_types
 
