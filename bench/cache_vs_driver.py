@@ -27,6 +27,10 @@ own so that one mode's install cannot colour another's figures:
   swapped for ``set_hook_layer(None, lambda: True)`` (no drain check, no
   coverage check) - what the cache itself costs, not what a user gets.
 
+With ``--pieces``, the parts ``memory_type`` is made of are timed alone too
+(the drain check, the coverage check and its C call, the cache's own
+lookup, the flat copy's bisect, the memo), for the work on the query path.
+
 Each figure is the best of REPEAT rounds (all figures measured once per
 round, interleaved), through ``deque(map(f, pointers), maxlen=0)`` so that
 the harness adds the least it can, the same for memhook and cuda-python.
@@ -61,7 +65,75 @@ SEED = 25
 
 # ---------------------------------------------------------------- the child
 
-def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]:
+PIECES = {
+    "noop": "a Python function of one argument (the harness and call cost)",
+    "query_drain": "the drain check before every query (memhook._drain.query_drain)",
+    "pending_flag": "its load of the core's pending flag (_pending[0], through cffi)",
+    "coverage_complete": "the coverage check on a HOST answer (_coverage.coverage_complete)",
+    "coverage_token": "its C call for the token (lib.memhook_coverage_token, through cffi)",
+    "is_cuda_host": "a driver query for a host pointer (_driver.is_cuda: without coverage)",
+    "cache_dev_cold": "MemtypeCache.memory_type of the process cache, dev cold (no drain)",
+    "cache_dev_hot": "same, dev hot",
+    "cache_host": "same, host",
+    "bisect_cold": "bisect_right over the flat copy's bounds, dev cold",
+    "bisect_host": "same, host",
+    "memo_get_cold": "the memo's dict.get, dev cold (a miss, mostly)",
+    "memo_turn": "next(_memo_turn): the memo's one-in-MEMO_SAMPLE draw",
+}
+
+
+def _pieces(cache: Any, cold: list[int], host: list[int], hot: int, consume: Any) \
+        -> dict[str, Any]:
+    """What ``memhook.memory_type`` is made of, each timed alone (--pieces)."""
+    from bisect import bisect_right
+    from itertools import repeat as same
+    from itertools import starmap
+    from operator import getitem
+
+    from memhook import _coverage, _driver
+    from memhook import _drain as drain_mod
+    from memhook import cache as cache_mod
+
+    def noop(p: int) -> int:
+        return p
+
+    n = len(cold)
+    nothing = ((),)
+    # These are internals, and they change: a piece whose internal is gone
+    # is left out (a "-" in the table), not an error.
+    query_drain = getattr(drain_mod, "query_drain", None)
+    pending = getattr(drain_mod, "_pending", None)
+    coverage_complete = getattr(_coverage, "coverage_complete", None)
+    token = getattr(_coverage, "_token", None)
+    is_cuda = getattr(_driver, "is_cuda", None)
+    memo_turn = getattr(cache_mod, "_memo_turn", None)
+    flat = getattr(cache, "_flat", None)
+    bounds, memo = (flat[0], flat[2]) if isinstance(flat, tuple) and len(flat) == 4 else (None, None)
+    candidates: dict[str, Any] = {
+        "noop": lambda: consume(map(noop, cold)),
+        "query_drain": query_drain and (lambda: consume(starmap(query_drain, nothing * n))),
+        "pending_flag": pending is not None and (
+            lambda: consume(map(getitem, same(pending, n), same(0, n)))),
+        "coverage_complete": coverage_complete and (
+            lambda: consume(starmap(coverage_complete, nothing * n))),
+        "coverage_token": token and (lambda: consume(starmap(token, nothing * n))),
+        "is_cuda_host": is_cuda and (lambda: consume(map(is_cuda, host))),
+        "cache_dev_cold": lambda: consume(map(cache.memory_type, cold)),
+        "cache_dev_hot": lambda: consume(map(cache.memory_type, same(hot, n))),
+        "cache_host": lambda: consume(map(cache.memory_type, host)),
+        "bisect_cold": bounds is not None and (
+            lambda: consume(map(bisect_right, same(bounds, n), cold))),
+        "bisect_host": bounds is not None and (
+            lambda: consume(map(bisect_right, same(bounds, n), host))),
+        "memo_get_cold": isinstance(memo, dict) and (lambda: consume(map(memo.get, cold))),
+        "memo_turn": memo_turn is not None and (
+            lambda: consume(starmap(next, same((memo_turn,), n)))),
+    }
+    return {key: fn for key, fn in candidates.items() if callable(fn)}
+
+
+def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = False) \
+        -> dict[str, Any]:
     """Install, allocate, check, time; the figures as a dict (ns)."""
     import collections
     import gc
@@ -152,6 +224,10 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
         "stub_dev_hot": (stubbed(lambda: consume(map(memory_type, same(hot, queries)))), queries),
         "stub_host": (stubbed(lambda: consume(map(memory_type, host))), queries),
     }
+    flat_copy = cache._flat[0] is not None
+    if pieces:
+        work.update({f"piece_{k}": (fn, queries)
+                     for k, fn in _pieces(cache, cold, host, hot, consume).items()})
     best = dict.fromkeys(work, float("inf"))
     gc.collect()
     gc.disable()
@@ -171,7 +247,8 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     return {"mode": mode, "device": name,
             "installed_as_asked": report.mode == memhook.HookMode.parse(mode),
             "coverage_complete": bool(getattr(status, "coverage_complete", False)),
-            "regions": regions_in_cache, "queries": queries, "repeat": repeat, **best}
+            "regions": regions_in_cache, "flat_copy": flat_copy, "queries": queries,
+            "repeat": repeat, **best}
 
 
 # --------------------------------------------------------------- the parent
@@ -179,7 +256,7 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
 def _run_mode(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
            "--regions", str(args.regions), "--queries", str(args.queries),
-           "--repeat", str(args.repeat)]
+           "--repeat", str(args.repeat), *(["--pieces"] if args.pieces else [])]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout,
                           check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
@@ -236,6 +313,19 @@ def _print_table(rows: list[dict[str, Any]], driver: str) -> bool:
     return met_all
 
 
+def _print_pieces(rows: list[dict[str, Any]]) -> None:
+    print()
+    print("pieces, each timed alone (ns per call, harness included: see noop; '-': that "
+          "internal is gone); flat copy: "
+          + ", ".join(f"{r['mode']} {'yes' if r['flat_copy'] else 'no'}" for r in rows))
+    print("| piece | " + " | ".join(r["mode"] for r in rows) + " | what |")
+    print("| --- |" + " --- |" * len(rows) + " --- |")
+    for key, what in PIECES.items():
+        values = [r.get(f"piece_{key}") for r in rows]
+        cells = " | ".join("-" if v is None else f"{v:.0f}" for v in values)
+        print(f"| {key} | {cells} | {what} |")
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--driver", choices=("auto", "sim", "real"), default="auto",
@@ -249,6 +339,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5, help="rounds; each figure is the best")
     p.add_argument("--timeout", type=float, default=600, help="seconds per mode")
     p.add_argument("--json", action="store_true", help="also print each mode's figures as JSON")
+    p.add_argument("--pieces", action="store_true",
+                   help="also time the pieces memory_type is made of (drain check, coverage "
+                        "check, lookup, memo), each alone")
     p.add_argument("--child", metavar="MODE", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("regions", "queries", "repeat"):
@@ -260,7 +353,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.child:
-        figures = _child(args.child, args.regions, args.queries, args.repeat)
+        figures = _child(args.child, args.regions, args.queries, args.repeat, args.pieces)
         print(RESULT + json.dumps(figures), flush=True)
         return 0
     import memhook.sim
@@ -278,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cache_vs_driver: {exc}", file=sys.stderr)
         return 1
     _print_table(rows, "simulator" if driver == "sim" else "GPU")
+    if args.pieces:
+        _print_pieces(rows)
     if args.json:
         for r in rows:
             print(RESULT + json.dumps(r))

@@ -23,7 +23,7 @@ def test_the_bench_runs_every_mode_on_the_simulator(native) -> None:  # type: ig
     pytest.importorskip("cuda.bindings.driver")  # (the test extra has it: the bench's baseline)
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--driver", "sim", "--regions", "40", "--queries", "400",
-         "--repeat", "1", "--json"],
+         "--repeat", "1", "--json", "--pieces"],
         env=native.env(), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -41,3 +41,4 @@ def test_the_bench_runs_every_mode_on_the_simulator(native) -> None:  # type: ig
         assert sum(line.startswith(f"| {mode} |") for line in table) == 2, out  # main + stub
     assert out.startswith("simulator: "), out
     assert "stub (not the user's path" in out and "goal (>= 3x cuda-python" in out
+    assert "| noop |" in out and "| cache_dev_cold |" in out  # --pieces: its table
