@@ -277,16 +277,44 @@ def test_an_empty_extent_is_the_type_at_its_data_pointer(cache: MemtypeCache,
     assert own.lookup(DLPackOnly(a)) == Region(a.ctypes.data, 16, MemoryType.CUDA_HOST, 0)
 
 
-def test_real_torch_empty_tensors() -> None:
+def test_real_torch_empty_cpu_tensors() -> None:
     torch = pytest.importorskip("torch")
     assert memhook.memory_type(torch.empty(0)) is MemoryType.HOST
     assert memhook.lookup(torch.zeros(3, 0)) is None
+    assert memhook.memory_type(torch.zeros(8)[3:3]) is MemoryType.HOST
+
+
+TORCH_CUDA_SCRIPT = r"""
+import ctypes, torch, memhook
+from memhook import MemoryType
+memhook.install()
+empty = torch.empty(0, device="cuda")
+assert empty.data_ptr() == 0, empty.data_ptr()
+assert memhook.memory_type(empty) is MemoryType.HOST   # a NULL data pointer
+t = torch.empty(1024, device="cuda")
+assert memhook.memory_type(t[5:5]) is MemoryType.CUDA  # empty, inside the allocation
+assert memhook.memory_type(t) is MemoryType.CUDA
+assert memhook.memory_type(ctypes.c_void_p(t.data_ptr() + 8)) is MemoryType.CUDA
+from cuda.bindings import driver
+assert memhook.memory_type(driver.CUdeviceptr(t.data_ptr())) is MemoryType.CUDA
+assert memhook.memory_types([driver.CUdeviceptr(t.data_ptr()), t.data_ptr()]).tolist() == [1, 1]
+print("OK")
+"""
+
+
+def test_real_torch_empty_cuda_tensors() -> None:
+    """On a GPU (the lead's GPU run: pytest tests/cache -k torch), in a child
+    so that install() stays out of the suite's process."""
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("cuda.bindings.driver")
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the GPU run covers torch.empty(0, device='cuda')")
-    memhook.install()
-    assert memhook.memory_type(torch.empty(0, device="cuda")) is MemoryType.HOST  # NULL data
-    t = torch.empty(1024, device="cuda")
-    assert memhook.memory_type(t[5:5]) is MemoryType.CUDA  # empty, inside the allocation
+        pytest.skip("no CUDA device here: the GPU run covers torch.empty(0, device='cuda')")
+    proc = subprocess.run([sys.executable, "-c", TORCH_CUDA_SCRIPT], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
 
 
 # ------------------------------------------------- messages about arguments
