@@ -36,10 +36,10 @@
 #define PROBES 4
 #define GEN_SHIFT 40
 #define REF_MASK ((UINT64_C(1) << GEN_SHIFT) - 1)
-/* The most a record copies: longer strings are unknown, a longer line
- * table leaves the lines unknown (MH_TRACE_PYCODE_NO_LINES). */
-#define NAME_MAX_CHARS 4096
-#define LINETABLE_MAX (256 * 1024)
+/* The most a record copies (trace_proto.h): longer strings are unknown,
+ * a longer line table leaves the lines unknown (MH_TRACE_PYCODE_NO_LINES). */
+#define NAME_MAX_CHARS MH_TRACE_PYCODE_NAME_MAX
+#define LINETABLE_MAX MH_TRACE_PYCODE_LINES_MAX
 
 /* Process-wide by nature: code objects are.  Each slot holds (generation
  * << 40 | record ref); a slot of another generation (another area: a fork

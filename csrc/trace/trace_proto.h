@@ -17,6 +17,11 @@
  *
  *   HELLO   the one message: who this process is (mh_trace_hello, then
  *           exe, cmdline and why bytes) and, as SCM_RIGHTS, its area's fd
+ *           (sealed against shrinking where the kernel allows).  The
+ *           collector believes none of it blindly: the sender is the
+ *           kernel's SO_PEERCRED pid, the pid claimed must be that process
+ *           in one of its PID namespaces, and every offset and count of
+ *           the area is checked against the memfd's real size.
  *
  * EVENTS and BYE are version 1's (events on the socket); no longer sent.
  */
@@ -34,6 +39,10 @@
 #define MH_TRACE_HELLO 1
 #define MH_TRACE_EVENTS 2
 #define MH_TRACE_BYE 3
+/* Sent (header only, no descriptor) by a `memhook trace` that runs inside
+ * a traced program, to the outer collector: the inner trace's command
+ * reports to the inner collector, and the outer one says so. */
+#define MH_TRACE_NESTED 4
 
 /* Most events in one EVENTS message: 64 KiB of events, well inside the
  * default socket send buffer (a SEQPACKET message must fit in it whole). */
@@ -117,8 +126,14 @@ typedef struct mh_trace_area {
     uint64_t fresh;          /* segments taken never used before */
     uint64_t claims;         /* claims so far */
     uint64_t scan;           /* where the next search for a done segment starts */
-    uint64_t lost;           /* events that found no room: LOUD at the collector */
-    uint64_t pad1[4];
+    uint64_t lost;           /* events that found no room while segments waited for
+                                the collector (it fell behind): LOUD at the collector */
+    uint64_t lost_owned;     /* events that found no room because every segment was
+                                owned by a live thread (more threads than segments) */
+    uint64_t lost_forked;    /* events of children made without fork()'s handlers (a
+                                raw fork or clone system call): such a child has no
+                                area; it counts them here, in the page it inherited */
+    uint64_t pad1[2];
     /* the collector's line */
     uint64_t done_total;     /* segments the collector finished, ever */
     uint64_t pad2[7];
@@ -214,5 +229,9 @@ typedef struct mh_trace_pycode {
     uint8_t py_minor;        /* 9..13: how to read the line table */
 } mh_trace_pycode;           /* 72 bytes */
 #define MH_TRACE_PYCODE_NO_LINES 0x1u /* the line table was not copied (too long) */
+/* The most a code record copies (the collector refuses more): a longer
+ * name is recorded as unknown, a longer line table as NO_LINES. */
+#define MH_TRACE_PYCODE_NAME_MAX 4096     /* characters of a name */
+#define MH_TRACE_PYCODE_LINES_MAX 262144  /* bytes of a line table (256 KiB) */
 
 #endif

@@ -22,6 +22,7 @@ history is a bounded ring (like PyTorch's own recorder), see
 
 from __future__ import annotations
 
+import codecs
 import collections
 import json
 import pickle
@@ -41,11 +42,34 @@ from .ledger import (
     mem_type_name,
 )
 
-__all__ = ["FORMATS", "ChromeWriter", "JsonlWriter", "MemvizWriter", "TextWriter", "Writer",
-           "make_writer"]
+__all__ = ["FORMATS", "TEXT_ERRORS", "ChromeWriter", "JsonlWriter", "MemvizWriter", "TextWriter",
+           "Writer", "make_writer"]
 
 FORMATS = ("text", "jsonl", "chrome", "memviz")
 SIZE_UNKNOWN = 0x1
+
+TEXT_ERRORS = "memhook-bytes"
+"""The ``errors`` of every text stream memhook trace writes: a name that
+was not UTF-8 (a latin-1 file name in a command line, decoded with
+surrogateescape as :func:`os.fsdecode` does) goes out as the bytes it was;
+anything else the stream's encoding cannot hold, as a backslash escape.
+Never an exception."""
+
+
+def _as_bytes(exc: UnicodeError) -> tuple[str | bytes, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start:exc.end]:
+        cp = ord(ch)
+        if 0xDC80 <= cp <= 0xDCFF:
+            out.append(cp - 0xDC00)  # the byte surrogateescape decoded it from
+        else:
+            out += ch.encode("ascii", "backslashreplace")
+    return bytes(out), exc.end
+
+
+codecs.register_error(TEXT_ERRORS, _as_bytes)
 
 
 class Writer:
@@ -100,7 +124,8 @@ class TextWriter(Writer):
         how = "forked" if h.forked else "started"
         hooks = ("hooks failed: " + (h.why or f"errno {h.install_rc}")) if h.install_rc \
             else f"hooks {_mode_name(h.mode)}"
-        self.out.write(f"{self._rel(h.start_ns)} [{h.pid}] process {how} (ppid {h.ppid}; "
+        ns = f"pid {proc.own_pid} in its PID namespace; " if proc.own_pid is not None else ""
+        self.out.write(f"{self._rel(h.start_ns)} [{proc.pid}] process {how} ({ns}ppid {h.ppid}; "
                        f"{hooks}): {h.command}\n")
         self.out.flush()
 
@@ -182,6 +207,9 @@ def _python_text(python: PyStack) -> str:
     return "  at %s in %s" % (f.location, f.function)
 
 
+_PYTHON_CHARS = 32 << 20  # the most text JsonlWriter keeps of Python stacks
+
+
 def _python_json(python: PyStack) -> str:
     """jsonl's ``python`` (and why it is empty, or ends early)."""
     text = ',"python":' + json.dumps([{"file": f.file, "line": f.line, "function": f.function}
@@ -221,6 +249,7 @@ class JsonlWriter(Writer):
         self._types = _Padded(mem_type_name, 0)
         self._callers: dict[Caller | None, str] = {}
         self._python: dict[PyStack, str] = {}
+        self._python_chars = 0  # what _python holds: bounded, however long the names
 
     def _caller(self, caller: Caller | None) -> str:
         text = self._callers.get(caller)
@@ -246,9 +275,12 @@ class JsonlWriter(Writer):
             if python is not None:
                 text = pys.get(python)
                 if text is None:
-                    if len(pys) > 100_000:
+                    text = _python_json(python)
+                    if len(pys) > 100_000 or self._python_chars + len(text) > _PYTHON_CHARS:
                         pys.clear()
-                    text = pys[python] = _python_json(python)
+                        self._python_chars = 0
+                    self._python_chars += len(text)
+                    pys[python] = text
                 stack += text
             append('{"kind":"%s","function":"%s","address":%d,"size":%d,"mem_type":"%s",'
                    '"device":%d,"pid":%d,"tid":%d,"ts_ns":%d,"result":%d,"caller":%s%s}\n' % (

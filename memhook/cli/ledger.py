@@ -63,6 +63,9 @@ class Process:
 
     conn_id: int
     hello: Hello | None = None
+    kernel_pid: int | None = None
+    """The sender's pid by the kernel (``SO_PEERCRED``, this namespace's
+    number): what the outputs show.  None: the HELLO's (a unit test)."""
     events: int = 0
     events_sent: int | None = None   # from BYE: the process reached exit()
     ended: bool = False
@@ -75,7 +78,18 @@ class Process:
 
     @property
     def pid(self) -> int:
+        """The kernel pid (the HELLO's where none is known)."""
+        if self.kernel_pid is not None:
+            return self.kernel_pid
         return self.hello.pid if self.hello else -1
+
+    @property
+    def own_pid(self) -> int | None:
+        """The pid the process knows itself by (its events carry it), where
+        that is not :attr:`pid`: it runs in a PID namespace of its own."""
+        if self.hello is None or self.hello.pid == self.pid:
+            return None
+        return self.hello.pid
 
     @property
     def how_ended(self) -> str:
@@ -277,7 +291,7 @@ class Ledger:
         return {
             "events": self.events,
             "processes": [
-                {"pid": p.pid, "ppid": p.hello.ppid if p.hello else None,
+                {"pid": p.pid, "own_pid": p.own_pid, "ppid": p.hello.ppid if p.hello else None,
                  "command": p.hello.command if p.hello else "?",
                  "forked": bool(p.hello and p.hello.forked), "events": p.events,
                  "ended": p.how_ended,
@@ -356,6 +370,8 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("processes:")
         for p in procs:
             forked = ", forked" if p["forked"] else ""
+            if p.get("own_pid") is not None:
+                forked += f", pid {p['own_pid']} in its PID namespace"
             out.append(f"  pid {p['pid']:<7} {p['events']:>9} events  {p['ended']}{forked}; "
                        f"hooks {p['hooks']}: {_clip(p['command'], 60)}")
     out.append("calls and bytes per function:")

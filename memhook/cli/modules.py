@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._symbolize import Caller, describe, executable_mappings
@@ -66,6 +67,10 @@ class ModuleMap:
     and its events may be read first)."""
     batch: int = 0   # bumped by the collector at every read of the area
     _maps_batch: int = -1
+    alive: Callable[[], bool] | None = None
+    """Whether the process :attr:`pid` names is still the one (its pidfd
+    has not fired): asked after reading its maps, so a pid reused by
+    another process is never read as this one's."""
 
     def add(self, records: list[tuple[int, Module]]) -> None:
         for kind, m in records:
@@ -89,6 +94,8 @@ class ModuleMap:
             bases[path] = base
             span = found.setdefault(path, [lo, hi])
             span[0], span[1] = min(span[0], lo), max(span[1], hi)
+        if self.alive is not None and not self.alive():
+            return
         known = {(m.path, m.base) for m in self.modules}
         self.add([(MODULE_LOAD, Module(p, bases[p], lo, hi, 0)) for p, (lo, hi) in found.items()
                   if (p, bases[p]) not in known])

@@ -19,15 +19,17 @@ never after another function.
 
 from __future__ import annotations
 
+import array
+import bisect
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-__all__ = ["CODE", "LOST", "NO_PYTHON", "NO_THREAD", "PyFrame", "PyRecords", "PyStack",
-           "SiteLedger", "line_for", "why_text"]
+__all__ = ["CODE", "LINES_MAX", "LOST", "NAME_MAX", "NO_PYTHON", "NO_THREAD", "LineIndex",
+           "PyFrame", "PyRecords", "PyStack", "Reader", "SiteLedger", "line_for", "why_text"]
 
 CODE = struct.Struct("<IIQQQQqqIIIBBBB")
 """``mh_trace_pycode``: len, firstlineno, code, filename_obj, qualname_obj,
@@ -120,8 +122,8 @@ def _varint(table: bytes, at: int) -> tuple[int, int]:
             return value, at
 
 
-def _lines_locations(table: bytes, first: int, addr: int) -> int:
-    """3.11+: the location table (code units; addr in bytes)."""
+def _index_locations(table: bytes, first: int, starts: array.array, lines: array.array) -> None:
+    """3.11+: the location table (ranges of code units, in bytes here)."""
     line = first
     end = 0
     at = 0
@@ -134,7 +136,12 @@ def _lines_locations(table: bytes, first: int, addr: int) -> int:
         if code == 15:    # no location
             here = -1
         elif code in (13, 14):  # no columns / long form: a signed varint line delta
-            raw, at = _varint(table, at)
+            try:
+                raw, at = _varint(table, at)
+            except IndexError:  # a table cut short: no line from here on
+                starts.append(start)
+                lines.append(0)
+                return
             line += -(raw >> 1) if raw & 1 else raw >> 1
             here = line
         elif code >= 10:  # one line form: the delta is in the code
@@ -144,12 +151,13 @@ def _lines_locations(table: bytes, first: int, addr: int) -> int:
             here = line
         while at < n and not table[at] & 128:  # the entry's other bytes
             at += 1
-        if start <= addr < end:
-            return here
-    return -1
+        starts.append(start)
+        lines.append(here)
+    starts.append(end)
+    lines.append(-1)
 
 
-def _lines_pep626(table: bytes, first: int, addr: int) -> int:
+def _index_pep626(table: bytes, first: int, starts: array.array, lines: array.array) -> None:
     """3.10: (byte delta, line delta) pairs; -128: no line."""
     line = first
     end = 0
@@ -161,43 +169,80 @@ def _lines_pep626(table: bytes, first: int, addr: int) -> int:
         else:
             line += delta
             here = line
-        if start <= addr < end:
-            return here
-    return -1
+        starts.append(start)
+        lines.append(here)
+    starts.append(end)
+    lines.append(-1)
 
 
-def _lines_lnotab(table: bytes, first: int, addr: int) -> int:
-    """3.9: co_lnotab, (byte increment, line increment) pairs."""
+def _index_lnotab(table: bytes, first: int, starts: array.array, lines: array.array) -> None:
+    """3.9: co_lnotab, (byte increment, line increment) pairs: a line holds
+    from its offset on."""
     line = first
     at = 0
+    starts.append(0)
+    lines.append(first)
     for i in range(0, len(table) - 1, 2):
         at += table[i]
-        if at > addr:
-            break
         delta = table[i + 1]
         line += delta - 256 if delta > 127 else delta
-    return line
+        starts.append(at)
+        lines.append(line)
+
+
+class LineIndex:
+    """A line table decoded once (its cost is the table's length); each
+    instruction's line is then a bisection, whatever the table holds."""
+
+    __slots__ = ("_first", "_lines", "_scale", "_starts")
+
+    def __init__(self, minor: int, table: bytes, first: int) -> None:
+        self._first = first
+        self._starts, self._lines = array.array("q"), array.array("q")
+        if minor >= 11:
+            _index_locations(table, first, self._starts, self._lines)
+        elif minor == 10:
+            _index_pep626(table, first, self._starts, self._lines)
+        else:
+            _index_lnotab(table, first, self._starts, self._lines)
+        self._scale = 2 if minor >= 10 else 1  # code units, or bytes (3.9)
+
+    @property
+    def nbytes(self) -> int:
+        return 16 * len(self._starts)
+
+    def line(self, lasti: int) -> int:
+        """The line of instruction ``lasti`` (as the frame keeps it); 0 when
+        there is none."""
+        if lasti < 0:
+            return self._first
+        i = bisect.bisect_right(self._starts, lasti * self._scale) - 1
+        line = self._lines[i] if i >= 0 else 0
+        return line if line > 0 else 0
 
 
 def line_for(minor: int, table: bytes, first: int, lasti: int) -> int:
     """The line of instruction ``lasti`` (as the frame keeps it: bytes in
     3.9, code units after) in a code object of CPython 3.``minor``; 0 when
     there is none."""
-    if lasti < 0:
-        return first
-    try:
-        if minor >= 11:
-            line = _lines_locations(table, first, lasti * 2)
-        elif minor == 10:
-            line = _lines_pep626(table, first, lasti * 2)
-        else:
-            line = _lines_lnotab(table, first, lasti)
-    except IndexError:  # a table cut short
-        return 0
-    return line if line > 0 else 0
+    return LineIndex(minor, table, first).line(lasti)
 
 
 # ------------------------------------------------------------- the area
+
+NAME_MAX = 4096
+"""The most characters of a name a code record holds (pycode.c:
+MH_TRACE_PYCODE_NAME_MAX); a longer one is recorded as unknown."""
+LINES_MAX = 256 * 1024
+"""The longest line table a code record holds (MH_TRACE_PYCODE_LINES_MAX)."""
+_CODE_MAX = CODE.size + 2 * NAME_MAX * 4 + LINES_MAX
+"""The largest code record the traced side writes."""
+_SPAN = 1 << 20          # the most bytes of Python records one pread takes
+_READ_BUDGET = 16 << 20  # bytes of code records one call reads at most...
+_INDEX_BUDGET = 1 << 20  # ...and of line tables it decodes (what is left is named later)
+_CACHE_BYTES = 64 << 20  # what the caches of names hold at most (texts, tables, indexes)
+_STACK_WORDS = 1 << 20   # frames the cache of stacks holds at most
+
 
 @dataclass(frozen=True)
 class _Code:
@@ -212,110 +257,217 @@ _UNKNOWN_CODE = _Code("?", "?", 0, 0, None)
 _ENCODINGS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
 
 
-def _text(data: Any, at: int, length: int, kind: int) -> tuple[str, int]:
+def _text(data: bytes, at: int, length: int, kind: int) -> tuple[str, int]:
     """A string of a code record (kind 0: the process could not read it)."""
     if kind == 0 and length == 0:
         return "?", at
     if kind not in _ENCODINGS:
         raise ValueError(f"a string of {kind} bytes a character")
     nbytes = length * kind
-    raw = bytes(data[at:at + nbytes])
+    raw = data[at:at + nbytes]
     if len(raw) != nbytes:
         raise ValueError("text past the record")
     return raw.decode(_ENCODINGS[kind], "replace"), at + (nbytes + 7) // 8 * 8
 
 
+def _pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+Reader = Callable[[int, int], bytes]
+"""``read(n, offset)``: exactly ``n`` bytes of the area at ``offset``
+(:meth:`memhook.cli.area.TraceArea._pread`: a ``pread`` of its memfd, which
+raises :class:`~memhook.cli.area.AreaTruncated` if the area was cut)."""
+
+
 class PyRecords:
     """A traced area's Python records and code records, named.
 
-    ``mm`` is the area's mapping; offsets are the area header's.  Anything
-    out of bounds or malformed (the process may be hostile or broken)
-    names ``?``, never raises."""
+    ``read`` reads the area (:data:`Reader`); the offsets and sizes are the
+    area header's, which :class:`~memhook.cli.area.TraceArea` checked
+    against the memfd's real size.  Nothing the records say is trusted:
+    every reference and length is checked against its section and against
+    what the traced side writes before anything is read, each read is a
+    bounded ``pread`` (never a load from a mapping: a memfd cut short is
+    an :class:`~memhook.cli.area.AreaTruncated`, not a SIGBUS), anything
+    malformed names ``?``, the work one call does is bounded (bytes read,
+    line tables decoded: what is past that is named in a later call), and
+    so is what the caches hold, whatever the records claim."""
 
-    def __init__(self, mm: Any, py_off: int, py_cap: int, py_depth: int, codes_off: int,
+    def __init__(self, read: Reader, py_off: int, py_cap: int, py_depth: int, codes_off: int,
                  codes_cap: int, version_at: int) -> None:
-        self.mm = mm
+        self._read = read
         self.py_off, self.py_words, self.depth = py_off, py_cap // 8, py_depth
         self.codes_off, self.codes_cap = codes_off, codes_cap
         self._version_at = version_at
         self._codes: dict[int, _Code] = {}
+        self._indexes: dict[int, LineIndex] = {}
         self._frames: dict[int, PyFrame] = {}
         self._stacks: dict[tuple[int, ...], PyStack] = {}
+        self._cached_bytes = 0
+        self._stack_words = 0
+        self._read_left = self._index_left = 0
+        self._partial = False  # a name in the making was left for later (a budget ran out)
 
     @property
     def version(self) -> int:
         """The traced interpreter's PY_VERSION_HEX (0: none found)."""
-        return int(struct.unpack_from("<I", self.mm, self._version_at)[0])
+        return int(struct.unpack("<I", self._read(4, self._version_at))[0])
+
+    def _forget_names(self) -> None:
+        """Every cache at once: frames and stacks hold the codes' texts."""
+        self._codes.clear()
+        self._indexes.clear()
+        self._frames.clear()
+        self._stacks.clear()
+        self._cached_bytes = self._stack_words = 0
+
+    def _load_code(self, ref: int) -> _Code | None:
+        """The code record ``ref`` names, read and checked; None when this
+        call may read no more."""
+        off = (ref - 1) * 8
+        if ref <= 0 or off + CODE.size > self.codes_cap:
+            return _UNKNOWN_CODE
+        if self._read_left < CODE.size:
+            return None
+        head = self._read(CODE.size, self.codes_off + off)
+        self._read_left -= CODE.size
+        (length, first, _, _, _, _, _, _, flen, qlen, llen, fkind, qkind, flags,
+         minor) = CODE.unpack(head)
+        if (flen > NAME_MAX or qlen > NAME_MAX or llen > LINES_MAX
+                or fkind not in (0, 1, 2, 4) or qkind not in (0, 1, 2, 4)):
+            return _UNKNOWN_CODE
+        lines = 0 if flags & _NO_LINES else llen
+        size = CODE.size + _pad8(flen * fkind) + _pad8(qlen * qkind) + _pad8(lines)
+        if not size <= length <= _CODE_MAX or off + length > self.codes_cap:
+            return _UNKNOWN_CODE  # (len is written last: 0 while the record is being written)
+        if self._read_left < size - CODE.size:
+            return None
+        body = self._read(size - CODE.size, self.codes_off + off + CODE.size)
+        self._read_left -= size - CODE.size
+        try:
+            fname, pos = _text(body, 0, flen, fkind)
+            qname, pos = _text(body, pos, qlen, qkind)
+        except ValueError:
+            return _UNKNOWN_CODE
+        table = None if flags & _NO_LINES else body[pos:pos + llen]
+        return _Code(fname, qname, first, minor, table)
+
+    def _keep(self, nbytes: int) -> None:
+        """Room for ``nbytes`` more in the caches of names (else all of them go)."""
+        if self._cached_bytes + nbytes > _CACHE_BYTES or len(self._codes) >= 200_000:
+            self._forget_names()
+        self._cached_bytes += nbytes
 
     def _code(self, ref: int) -> _Code:
         code = self._codes.get(ref)
         if code is not None:
             return code
-        code = _UNKNOWN_CODE
-        off = (ref - 1) * 8
-        if ref and off + CODE.size <= self.codes_cap:
-            at = self.codes_off + off
-            try:
-                (length, first, _, _, _, _, _, _, flen, qlen, llen, fkind, qkind, flags,
-                 minor) = CODE.unpack_from(self.mm, at)
-                if length and off + length <= self.codes_cap:
-                    end = at + length
-                    body = self.mm[at + CODE.size:end]
-                    fname, pos = _text(body, 0, flen, fkind)
-                    qname, pos = _text(body, pos, qlen, qkind)
-                    table = None if flags & _NO_LINES else bytes(body[pos:pos + llen])
-                    if table is not None and len(table) != llen:
-                        raise ValueError("line table past the record")
-                    code = _Code(fname, qname, first, minor, table)
-            except (ValueError, struct.error):
-                code = _UNKNOWN_CODE
-        if len(self._codes) > 200_000:
-            self._codes.clear()
-        self._codes[ref] = code
-        return code
+        loaded = self._load_code(ref)
+        if loaded is None:
+            self._partial = True
+            return _UNKNOWN_CODE
+        self._keep(CODE.size + 4 * (len(loaded.file) + len(loaded.function))
+                   + len(loaded.table or b""))
+        self._codes[ref] = loaded
+        return loaded
+
+    def _line(self, ref: int, code: _Code, lasti: int) -> int:
+        if code.table is None:
+            return 0
+        index = self._indexes.get(ref)
+        if index is None:
+            if len(code.table) > self._index_left:
+                self._partial = True
+                return 0
+            self._index_left -= len(code.table)
+            index = LineIndex(code.minor, code.table, code.first)
+            self._keep(index.nbytes)
+            self._indexes[ref] = index
+        return index.line(lasti)
 
     def _frame(self, word: int) -> PyFrame:
         frame = self._frames.get(word)
         if frame is None:
-            code = self._code(word >> 32)
+            before, self._partial = self._partial, False
+            ref = word >> 32
+            code = self._code(ref)
             lasti = word & 0xFFFFFFFF
             lasti = lasti - (1 << 32) if lasti >= 1 << 31 else lasti
-            line = (line_for(code.minor, code.table, code.first, lasti)
-                    if code.table is not None else 0)
-            frame = PyFrame(code.file, line, code.function)
-            if len(self._frames) > 200_000:
-                self._frames.clear()
-            self._frames[word] = frame
+            frame = PyFrame(code.file, self._line(ref, code, lasti), code.function)
+            if not self._partial:  # (one named in part is named again later)
+                if len(self._frames) > 200_000:
+                    self._frames.clear()
+                self._frames[word] = frame
+            self._partial = self._partial or before
         return frame
+
+    def _records(self, refs: list[int]) -> dict[int, tuple[int, ...]]:
+        """The Python records ``refs`` name (each 1 + its word offset, within
+        the section): head and frames, at most ``depth`` of them and none
+        past the section's end."""
+        words, depth = self.py_words, self.depth
+        wanted = sorted(set(refs))
+        got: dict[int, tuple[int, ...]] = {}
+        start = 0
+        while start < len(wanted):
+            # Records are claimed in order: a batch's lie near each other,
+            # so a few reads of spans of them (at most _SPAN bytes each).
+            lo = wanted[start]
+            end = start
+            while end + 1 < len(wanted) and (wanted[end + 1] - lo + 1 + depth) * 8 <= _SPAN:
+                end += 1
+            stop = min(wanted[end] + depth, words)  # one past the last word read
+            span = np.frombuffer(self._read((stop - lo + 1) * 8, self.py_off + (lo - 1) * 8),
+                                 "<u8").tolist()
+            for ref in wanted[start:end + 1]:
+                at = ref - lo
+                n = min(span[at] & 0xFFFF, depth, words - ref)
+                got[ref] = tuple(span[at:at + 1 + n])
+            start = end + 1
+        return got
 
     def stacks(self, refs: np.ndarray, allocs: np.ndarray | None = None) -> list[PyStack | None]:
         """Each event's frames, by the reference it carries (1 + its
         record's word offset; 0: none): None for a FREE (``allocs`` False),
         a :data:`LOST` stack for an ALLOC whose record found no room."""
-        out: list[PyStack | None] = []
+        self._read_left, self._index_left = _READ_BUDGET, _INDEX_BUDGET
         words = self.py_words
-        view = np.frombuffer(self.mm, np.uint64, words, self.py_off)
-        is_alloc = allocs.tolist() if allocs is not None else [True] * len(refs)
-        for ref, alloc in zip(refs.tolist(), is_alloc):
-            if ref == 0 or ref > words:
-                out.append(LOST if alloc else None)
+        ref_list = refs.tolist()
+        is_alloc = allocs.tolist() if allocs is not None else [True] * len(ref_list)
+        records = self._records([r for r, a in zip(ref_list, is_alloc) if a and 0 < r <= words])
+        out: list[PyStack | None] = []
+        for ref, alloc in zip(ref_list, is_alloc):
+            if not alloc:
+                out.append(None)
                 continue
-            head = int(view[ref - 1])
-            n = min(head & 0xFFFF, self.depth, words - ref)
-            key = tuple(view[ref - 1:ref + n].tolist())
+            key = records.get(ref)
+            if key is None:
+                out.append(LOST)
+                continue
             stack = self._stacks.get(key)
             if stack is None:
-                state = (head >> 16) & 0xFF
-                why = "" if state == FRAMES and n else why_text(state, self.version)
-                if state == FRAMES and not n:
-                    why = "a Python thread outside any Python code"
-                stack = PyStack(tuple(self._frame(w) for w in key[1:]), why,
-                                bool(head & _MORE))
-                if len(self._stacks) > 100_000:
-                    self._stacks.clear()
-                self._stacks[key] = stack
+                stack = self._stack(key)
             out.append(stack)
         return out
+
+    def _stack(self, key: tuple[int, ...]) -> PyStack:
+        head = key[0]
+        n = len(key) - 1
+        state = (head >> 16) & 0xFF
+        why = "" if state == FRAMES and n else why_text(state, self.version)
+        if state == FRAMES and not n:
+            why = "a Python thread outside any Python code"
+        self._partial = False
+        stack = PyStack(tuple(self._frame(w) for w in key[1:]), why, bool(head & _MORE))
+        if not self._partial:
+            if self._stack_words + len(key) > _STACK_WORDS or len(self._stacks) >= 100_000:
+                self._stacks.clear()
+                self._stack_words = 0
+            self._stack_words += len(key)
+            self._stacks[key] = stack
+        self._partial = False
+        return stack
 
 
 LOST = PyStack((), "not recorded: the trace area's Python records (64 MiB) were used up")

@@ -15,6 +15,7 @@ import pytest
 from memhook_testing import CSRC, HAVE_CC
 from pyframes_testing import HERE
 
+from memhook.cli.area import AreaTruncated
 from memhook.cli.modules import MODULE_LOAD, Module, ModuleMap
 from memhook.cli.pyframes import CODE, LOST, PyFrame, PyRecords, PyStack, SiteLedger
 
@@ -42,6 +43,7 @@ class _Area:
         struct.pack_into("<I", self.mm, VERSION_AT, 0x030B0700)
         self.py_used = 0
         self.codes_used = 0
+        self.reads: list[tuple[int, int]] = []
 
     def code(self, record: bytes) -> int:
         at = self.codes_used
@@ -56,8 +58,16 @@ class _Area:
         self.py_used += 8 * len(words)
         return at // 8 + 1
 
+    def read(self, n: int, off: int) -> bytes:
+        """As TraceArea._pread reads the memfd: exactly n bytes, or AreaTruncated."""
+        self.reads.append((off, n))
+        data = self.mm[off:off + n]
+        if len(data) != n:
+            raise AreaTruncated(f"{n} bytes at {off}")
+        return data
+
     def records(self, depth: int = 32) -> PyRecords:
-        return PyRecords(self.mm, PY_OFF, PY_CAP, depth, CODES_OFF, CODES_CAP, VERSION_AT)
+        return PyRecords(self.read, PY_OFF, PY_CAP, depth, CODES_OFF, CODES_CAP, VERSION_AT)
 
 
 def test_frames_are_named_from_the_records() -> None:
@@ -154,6 +164,50 @@ def test_a_fork_child_starts_from_its_parents_modules() -> None:
     caller = child.resolve(0x7F0000002000)
     assert caller is not None and caller.object == ffi.path
     assert 0x7F0000002000 in child._cache  # one candidate: cached
+
+
+def test_a_fork_childs_parent_is_found_by_kernel_pid() -> None:
+    """Images are known by kernel pid; a fork child's HELLO names its parent
+    as its own PID namespace numbers it.  Two containers each run a
+    program that is pid 1 there and forks: each child inherits from its own
+    parent (the kernel's PPid), never from the other pid 1; a child whose
+    parent is outside its namespace (ppid 0: ``unshare -fp``) too; a reaper
+    that took a child over is not its parent."""
+    from memhook.cli.collector import Collector, _Image
+    from memhook.cli.ledger import Ledger, Process
+    from memhook.cli.peers import Peer
+    from memhook.cli.protocol import Hello
+
+    def hello(pid: int, ppid: int, forked: bool = False) -> Hello:
+        return Hello(pid, ppid, 0, 0, 0, 1 if forked else 0, 0, "/bin/x", ["x"], "")
+
+    collector = Collector(Ledger([], []))
+    try:
+        def image(kernel_pid: int, own_pid: int, ppid: int = 1) -> _Image:
+            got = _Image(Process(conn_id=kernel_pid, hello=hello(own_pid, ppid),
+                                 kernel_pid=kernel_pid), None, None)  # type: ignore[arg-type]
+            collector.images.append(got)
+            return got
+
+        plain, reaper = image(100, 100), image(7000, 7000)
+        box_a, box_b = image(5000, 1, 0), image(6000, 1, 0)
+        find = collector._parent
+        # This namespace: the HELLO's ppid is the kernel's number.
+        assert find(Peer(101, 0, None, (101,), 100), hello(101, 100, True)) is plain
+        # The parent ended before the accept and the child was reparented:
+        # its own ppid still names the parent (here still being read).
+        assert find(Peer(102, 0, None, (102,), 7000), hello(102, 100, True)) is plain
+        # In a container: the kernel's PPid, checked against the HELLO's 1.
+        assert find(Peer(6001, 0, None, (6001, 2), 6000), hello(2, 1, True)) is box_b
+        assert find(Peer(5001, 0, None, (5001, 2), 5000), hello(2, 1, True)) is box_a
+        # Reparented inside a container: the reaper is nobody's parent here.
+        assert find(Peer(6002, 0, None, (6002, 3), 7000), hello(3, 1, True)) is None
+        # The parent outside the child's namespace (it unshared, then forked).
+        assert find(Peer(5002, 0, None, (5002, 1), 100), hello(1, 0, True)) is plain
+        assert reaper is not None
+    finally:
+        collector.images.clear()
+        collector.close()
 
 
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
