@@ -66,3 +66,15 @@ def test_a_junk_switch_value_gets_one_warning_naming_the_valid_ones(name: str, j
                                          ("MEMHOOK_BISTRO_FAR_JUMP", "0 ")])
 def test_a_valid_switch_value_says_nothing(name: str, value: str) -> None:
     assert name not in _preload(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["MEMHOOK_TRACE_STACKS", "MEMHOOK_TRACE_PYTHON"])
+def test_a_junk_depth_gets_one_warning_naming_the_valid_ones(name: str, tmp_path) -> None:
+    """The depth knobs are read as text with the others (mh_options.c) and
+    parsed by the trace: a junk value is named with its range, and the
+    default (no frames) is used."""
+    sock = str(tmp_path / "no-collector")  # (nobody listens: the process runs untraced)
+    err = _preload(MEMHOOK_TRACE_SOCKET=sock, **{name: "banana"})
+    lines = [line for line in err.splitlines() if name in line]
+    assert len(lines) == 1 and f"{name}=banana is not 0-128; using 0" in lines[0], err
+    assert name not in _preload(MEMHOOK_TRACE_SOCKET=sock, **{name: "16"})

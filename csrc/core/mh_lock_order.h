@@ -14,12 +14,14 @@
  *     real call)                        -> the "objects changed" observers'
  *                                          locks (cuda/caller.c's refresh
  *                                          lock, trace/trace_modules.c's
- *                                          g_lock; they never nest: the
- *                                          observers run one after another)
+ *                                          g_lock, core/mh_text.c's g_lock,
+ *                                          trace/pyframes_abi.c's g_lock;
+ *                                          they never nest: the observers
+ *                                          run one after another)
  *                                          -> the loader's lock
  *                                          (dl_iterate_phdr)
  *
- * Those two observer locks are not held across fork(): the child re-makes
+ * Those observer locks are not held across fork(): the child re-makes
  * them (a refresh interrupted by fork leaves complete double-buffered
  * state behind, and the next change redoes it).
  *

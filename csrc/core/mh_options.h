@@ -41,6 +41,9 @@ typedef struct mh_options {
     /* MEMHOOK_TRACE_STACKS: native frames recorded per ALLOC, 0-128
      * (default 0: none); set by `memhook trace --stacks[=DEPTH]`. */
     const char *trace_stacks;
+    /* MEMHOOK_TRACE_PYTHON: Python frames recorded per ALLOC, 0-128
+     * (default 0: none); set by `memhook trace --python[=DEPTH]`. */
+    const char *trace_python;
     /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
      * where an invariant TSC would do (csrc/queue/clock.c); auto, blank or
      * unset: the default choice.  Any other value: a warning naming the

@@ -66,7 +66,9 @@
 
 #include "log.h"
 #include "mh_options.h"
+#include "mh_text.h"
 #include "mh_time.h"
+#include "pyframes.h"
 #include "queue.h"
 #include "trace_lane.h"
 #include "trace_proto.h"
@@ -102,6 +104,7 @@ static struct {
     unsigned poll_ms;
     unsigned buffer_mb;
     unsigned stack_depth;        /* MEMHOOK_TRACE_STACKS: frames per ALLOC, 0 off */
+    unsigned py_depth;           /* MEMHOOK_TRACE_PYTHON: Python frames per ALLOC, 0 off */
     int connect_errno;           /* why the last connect failed */
     _Atomic int streamer;        /* 1 once this image's streamer was started */
     _Atomic int stop;
@@ -313,7 +316,7 @@ static void start_streamer(void)
 /* A fresh area in t.area_fd; false (and a warning) if none could be made. */
 static bool new_area(void)
 {
-    int fd = mh_trace_area_create(t.buffer_mb, t.stack_depth);
+    int fd = mh_trace_area_create(t.buffer_mb, t.stack_depth, t.py_depth);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         mh_warn("memhook trace: pid %d cannot make its trace area (%u MiB): %s; its "
@@ -324,6 +327,8 @@ static bool new_area(void)
         return false;
     }
     mh_trace_modules_sync();  /* every object loaded now, in the new area */
+    if (t.py_depth != 0)
+        mh_pyframes_area_ready(mh_trace_area_current());
     t.area_fd = fd;
     t.dev = st.st_dev;
     t.ino = st.st_ino;
@@ -395,6 +400,8 @@ __attribute__((constructor)) static void trace_init(void)
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
     t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", mh_opts.trace_poll_ms, 10, 1, 1000);
     t.stack_depth = env_number("MEMHOOK_TRACE_STACKS", mh_opts.trace_stacks, 0, 0, 128);
+    t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0,
+                            MH_TRACE_PY_DEPTH_MAX);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left
@@ -407,6 +414,11 @@ __attribute__((constructor)) static void trace_init(void)
                     strerror(t.connect_errno));
         return;
     }
+    /* Observers (a constructor's job) before install tells of objects. */
+    if (t.stack_depth != 0)
+        mh_text_watch();  /* --stacks ends its walks outside code */
+    if (t.py_depth != 0)
+        mh_pyframes_watch();
     if (!new_area()) {
         if (t.sock >= 0)
             close(t.sock);

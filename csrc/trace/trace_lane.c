@@ -34,12 +34,17 @@
 #include "log.h"
 #include "mh_frames.h"
 #include "mh_objects.h"
+#include "mh_text.h"
+#include "pyframes.h"
 #include "queue.h"
 #include "trace_lane.h"
 
 _Static_assert(sizeof(mh_trace_area) <= 4096, "the area header is one page");
 _Static_assert(offsetof(mh_trace_area, fresh) == 128, "producers' line");
 _Static_assert(offsetof(mh_trace_area, done_total) == 192, "collector's line");
+_Static_assert(offsetof(mh_trace_area, py_depth) == offsetof(mh_trace_area, stack_depth) + 4 &&
+                   offsetof(mh_trace_area, stack_depth) % 8 == 0,
+               "the hook reads both depths as one word");
 
 #define SEG_BYTES ((uint64_t)MH_TRACE_SEG_EVENTS * sizeof(memhook_event))
 /* How many done segments a claim tries before it takes a fresh one:
@@ -211,8 +216,17 @@ static uint64_t record_stack(mh_trace_area *a)
     if (i >= a->stacks_cap)
         return 0;
     uint64_t *rec = (uint64_t *)((char *)a + a->stacks_off + i * (a->stack_depth + 1) * 8);
-    rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth);
+    rec[0] = mh_frames_stack(&mh_caller_tl, rec + 1, a->stack_depth, mh_text_contains);
     return i + 1;
+}
+
+/* --stacks, --python: what the ALLOC's seq in the area says (trace_proto.h). */
+static uint64_t record_frames(mh_trace_area *a)
+{
+    uint64_t seq = a->stack_depth != 0 ? record_stack(a) : 0;
+    if (a->py_depth != 0)
+        seq |= mh_pyframes_record(a) << 32;
+    return seq;
 }
 
 /* Out of line: an event with no area to go to - a fork child before its
@@ -245,8 +259,10 @@ void mh_trace_record(const memhook_event *e)
     }
     memhook_event *slot = &events_of(a, tl.seg)[tl.at];
     *slot = *e;
-    if (__builtin_expect(a->stack_depth != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
-        slot->seq = record_stack(a);
+    uint64_t depths;  /* stack_depth and py_depth: one load, one test */
+    memcpy(&depths, &a->stack_depth, sizeof depths);
+    if (__builtin_expect(depths != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
+        slot->seq = record_frames(a);
     tl.at++;
     __atomic_store_n(&pub_of(a)[tl.seg], tl.at, __ATOMIC_RELEASE);
 }
@@ -291,7 +307,7 @@ static int area_memfd(void)
     return fd;
 }
 
-int mh_trace_area_create(unsigned mb, unsigned stack_depth)
+int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth)
 {
     pthread_once(&g_key_once, make_key);
     struct fork_local *local = local_page();
@@ -315,6 +331,12 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth)
     uint64_t stacks_cap = stack_depth == 0 ? 0
                           : (uint64_t)MH_TRACE_STACKS_MB * 1024 * 1024 / ((stack_depth + 1) * 8);
     off = align_up(off + stacks_cap * (stack_depth + 1) * 8, 4096);
+    uint64_t py_off = off;
+    uint64_t py_cap = py_depth ? (uint64_t)MH_TRACE_PY_MB * 1024 * 1024 : 0;
+    off = align_up(off + py_cap, 4096);
+    uint64_t codes_off = off;
+    uint64_t codes_cap = py_depth ? (uint64_t)MH_TRACE_CODES_MB * 1024 * 1024 : 0;
+    off = align_up(off + codes_cap, 4096);
     uint64_t events_off = off;
     uint64_t size = events_off + nseg * SEG_BYTES;
     int fd = area_memfd();
@@ -354,6 +376,11 @@ int mh_trace_area_create(unsigned mb, unsigned stack_depth)
     a->stacks_off = stacks_off;
     a->stacks_cap = stacks_cap;
     a->stack_depth = stack_depth;
+    a->py_depth = py_depth;
+    a->py_off = py_off;
+    a->py_cap = py_cap;
+    a->codes_off = codes_off;
+    a->codes_cap = codes_cap;
     a->pid = (int32_t)getpid();
     anchor_now(&a->tsc0, &a->ns0);
     a->tsc1 = a->tsc0;

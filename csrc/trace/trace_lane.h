@@ -41,7 +41,7 @@ static inline void mh_trace_copy(const memhook_event *e)
 /* Make a fresh area of `mb` MiB for this process image and start copying
  * into it; returns its memfd (the caller hands it over and closes it), or
  * -1 with errno. */
-MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth);
+MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth);
 /* The area being written, or NULL (trace_modules.c appends to it). */
 MH_HIDDEN mh_trace_area *mh_trace_area_current(void);
 /* Stop copying (the fork child, before it makes its own area). */

@@ -42,7 +42,15 @@ static struct {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void child_reinit(void) { pthread_mutex_init(&g_lock, NULL); }
+/* The fork child makes a new area, which may well be mapped where the
+ * parent's was (that one is not in the child: MADV_DONTFORK): it must be
+ * told of every object again, so the table starts over. */
+static void child_reinit(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    g_known.area = NULL;
+    g_known.n = 0;
+}
 static void init_once(void) { pthread_atfork(NULL, NULL, child_reinit); }
 
 static uint64_t hash_name(const char *s)

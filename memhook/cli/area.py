@@ -16,16 +16,19 @@ process may be buggy or hostile.
 
 * Every offset and count of the header is checked, before anything is
   read, against the memfd's real size (``fstat``) and against what the
-  traced side can make (at most :data:`MAX_SEGMENTS` segments, the module
-  and stack records' fixed sizes): memory here is bounded by what a
-  well-formed area of that size holds, whatever a header claims.
+  traced side can make (at most :data:`MAX_SEGMENTS` segments, the module,
+  stack, Python and code records' fixed sizes, the depths' bounds): memory
+  here is bounded by what a well-formed area of that size holds, whatever
+  a header claims.
 * Every read is a ``pread`` of the descriptor, never a load from a
   mapping: a memfd cut short under us (the traced side seals it against
   that, ``F_SEAL_SHRINK``, where the kernel allows; a hostile one need
   not) gives a short read, :class:`AreaTruncated`, never a SIGBUS.  The
   one mapping kept is for ``MADV_REMOVE`` only and is never touched.
 * Counts read from the area (``published``, ``fresh``, ``modules_used``,
-  a stack record's length) are clamped to what their arrays hold.
+  a stack record's length) are clamped to what their arrays hold; the
+  references and lengths inside Python and code records are checked by
+  :class:`~memhook.cli.pyframes.PyRecords` before it reads there.
 * The descriptor must be a memfd (the collector writes ``done`` back and
   punches finished segments out: into the process's memory, never into a
   file someone passed instead) open for reading and writing; anything else
@@ -43,6 +46,7 @@ import struct
 import numpy as np
 
 from .protocol import EVENT_DTYPE, VERSION, ProtocolError
+from .pyframes import PyRecords, PyStack
 
 __all__ = ["AREA_HEADER", "AREA_MAGIC", "MAX_SEGMENTS", "SEG_CLOSED", "SEG_EVENTS", "SEG_OWNED",
            "AreaTruncated", "TraceArea"]
@@ -56,10 +60,13 @@ AREA_HEADER = struct.Struct("<IIIIQQQQQQQiIQQQQQQ")
 """mh_trace_area's fields up to first_off (128 bytes); the counters follow."""
 _FRESH, _LOST, _LOST_OWNED, _LOST_FORKED, _DONE_TOTAL, _EXITED, _ANCHOR = (
     128, 152, 160, 168, 192, 76, 96)
-RECORDS = struct.Struct("<QQQQQQQII")
+RECORDS = struct.Struct("<QQQQQQQIIQQQQQQQQII")
 """modules_off, modules_cap, modules_used, modules_lost, stacks_off,
-stacks_cap, stacks_next, stack_depth, reserved2 (at offset 256)."""
+stacks_cap, stacks_next, stack_depth, py_depth, py_off, py_cap, py_used,
+py_lost, codes_off, codes_cap, codes_used, codes_lost, py_version,
+reserved2 (at offset 256)."""
 _RECORDS_AT, _MODULES_USED, _MODULES_LOST, _STACKS_NEXT = 256, 272, 280, 304
+_PY_LOST, _CODES_LOST, _PY_VERSION = 344, 376, 384
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 _HEADER_BYTES = 4096
 _TS_AT = 24  # timestamp_ns in memhook_event (memhook/_event_layout.py)
@@ -69,8 +76,11 @@ MAX_SEGMENTS = 4096 * 2**20 // _SEG_BYTES
 _MODULES_MAX = 1 << 20           # MH_TRACE_MODULES_BYTES
 _STACKS_MAX = 64 << 20           # MH_TRACE_STACKS_MB
 _STACK_DEPTH_MAX = 128           # MEMHOOK_TRACE_STACKS's bound
-_MAX_BYTES = (_HEADER_BYTES + MAX_SEGMENTS * 48 + 7 * 4096 + _MODULES_MAX + _STACKS_MAX
-              + MAX_SEGMENTS * _SEG_BYTES)
+_PY_MAX = 64 << 20               # MH_TRACE_PY_MB
+_CODES_MAX = 64 << 20            # MH_TRACE_CODES_MB
+_PY_DEPTH_MAX = 128              # MH_TRACE_PY_DEPTH_MAX (MEMHOOK_TRACE_PYTHON's bound)
+_MAX_BYTES = (_HEADER_BYTES + MAX_SEGMENTS * 48 + 9 * 4096 + _MODULES_MAX + _STACKS_MAX
+              + _PY_MAX + _CODES_MAX + MAX_SEGMENTS * _SEG_BYTES)
 """Larger than any area the traced side makes (the layout of trace_lane.c
 with the most segments, and room for its alignment)."""
 
@@ -142,7 +152,8 @@ class TraceArea:
             self._check_span(name, off, nseg * width, width)
         self._check_span("events", events_off, nseg * _SEG_BYTES, 64)
         (self.modules_off, self.modules_cap, _, _, self.stacks_off, self.stacks_cap, _,
-         self.stack_depth, _) = RECORDS.unpack_from(head, _RECORDS_AT)
+         self.stack_depth, self.py_depth, py_off, py_cap, _, _, codes_off, codes_cap, _, _, _,
+         _) = RECORDS.unpack_from(head, _RECORDS_AT)
         if self.modules_cap > _MODULES_MAX:
             raise ProtocolError(f"trace area claims {self.modules_cap} bytes of module "
                                 f"records; the traced side makes {_MODULES_MAX}")
@@ -157,6 +168,20 @@ class TraceArea:
                                 f"the traced side makes {_STACKS_MAX} at most")
         if self.stack_depth:
             self._check_span("stack records", self.stacks_off, stack_bytes, 8)
+        self.python: PyRecords | None = None
+        """--python: the area's Python and code records, named (None: off)."""
+        if self.py_depth:
+            if self.py_depth > _PY_DEPTH_MAX:
+                raise ProtocolError(f"trace area claims Python stacks of {self.py_depth} "
+                                    f"frames; at most {_PY_DEPTH_MAX}")
+            for name, off, cap, most in (("Python records", py_off, py_cap, _PY_MAX),
+                                         ("code records", codes_off, codes_cap, _CODES_MAX)):
+                if cap > most:
+                    raise ProtocolError(f"trace area claims {cap} bytes of {name}; the "
+                                        f"traced side makes {most} at most")
+                self._check_span(name, off, cap, 8)
+            self.python = PyRecords(self._pread, py_off, py_cap, self.py_depth, codes_off,
+                                    codes_cap, _PY_VERSION)
         self.nseg = nseg
         self.buffer_mib = nseg * _SEG_BYTES / 2**20
         self.events_off = events_off
@@ -184,6 +209,9 @@ class TraceArea:
         self.last_stacks: list[tuple[int, ...] | None] | None = None
         """After :meth:`read` with --stacks: each event's return addresses
         (innermost first), or None (a FREE, or no record)."""
+        self.last_python: list[PyStack | None] | None = None
+        """After :meth:`read` with --python: each event's Python frames, or
+        None (a FREE, or no record)."""
 
     def _check_span(self, name: str, off: int, length: int, align: int) -> None:
         if length == 0:
@@ -243,6 +271,14 @@ class TraceArea:
     @property
     def stacks_lost(self) -> int:
         return max(0, self._word(_STACKS_NEXT) - self.stacks_cap)
+
+    @property
+    def codes_lost(self) -> int:
+        return self._word(_CODES_LOST)
+
+    @property
+    def python_lost(self) -> int:
+        return self._word(_PY_LOST)
 
     def _stacks(self, ids: np.ndarray) -> list[tuple[int, ...] | None]:
         width, depth = self._stack_width, self.stack_depth
@@ -423,8 +459,12 @@ class TraceArea:
         if len(parts) > 1:
             ev = ev[np.argsort(ev["timestamp_ns"], kind="stable")]
         self._to_ns(ev)
-        # The process wrote 1 + an ALLOC's stack record's index into seq.
-        self.last_stacks = self._stacks(ev["seq"]) if self.stack_depth else None
+        # The process wrote into an ALLOC's seq 1 + its stack record's index
+        # (bits 0-31) and 1 + its Python record's word offset (bits 32-63).
+        self.last_stacks = (self._stacks(ev["seq"] & np.uint64(0xFFFFFFFF)) if self.stack_depth
+                            else None)
+        self.last_python = (self.python.stacks(ev["seq"] >> np.uint64(32), ev["kind"] == 1)
+                            if self.python is not None else None)
         ev["seq"] = np.arange(self.seq, self.seq + len(ev), dtype=np.uint64)
         self.seq += len(ev)
         self.taken += len(ev)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import gc
+import itertools
 import os
 import resource
 import select
@@ -198,6 +199,13 @@ class Collector:
         # (gVisor, < 5.3): then it is polled while it is alive.
         watched = pidfd is None and _alive(peer.pid)
         proc = Process(conn_id=self._next_id, hello=hello, kernel_pid=peer.pid)
+        if hello.forked:
+            # A fork child has its parent's mappings: its objects are named
+            # from the parent's records too (its own, written at once, add
+            # to them; a child gone before they are read still has names).
+            parent = self._parent(peer, hello)
+            if parent is not None:
+                proc.modules.inherit(parent.proc.modules)
         self._next_id += 1
         image = _Image(proc, area, pidfd, watched)
         proc.modules.pid = peer.pid
@@ -208,6 +216,28 @@ class Collector:
         self.ledger.process_started(proc)
         for w in self.writers:
             w.process_started(proc)
+
+    def _parent(self, peer: Peer, hello: protocol.Hello) -> _Image | None:
+        """The image a fork child was forked from, by kernel pid.
+
+        ``hello.ppid`` is its parent as the child numbers it, in its own PID
+        namespace: the kernel pid only when the child is in this one.  The
+        kernel's own word is ``peer.ppid`` (its parent when the connection
+        was accepted), believed when that image is the parent the child
+        names - its own pid there is ``hello.ppid``, or the parent is
+        outside the child's namespace (``hello.ppid`` 0) - and not a
+        reaper that took the child over after the parent ended."""
+        if peer.ppid:
+            for image in reversed(self.images):
+                if image.proc.pid != peer.ppid:
+                    continue
+                own = image.proc.hello.pid if image.proc.hello is not None else None
+                if hello.ppid == 0 or own == hello.ppid:
+                    return image
+                break
+        if peer.nspids is not None and len(peer.nspids) == 1:  # this namespace's numbers
+            return next((i for i in reversed(self.images) if i.proc.pid == hello.ppid), None)
+        return None
 
     # ---------------------------------------------------------------- areas
 
@@ -225,19 +255,22 @@ class Collector:
         if len(ev) == 0:
             return 0
         # Rows leave here self-describing (a Reorder merges processes):
-        # the caller address becomes a Caller, and a 14th item holds the
-        # --stacks frames (Callers, innermost first) or None.
+        # the caller address becomes a Caller, a 14th item holds the
+        # --stacks frames (Callers, innermost first) or None, a 15th the
+        # --python frames (a PyStack) or None.
         # The pid becomes the kernel's (the process wrote its own, which
         # in a PID namespace of its own is not this one's number).
         resolve = image.proc.modules.resolve
         stacks = image.area.last_stacks
+        python = image.area.last_python or itertools.repeat(None)
         pid = image.proc.pid
         if stacks is None:
-            rows = [(*r[:8], pid, *r[9:12], resolve(r[12], r[3]), None) for r in ev.tolist()]
+            rows = [(*r[:8], pid, *r[9:12], resolve(r[12], r[3]), None, p)
+                    for r, p in zip(ev.tolist(), python)]
         else:
             rows = [(*r[:8], pid, *r[9:12], resolve(r[12], r[3]),
-                     tuple(resolve(a, r[3]) for a in s) if s else None)
-                    for r, s in zip(ev.tolist(), stacks)]
+                     tuple(resolve(a, r[3]) for a in s) if s else None, p)
+                    for r, s, p in zip(ev.tolist(), stacks, python)]
         changes = self.ledger.add(image.proc, rows)
         for w in self.writers:
             w.events(image.proc, rows, changes)
@@ -281,6 +314,14 @@ class Collector:
             self.warnings.append(
                 f"pid {pid}: {area.stacks_lost} allocations have no --stacks frames: "
                 f"the area's stack records (64 MiB) were used up")
+        if area.python_lost:
+            self.warnings.append(
+                f"pid {pid}: {area.python_lost} allocations have no --python frames: "
+                f"the area's Python records (64 MiB) were used up")
+        if area.codes_lost:
+            self.warnings.append(
+                f"pid {pid}: {area.codes_lost} Python code objects found no room for "
+                f"their names (64 MiB); their frames are named '?'")
         if area.modules_lost:
             self.warnings.append(
                 f"pid {pid}: {area.modules_lost} module records found no room (1 MiB); "

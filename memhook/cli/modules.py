@@ -60,6 +60,7 @@ class ModuleMap:
     modules: list[Module] = field(default_factory=list)
     _los: list[int] = field(default_factory=list)
     _cache: dict[int, Caller] = field(default_factory=dict)
+    _known: set[tuple[str, int, int, int]] = field(default_factory=set)
     pid: int = 0
     """While the process lives: where to look (``/proc/PID/maps``) for an
     object no record names yet (bistro alone learns of objects on a poll,
@@ -73,12 +74,18 @@ class ModuleMap:
 
     def add(self, records: list[tuple[int, Module]]) -> None:
         for kind, m in records:
-            if kind != MODULE_LOAD:
-                continue
+            if kind != MODULE_LOAD or (m.path, m.base, m.lo, m.hi) in self._known:
+                continue  # (the same object at the same place names the same)
+            self._known.add((m.path, m.base, m.lo, m.hi))
             i = bisect.bisect_right(self._los, m.lo)
             self._los.insert(i, m.lo)
             self.modules.insert(i, m)
             self._cache.clear()  # (a range may now be ambiguous)
+
+    def inherit(self, parent: ModuleMap) -> None:
+        """Start from ``parent``'s objects (a fork child's mappings are its
+        parent's, as they were at the fork)."""
+        self.add([(MODULE_LOAD, m) for m in parent.modules])
 
     def _from_proc_maps(self) -> None:
         bases: dict[str, int] = {}

@@ -47,6 +47,9 @@ class Peer:
     nspids: tuple[int, ...] | None
     """Its pid in each PID namespace it is in (this one first, its own
     last); None where that could not be read (it had ended)."""
+    ppid: int = 0
+    """Its parent's kernel pid when it was identified (0: unknown, or a
+    parent outside this namespace); after a reparenting, the reaper's."""
 
     def claims(self, pid: int) -> bool | None:
         """Whether ``pid`` is this process in one of its namespaces (None:
@@ -132,6 +135,41 @@ def _nspids(pidfd: int | None, pid: int) -> tuple[int, ...] | None:
     return (pid,)  # no PID namespaces in this kernel
 
 
+def _unreaped(pidfd: int) -> bool:
+    """Whether the pidfd's process still holds its pid (running, or a
+    zombie not yet reaped): then ``/proc/PID`` is still that process."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            info = f.read()
+    except OSError:
+        info = ""
+    for line in info.splitlines():
+        if line.startswith("Pid:"):
+            nums = _numbers(line)
+            return nums is not None and len(nums) > 0 and nums[0] > 0  # -1: reaped
+    return not _ended(pidfd)  # a kernel whose fdinfo has no Pid (< 5.3)
+
+
+def _ppid(pidfd: int | None, pid: int) -> int:
+    """The kernel pid of ``pid``'s parent (``/proc/PID/status``, numbered as
+    this namespace's ``/proc`` numbers it; 0 if unknown), trusted if the
+    pidfd shows the pid still the process's after the read."""
+    if pidfd is None or pid <= 0:
+        return 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return 0
+    if not _unreaped(pidfd):
+        return 0
+    for line in status.splitlines():
+        if line.startswith("PPid:"):
+            nums = _numbers(line)
+            return nums[0] if nums else 0
+    return 0
+
+
 def _numbers(line: str) -> tuple[int, ...] | None:
     try:
         return tuple(int(x) for x in line.split()[1:])
@@ -148,4 +186,4 @@ def identify(conn: socket.socket) -> Peer:
     except OSError:
         pid, uid = 0, -1
     pidfd = _pidfd(conn, pid, accepted_ns)
-    return Peer(pid, uid, pidfd, _nspids(pidfd, pid))
+    return Peer(pid, uid, pidfd, _nspids(pidfd, pid), _ppid(pidfd, pid))

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
-VERSION = 3  # 3: events carry caller; module and stack records in the area
+VERSION = 4  # 3: events carry caller, module and stack records; 4: Python and code records
 HELLO, EVENTS, BYE, NESTED = 1, 2, 3, 4
 BATCH = 1024                # most events in one EVENTS message
 HELLO_FORKED = 0x1

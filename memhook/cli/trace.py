@@ -115,6 +115,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    metavar="DEPTH",
                    help=f"record up to DEPTH native frames (frame pointers) of each "
                         f"allocation (default {STACKS_DEFAULT}; 1-{STACKS_MAX}); use --stacks=N")
+    p.add_argument("--python", nargs="?", const=str(PYTHON_DEFAULT), default=None,
+                   metavar="DEPTH",
+                   help=f"record up to DEPTH Python frames of each allocation, innermost "
+                        f"first (default {PYTHON_DEFAULT}; 1-{PYTHON_MAX}); use --python=N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -174,6 +178,23 @@ def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
 
 STACKS_DEFAULT = 16
 STACKS_MAX = 128  # MEMHOOK_TRACE_STACKS's bound in csrc/trace/trace.c
+PYTHON_DEFAULT = 32
+PYTHON_MAX = 128  # MEMHOOK_TRACE_PYTHON's bound in csrc/trace/trace.c
+
+
+def depth_option(name: str, value: str | None, default: int, most: int) -> int:
+    """``--stacks[=N]``/``--python[=N]``: the depth (0: not given); raises
+    UsageError naming what is valid."""
+    if value is None:
+        return 0
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = -1
+    if not 1 <= depth <= most:
+        raise UsageError(f"--{name}: {value!r} is not a depth; valid: 1-{most} "
+                         f"(--{name} alone: {default})")
+    return depth
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,24 +205,22 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"missing command; usage: {USAGE}")
     if args.memviz_entries < 1:
         return _fail("--memviz-entries must be at least 1")
-    stacks = 0
-    if args.stacks is not None:
-        try:
-            stacks = int(args.stacks)
-        except ValueError:
-            stacks = -1
-        if not 1 <= stacks <= STACKS_MAX:
-            return _fail(f"--stacks: {args.stacks!r} is not a depth; valid: 1-{STACKS_MAX} "
-                         f"(--stacks alone: {STACKS_DEFAULT})")
+    try:
+        stacks = depth_option("stacks", args.stacks, STACKS_DEFAULT, STACKS_MAX)
+        python = depth_option("python", args.python, PYTHON_DEFAULT, PYTHON_MAX)
+    except UsageError as exc:
+        return _fail(str(exc))
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
-                     output=args.output, memviz_entries=args.memviz_entries, stacks=stacks)
+                     output=args.output, memviz_entries=args.memviz_entries, stacks=stacks,
+                     python=python)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
-              memviz_entries: int = 100_000, stacks: int = 0) -> int:
+              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0) -> int:
     """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
-    native frames recorded per ALLOC (0: none)."""
+    native frames recorded per ALLOC (0: none); ``python``: Python frames
+    (0: none)."""
     from .. import library_path
     from .._modes import HookMode
     from .formats import FORMATS
@@ -214,6 +233,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     hook_mode = HookMode.parse(mode)
     env = dict(os.environ)
     env["MEMHOOK_TRACE_STACKS"] = str(stacks)
+    env["MEMHOOK_TRACE_PYTHON"] = str(python)
     if sim:
         from .. import sim as _sim
 
@@ -361,6 +381,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             status = _wait(child, relay)
         if status is None:
             failures.append(relay.abandoned(child))
+        elif status < 0:  # CMD's signal: its last image is the one it ended
+            ended = [p for p in ledger.processes if p.pid == child.pid and p.events_sent is None]
+            if ended:
+                ended[-1].signal = -status
         try:
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held

@@ -63,7 +63,8 @@ def test_error_tables_match_the_headers() -> None:
 
 
 def _row(kind, fn, address, size, *, mem_type=1, device=0, result=0, pid=1, ts=0):
-    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None)  # caller, stack: none
+    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None,
+            None)  # caller, stack, python: none
 
 
 @pytest.fixture()
@@ -119,6 +120,7 @@ def test_a_peer_is_who_the_kernel_says() -> None:
             assert peer.pid == os.getpid() and peer.uid == os.geteuid()
             assert peer.pidfd is not None
             assert peer.nspids is not None and peer.nspids[0] == os.getpid()
+            assert peer.ppid == os.getppid()  # (a fork child's parent, by the kernel)
             assert peer.claims(os.getpid()) is True
             assert peer.claims(os.getpid() + 1) is False
         finally:

@@ -32,6 +32,15 @@ def test_constants_match_trace_proto_h() -> None:
     assert (_define("MH_TRACE_SEG_OWNED"), _define("MH_TRACE_SEG_CLOSED")) == (
         area.SEG_OWNED, area.SEG_CLOSED)
     assert area.AREA_HEADER.size == 128  # the fields before the producers' line
+    # The bounds the collector holds an area's records to are the traced side's.
+    from memhook.cli import pyframes
+
+    assert _define("MH_TRACE_STACKS_MB") << 20 == area._STACKS_MAX
+    assert _define("MH_TRACE_PY_MB") << 20 == area._PY_MAX
+    assert _define("MH_TRACE_CODES_MB") << 20 == area._CODES_MAX
+    assert _define("MH_TRACE_PY_DEPTH_MAX") == area._PY_DEPTH_MAX
+    assert _define("MH_TRACE_PYCODE_NAME_MAX") == pyframes.NAME_MAX
+    assert _define("MH_TRACE_PYCODE_LINES_MAX") == pyframes.LINES_MAX
 
 
 def _make(nseg: int = 8) -> tuple[int, dict[str, int]]:
@@ -226,10 +235,12 @@ def _lying(**fields: int) -> int:
         if name in names:
             values[names.index(name)] = value
     os.pwrite(fd, area.AREA_HEADER.pack(*values), 0)
-    records = {"modules_cap": 264, "stack_depth": 304 + 8}
-    for name, at in records.items():
+    records = {"modules_cap": (264, "<Q"), "stack_depth": (312, "<I"), "py_depth": (316, "<I"),
+               "py_off": (320, "<Q"), "py_cap": (328, "<Q"), "codes_off": (352, "<Q"),
+               "codes_cap": (360, "<Q")}
+    for name, (at, fmt) in records.items():
         if name in fields:
-            os.pwrite(fd, struct.pack("<Q" if name == "modules_cap" else "<I", fields[name]), at)
+            os.pwrite(fd, struct.pack(fmt, fields[name]), at)
     return fd
 
 
@@ -243,8 +254,22 @@ def _lying(**fields: int) -> int:
     ({"done_off": 1 << 62}, "trace area's done (64 bytes at offset 4611686018427387904)"),
     ({"modules_cap": 2 << 20}, "claims 2097152 bytes of module records"),
     ({"stack_depth": 129}, "claims stacks of 129 frames; at most 128"),
+    ({"py_depth": 129}, "claims Python stacks of 129 frames; at most 128"),
+    ({"py_depth": 32, "py_off": 4096, "py_cap": 128 << 20},
+     "claims 134217728 bytes of Python records; the traced side makes 67108864 at most"),
+    ({"py_depth": 32, "py_off": 139264 - 8, "py_cap": 4096},
+     "trace area's Python records (4096 bytes at offset 139256) is not inside its 139264"),
+    ({"py_depth": 1, "py_off": 1 << 63, "py_cap": 8},
+     "trace area's Python records (8 bytes at offset 9223372036854775808) is not inside"),
+    ({"py_depth": 32, "codes_off": 0, "codes_cap": 4096},
+     "trace area's code records (4096 bytes at offset 0) is not inside"),
+    ({"py_depth": 32, "codes_off": 4100, "codes_cap": 8},
+     "trace area's code records (8 bytes at offset 4100) is not inside"),
+    ({"py_depth": 32, "codes_off": 4096, "codes_cap": 1 << 40},
+     "claims 1099511627776 bytes of code records; the traced side makes 67108864 at most"),
 ], ids=["no-segments", "16M-segments", "size", "misaligned", "past-end", "in-header",
-        "far-out", "modules", "stacks"])
+        "far-out", "modules", "stacks", "py-depth", "py-cap", "py-past-end", "py-far-out",
+        "codes-in-header", "codes-misaligned", "codes-cap"])
 def test_a_header_that_lies_is_refused_before_anything_is_read(fields: dict[str, int],
                                                                message: str) -> None:
     """Before: an offset past the end was a ValueError from np.frombuffer
@@ -330,3 +355,213 @@ def test_the_traced_side_seals_its_area(programs) -> None:  # noqa: ANN001
     assert len(seals) == 1, seals
     want = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
     assert seals[0] & want == want, seals
+
+
+# ------------------------------------- --python records under the same rules
+
+PY_BYTES, CODES_BYTES = 8192, 8192
+LINE_2 = bytes([0x80, 0x00, 0xD8, 0x04, 0x08])  # code unit 0: the first line, 1: the next
+
+
+def _python_area(events_first: bool = False, codes_bytes: int = CODES_BYTES,
+                 depth: int = 32) -> tuple[int, dict[str, int]]:
+    """An area of 8 segments with --python sections: after the descriptors
+    (as trace_lane.c lays it out) or, ``events_first``, after the events
+    (so cutting the memfd there cuts only them)."""
+    fd, offs = _make()
+    size = os.fstat(fd).st_size
+    if events_first:
+        offs["py"], offs["codes"] = size, size + PY_BYTES
+        size += PY_BYTES + codes_bytes
+    else:  # move the events up: the sections go where they were
+        old = offs["events"]
+        offs["py"], offs["codes"] = old, old + PY_BYTES
+        offs["events"] = old + PY_BYTES + codes_bytes
+        size += PY_BYTES + codes_bytes
+        values = list(area.AREA_HEADER.unpack(os.pread(fd, area.AREA_HEADER.size, 0)))
+        values[10] = offs["events"]
+        os.pwrite(fd, area.AREA_HEADER.pack(*values), 0)
+    os.ftruncate(fd, size)
+    os.pwrite(fd, struct.pack("<Q", size), 16)
+    os.pwrite(fd, area.RECORDS.pack(0, 0, 0, 0, 0, 0, 0, 0, depth, offs["py"], PY_BYTES, 0, 0,
+                                    offs["codes"], codes_bytes, 0, 0, 0x030B0000, 0), 256)
+    return fd, offs
+
+
+def _code(file: str, name: str, first: int = 10, table: bytes = LINE_2, **lies: int) -> bytes:
+    from memhook.cli.pyframes import CODE
+
+    def pad(b: bytes) -> bytes:
+        return b + b"\0" * (-len(b) % 8)
+
+    body = pad(file.encode()) + pad(name.encode()) + pad(table)
+    f = dict(len=CODE.size + len(body), flen=len(file), qlen=len(name), llen=len(table),
+             fkind=1, qkind=1)
+    f.update(lies)
+    return CODE.pack(f["len"], first, 0x1000, 0, 0, 0, -1, -1, f["flen"], f["qlen"],
+                     f["llen"], f["fkind"], f["qkind"], 0, 11) + body
+
+
+class _Records:
+    """Writes code records and Python records into a _python_area."""
+
+    def __init__(self, fd: int, offs: dict[str, int]) -> None:
+        self.fd, self.offs = fd, offs
+        self.codes_used = self.py_used = 0
+
+    def code(self, record: bytes) -> int:
+        os.pwrite(self.fd, record, self.offs["codes"] + self.codes_used)
+        self.codes_used += len(record)
+        return (self.codes_used - len(record)) // 8 + 1
+
+    def python(self, head: int, frames: list[tuple[int, int]]) -> int:
+        words = [head] + [ref << 32 | lasti & 0xFFFFFFFF for ref, lasti in frames]
+        os.pwrite(self.fd, struct.pack(f"<{len(words)}Q", *words),
+                  self.offs["py"] + self.py_used)
+        self.py_used += 8 * len(words)
+        return (self.py_used - 8 * len(words)) // 8 + 1
+
+
+def _allocs(p: _Producer, refs: list[int], seg: int = 0, at: int = 0, close: bool = False,
+            claim: int = 1) -> None:
+    ev = p.events
+    for j, ref in enumerate(refs):
+        ev[seg, at + j]["seq"] = ref << 32
+        ev[seg, at + j]["timestamp_ns"] = 100 * (at + j + 1)
+        ev[seg, at + j]["kind"] = 1
+        ev[seg, at + j]["size"] = 4096
+    if at == 0:
+        p.first[seg] = 100
+        p.claim[seg] = claim
+    p.published[seg] = at + len(refs)
+    p.state[seg] = area.SEG_CLOSED if close else area.SEG_OWNED
+    p.header[128 // 8] = max(int(p.header[128 // 8]), seg + 1)
+    del ev
+
+
+class _Producer2(_Producer):
+    """_Producer over an area whose events were moved (_python_area)."""
+
+    def __init__(self, fd: int, offs: dict[str, int], nseg: int = 8) -> None:
+        self.mm = mmap.mmap(fd, 0)
+        buf = self.mm
+        self.state = np.frombuffer(buf, np.uint32, nseg, offs["state"])
+        self.claim = np.frombuffer(buf, np.uint64, nseg, offs["claim"])
+        self.published = np.frombuffer(buf, np.uint64, nseg, offs["published"])
+        self.done = np.frombuffer(buf, np.uint64, nseg, offs["done"])
+        self.first = np.frombuffer(buf, np.uint64, nseg, offs["first"])
+        self.header = np.frombuffer(buf, np.uint64, 64, 0)
+        self.events = np.frombuffer(buf, EVENT_DTYPE, nseg * area.SEG_EVENTS,
+                                    offs["events"]).reshape(nseg, area.SEG_EVENTS)
+
+
+def test_python_records_are_read_with_bounded_preads_and_lies_name_question_marks() -> None:
+    """Every reference and length in Python and code records is checked
+    against its section before it is read: a record of 65535 frames gives
+    at most the depth, references past the sections are LOST or ``?``, code
+    records that claim a GiB of name, a table past any, a length past the
+    section or a bad width name ``?``; what is read stays near what the
+    sections hold, whatever the records claim."""
+    from memhook.cli.pyframes import LOST, PyFrame
+
+    fd, offs = _python_area()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer2(fd, offs)
+    r = _Records(fd, offs)
+    true = r.code(_code("/srv/true.py", "truth"))
+    lies = [r.code(_code("/srv/a.py", "a", len=1 << 31)),
+            r.code(_code("/srv/b.py", "b", flen=10**9, fkind=4)),
+            r.code(_code("/srv/c.py", "c", fkind=3)),
+            r.code(_code("/srv/d.py", "d", llen=1 << 30)),
+            r.code(_code("/srv/e.py", "e", len=0)),
+            CODES_BYTES // 8 + 3, 0, 1 << 31]
+    refs = [r.python(2, [(true, 1), (true, 0)]),
+            r.python(len(lies), [(ref, 0) for ref in lies]),
+            r.python(0xFFFF, [(0xDEADBEEF, 7)] * 40),
+            PY_BYTES // 8,                       # a head at the last word...
+            PY_BYTES // 8 + 1, (1 << 32) - 1]    # ...and past the section: LOST
+    os.pwrite(fd, struct.pack("<Q", 50), offs["py"] + PY_BYTES - 8)  # (50 frames, none there)
+    _allocs(p, refs)
+    read: list[int] = []
+    real = a._pread
+
+    def counted(n: int, off: int) -> bytes:
+        read.append(n)
+        return real(n, off)
+
+    a._pread = counted  # type: ignore[method-assign]
+    assert a.python is not None
+    a.python._read = counted
+    ev = a.read(final=True)
+    assert len(ev) == len(refs)
+    got = a.last_python
+    assert got is not None
+    unknown = PyFrame("?", 0, "?")
+    assert got[0] is not None and got[0].frames == (PyFrame("/srv/true.py", 11, "truth"),
+                                                   PyFrame("/srv/true.py", 10, "truth"))
+    assert got[1] is not None and got[1].frames == (unknown,) * len(lies)
+    assert got[2] is not None and got[2].frames == (unknown,) * 32  # the depth, not 65535
+    assert got[3] is not None and got[3].frames == ()
+    assert got[4] is LOST and got[5] is LOST
+    assert sum(read) < 16 * 1024, read  # the sections are 16 KiB; the claims GiBs
+    p.close()
+    a.close()
+    os.close(fd)
+
+
+def test_an_area_cut_under_its_python_records_is_an_error_not_a_fault() -> None:
+    """The process cuts its (unsealed) memfd where its Python records are,
+    between two reads.  Read from a mapping (as issue 28 first did), the
+    next look at a record was SIGBUS: this test process would die.  With
+    preads it is AreaTruncated, and the events before it were named."""
+    fd, offs = _python_area(events_first=True)
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    r = _Records(fd, offs)
+    code = r.code(_code("/srv/x.py", "x"))
+    _allocs(p, [r.python(1, [(code, 0)])])
+    first = a.read(final=True)
+    assert len(first) == 1 and a.last_python is not None
+    assert a.last_python[0] is not None and a.last_python[0].frames[0].file == "/srv/x.py"
+    _allocs(p, [r.python(1, [(code, 1)])], at=1)
+    p.close()
+    os.ftruncate(fd, offs["py"])
+    with pytest.raises(area.AreaTruncated, match="shrank from"):
+        a.read(final=True)
+    a.close()
+    os.close(fd)
+
+
+def test_long_line_tables_are_decoded_a_budget_at_a_time() -> None:
+    """Eight code records with the longest line table the traced side
+    copies (256 KiB each): decoding them all in one read would take the
+    collector seconds (and a hostile area can point a batch at thousands
+    of them).  A read decodes at most its budget; a frame past it keeps its
+    file and function with line 0 (unknown, never another line), is not
+    remembered so, and the next reads name it in full."""
+    from memhook.cli import pyframes
+
+    table = bytes([0x80, 0x00]) * (pyframes.LINES_MAX // 2)  # one unit an entry, all line 7
+    fd, offs = _python_area(codes_bytes=4 << 20)
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer2(fd, offs)
+    r = _Records(fd, offs)
+    codes = [r.code(_code(f"/srv/big{i}.py", f"big{i}", first=7, table=table)) for i in range(8)]
+    refs = [r.python(1, [(c, 100_000)]) for c in codes]
+    lines: list[list[int]] = []
+    for k in range(4):
+        _allocs(p, refs, seg=k, claim=k + 1)
+        a.read(final=True)
+        assert a.last_python is not None
+        for i, s in enumerate(a.last_python):
+            assert s is not None and len(s.frames) == 1
+            f = s.frames[0]
+            assert (f.file, f.function) == (f"/srv/big{i}.py", f"big{i}")
+            assert f.line in (7, 0)
+        lines.append([s.frames[0].line for s in a.last_python if s is not None])
+    per_read = pyframes._INDEX_BUDGET // len(table)
+    assert lines[0].count(7) == per_read, lines  # the budget, no more
+    assert lines[-1] == [7] * 8, lines           # and the rest later, not lost
+    p.close()
+    a.close()
+    os.close(fd)

@@ -3,7 +3,9 @@ with a read-only area, an area whose header lies (an offset past its end,
 16M segments), an area cut short after the HELLO, a HELLO that claims
 another process's pid, two processes that are each pid 1 of their own PID
 namespace, an object whose section headers lie, a library rebuilt in place
-while the collector knew the old one, and a FIFO where a module was.
+while the collector knew the old one, a FIFO where a module was, and
+--python areas whose code records lie past the end or whose Python and
+code records lie (issue 28's records under issue 24's rules).
 
 In each, the traced program finishes with its own exit status, every
 event that could be kept is kept, and the summary says what was refused or
@@ -46,6 +48,8 @@ def _pids(stdout: str) -> dict[str, int]:
     ("forged-pid", "it claims pid {storm}, but its sender is pid {me}"),
     ("file", "its trace area is not a memfd (the collector writes into the memory of a "
              "trace area, never into a file)"),
+    ("py-offset", "trace area's code records (8192 bytes at offset 155648) is not inside its "
+                  "155648 bytes"),
 ])
 def test_a_hostile_hello_costs_only_itself(programs, tmp_path: Path, kind: str,
                                            message: str) -> None:
@@ -82,6 +86,35 @@ def test_a_hostile_hello_costs_only_itself(programs, tmp_path: Path, kind: str,
         # the tracer: compare with a plain trace forked from here just now.)
         rss, rss_plain = (parse_collector_line(p.stderr)[2] for p in (proc, plain))
         assert rss - rss_plain < 64, (rss, rss_plain)
+
+
+def test_python_records_that_lie_cost_only_their_names(programs, tmp_path: Path) -> None:
+    """A --python area (its header true) whose Python and code records
+    lie: a record of 65535 frames, references past their sections, code
+    records claiming a GiB of name or of line table, a length past the
+    section, a bad character width, an unfinished record.  Read with
+    bounded preads (issue 24's rule, where issue 28 first read a mapping):
+    every event is kept, each lie names ``?`` (never another function),
+    the true record is named, the area is not refused and nothing is
+    said about it (its header is true: only names are lost)."""
+    out = tmp_path / "trace.jsonl"
+    proc = memhook("trace", "-f", "jsonl", "-o", str(out), "--", sys.executable, str(FORGE),
+                   "py-records", str(programs.event_storm), "2000")
+    pids = _pids(proc.stdout)
+    assert set(pids) == {"me", "storm"}, (proc.stdout, proc.stderr)
+    assert proc.returncode == 0, proc.stderr
+    events = read_jsonl(out)
+    counts = collections.Counter(e["pid"] for e in events)
+    assert counts == {pids["storm"]: 2000, pids["me"]: 256}, (counts, proc.stderr)
+    forged = [e["python"] for e in events if e["pid"] == pids["me"]]
+    unknown = {"file": "?", "line": 0, "function": "?"}
+    true = [{"file": "/srv/true.py", "line": 10, "function": "truth"}]
+    lies, many, past_end, lost = ([unknown] * 7, [{"file": "?", "line": 0, "function": "?"}] * 32,
+                                  [], [])
+    for i, python in enumerate(forged):
+        assert python == [true, lies, many, past_end, lost, lost][i % 6], (i, python)
+    assert not [w for w in warnings_of(proc.stderr) if w.startswith(f"pid {pids['me']} ")], \
+        proc.stderr
 
 
 def _symtab_lies(src: Path, dst: Path) -> None:

@@ -120,6 +120,7 @@ def test_signal_that_kills_cmd_gives_128_plus_n(tmp_path: Path, sig: signal.Sign
     assert rc == 128 + sig, (stdout, stderr)
     assert _counts(out) == (BEFORE, BEFORE), stderr
     assert "memhook trace summary" in stderr  # the tracer ended cleanly after CMD
+    assert f"events  killed by {sig.name} (left without exit())" in stderr, stderr
 
 
 @pytest.mark.parametrize("inherited, seen", [(signal.SIG_DFL, "default"),
