@@ -184,6 +184,11 @@ void mh_trace_record(const memhook_event *e)
     }
     memhook_event *slot = &events_of(a, tl.seg)[tl.at];
     *slot = *e;
+    /* The queue's own words are not the trace's (queue.h): its link in
+     * seq, its private flags (but the raw-TSC one, which the collector
+     * converts). */
+    slot->seq = 0;
+    slot->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     if (__builtin_expect(a->stack_depth != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
         slot->seq = record_stack(a);
     tl.at++;
