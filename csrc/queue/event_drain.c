@@ -275,6 +275,11 @@ typedef struct marker {
 } marker;
 static marker *g_markers;
 static size_t g_nmarkers, g_markers_cap;
+/* Markers the drain has come across (listed, or handed out before any look
+ * listed them): while it equals mh_marker_epoch (the markers begun), no
+ * marker waits unseen in the lanes, and looks need not read events to find
+ * one. */
+static uint32_t g_markers_seen;
 
 static uint32_t epoch_of(uint32_t flags)
 {
@@ -339,28 +344,54 @@ static bool past_cut(const look *lk, const mh_lane *l, uint64_t index)
     return lk->run != 0 && (l->run != lk->run || index >= l->run_g);
 }
 
-static void index_event(mh_lane *l, uint64_t index, memhook_event *e)
+static bool same_clock(uint32_t a, uint32_t b) { return ((a ^ b) & MH_EVENT_COARSE) == 0; }
+
+/* Index the FREEs of cursor o's lane up to its first event that came after
+ * `key` by the same clock (`clock`: an event's flags): a FREE past that
+ * one cannot hold an ALLOC of that time (rule 3), so a lane's backlog is
+ * indexed a tick at a time, not all at once. */
+static void index_upto(cursor *o, uint64_t key, uint32_t clock)
 {
-    if (e->flags & MH_EVENT_MARKER) {
-        marker_add(l, index, e->flags);
+    mh_lane *l = o->lane;
+    uint64_t from = l->indexed > o->at ? l->indexed : o->at;
+    if (from >= o->seen)
         return;
+    cursor s = cursor_at(l, from, o->seen);
+    for (; s.at < s.end; s.at++) {
+        const memhook_event *x = cursor_event(&s);
+        if (same_clock(x->flags, clock) && mh_clock_ns_of(x) > key)
+            break;
+        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0)
+            continue;
+        uint64_t end = x->address + (x->size != 0 ? x->size : 1);
+        mh_range_item item = {.start = x->address, .end = end > x->address ? end : UINT64_MAX,
+                              .index = s.at, .link = x->seq, .key = mh_clock_ns_of(x),
+                              .flags = x->flags};
+        if (!mh_range_insert(&l->frees, &item))
+            mh_error("event queue: out of memory indexing a FREE; its order is not checked");
     }
-    if (e->kind == MEMHOOK_EVENT_ALLOC && e->seq != 0 && !(e->flags & MH_EVENT_CHAIN)) {
-        /* The chain link's address, while it is still here to read. */
-        mh_lane *t = lane_by_id(e->seq);
-        uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
-        if (t != NULL && ti >= lane_unread(t) && ti < t->seen &&
-            event_at(t, ti)->address == e->address)
-            e->flags |= MH_EVENT_CHAIN;
+    l->indexed = s.at;
+}
+
+/* List the markers among the lanes' visible events, if a marker was begun
+ * that the drain has not come across (rare: markers are). */
+static void find_markers(look *lk)
+{
+    bool look_for = atomic_load_explicit(&mh_marker_epoch, memory_order_acquire) != g_markers_seen;
+    for (size_t i = 0; i < lk->n; i++) {
+        cursor *o = &lk->cur[i];
+        mh_lane *l = o->lane;
+        uint64_t from = l->marks_at > o->at ? l->marks_at : o->at;
+        if (look_for && from < o->seen) {
+            cursor s = cursor_at(l, from, o->seen);
+            for (; s.at < s.end; s.at++)
+                if (cursor_event(&s)->flags & MH_EVENT_MARKER) {
+                    marker_add(l, s.at, cursor_event(&s)->flags);
+                    g_markers_seen++;
+                }
+        }
+        l->marks_at = o->seen;
     }
-    if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
-        return;
-    uint64_t end = e->address + (e->size != 0 ? e->size : 1);
-    mh_range_item item = {.start = e->address, .end = end > e->address ? end : UINT64_MAX,
-                          .index = index, .link = e->seq, .key = mh_clock_ns_of(e),
-                          .flags = e->flags};
-    if (!mh_range_insert(&l->frees, &item))
-        mh_error("event queue: out of memory indexing a FREE; its order is not checked");
 }
 
 /* Read every lane's `published` (G; first once more for H when fresh_h),
@@ -401,16 +432,7 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
     if (!lk->rules)
         return;
     mh_clock_prepare();
-    for (size_t i = 0; i < lk->n; i++) {
-        mh_lane *l = cur[i].lane;
-        uint64_t from = l->indexed > cur[i].at ? l->indexed : cur[i].at;
-        if (from >= cur[i].seen)
-            continue;
-        cursor c = cursor_at(l, from, cur[i].seen);
-        for (; c.at < c.end; c.at++)
-            index_event(l, c.at, cursor_event(&c));
-        l->indexed = cur[i].seen;
-    }
+    find_markers(lk);
 }
 
 /* The look is over: where each lane's readers stand now. */
@@ -436,8 +458,6 @@ typedef struct hold {
 
 /* Called for each hold on a head; false stops the walk. */
 typedef bool (*hold_fn)(const look *lk, const hold *h, void *arg);
-
-static bool same_clock(uint32_t a, uint32_t b) { return ((a ^ b) & MH_EVENT_COARSE) == 0; }
 
 /* How far rule 4 looks into another lane for an ALLOC a ranged FREE
  * covers: a ranged FREE is rare, a lane's backlog may be long. */
@@ -500,8 +520,10 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
         for (size_t i = 0; i < lk->n; i++) {
             cursor *o = &lk->cur[i];
             mh_range_item f;
-            if (o == c || o->lane->frees.count == 0 ||
-                !mh_range_first(&o->lane->frees, lo, hi, &f))
+            if (o == c)
+                continue;
+            index_upto(o, c->key, e->flags);
+            if (o->lane->frees.count == 0 || !mh_range_first(&o->lane->frees, lo, hi, &f))
                 continue;
             if ((self != 0 && f.link == self) || (f.flags & MH_EVENT_RANGE) ||
                 (same_clock(f.flags, e->flags) && f.key > c->key) ||
@@ -569,6 +591,18 @@ static void head_refresh(const look *lk, cursor *c)
         c->wait_lane = h.lane;
         c->wait_index = h.index;
     }
+}
+
+/* The hint: the earlier time; within one time (a coarse tick), the older
+ * lane - a thread usually starts after the one that made it, and the
+ * order of unrelated events within a tick is otherwise free. */
+static bool before(const cursor *a, const cursor *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    uint32_t ra = a->lane->id != 0 ? a->lane->id : UINT32_MAX;
+    uint32_t rb = b->lane->id != 0 ? b->lane->id : UINT32_MAX;
+    return ra < rb;
 }
 
 /* ---- breaking a cycle of holds (rare: see the top of the file) ---- */
@@ -669,7 +703,7 @@ static long break_cycle(const look *lk)
         for (size_t j = 0; j < n; j++)
             s = g.edge[i * n + j] > s ? g.edge[i * n + j] : s;
         if (pick < 0 || s < best_strength ||
-            (s == best_strength && lk->cur[i].key < lk->cur[pick].key)) {
+            (s == best_strength && before(&lk->cur[i], &lk->cur[pick]))) {
             best_strength = s;
             pick = (long)i;
         }
@@ -699,11 +733,13 @@ static void hand_out(cursor *c, memhook_event *out, bool tee)
 {
     mh_lane *l = c->lane;
     memhook_event *slot = cursor_event(c);
-    if (c->at < l->indexed) {
-        if (slot->flags & MH_EVENT_MARKER)
+    if (slot->flags & MH_EVENT_MARKER) {
+        if (c->at < l->marks_at)
             marker_remove(l, c->at);
-        else if (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0)
-            mh_range_remove(&l->frees, slot->address, c->at);
+        else
+            g_markers_seen++;  /* handed out before any look listed it */
+    } else if (c->at < l->indexed && slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0) {
+        mh_range_remove(&l->frees, slot->address, c->at);
     }
     uint64_t seq = g_next_seq++;
     if (tee)
@@ -732,7 +768,7 @@ static size_t look_merge(look *lk, memhook_event *out, size_t capacity, bool tee
                 break;
             }
             head_refresh(lk, c);
-            if (c->state == HEAD_READY && (best < 0 || c->key < lk->cur[best].key))
+            if (c->state == HEAD_READY && (best < 0 || before(c, &lk->cur[best])))
                 best = (long)i;
         }
         if (best < 0 && lk->rules)

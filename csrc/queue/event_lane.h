@@ -61,8 +61,8 @@ typedef struct mh_lane {
     _Alignas(64) uint64_t consumed;           /* events taken out (drained or trimmed) */
     uint64_t teed;                            /* events the trace's tee has read */
     uint64_t seen;                            /* `published` as the last look read it */
-    uint64_t indexed;                         /* events up to here are in the drain's
-                                                 index (FREEs, markers) */
+    uint64_t indexed;                         /* FREEs up to here are in `frees` */
+    uint64_t marks_at;                        /* markers up to here are in the drain's list */
     uint64_t run, run_h, run_g;               /* a bounded run and its two cuts */
     long look_cursor;                         /* this lane's cursor in a look, or -1 */
     mh_range_tree frees;                      /* its indexed FREEs not handed out */

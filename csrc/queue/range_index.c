@@ -10,6 +10,7 @@ struct mh_range_node {
     mh_range_item item;
     node *left, *right;
     uint64_t max_end;    /* the largest item.end in this subtree */
+    uint64_t min_start;  /* the smallest item.start in this subtree */
     uint64_t min_index;  /* the smallest item.index in this subtree */
     int height;
 };
@@ -49,6 +50,7 @@ static void fix(node *n)
     int hl = height(n->left), hr = height(n->right);
     n->height = (hl > hr ? hl : hr) + 1;
     uint64_t m = n->item.end, i = n->item.index;
+    n->min_start = n->left != NULL ? n->left->min_start : n->item.start;
     if (n->left != NULL) {
         m = n->left->max_end > m ? n->left->max_end : m;
         i = n->left->min_index < i ? n->left->min_index : i;
@@ -183,7 +185,8 @@ bool mh_range_remove(mh_range_tree *t, uint64_t start, uint64_t index)
  * first. */
 static void first(const node *n, uint64_t lo, uint64_t hi, const mh_range_item **best)
 {
-    if (n == NULL || n->max_end <= lo || (*best != NULL && n->min_index >= (*best)->index))
+    if (n == NULL || n->max_end <= lo || n->min_start >= hi ||
+        (*best != NULL && n->min_index >= (*best)->index))
         return;
     bool here = n->item.start < hi && n->item.end > lo;
     if (here && (*best == NULL || n->item.index < (*best)->index))
