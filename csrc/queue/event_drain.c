@@ -47,51 +47,73 @@
  * everything in G.  An event seen only in G waits for the next look.
  *
  * The rules.  Each lane's first event not handed out (its head) goes when
- * nothing holds it; among the free heads the smallest hint goes first.  A
- * head is held by:
+ * nothing holds it; among the free heads the smallest hint goes first
+ * (within one time, the older lane).  A head is held by:
  *
  *  1. its link, while the linked event is not handed out (L: exact for a
  *     FREE and its ALLOC, and for an ALLOC after the FREE that freed its
  *     address last - the same address freed and reallocated any number of
  *     times, by any threads, inside one tick, comes out in its true order);
- *  2. a marker of another lane with an epoch at or below its own, and a
- *     marker by another lane's head with a smaller epoch (E);
- *  3. an ALLOC, by the earliest pending FREE of another lane that overlaps
- *     it - unless that FREE frees this ALLOC (its link), or came later (its
- *     time is past the ALLOC's, same clock: coarse time too is causal, see
- *     clock.c), or starts at the ALLOC's own address when the ALLOC's link
- *     is the last event recorded there (then rule 1 decides: that FREE is
- *     before the link, or after the ALLOC), or names a range of its own
- *     (cuMemUnmap over several maps: rule 4 decides).  This is what orders
- *     overlapping reuse at another address: an ALLOC overlapping a range
- *     whose FREE is pending in another lane goes after that FREE.
- *  4. a FREE that names a range of its own, by the earliest pending ALLOC
- *     of another lane overlapping it that is not its own and not later.
+ *  2. a marker of another lane with an epoch at or below its own, and, if
+ *     it is a marker, another lane's head with a smaller epoch (E);
+ *  3. an ALLOC, by the earliest pending FREE of each other lane that
+ *     overlaps it - unless that FREE frees this ALLOC (its link), or cannot
+ *     be earlier (a later time by the same clock - coarse time too is
+ *     causal, clock.c - or a later marker epoch; the lane's later FREEs
+ *     then cannot either), or starts at the ALLOC's own address when the
+ *     ALLOC's link is the last event recorded there (rule 1 orders those:
+ *     each is before the link or after the ALLOC).  This is the issue's
+ *     rule - an ALLOC overlapping a range whose FREE is pending in another
+ *     lane goes after that FREE - for overlapping reuse at another address;
+ *  3b. an ALLOC whose own FREE lies in another lane behind an ALLOC that
+ *     overlaps it, by that ALLOC (it comes before the FREE, and lifetimes
+ *     do not interleave, so its whole lifetime comes first).
  *
- * Rules 1 and 2 are never against the true order (L, E).  Rules 3 and 4
- * are what the data allows: a pending FREE overlapping an ALLOC of another
- * lane either ended a range the ALLOC reuses (the FREE goes first) or frees
- * a range allocated after the ALLOC's own was freed again.  The second
- * case, with both lifetimes complete and no link or lane order between
- * them, makes a cycle of holds (each lifetime waiting for the other's
- * FREE); the drain breaks a cycle by letting go the head held the weakest
- * (rule 3 where the FREE's ALLOC is itself still pending, before rule 3
- * where it is out, before rules 1-2: those cannot cycle) with the smallest
- * hint.  Either way the two lifetimes come out whole, one after the other,
- * and the ranges end up freed as they truly are: the cache is the same.
- * Only a cycle all of whose members are held from inside the look is
- * broken; a head held by an event the look may not hand out yet waits.
+ * Rules 1 and 2 are never against the true order (L, E).  Rule 3 is what
+ * the data allows, and how sure it is depends on the ALLOC:
  *
- * Why this is enough for the cache: a range's true history is a sequence
- * of lifetimes (ALLOC .. FREE), at most the last one open.  Rule 1 keeps
- * each FREE after its ALLOC and chains lifetimes of one address; rule 3
- * keeps a reusing ALLOC after the FREE that made room for it; a lifetime
- * still open (its FREE not yet published) is after every FREE it reuses
- * (P: those are published before it), so it comes out last.  The
- * property test (tests/hooks/test_causal_merge.py) replays random
- * interleavings of several threads - exact and overlapping reuse, frees
- * by other threads, markers - through this merge and through the true
- * order, and compares the caches.
+ *  - An ALLOC with no FREE of its own pending (no visible FREE links to
+ *    it, none starts at its address, no ranged FREE of its lane after it
+ *    covers it) is "open": the last lifetime of its range for now.  Every
+ *    pending FREE of another lane that overlaps it and is not later ended
+ *    a lifetime it reuses (anything after it on its range would follow its
+ *    own FREE, which is not there), so the hold is sound (OPEN).
+ *  - A closed ALLOC (its FREE pending too) may be held by the FREE of a
+ *    lifetime that truly came after its own.  If that FREE's ALLOC is out,
+ *    the order already has that lifetime first, and the hold keeps it
+ *    whole (STRONG); if it is pending too, the two complete lifetimes may
+ *    be either way round, and nothing recorded tells which (WEAK).
+ *
+ * A WEAK pair makes a cycle of holds (each lifetime waiting for the
+ * other's FREE).  The drain breaks a cycle - only one all of whose members
+ * are held from inside the look; a head held by an event the look may not
+ * hand out yet waits - by letting go the head held the weakest, then with
+ * the smallest hint.  Lifetimes let go that way are complete ones, so
+ * either order leaves the range as it truly ends: freed.  OPEN and HARD
+ * holds never cycle in a true history (a cycle of them is logged once, as
+ * a native recorder's malformed events).
+ *
+ * What this guarantees, as DESIGN.md section 3 states it: every FREE after
+ * its ALLOC; markers after what was recorded before them; an ALLOC after
+ * the FREE that made its range free - exactly where the ALLOC reuses an
+ * address (the chain), and for overlapping reuse wherever it is the last
+ * lifetime of its range or a tick separates them.  Within one coarse tick,
+ * two complete lifetimes of overlapping (not identical) ranges in
+ * different threads may come out in either order, or interleaved: the
+ * cache the order builds is the same, since the last event touching each
+ * byte of them is a FREE.  Under precise time (memhook trace, or a
+ * subscriber that asked) the stamps filter those too and every range's
+ * order is the true one.  tests/hooks/test_causal_merge.py replays random
+ * histories of several threads - exact and overlapping reuse, frees by
+ * other threads, ranged unmaps, markers, the tee - through this merge and
+ * through the true order and compares the caches at every drain; it checks
+ * every range's order strictly under precise time and for exact reuse.
+ *
+ * The one cross-thread case the rules do not see: a cuMemUnmap over
+ * several maps made by OTHER threads within the same tick (rule 3 holds
+ * those maps behind the unmap); the cache then keeps them (a stale
+ * region, of VA that is reserved, unmapped and not touchable).  Maps
+ * unmapped by the thread that made them are in its lane's order.
  *
  * A producer preempted between its stamp and its publication holds
  * nothing back that depends on it: its event is in no snapshot, and what
@@ -105,10 +127,14 @@
  * length no longer depends on how fast other threads record.  Every event
  * pending when it began (in its first H) comes out in the run: what it
  * depends on is in the first G, so within the cut (rules 1-2 are about
- * such events), and a rule-3/4 hold by an event past the cut is ignored
- * for it (an event published after the first G cannot precede one
- * published before the first H).  An event a caller can be asking about (an
- * ALLOC whose pointer it holds) was published before the run began.
+ * such events), and a rule-3 hold by an event past the cut is ignored for
+ * it (an event published after the first G cannot precede one published
+ * before the first H).  An event a caller can be asking about (an ALLOC
+ * whose pointer it holds) was published before the run began.  A run's
+ * first call reads each lane's `published` twice (H, G), a later call or
+ * look once (its H is the last G); beyond that the drain reads only the
+ * events it hands out and, where several lanes have events, each newly
+ * visible one once (the closer set, the index).
  *
  * The trace's tee (mh_queue_tee) takes one look with the same rules and
  * numbers what it reads; the drain later hands those out first, in that
@@ -317,6 +343,151 @@ static void marker_remove(mh_lane *l, uint64_t index)
         }
 }
 
+/* ---- which pending ALLOCs have a FREE of their own pending (g_lock
+ * held): an ALLOC with none is "open" - the last of its range for now, so
+ * it must come after every earlier event there (rule 3, the top of the
+ * file) ---- */
+
+/* Multisets of 64-bit keys (nonzero), counted: open addressing, deletion by
+ * shifting back (no tombstones). */
+typedef struct counted {
+    uint64_t key;  /* 0: empty */
+    uint64_t count;
+    mh_lane *lane;  /* where the first of them is (closers: the FREE), or NULL */
+    uint64_t index;
+} counted;
+typedef struct counted_set {
+    counted *slots;
+    size_t cap, n;
+} counted_set;
+
+/* The links of the visible FREEs not handed out (which ALLOCs have their
+ * own FREE pending), and their addresses (a recorded FREE's link is the
+ * address chain's, which another address may have taken: its address
+ * still says what it frees). */
+static counted_set g_closers, g_closer_addrs;
+
+static size_t counted_home(uint64_t key, size_t cap)
+{
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+static counted *counted_find(const counted_set *s, uint64_t key)
+{
+    if (s->cap == 0 || key == 0)
+        return NULL;
+    for (size_t i = counted_home(key, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (s->slots[i].key == key)
+            return &s->slots[i];
+        if (s->slots[i].key == 0)
+            return NULL;
+    }
+}
+
+static bool counted_grow(counted_set *s)
+{
+    size_t cap = s->cap != 0 ? s->cap * 2 : 1024;
+    counted *c = calloc(cap, sizeof *c);
+    if (c == NULL)
+        return false;
+    for (size_t k = 0; k < s->cap; k++) {
+        if (s->slots[k].key == 0)
+            continue;
+        size_t i = counted_home(s->slots[k].key, cap);
+        while (c[i].key != 0)
+            i = (i + 1) & (cap - 1);
+        c[i] = s->slots[k];
+    }
+    free(s->slots);
+    s->slots = c;
+    s->cap = cap;
+    return true;
+}
+
+static void counted_add(counted_set *s, uint64_t key, mh_lane *lane, uint64_t index)
+{
+    counted *c = counted_find(s, key);
+    if (key == 0)
+        return;
+    if (c != NULL) {
+        c->count++;
+        return;
+    }
+    if ((s->n + 1) * 2 > s->cap && !counted_grow(s)) {
+        mh_error("event queue: out of memory for the drain's closer set; an ALLOC may be "
+                 "held for its own FREE until the next drain");
+        return;
+    }
+    size_t i = counted_home(key, s->cap);
+    while (s->slots[i].key != 0)
+        i = (i + 1) & (s->cap - 1);
+    s->slots[i] = (counted){key, 1, lane, index};
+    s->n++;
+}
+
+static void counted_remove(counted_set *s, uint64_t key, const mh_lane *lane, uint64_t index)
+{
+    counted *c = counted_find(s, key);
+    if (c != NULL && c->lane == lane && c->index == index)
+        c->lane = NULL;  /* another may remain: where, nobody knows */
+    if (c == NULL || --c->count != 0)
+        return;
+    size_t i = (size_t)(c - s->slots), mask = s->cap - 1;
+    for (size_t j = (i + 1) & mask; s->slots[j].key != 0; j = (j + 1) & mask) {
+        size_t h = counted_home(s->slots[j].key, s->cap);
+        /* Move j back into the hole at i unless its home lies in (i, j]. */
+        if (((j - h) & mask) >= ((j - i) & mask)) {
+            s->slots[i] = s->slots[j];
+            i = j;
+        }
+    }
+    s->slots[i] = (counted){0, 0, NULL, 0};
+    s->n--;
+}
+
+/* Pending FREEs that name a range of their own (cuMemUnmap over several
+ * maps): rare.  One closes every earlier ALLOC of its own lane it
+ * overlaps (the maps it unmaps with the one its link names). */
+typedef struct ranged {
+    const mh_lane *lane;
+    uint64_t index, start, end;
+} ranged;
+static ranged *g_ranged;
+static size_t g_nranged, g_ranged_cap;
+
+static void ranged_add(const mh_lane *l, uint64_t index, const memhook_event *e)
+{
+    if (g_nranged == g_ranged_cap) {
+        size_t n = g_ranged_cap * 2 + 8;
+        ranged *r = realloc(g_ranged, n * sizeof *r);
+        if (r == NULL)
+            return;  /* (then its maps look open: held, never out of order) */
+        g_ranged = r;
+        g_ranged_cap = n;
+    }
+    uint64_t end = e->address + (e->size != 0 ? e->size : 1);
+    g_ranged[g_nranged++] = (ranged){l, index, e->address, end > e->address ? end : UINT64_MAX};
+}
+
+static void ranged_remove(const mh_lane *l, uint64_t index)
+{
+    for (size_t i = 0; i < g_nranged; i++)
+        if (g_ranged[i].lane == l && g_ranged[i].index == index) {
+            g_ranged[i] = g_ranged[--g_nranged];
+            return;
+        }
+}
+
+/* A ranged FREE later in lane l overlaps [lo, hi). */
+static bool ranged_closes(const mh_lane *l, uint64_t after, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < g_nranged; i++)
+        if (g_ranged[i].lane == l && g_ranged[i].index > after && g_ranged[i].start < hi &&
+            lo < g_ranged[i].end)
+            return true;
+    return false;
+}
+
 /* ---- a look: one snapshot of the lanes and the merge over it ---- */
 
 typedef struct look {
@@ -360,7 +531,7 @@ static void index_upto(cursor *o, uint64_t key, uint32_t clock)
     for (; s.at < s.end; s.at++) {
         const memhook_event *x = cursor_event(&s);
         if (same_clock(x->flags, clock) && mh_clock_ns_of(x) > key)
-            break;
+            break;  /* (by time only: an epoch check would stop at a marker) */
         if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0)
             continue;
         uint64_t end = x->address + (x->size != 0 ? x->size : 1);
@@ -371,6 +542,28 @@ static void index_upto(cursor *o, uint64_t key, uint32_t clock)
             mh_error("event queue: out of memory indexing a FREE; its order is not checked");
     }
     l->indexed = s.at;
+}
+
+/* The earliest indexed FREE of lane l overlapping [lo, hi) that rule 3
+ * weighs for ALLOC e: when e's link is the last event at its own address
+ * (MH_EVENT_CHAIN), not one starting there (rule 1 orders those: each is
+ * before the link or after e) - so a pool's thousands of FREEs of one
+ * address cost a step, not a walk. */
+static bool first_free(const mh_lane *l, const memhook_event *e, uint64_t lo, uint64_t hi,
+                       mh_range_item *f)
+{
+    if (l->frees.count == 0)
+        return false;
+    uint64_t x = e->address;
+    if (!(e->flags & MH_EVENT_CHAIN))
+        return mh_range_first(&l->frees, lo, hi, 0, UINT64_MAX, 0, f);
+    mh_range_item below, above;
+    bool b = mh_range_first(&l->frees, lo, hi, 0, x, 0, &below);
+    bool a = x != UINT64_MAX && mh_range_first(&l->frees, lo, hi, x + 1, UINT64_MAX, 0, &above);
+    if (!a && !b)
+        return false;
+    *f = !a || (b && below.index < above.index) ? below : above;
+    return true;
 }
 
 /* List the markers among the lanes' visible events, if a marker was begun
@@ -433,6 +626,37 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
         return;
     mh_clock_prepare();
     find_markers(lk);
+    /* Every newly visible FREE into the closer set (each event is looked at
+     * once, whatever the backlog). */
+    for (size_t i = 0; i < lk->n; i++) {
+        mh_lane *l = cur[i].lane;
+        uint64_t from = l->linked > cur[i].at ? l->linked : cur[i].at;
+        if (from < cur[i].seen) {
+            cursor s = cursor_at(l, from, cur[i].seen);
+            for (; s.at < s.end; s.at++) {
+                memhook_event *e = cursor_event(&s);
+                if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
+                    continue;
+                if (e->seq != 0 && !(e->flags & MH_EVENT_LINK_ALLOC)) {
+                    /* A chain link (a recorded FREE) names its ALLOC if that
+                     * is an ALLOC at this address: say so, while it can
+                     * still be read. */
+                    mh_lane *t = lane_by_id(e->seq);
+                    uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+                    if (t != NULL && ti >= lane_unread(t) && ti < t->seen) {
+                        const memhook_event *a = event_at(t, ti);
+                        if (a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address)
+                            e->flags |= MH_EVENT_LINK_ALLOC;
+                    }
+                }
+                counted_add(&g_closers, e->seq, l, s.at);
+                counted_add(&g_closer_addrs, e->address, l, s.at);
+                if (e->flags & MH_EVENT_RANGE)
+                    ranged_add(l, s.at, e);
+            }
+        }
+        l->linked = cur[i].seen;
+    }
 }
 
 /* The look is over: where each lane's readers stand now. */
@@ -448,7 +672,12 @@ static void look_close(look *lk, bool tee)
     }
 }
 
-enum { HOLD_NONE, HOLD_WEAK, HOLD_STRONG, HOLD_HARD };
+/* How sure a hold is (the top of the file): a cycle is broken at its
+ * weakest.  WEAK: a closed ALLOC by a FREE whose own ALLOC is pending (the
+ * two lifetimes may be either way round); STRONG: by a FREE whose ALLOC is
+ * out; OPEN: an open ALLOC by an earlier overlapping FREE; HARD: links and
+ * markers. */
+enum { HOLD_NONE, HOLD_WEAK, HOLD_STRONG, HOLD_OPEN, HOLD_HARD };
 
 typedef struct hold {
     mh_lane *lane;  /* NULL: an event of a lane the drain does not know yet */
@@ -459,9 +688,20 @@ typedef struct hold {
 /* Called for each hold on a head; false stops the walk. */
 typedef bool (*hold_fn)(const look *lk, const hold *h, void *arg);
 
-/* How far rule 4 looks into another lane for an ALLOC a ranged FREE
- * covers: a ranged FREE is rare, a lane's backlog may be long. */
-#define RANGE_SCAN 4096
+/* Whether an event (flags, key) cannot have come before another (its
+ * flags, key): its time is later by the same clock (both coarse or both
+ * precise: causal either way, clock.c), or it read a later marker epoch
+ * (the other read its epoch before that marker began: E at the top of the
+ * file).  Events of one lane are in this order too, so the first of a
+ * lane that is later, all after it are. */
+static bool later(uint32_t flags, uint64_t key, uint32_t than_flags, uint64_t than_key)
+{
+    return (same_clock(flags, than_flags) && key > than_key) ||
+           epoch_before(epoch_of(than_flags), epoch_of(flags));
+}
+
+/* How far rule 3b looks for an ALLOC before an ALLOC's own FREE. */
+#define OWN_FREE_SCAN 512
 
 /* Walk the holds on c's head (the rules at the top of the file). */
 static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
@@ -517,50 +757,44 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
     hi = hi > lo ? hi : UINT64_MAX;
     /* 3. an ALLOC, by other lanes' pending FREEs overlapping it */
     if (e->kind == MEMHOOK_EVENT_ALLOC) {
+        const counted *own = counted_find(&g_closers, self);
+        bool open = own == NULL && counted_find(&g_closer_addrs, e->address) == NULL &&
+                    !ranged_closes(l, c->at, lo, hi);
+        /* 3b. its own FREE lies in another lane behind an ALLOC overlapping
+         * it: that ALLOC comes before its FREE, so (lifetimes do not
+         * interleave) its whole lifetime comes before this one. */
+        if (own != NULL && own->lane != NULL && own->lane != l && own->lane->look_cursor >= 0) {
+            cursor s = lk->cur[own->lane->look_cursor];
+            for (uint64_t k = 0; s.at < own->index && k < OWN_FREE_SCAN; s.at++, k++) {
+                const memhook_event *x = cursor_event(&s);
+                if (x->kind == MEMHOOK_EVENT_ALLOC && x->address != 0 && x->address < hi &&
+                    lo < x->address + (x->size != 0 ? x->size : 1)) {
+                    h = (hold){own->lane, s.at, HOLD_STRONG};
+                    if (!fn(lk, &h, arg))
+                        return;
+                    break;
+                }
+            }
+        }
         for (size_t i = 0; i < lk->n; i++) {
             cursor *o = &lk->cur[i];
-            mh_range_item f;
             if (o == c)
                 continue;
             index_upto(o, c->key, e->flags);
-            if (o->lane->frees.count == 0 || !mh_range_first(&o->lane->frees, lo, hi, &f))
+            mh_range_item f;
+            if (!first_free(o->lane, e, lo, hi, &f))
                 continue;
-            if ((self != 0 && f.link == self) || (f.flags & MH_EVENT_RANGE) ||
-                (same_clock(f.flags, e->flags) && f.key > c->key) ||
-                ((e->flags & MH_EVENT_CHAIN) && f.start == e->address) ||
+            /* Its lane's later FREEs come after this one: if it is after
+             * the ALLOC (frees it, or came later), so are they. */
+            if ((self != 0 && f.link == self) || later(f.flags, f.key, e->flags, c->key) ||
                 (guaranteed && past_cut(lk, o->lane, f.index)))
                 continue;
             h = (hold){o->lane, f.index,
-                       (f.flags & MH_EVENT_LINK_ALLOC) && id_out(lk, f.link) ? HOLD_STRONG
+                       open ? HOLD_OPEN
+                       : (f.flags & MH_EVENT_LINK_ALLOC) && id_out(lk, f.link) ? HOLD_STRONG
                                                                               : HOLD_WEAK};
             if (!fn(lk, &h, arg))
                 return;
-        }
-        return;
-    }
-    /* 4. a FREE of a range of its own, by other lanes' pending ALLOCs in it */
-    if (e->kind != MEMHOOK_EVENT_FREE || !(e->flags & MH_EVENT_RANGE))
-        return;
-    for (size_t i = 0; i < lk->n; i++) {
-        cursor *o = &lk->cur[i];
-        if (o == c)
-            continue;
-        cursor s = *o;
-        for (uint64_t k = 0; s.at < s.seen && k < RANGE_SCAN; s.at++, k++) {
-            const memhook_event *x = cursor_event(&s);
-            if (same_clock(x->flags, e->flags) && mh_clock_ns_of(x) > c->key)
-                break;
-            uint64_t xid = o->lane->id != 0 ? (uint64_t)o->lane->id << MH_LANE_INDEX_BITS | s.at
-                                            : 0;
-            if (x->kind != MEMHOOK_EVENT_ALLOC || x->address == 0 || x->address >= hi ||
-                x->address + (x->size != 0 ? x->size : 1) <= lo || (xid != 0 && xid == e->seq))
-                continue;
-            if (!(guaranteed && past_cut(lk, o->lane, s.at))) {
-                h = (hold){o->lane, s.at, HOLD_WEAK};
-                if (!fn(lk, &h, arg))
-                    return;
-            }
-            break;
         }
     }
 }
@@ -708,7 +942,7 @@ static long break_cycle(const look *lk)
             pick = (long)i;
         }
     }
-    if (pick >= 0 && best_strength == HOLD_HARD) {
+    if (pick >= 0 && best_strength >= HOLD_OPEN) {
         static bool said;  /* once per process: a malformed history, not a load */
         if (!said) {
             said = true;
@@ -738,8 +972,15 @@ static void hand_out(cursor *c, memhook_event *out, bool tee)
             marker_remove(l, c->at);
         else
             g_markers_seen++;  /* handed out before any look listed it */
-    } else if (c->at < l->indexed && slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0) {
-        mh_range_remove(&l->frees, slot->address, c->at);
+    } else if (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0) {
+        if (c->at < l->indexed)
+            mh_range_remove(&l->frees, slot->address, c->at);
+        if (c->at < l->linked) {
+            counted_remove(&g_closers, slot->seq, l, c->at);
+            counted_remove(&g_closer_addrs, slot->address, l, c->at);
+            if (slot->flags & MH_EVENT_RANGE)
+                ranged_remove(l, c->at);
+        }
     }
     uint64_t seq = g_next_seq++;
     if (tee)
@@ -868,14 +1109,19 @@ static void lanes_tidy(void)
     }
 }
 
-/* Something visible at the last look is still not taken out (what was
- * published since sets the pending flag itself: event_lane.h). */
-static bool any_unconsumed(void)
+/* Something is still not taken out.  `looked`: a look of this call read
+ * every lane after the pending flag was cleared, so what it saw is enough
+ * (what was published since sets the flag itself: event_lane.h) - no
+ * further read of the producers' counts; else read them. */
+static bool any_unconsumed(bool looked)
 {
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next)
-        if (l->seen > l->consumed)
+         l = l->next) {
+        uint64_t upto = looked ? l->seen : atomic_load_explicit(&l->published,
+                                                                 memory_order_acquire);
+        if (upto > l->consumed)
             return true;
+    }
     return false;
 }
 
@@ -906,6 +1152,7 @@ static bool run_owes(uint64_t run)
     return false;
 }
 
+
 size_t memhook_events_drain(memhook_event *out, size_t capacity)
 {
     uint64_t mark = 0;
@@ -926,6 +1173,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
     /* Before reading the lanes: a push after this sets it again. */
     atomic_exchange(&mh_events_pending, 0);
     size_t cap, n = 0;
+    bool looked = false;
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
         /* First what the trace's tee read already, in the order it read
@@ -949,6 +1197,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
             look lk;
             bool first = start && look_no == 0;
             look_open(&lk, cur, cap, *mark, first, first);
+            looked = true;
             size_t got = look_merge(&lk, out + n, capacity - n, false);
             look_close(&lk, false);
             mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
@@ -959,7 +1208,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         }
         lanes_tidy();
     }
-    if (cur == NULL || any_unconsumed())
+    if (cur == NULL || any_unconsumed(looked))
         atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
     pthread_mutex_unlock(&g_lock);
     return n;

@@ -63,6 +63,8 @@ typedef struct mh_lane {
     uint64_t seen;                            /* `published` as the last look read it */
     uint64_t indexed;                         /* FREEs up to here are in `frees` */
     uint64_t marks_at;                        /* markers up to here are in the drain's list */
+    uint64_t linked;                          /* FREEs up to here are in the drain's
+                                                 closer set (event_drain.c) */
     uint64_t run, run_h, run_g;               /* a bounded run and its two cuts */
     long look_cursor;                         /* this lane's cursor in a look, or -1 */
     mh_range_tree frees;                      /* its indexed FREEs not handed out */

@@ -179,34 +179,45 @@ bool mh_range_remove(mh_range_tree *t, uint64_t start, uint64_t index)
     return true;
 }
 
-/* The earliest item of n's subtree overlapping [lo, hi) into *best, if it
- * is earlier than *best: subtrees that end too soon, start too late or
- * hold nothing earlier are not visited, the one with the earlier minimum
- * first. */
-static void first(const node *n, uint64_t lo, uint64_t hi, const mh_range_item **best)
+/* A query: items overlapping [lo, hi), starting in [sa, sb), with an
+ * index of at least min_index. */
+typedef struct query {
+    uint64_t lo, hi, sa, sb, min_index;
+    const mh_range_item *best;
+} query;
+
+/* The earliest item of n's subtree the query takes into q->best, if it is
+ * earlier than q->best: subtrees that end too soon, start too late or too
+ * early, or hold nothing earlier are not visited, the one with the earlier
+ * minimum first. */
+static void first(const node *n, query *q)
 {
-    if (n == NULL || n->max_end <= lo || n->min_start >= hi ||
-        (*best != NULL && n->min_index >= (*best)->index))
+    if (n == NULL || n->max_end <= q->lo || n->min_start >= q->sb || n->min_start >= q->hi ||
+        (q->best != NULL && n->min_index >= q->best->index))
         return;
-    bool here = n->item.start < hi && n->item.end > lo;
-    if (here && (*best == NULL || n->item.index < (*best)->index))
-        *best = &n->item;
-    const node *a = n->left, *b = n->item.start < hi ? n->right : NULL;
+    const mh_range_item *it = &n->item;
+    if (it->start >= q->sa && it->start < q->sb && it->start < q->hi && it->end > q->lo &&
+        it->index >= q->min_index && (q->best == NULL || it->index < q->best->index))
+        q->best = it;
+    /* Left of n start at or before it, right of n at or after it. */
+    const node *a = it->start >= q->sa ? n->left : NULL;
+    const node *b = it->start < q->sb && it->start < q->hi ? n->right : NULL;
     if (b != NULL && a != NULL && b->min_index < a->min_index) {
         const node *s = a;
         a = b;
         b = s;
     }
-    first(a, lo, hi, best);
-    first(b, lo, hi, best);
+    first(a, q);
+    first(b, q);
 }
 
-bool mh_range_first(const mh_range_tree *t, uint64_t lo, uint64_t hi, mh_range_item *out)
+bool mh_range_first(const mh_range_tree *t, uint64_t lo, uint64_t hi, uint64_t sa, uint64_t sb,
+                    uint64_t min_index, mh_range_item *out)
 {
-    const mh_range_item *best = NULL;
-    first(t->root, lo, hi, &best);
-    if (best == NULL)
+    query q = {lo, hi, sa, sb, min_index, NULL};
+    first(t->root, &q);
+    if (q.best == NULL)
         return false;
-    *out = *best;
+    *out = *q.best;
     return true;
 }

@@ -45,9 +45,11 @@ typedef struct mh_range_tree {
 MH_HIDDEN bool mh_range_insert(mh_range_tree *t, const mh_range_item *item);
 /* Remove the item (start, index); false if it is not there. */
 MH_HIDDEN bool mh_range_remove(mh_range_tree *t, uint64_t start, uint64_t index);
-/* The item overlapping [lo, hi) with the smallest index: true and *out, or
- * false when none does. */
-MH_HIDDEN bool mh_range_first(const mh_range_tree *t, uint64_t lo, uint64_t hi,
-                              mh_range_item *out);
+/* The item with the smallest index among those overlapping [lo, hi) that
+ * start in [sa, sb) and have an index of at least min_index: true and
+ * *out, or false when there is none.  O(log n) but for items passed over
+ * by min_index. */
+MH_HIDDEN bool mh_range_first(const mh_range_tree *t, uint64_t lo, uint64_t hi, uint64_t sa,
+                              uint64_t sb, uint64_t min_index, mh_range_item *out);
 
 #endif
