@@ -198,20 +198,28 @@ typedef struct cursor {
     uint64_t key;          /* its time in ns, the hint */
 } cursor;
 
+#define SEEK_POINTS (sizeof ((mh_lane *)0)->seek / sizeof ((mh_lane *)0)->seek[0])
+
 /* The segment holding lane index `at` (consumed <= at < published): from
- * the lane's seek point when `at` lies at or past it, else from read_seg
- * (which holds `consumed`); the seek point moves to what was found. */
+ * the nearest of the lane's seek points at or below it (or read_seg, which
+ * holds `consumed`), which then moves to what was found. */
 static mh_lane_seg *lane_seg_of(mh_lane *l, uint64_t at)
 {
     mh_lane_seg *s = l->read_seg;
-    if (l->seek_first > s->first && at >= l->seek_first)
-        s = l->seek_seg;
+    unsigned from = SEEK_POINTS;
+    for (unsigned i = 0; i < SEEK_POINTS; i++)
+        if (l->seek[i].first > s->first && l->seek[i].first <= at) {
+            s = l->seek[i].seg;
+            from = i;
+        }
+    if (at < s->first + MH_LANE_SEG_SLOTS)
+        return s;
     while (at >= s->first + MH_LANE_SEG_SLOTS)
         s = atomic_load_explicit(&s->next, memory_order_acquire);
-    if (s->first > l->seek_first || l->seek_seg == NULL) {
-        l->seek_seg = s;
-        l->seek_first = s->first;
-    }
+    if (from == SEEK_POINTS)
+        from = l->seek_next++ % SEEK_POINTS;
+    l->seek[from].seg = s;
+    l->seek[from].first = s->first;
     return s;
 }
 
@@ -350,26 +358,38 @@ static void marker_remove(mh_lane *l, uint64_t index)
 
 /* Multisets of 64-bit keys (nonzero), counted: open addressing, deletion by
  * shifting back (no tombstones). */
+#define COUNTED_WHERE 3
 typedef struct counted {
     uint64_t key;  /* 0: empty */
     uint64_t count;
-    mh_lane *lane;  /* where the first of them is (closers: the FREE), or NULL */
-    uint64_t index;
+    struct {
+        mh_lane *lane;  /* NULL: free; more than COUNTED_WHERE: not all are here */
+        uint64_t index;
+    } where[COUNTED_WHERE];
 } counted;
 typedef struct counted_set {
     counted *slots;
     size_t cap, n;
 } counted_set;
 
-/* The links of the visible FREEs not handed out (which ALLOCs have their
- * own FREE pending), and their addresses (a recorded FREE's link is the
- * address chain's, which another address may have taken: its address
- * still says what it frees). */
-static counted_set g_closers, g_closer_addrs;
+/* The addresses of the visible FREEs not handed out: which ALLOCs have
+ * their own FREE pending.  (A FREE names the address its ALLOC returned;
+ * an earlier lifetime's FREE at the same address is out before rule 3
+ * asks - rule 1 holds an ALLOC behind it - where the address chain links
+ * them.) */
+static counted_set g_closer_addrs;
 
+/* A full mix (murmur3's finaliser): identities differ in their low bits
+ * and addresses in their middle ones, and a linear-probe table wants
+ * every bit to count. */
 static size_t counted_home(uint64_t key, size_t cap)
 {
-    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    key *= 0xc4ceb9fe1a85ec53ull;
+    key ^= key >> 33;
+    return (size_t)key & (cap - 1);
 }
 
 static counted *counted_find(const counted_set *s, uint64_t key)
@@ -411,6 +431,12 @@ static void counted_add(counted_set *s, uint64_t key, mh_lane *lane, uint64_t in
         return;
     if (c != NULL) {
         c->count++;
+        for (unsigned k = 0; k < COUNTED_WHERE; k++)
+            if (c->where[k].lane == NULL) {
+                c->where[k].lane = lane;
+                c->where[k].index = index;
+                break;
+            }
         return;
     }
     if ((s->n + 1) * 2 > s->cap && !counted_grow(s)) {
@@ -421,16 +447,21 @@ static void counted_add(counted_set *s, uint64_t key, mh_lane *lane, uint64_t in
     size_t i = counted_home(key, s->cap);
     while (s->slots[i].key != 0)
         i = (i + 1) & (s->cap - 1);
-    s->slots[i] = (counted){key, 1, lane, index};
+    s->slots[i] = (counted){.key = key, .count = 1};
+    s->slots[i].where[0].lane = lane;
+    s->slots[i].where[0].index = index;
     s->n++;
 }
 
 static void counted_remove(counted_set *s, uint64_t key, const mh_lane *lane, uint64_t index)
 {
     counted *c = counted_find(s, key);
-    if (c != NULL && c->lane == lane && c->index == index)
-        c->lane = NULL;  /* another may remain: where, nobody knows */
-    if (c == NULL || --c->count != 0)
+    if (c == NULL)
+        return;
+    for (unsigned k = 0; k < COUNTED_WHERE; k++)
+        if (c->where[k].lane == lane && c->where[k].index == index)
+            c->where[k].lane = NULL;
+    if (--c->count != 0)
         return;
     size_t i = (size_t)(c - s->slots), mask = s->cap - 1;
     for (size_t j = (i + 1) & mask; s->slots[j].key != 0; j = (j + 1) & mask) {
@@ -441,7 +472,7 @@ static void counted_remove(counted_set *s, uint64_t key, const mh_lane *lane, ui
             i = j;
         }
     }
-    s->slots[i] = (counted){0, 0, NULL, 0};
+    s->slots[i] = (counted){0};
     s->n--;
 }
 
@@ -635,6 +666,17 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
             cursor s = cursor_at(l, from, cur[i].seen);
             for (; s.at < s.end; s.at++) {
                 memhook_event *e = cursor_event(&s);
+                if (e->address != 0) {
+                    uint64_t end = e->address + (e->size != 0 ? e->size : 1);
+                    end = end > e->address ? end : UINT64_MAX;
+                    if (l->box_lo >= l->box_hi) {
+                        l->box_lo = e->address;
+                        l->box_hi = end;
+                    } else {
+                        l->box_lo = e->address < l->box_lo ? e->address : l->box_lo;
+                        l->box_hi = end > l->box_hi ? end : l->box_hi;
+                    }
+                }
                 if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
                     continue;
                 if (e->seq != 0 && !(e->flags & MH_EVENT_LINK_ALLOC)) {
@@ -649,7 +691,6 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
                             e->flags |= MH_EVENT_LINK_ALLOC;
                     }
                 }
-                counted_add(&g_closers, e->seq, l, s.at);
                 counted_add(&g_closer_addrs, e->address, l, s.at);
                 if (e->flags & MH_EVENT_RANGE)
                     ranged_add(l, s.at, e);
@@ -664,6 +705,8 @@ static void look_close(look *lk, bool tee)
 {
     for (size_t i = 0; i < lk->n; i++) {
         mh_lane *l = lk->cur[i].lane;
+        if (lk->cur[i].at == lk->cur[i].seen && l->linked <= lk->cur[i].seen)
+            l->box_lo = l->box_hi = 0;  /* nothing it saw is pending: start over */
         if (tee)
             l->teed = lk->cur[i].at;
         else
@@ -702,6 +745,23 @@ static bool later(uint32_t flags, uint64_t key, uint32_t than_flags, uint64_t th
 
 /* How far rule 3b looks for an ALLOC before an ALLOC's own FREE. */
 #define OWN_FREE_SCAN 512
+
+/* Rule 3b for an ALLOC on [lo, hi) whose own FREE is lane fl's event fi;
+ * false when fn said stop. */
+static bool hold_3b(const look *lk, mh_lane *fl, uint64_t fi, uint64_t lo, uint64_t hi,
+                    hold_fn fn, void *arg)
+{
+    cursor s = lk->cur[fl->look_cursor];
+    for (uint64_t k = 0; s.at < fi && k < OWN_FREE_SCAN; s.at++, k++) {
+        const memhook_event *x = cursor_event(&s);
+        if (x->kind == MEMHOOK_EVENT_ALLOC && x->address != 0 && x->address < hi &&
+            lo < x->address + (x->size != 0 ? x->size : 1)) {
+            hold h = {fl, s.at, HOLD_STRONG};
+            return fn(lk, &h, arg);
+        }
+    }
+    return true;
+}
 
 /* Walk the holds on c's head (the rules at the top of the file). */
 static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
@@ -757,29 +817,37 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
     hi = hi > lo ? hi : UINT64_MAX;
     /* 3. an ALLOC, by other lanes' pending FREEs overlapping it */
     if (e->kind == MEMHOOK_EVENT_ALLOC) {
-        const counted *own = counted_find(&g_closers, self);
-        bool open = own == NULL && counted_find(&g_closer_addrs, e->address) == NULL &&
-                    !ranged_closes(l, c->at, lo, hi);
-        /* 3b. its own FREE lies in another lane behind an ALLOC overlapping
-         * it: that ALLOC comes before its FREE, so (lifetimes do not
-         * interleave) its whole lifetime comes before this one. */
-        if (own != NULL && own->lane != NULL && own->lane != l && own->lane->look_cursor >= 0) {
-            cursor s = lk->cur[own->lane->look_cursor];
-            for (uint64_t k = 0; s.at < own->index && k < OWN_FREE_SCAN; s.at++, k++) {
-                const memhook_event *x = cursor_event(&s);
-                if (x->kind == MEMHOOK_EVENT_ALLOC && x->address != 0 && x->address < hi &&
-                    lo < x->address + (x->size != 0 ? x->size : 1)) {
-                    h = (hold){own->lane, s.at, HOLD_STRONG};
-                    if (!fn(lk, &h, arg))
-                        return;
-                    break;
-                }
-            }
-        }
+        /* Whether it is open, and where its own FREE is: looked up only
+         * when another lane's pending events span its addresses. */
+        bool open = false, asked = false;
         for (size_t i = 0; i < lk->n; i++) {
             cursor *o = &lk->cur[i];
-            if (o == c)
+            /* A lane whose pending events span no address of this one has
+             * no FREE for it (threads with address ranges of their own:
+             * nothing to index, nothing to look up). */
+            if (o == c || o->lane->box_lo >= hi || lo >= o->lane->box_hi)
                 continue;
+            if (!asked) {
+                asked = true;
+                const counted *at_addr = counted_find(&g_closer_addrs, e->address);
+                open = at_addr == NULL && !ranged_closes(l, c->at, lo, hi);
+                /* 3b. its own FREE lies in another lane behind an ALLOC
+                 * overlapping it: that ALLOC comes before its FREE, so
+                 * (lifetimes do not interleave) its whole lifetime comes
+                 * before this one. */
+                mh_lane *fl = NULL;
+                uint64_t fi = 0;
+                for (unsigned k = 0; at_addr != NULL && k < COUNTED_WHERE && self != 0; k++) {
+                    mh_lane *w = at_addr->where[k].lane;
+                    if (w != NULL && event_at(w, at_addr->where[k].index)->seq == self) {
+                        fl = w;
+                        fi = at_addr->where[k].index;
+                    }
+                }
+                if (fl != NULL && fl != l && fl->look_cursor >= 0 &&
+                    !hold_3b(lk, fl, fi, lo, hi, fn, arg))
+                    return;
+            }
             index_upto(o, c->key, e->flags);
             mh_range_item f;
             if (!first_free(o->lane, e, lo, hi, &f))
@@ -976,7 +1044,6 @@ static void hand_out(cursor *c, memhook_event *out, bool tee)
         if (c->at < l->indexed)
             mh_range_remove(&l->frees, slot->address, c->at);
         if (c->at < l->linked) {
-            counted_remove(&g_closers, slot->seq, l, c->at);
             counted_remove(&g_closer_addrs, slot->address, l, c->at);
             if (slot->flags & MH_EVENT_RANGE)
                 ranged_remove(l, c->at);
@@ -1080,10 +1147,11 @@ static void lane_retire_consumed(mh_lane *lane)
         s = next;
     }
     lane->read_seg = s;
-    if (lane->seek_first < s->first) {  /* the seek point was retired */
-        lane->seek_seg = s;
-        lane->seek_first = s->first;
-    }
+    for (unsigned i = 0; i < SEEK_POINTS; i++)
+        if (lane->seek[i].first < s->first) {  /* that seek point was retired */
+            lane->seek[i].seg = s;
+            lane->seek[i].first = s->first;
+        }
 }
 
 /* Retire what is consumed; an emptied lane of an exited thread becomes
