@@ -103,10 +103,13 @@ def test_failed_alloc_reaches_subscribers_not_the_cache() -> None:
     assert (event.address, event.size, event.result, event.ok) == (0, 256 << 20, 2, False)
 
 
-# CLOCK_MONOTONIC_COARSE's tick: a coarse timestamp is up to this much
-# before the call it stamps (memhook.Event.timestamp_ns).
+# CLOCK_MONOTONIC_COARSE's tick: a coarse timestamp is about this much
+# before the call it stamps, at most (memhook.Event.timestamp_ns) - more
+# where the kernel's tick comes late (a loaded VM: 4.7 ms seen with a 4 ms
+# tick), so the bounds below allow ten.
 CLOCK_MONOTONIC_COARSE = 6  # <linux/time.h>; the time module does not name it
 COARSE_TICK_NS = int(time.clock_getres(CLOCK_MONOTONIC_COARSE) * 1e9)
+COARSE_LAG_NS = 10 * COARSE_TICK_NS
 
 
 @pytest.mark.parametrize("precise", [False, True], ids=["coarse", "precise"])
@@ -129,7 +132,7 @@ def test_event_fields_and_order(precise: bool) -> None:
         (EventKind.FREE, "cuMemFree_v2", 4096, 4096, M.CUDA, 0)]
     for e in seen:
         assert e.pid == os.getpid() and e.tid == threading.get_native_id()
-        earliest = t0 if precise else t0 - COARSE_TICK_NS
+        earliest = t0 if precise else t0 - COARSE_LAG_NS
         assert earliest <= e.timestamp_ns <= t1 and e.result == 0 and e.ok and e.flags == 0
         assert type(e.kind) is EventKind and type(e.mem_type) is MemoryType
         assert e.end == e.address + e.size
@@ -188,7 +191,7 @@ def test_precise_time_while_a_subscription_asks_for_it() -> None:
     coarse again once it closed."""
     lib = _drain.lib
     t0, stamps = _stamps_of_a_burst()
-    assert len(set(stamps)) < len(stamps) and min(stamps) >= t0 - COARSE_TICK_NS
+    assert len(set(stamps)) < len(stamps) and min(stamps) >= t0 - COARSE_LAG_NS
     with memhook.subscribe(lambda e: None, precise_time=True) as sub:
         assert sub.precise_time
         t0, stamps = _stamps_of_a_burst()
