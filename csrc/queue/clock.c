@@ -76,8 +76,9 @@ static bool tsc_invariant(void)
     return (d >> 8) & 1u;  /* CPUID.80000007H:EDX[8]: invariant TSC */
 }
 
-/* The drain orders the threads' events by stamp, so every core's TSC must
- * be one clock.  Linux drops "tsc" from the usable clock sources when its
+/* Precise stamps of different threads are compared (the trace's collector
+ * merges by them; the drain filters holds with them), so every core's TSC
+ * must be one clock.  Linux drops "tsc" from the usable clock sources when its
  * checks find the cores' counters out of step; where the file cannot be
  * read, the invariant-TSC flag alone decides. */
 static bool tsc_usable_by_kernel(void)

@@ -27,10 +27,12 @@ from memhook_testing import CSRC, build_native
 CORE = build_native.TARGETS[0]  # libmemhook.so: its sources, include folders
 
 
-def build(csrc: Path, out: Path) -> Path:
+def build(csrc: Path, out: Path, sanitize: str | None = None) -> Path:
     sources = [p for pattern in CORE.sources for p in sorted(csrc.glob(pattern))]
     flags = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", *build_native.WARNINGS,
              f"-I{csrc / 'include'}", *(f"-I{csrc / inc}" for inc in CORE.includes)]
+    if sanitize:
+        flags += [f"-fsanitize={sanitize}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
     subprocess.run(["cc", *flags, *map(str, sources), str(FIXTURES / "causal_merge.c"), "-o",
                     str(out), "-ldl", "-lpthread"], check=True, timeout=600)
     return out
@@ -65,6 +67,20 @@ def test_the_drained_order_builds_the_true_cache(harness: Path, case: str, seed:
     assert proc.returncode == 0 and proc.stdout.startswith("ok rounds"), (
         proc.stdout[-4000:] + proc.stderr[-2000:])
     assert "error" not in proc.stderr, proc.stderr  # no cycle of links and markers
+
+
+@pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
+def test_the_merge_under_a_sanitizer(tmp_path: Path, sanitizer: str) -> None:
+    """The drain's own state (the index, the closer set, the markers) and the
+    producers' links, under ThreadSanitizer and AddressSanitizer+UBSan."""
+    exe = build(CSRC, tmp_path / "causal_merge", sanitize=sanitizer)
+    env = {"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([str(exe), "7", "1", "mixed"], capture_output=True, text=True,
+                          timeout=600, check=False, env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok rounds"), (
+        proc.stdout[-3000:] + proc.stderr[-3000:])
+    assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
 
 
 # rule -> (text of csrc/queue/event_drain.c, its knocked-out replacement)
