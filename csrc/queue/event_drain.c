@@ -677,6 +677,17 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
                         l->box_hi = end > l->box_hi ? end : l->box_hi;
                     }
                 }
+                if (e->kind == MEMHOOK_EVENT_ALLOC && e->seq != 0 && e->address != 0 &&
+                    !(e->flags & MH_EVENT_CHAIN)) {
+                    /* Its chain link's address, while the linked event can
+                     * still be read (rule 3 leaves same-address FREEs to
+                     * rule 1 then). */
+                    mh_lane *t = lane_by_id(e->seq);
+                    uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+                    if (t != NULL && ti >= lane_unread(t) && ti < t->seen &&
+                        event_at(t, ti)->address == e->address)
+                        e->flags |= MH_EVENT_CHAIN;
+                }
                 if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
                     continue;
                 if (e->seq != 0 && !(e->flags & MH_EVENT_LINK_ALLOC)) {
