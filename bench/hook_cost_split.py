@@ -11,7 +11,9 @@ The pieces (each a copy of csrc/ with the lines below replaced):
   links    the drain's order words: the address chain's read and write,
            the marker epoch
   device   the ALLOC's cuCtxGetDevice
-  live     the live table (insert at ALLOC, find and forget at FREE)
+  live     the live table (insert at ALLOC, find and forget at FREE), and
+           with it the fences its CASes lend the pending flag
+  table    the live table's own work only: a fence in place of its CASes
   caller   caller attribution (the wrapper's note, the event's compare)
   all      stamp, links, device, live, caller: what is left is the
            wrappers and writing two events into the queue
@@ -72,6 +74,15 @@ KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
                ("cuda/cuda_signatures.h", "        return real_ args;                                                    \\\n    MH_CALLER_NOTE();",
                 "        return real_ args;")],
 }
+# The live table's own work, without the fences its locked instructions
+# lend the pending flag (event_lane.h): a seq_cst fence in their place.
+KNOCKOUTS["table"] = [*KNOCKOUTS["live"],
+                      ("cuda/emit.c", "    mh_lane_announce(fenced);",
+                       "    (void)fenced;\n    atomic_thread_fence(memory_order_seq_cst);\n"
+                       "    mh_lane_announce(true);"),
+                      ("cuda/emit.c", "    mh_lane_announce(plan->from_table);",
+                       "    atomic_thread_fence(memory_order_seq_cst);\n"
+                       "    mh_lane_announce(true);")]
 KNOCKOUTS["all"] = [k for piece in ("stamp", "links", "device", "live", "caller")
                     for k in KNOCKOUTS[piece]]
 # Not a piece left out but a drain that stays behind each producer: it

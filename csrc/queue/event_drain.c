@@ -132,9 +132,9 @@
  * before the first H).  An event a caller can be asking about (an ALLOC
  * whose pointer it holds) was published before the run began.  A run's
  * first call reads each lane's `published` twice (H, G), a later call or
- * look once (its H is the last G); beyond that the drain reads only the
- * events it hands out and, where several lanes have events, each newly
- * visible one once (the closer set, the index).
+ * look once (its H is the last G); beyond that the drain reads only
+ * published events: those it hands out and, where several lanes have
+ * events, the newly visible ones (the closer set, the index).
  *
  * The trace's tee (mh_queue_tee) takes one look with the same rules and
  * numbers what it reads; the drain later hands those out first, in that
