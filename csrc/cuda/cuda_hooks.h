@@ -35,6 +35,7 @@
 
 #include "mh_visibility.h"
 #include "queue.h"
+#include "trace_lane.h"
 
 typedef enum mh_fn {
 #define MH_HOOK(name, api, kind, type, fallback) MH_FN_##name,
@@ -120,11 +121,13 @@ static inline void mh_record_end(void) { mh_hook_depth--; }
 
 typedef struct mh_live {
     uint64_t size;
-    uint64_t stamp;    /* the ALLOC event's timestamp: its FREE's is later */
+    uint64_t stamp;    /* the ALLOC's raw TSC stamp (0 if it had none): its FREE's is later */
+    uint64_t id;       /* the ALLOC event's identity: its FREE's link (event_drain.c) */
     uint32_t gen;      /* mh_call_gen of the call that made the allocation */
     int16_t mem_type;
     int16_t device;
 } mh_live;
+_Static_assert(sizeof(mh_live) == 32, "a live record is 32 bytes (40 with its key)");
 
 /* Start a new generation: every record made before is stale from now on
  * (a FREE ignores it and asks the driver).  `sweep`: also tombstone the
@@ -178,15 +181,25 @@ typedef struct mh_stamp {
     uint32_t flags;
 } mh_stamp;
 
+/* Whether events get precise stamps now: under `memhook trace` (its
+ * timelines need them), or while a subscriber asked
+ * (memhook_events_precise_time); coarse otherwise (queue.h).  Two loads
+ * of the MH_HOT line. */
+static inline bool mh_stamp_precise(void)
+{
+    return atomic_load_explicit(&mh_trace_on, memory_order_relaxed) != 0 ||
+           atomic_load_explicit(&mh_clock_precise_wanted, memory_order_relaxed) != 0;
+}
+
 /* A stamp taken now (mh_clock_stamp: `ordered` waits for the loads before
- * it).  An ALLOC's is taken by its wrapper the moment the real call
- * returns, ordered - after everything the call read, the free that made
- * its address available - and before the wrapper's own driver queries, so
- * the fence waits for the call's loads alone. */
+ * it, where the stamp is precise).  An ALLOC's is taken by its wrapper the
+ * moment the real call returns, ordered - after everything the call read,
+ * the free that made its address available - and before the wrapper's own
+ * driver queries, so the fence waits for the call's loads alone. */
 static inline mh_stamp mh_stamp_now(bool ordered)
 {
     mh_stamp s = {0, 0};
-    s.at = mh_clock_stamp(&s.flags, ordered);
+    s.at = mh_clock_stamp(&s.flags, mh_stamp_precise(), ordered);
     return s;
 }
 
@@ -218,6 +231,13 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 /* The driver was unloaded: reset what pointed into it, and put a
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
+
+/* Put a marker (kind 0, with the public flag `what`, e.g.
+ * MEMHOOK_EVENT_DRIVER_UNLOADED) in the event order: the drain hands it
+ * out after everything recorded before it and before everything recorded
+ * after it, whatever the thread (event_drain.c); the trace never gets it.
+ * Not from inside a hook's own driver query (records nothing there). */
+MH_HIDDEN void mh_emit_marker(uint32_t what);
 
 
 /* Called by a wrapper whose real function is not known (cannot happen once

@@ -259,6 +259,11 @@ void mh_trace_record(const memhook_event *e)
     }
     memhook_event *slot = &events_of(a, tl.seg)[tl.at];
     *slot = *e;
+    /* The queue's own words are not the trace's (queue.h): its link in
+     * seq, its private flags (but the raw-TSC one, which the collector
+     * converts). */
+    slot->seq = 0;
+    slot->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     uint64_t depths;  /* stack_depth and py_depth: one load, one test */
     memcpy(&depths, &a->stack_depth, sizeof depths);
     if (__builtin_expect(depths != 0, 0) && e->kind == MEMHOOK_EVENT_ALLOC)
