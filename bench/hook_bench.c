@@ -27,6 +27,9 @@
  *   --no-profile          skip the timing of the pieces (print_profile)
  *   --no-paired           skip the paired in-thread measurement (paired_work)
  *   --paired-block N      pairs per block there (default 500; 20 blocks a round)
+ *   --precise             precise timestamps (memhook_events_precise_time), as under
+ *                         memhook trace; without it, the coarse ones every other
+ *                         process gets
  *   --goal-ns N           "goal met" when 1 thread adds at most N ns (default 60)
  *   --goal-pct P          ... or at most P percent (replaces --goal-ns)
  *   --label TEXT          what the driver is, for the header line
@@ -419,7 +422,7 @@ int main(int argc, char **argv)
     const char *libcuda = NULL, *libmemhook = NULL, *label = NULL;
     char apis_s[64] = "sync,async", modes_s[128] = "bistro,reloc,bistro+reloc",
          threads_s[64] = "1,2";
-    int rounds = 21, drain = 1, real = 0, profile = 1, paired = 1;
+    int rounds = 21, drain = 1, real = 0, profile = 1, paired = 1, precise = 0;
     long paired_blocks = 20, paired_block = 500;
     long pairs = 20000;
     size_t size = 64;
@@ -454,6 +457,8 @@ int main(int argc, char **argv)
             profile = 0;
         else if (strcmp(a, "--no-paired") == 0)
             paired = 0;
+        else if (strcmp(a, "--precise") == 0)
+            precise = 1;
         else if (OPT("--paired-block"))
             paired_block = atol(v);
         else if (OPT("--goal-ns"))
@@ -473,6 +478,7 @@ int main(int argc, char **argv)
                         "[--api sync,async] [--modes bistro,reloc,bistro+reloc] "
                         "[--threads 1,2] [--rounds 21] [--pairs 20000] [--size 64] "
                         "[--no-drain] [--no-profile] [--no-paired] [--paired-block 500] "
+                        "[--precise] "
                         "[--goal-ns 60 | --goal-pct 10]\n");
         return 2;
     }
@@ -494,6 +500,12 @@ int main(int argc, char **argv)
     p_drain = need(mh, "memhook_events_drain");
     p_stats = need(mh, "memhook_queue_stats_get");
     p_original = need(mh, "memhook_hooks_original");
+    if (precise) {
+        /* Precise timestamps, as under memhook trace (the trace itself
+         * would add its own copy of every event: its cost is not this). */
+        int (*want_precise)(int) = need(mh, "memhook_events_precise_time");
+        want_precise(1);
+    }
 
     CUresult (*p_version)(int *) = need(g_cuda, "cuDriverGetVersion");
     p_cuCtxSetCurrent = need(g_cuda, "cuCtxSetCurrent");

@@ -5,6 +5,7 @@ unhooked in the same run (builds and runs bench/hook_bench.c).
     python bench/hook_bench.py                  # after `pip install -e .`
     python bench/hook_bench.py --quick          # fewer, shorter rounds
     python bench/hook_bench.py --real           # the system's libcuda.so.1 (a GPU machine)
+    python bench/hook_bench.py --precise        # precise timestamps, as under memhook trace
     python bench/hook_bench.py --core DIR       # libmemhook.so and sim/lib/ from DIR
                                                 #   (a `csrc/build_native.py OUT` build: OUT/memhook)
 
@@ -100,6 +101,9 @@ def main() -> int:
     ap.add_argument("--no-stub", action="store_true", help="skip the stub-driver run")
     ap.add_argument("--no-sim", action="store_true",
                     help="skip the simulator run (the stub driver's figure only)")
+    ap.add_argument("--precise", action="store_true",
+                    help="precise timestamps, as under memhook trace (default: coarse, "
+                         "as everywhere else)")
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args()
 
@@ -117,6 +121,8 @@ def main() -> int:
               "--threads", args.threads, "--api", args.api]
     if args.no_drain:
         common.append("--no-drain")
+    if args.precise:
+        common.append("--precise")
 
     results: dict[str, list[dict[str, str]]] = {}
     with tempfile.TemporaryDirectory() as tmp:

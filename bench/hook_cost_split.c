@@ -4,7 +4,7 @@
  * variant (the real core, and the core with one piece of the hook path
  * left out) to say where the hooked pair's ns go.
  *
- *   hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same]
+ *   hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] [precise]
  *
  * Installs bistro, then alternates blocks of BLOCK cuMemAllocAsync +
  * cuMemFreeAsync pairs through the hooked entry points and through the
@@ -12,7 +12,10 @@
  * non-blocking stream, timing each block with the TSC.  The queue is
  * drained by a thread that sleeps 50 us between drains, as Python's feeder
  * would ("drainer"), or by this thread between blocks, outside the timing
- * ("same": no other core touches the lanes).  Prints the mean and the
+ * ("same": no other core touches the lanes).  "precise": events get
+ * precise timestamps, as under memhook trace or for a subscriber that asked
+ * (memhook_events_precise_time); without it, coarse ones, as everywhere
+ * else.  Prints the mean and the
  * median added ns per pair over all blocks; the mean includes the rare
  * slow blocks (a segment mapped, the drainer's lines taken back), the
  * median does not.
@@ -56,10 +59,11 @@ static double ns_per_tick(void)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same]\n");
+        fprintf(stderr, "usage: hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] [precise]\n");
         return 2;
     }
     int same = argc > 3 && strcmp(argv[3], "same") == 0;
+    int precise = argc > 4 && strcmp(argv[4], "precise") == 0;
     void *cu = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     void *mh = cu != NULL ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL;
     if (mh == NULL) {
@@ -74,6 +78,12 @@ int main(int argc, char **argv)
     int (*install)(unsigned, char *, size_t) = need(mh, "memhook_hooks_install");
     void *(*original)(const char *) = need(mh, "memhook_hooks_original");
     p_drain = need(mh, "memhook_events_drain");
+    if (precise) {
+        /* A core from before the switch (--compare) has precise time always. */
+        int (*want_precise)(int) = (int (*)(int))dlsym(mh, "memhook_events_precise_time");
+        if (want_precise != NULL)
+            want_precise(1);
+    }
     char why[512] = "";
     if (install(MEMHOOK_MODE_BISTRO, why, sizeof why) != 0) {
         fprintf(stderr, "hook_cost_split: install failed: %s\n", why);

@@ -1,9 +1,30 @@
 """Argument parsing for the memory-type queries: addresses, sizes, and the
 extent of array-like objects.
 
-An address is an ``int`` (or anything with ``__index__``, e.g. numpy
-integers; ``bool`` is refused) in ``[0, 2**64)``.  A size is an int >= 1, and
-``[address, address + size)`` must fit in the 64-bit address space.
+An address is a pointer value in ``[0, 2**64)``, given as any of:
+
+* an ``int`` (the fast path: ``type(ptr) is int`` is checked first), a numpy
+  integer, or any other object whose type has ``__index__`` and is not an
+  array or buffer (an ``IntEnum``);
+* a ctypes integer (``c_uint64``, ``c_size_t``, ``c_int``, ...) or ctypes
+  pointer (``c_void_p``, ``c_char_p``, ``c_wchar_p``, a ``POINTER(T)``
+  instance, a function pointer): the address it holds - not the few bytes
+  of the ctypes object itself.  A ``POINTER(T)`` instance is the address it
+  points to (``ctypes.cast(p, c_void_p).value``), which is what a C API
+  that returns one means; a NULL one is address 0;
+* an object with ``__int__`` that is not a number (not a float, Fraction or
+  Decimal) and exposes no array or buffer protocol: a pointer handle such
+  as cuda-python's ``CUdeviceptr``, which is ``int(p)`` (duck-typed: memhook
+  does not import cuda-python).
+
+Other ctypes objects (``c_double``, ``c_char``, arrays, structures) are
+buffers: their own storage is the extent asked about.
+
+Refused with ``TypeError``: ``bool`` (numpy's and ctypes' too: a flag is not
+an address, and ``True`` meaning address 1 hides a bug), floats and other
+non-integral numbers, strings.  A size is an int (or numpy or ctypes
+integer, or ``__index__`` object) >= 1, and ``[address, address + size)``
+must fit in the 64-bit address space.
 
 Objects are looked up over their whole extent, found through (in this order)
 ``__cuda_array_interface__``, ``__array_interface__``, DLPack
@@ -11,33 +32,126 @@ Objects are looked up over their whole extent, found through (in this order)
 protocol attribute that raises (a torch CPU tensor's
 ``__cuda_array_interface__``) passes to the next.  A malformed interface
 dict is refused naming the key and what is valid.  Strided objects cover from their
-lowest to their highest addressed byte.  An empty object (no bytes) has no
-extent and is refused with ``ValueError``.
+lowest to their highest addressed byte.  An empty object (no bytes:
+``np.zeros(0)``, ``b''``, ``torch.empty(0)``) is asked about as the one byte
+at its data pointer: the answer is the memory it points into, HOST for a
+NULL data pointer (address 0, which no allocator returns and no hook
+records).
 """
 
 from __future__ import annotations
 
 import ctypes
+import numbers
 import operator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ADDRESS_LIMIT", "address", "address_array", "byte_range", "size"]
+__all__ = ["ADDRESS_LIMIT", "address", "address_array", "byte_range", "integer", "refused", "size"]
 
 ADDRESS_LIMIT = 1 << 64
+
+_ADDRESS_FORMS = ("an int, a numpy or ctypes integer, a ctypes pointer (c_void_p, POINTER(T)) "
+                  "or a pointer object with __int__ such as cuda-python's CUdeviceptr")
 
 
 def _kind(obj: object) -> str:
     return type(obj).__name__
 
 
+# ctypes simple types by their type code: those that hold an integer, those
+# that hold a pointer (c_void_p, c_char_p, c_wchar_p; .value of the last two
+# is the string, not its address), and c_bool.
+_CTYPES_INTEGER_CODES = frozenset("bBhHiIlLqQ")
+_CTYPES_POINTER_CODES = frozenset("PzZ")
+_CTYPES_POINTERS = (ctypes._Pointer, ctypes._CFuncPtr)  # type: ignore[attr-defined]
+_CTYPES_VALUES = (ctypes._SimpleCData, *_CTYPES_POINTERS)  # (buffers, from Python 3.12 on)
+
+def _offers_extent(cls: type) -> bool:
+    """Whether objects of ``cls`` look like arrays or buffers (a length, an
+    array interface, DLPack, ``__buffer__`` from Python 3.12 on).  Such an
+    object is an extent, not an address, even where it has ``__index__`` or
+    ``__int__`` (a numpy array, a one-element torch tensor)."""
+    # (__len__ first: arrays, tensors and buffers have it, and a miss costs more)
+    return (hasattr(cls, "__len__") or hasattr(cls, "__array_interface__")
+            or hasattr(cls, "__cuda_array_interface__") or hasattr(cls, "__dlpack__")
+            or hasattr(cls, "__buffer__"))
+
+
+_FLAGS = (bool, np.bool_, ctypes.c_bool)
+# Refused as addresses before anything else is tried (numpy's scalars have
+# __array_interface__, and would otherwise be read as their own few bytes).
+_NOT_ADDRESSES = (*_FLAGS, float, complex, str, np.floating, np.complexfloating)
+
+
+def refused(value: object, what: str, forms: str, expected: str = "an int",
+            pointer: bool = False) -> TypeError:
+    """The TypeError for an argument ``what`` (a ``pointer`` value, or not)
+    that is not ``expected``: what it was, and the ``forms`` that are valid."""
+    if isinstance(value, _FLAGS):
+        why = f" (a {_kind(value)} is a flag, not a number)"
+    elif pointer and _offers_extent(type(value)) and not isinstance(
+            value, (str, np.generic, ctypes._SimpleCData)):
+        why = " (an object with an extent of its own, not a pointer value)"
+    else:
+        why = ""
+    return TypeError(f"{what} must be {expected}, not {_kind(value)}{why}; valid: {forms}")
+
+
+def _value(value: object, pointers: bool) -> int | None:
+    """The int an integer-like argument stands for (with ``pointers``, also
+    the address a ctypes pointer holds), or None when it stands for none: a
+    flag, a float, a string, an array...  Cheapest checks first: ints and
+    numpy integers are what most callers pass."""
+    if isinstance(value, (int, np.integer)):
+        return None if isinstance(value, bool) else operator.index(value)
+    if isinstance(value, ctypes._SimpleCData):
+        code = type(value)._type_  # type: ignore[attr-defined]
+        if code in _CTYPES_INTEGER_CODES:
+            return int(value.value)
+        if pointers and code in _CTYPES_POINTER_CODES:
+            return ctypes.cast(value, ctypes.c_void_p).value or 0
+        return None  # c_bool, c_double, c_char...
+    if isinstance(value, _CTYPES_POINTERS):
+        return (ctypes.cast(value, ctypes.c_void_p).value or 0) if pointers else None
+    cls = type(value)
+    if _offers_extent(cls):  # arrays and buffers (np.bool_ too: it has __array_interface__)
+        return None
+    if hasattr(cls, "__index__"):
+        return operator.index(value)  # type: ignore[arg-type]  # has __index__
+    if hasattr(cls, "__int__") and not isinstance(value, numbers.Number):
+        return int(value)  # type: ignore[call-overload]  # a pointer handle (CUdeviceptr)
+    return None
+
+
+_INTEGER_FORMS = ("an int, a numpy or ctypes integer, or an integer handle (an object with "
+                  "__index__ or __int__)")
+
+
+def integer(value: object, what: str, forms: str = _INTEGER_FORMS,
+            expected: str = "an int") -> int:
+    """``value`` (an int, a numpy or ctypes integer, an ``__index__`` object
+    or a handle with ``__int__`` such as cuda-python's ``CUdevice``) as an
+    int; otherwise TypeError: ``what`` must be ``expected``, and the
+    ``forms`` that are valid."""
+    if type(value) is int:
+        return value
+    n = _value(value, False)
+    if n is None:
+        raise refused(value, what, forms, expected)
+    return n
+
+
 def address(value: object, what: str = "address") -> int:
-    """``value`` as an address in ``[0, 2**64)``, or TypeError/ValueError."""
+    """``value`` as an address in ``[0, 2**64)``, or TypeError/ValueError.
+    ``value`` is any of the forms the module docstring lists (an int, a
+    ctypes integer or pointer, a ``CUdeviceptr``...)."""
     if type(value) is not int:
-        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-            raise TypeError(f"{what} must be an int, not {_kind(value)}")
-        value = operator.index(value)  # type: ignore[arg-type]  # has __index__
+        n = _value(value, True)
+        if n is None:
+            raise refused(value, what, _ADDRESS_FORMS, pointer=True)
+        value = n
     if value < 0:
         raise ValueError(f"{what} must not be negative, got {value}")
     if value >= ADDRESS_LIMIT:
@@ -48,47 +162,46 @@ def address(value: object, what: str = "address") -> int:
 def size(value: object, what: str = "size") -> int:
     """``value`` as a byte count >= 1, or TypeError/ValueError."""
     if type(value) is not int:
-        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-            raise TypeError(f"{what} must be an int, not {_kind(value)}")
-        value = operator.index(value)  # type: ignore[arg-type]  # has __index__
+        value = integer(value, what)
     if value < 1:
         raise ValueError(f"{what} must be at least 1 byte, got {value}")
     return value
 
 
 def byte_range(obj: object, nbytes: object = 1) -> tuple[int, int]:
-    """``(start, size)`` for an int address plus ``nbytes``, or for an object's
-    whole extent (then ``nbytes`` must be left at 1)."""
-    if type(obj) is int or _is_scalar_address(obj):
-        start = address(obj)
+    """``(start, size)`` for an address (any form :func:`address` takes) plus
+    ``nbytes``, or for an object's whole extent (then ``nbytes`` must be left
+    at 1).  An empty extent is ``(its data pointer, 1)``: the byte it points
+    at (see the module docstring)."""
+    if type(obj) is int:
+        start: int | None = obj
+    elif isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        start = operator.index(obj)
+    elif isinstance(obj, _NOT_ADDRESSES):
+        raise refused(obj, "address", _ADDRESS_FORMS, pointer=True)
+    elif _offers_extent(type(obj)) and not isinstance(obj, _CTYPES_VALUES):
+        start = None  # an array or a buffer (checked first: what objects mostly are)
+    else:
+        start = _value(obj, True)
+        if start is None and isinstance(obj, numbers.Number):  # Fraction, Decimal...
+            raise refused(obj, "address", _ADDRESS_FORMS, pointer=True)
+    if start is not None:
+        start = address(start)
         n = size(nbytes)
         if start + n > ADDRESS_LIMIT:
             raise ValueError(f"the range [{start:#x}, {start:#x} + {n}) runs past the end "
                              "of the 64-bit address space")
         return start, n
-    if isinstance(obj, (bool, float, complex)):
-        raise TypeError(f"address must be an int, not {_kind(obj)}")
     if not (type(nbytes) is int and nbytes == 1):
         raise ValueError(f"size is taken from the {_kind(obj)} object's extent; pass size "
                          f"only with an int address (got size={nbytes!r})")
     start, n = _object_extent(obj)
     if n == 0:
-        raise ValueError(f"the {_kind(obj)} object is empty (0 bytes): it has no extent to look up")
+        n = 1  # empty: the byte at its data pointer (0, a NULL one: HOST)
     if start < 0 or start + n > ADDRESS_LIMIT:
         raise ValueError(f"the {_kind(obj)} object's extent [{start:#x}, +{n}) is not a valid "
                          "64-bit address range")
     return start, n
-
-
-def _is_scalar_address(obj: object) -> bool:
-    """An int-like scalar (numpy integer, IntEnum, ...), as opposed to an
-    array-like object (numpy arrays have ``__index__`` too)."""
-    if isinstance(obj, (int, np.integer)):
-        return not isinstance(obj, bool)
-    cls = type(obj)
-    return hasattr(cls, "__index__") and not any(
-        hasattr(cls, name) for name in ("__cuda_array_interface__", "__array_interface__",
-                                         "__dlpack__", "__buffer__", "__len__"))
 
 
 # --------------------------------------------------------------------------
@@ -183,10 +296,8 @@ def _buffer_extent(obj: object, iface: Any = None) -> tuple[int, int]:
             f"__array_interface__, __dlpack__ or the buffer protocol, not {_kind(obj)}"
         ) from None
     with view:
-        if view.nbytes == 0:
-            return 0, 0
         try:
-            arr = np.asarray(view)
+            arr = np.asarray(view)  # (an empty one too: it has a data pointer)
         except (TypeError, ValueError, NotImplementedError):
             if not view.contiguous:
                 raise TypeError(f"cannot locate the {_kind(obj)} buffer (format "
@@ -225,6 +336,10 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_name = ctypes.pythonapi.PyCapsule_GetName
 _capsule_name.restype = ctypes.c_char_p
 _capsule_name.argtypes = [ctypes.py_object]
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_CAPSULE = type(_capsule_new(1, None, None))  # (types.CapsuleType from Python 3.13)
 _DL_CPU = 1
 # DLManagedTensorVersioned: {DLPackVersion version; void *manager_ctx;
 # void (*deleter)(...); uint64_t flags; DLTensor dl_tensor;}
@@ -258,6 +373,10 @@ def _dlpack_extent(obj: Any) -> tuple[int, int]:
     legacy ("dltensor").  The capsule is not consumed: its destructor calls
     the producer's deleter."""
     capsule = _dlpack_capsule(obj)
+    if type(capsule) is not _CAPSULE:
+        raise TypeError(f"{_kind(obj)}.__dlpack__() returned {_kind(capsule)}, not a DLPack "
+                        "capsule: the protocol's result is a PyCapsule named 'dltensor' or "
+                        "'dltensor_versioned'")
     name = _capsule_name(capsule)
     if name == b"dltensor_versioned":
         raw = _capsule_pointer(capsule, name)
@@ -339,14 +458,22 @@ def address_array(ptrs: object) -> np.ndarray:
             else:
                 raise TypeError(f"ptrs must be an array or a sequence of int addresses, "
                                 f"not {_kind(ptrs)}")
+        kinds = set(map(type, ptrs))  # type: ignore[call-overload]
+        if kinds == _JUST_INT:  # the usual list: one pass in C to see that it is all ints
+            try:
+                return np.asarray(ptrs, dtype=np.uint64)
+            except OverflowError:  # negative, or >= 2**64: the exact message
+                return _each_address(ptrs)  # type: ignore[arg-type]
+        if not kinds.isdisjoint(_FLAGS):  # np.asarray would make True a 1
+            return _each_address(ptrs)  # type: ignore[arg-type]
         try:
             arr = np.asarray(ptrs)
-        except (OverflowError, ValueError):
-            arr = None
+        except (OverflowError, ValueError, TypeError):
+            arr = None  # (pointer objects, arrays among ints...)
         if arr is None or (arr.dtype.kind not in "ui" and arr.size):
-            # e.g. [1, 2**64 - 1] becomes float64: check each value exactly
-            arr = np.empty(len(ptrs), dtype=object)  # type: ignore[arg-type]
-            arr[:] = list(ptrs)  # type: ignore[call-overload]
+            # e.g. [1, 2**64 - 1] becomes float64, [CUdeviceptr, ...] fails:
+            # check each value exactly
+            return _each_address(ptrs)  # type: ignore[arg-type]
     kind = arr.dtype.kind
     if kind == "u":
         return arr.astype(np.uint64, copy=False).ravel()
@@ -356,11 +483,26 @@ def address_array(ptrs: object) -> np.ndarray:
                              f"({int(arr.min())}); addresses must not be negative")
         return arr.astype(np.uint64).ravel()
     if kind == "O":
-        flat = arr.ravel()
-        out = np.empty(flat.size, dtype=np.uint64)
-        for i, value in enumerate(flat):
-            out[i] = address(value, f"ptrs[{i}]")
-        return out
+        return _each_address(arr.ravel())
     if arr.size == 0 and kind == "f":  # np.asarray([]) is float64
         return np.empty(0, dtype=np.uint64)
     raise TypeError(f"ptrs must hold integer addresses, not {arr.dtype} values")
+
+
+_JUST_INT = {int}
+_BATCH_HINT = ("; memory_types() takes pointer values - ask memory_type() or lookup() about "
+               "an object's extent")
+
+
+def _each_address(values: Any) -> np.ndarray:
+    """A uint64 array of ``values`` (a sequence), each checked by :func:`address`."""
+    out = np.empty(len(values), dtype=np.uint64)
+    for i, value in enumerate(values):
+        try:
+            out[i] = value if type(value) is int and 0 <= value < ADDRESS_LIMIT else address(
+                value, f"ptrs[{i}]")
+        except TypeError as exc:
+            if _offers_extent(type(value)) and not isinstance(value, np.generic):
+                raise TypeError(f"{exc}{_BATCH_HINT}") from None
+            raise
+    return out

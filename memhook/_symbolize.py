@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-import mmap
 import os
+import stat
 import struct
 import threading
 from dataclasses import dataclass
@@ -53,22 +53,66 @@ class Caller:
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = struct.Struct("<IBBHQQ")
 _SHT_SYMTAB, _SHT_DYNSYM = 2, 11
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
+_SYMTAB_MAX = 512 << 20   # bytes of one symbol table read (~22M symbols)
+_NAME_MAX = 64 << 10      # bytes of one symbol name (long C++ names fit)
 
 
 _SYM_DTYPE = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                        ("value", "<u8"), ("size", "<u8")])
 
 
+def _open_regular(path: str) -> tuple[int, os.stat_result] | None:
+    """A descriptor of ``path`` if it is a regular file, else None.  Never
+    blocks on what the path turned into (a FIFO left where a library was:
+    O_NONBLOCK), never opens a device (checked before and after open)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class _Truncated(Exception):
+    """A read past the file's end: its headers lie, or it was cut."""
+
+
+def _pread(fd: int, n: int, off: int, size: int) -> bytes:
+    if n < 0 or off < 0 or off + n > size:
+        raise _Truncated
+    data = os.pread(fd, n, off)
+    if len(data) != n:
+        raise _Truncated
+    return data
+
+
 class ElfSymbols:
     """The function symbols of one ELF file, sorted by address (vaddr, as in
     the file: add the load base to compare with a running address).
 
-    The file is mapped, not read: libtorch_cuda.so is over a gigabyte, and
-    only its section headers, symbol table and the names asked for are ever
-    touched.  Names are decoded on lookup.
+    The file is the traced program's, not ours: it may be truncated,
+    replaced or turned into a FIFO at any time, and its section headers may
+    lie.  So it is read, never mapped (a mapping of a file cut short faults
+    with SIGBUS), with every offset and size checked against its real size
+    first; only its section headers and symbol table are read at load (not
+    the whole file: libtorch_cuda.so is over a gigabyte), names one at a
+    time on lookup, from the same file (same device, inode, size and
+    mtime) or not at all.
     """
 
     def __init__(self, path: str) -> None:
@@ -76,31 +120,49 @@ class ElfSymbols:
         self.starts = np.zeros(0, np.uint64)
         self.ends = np.zeros(0, np.uint64)
         self._name_at = np.zeros(0, np.uint64)
-        self._map: mmap.mmap | None = None
-        try:
-            with open(path, "rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-        except (OSError, ValueError):  # unreadable, or empty
+        self._strtab_end = 0
+        self.identity: tuple[int, int, int, int] | None = None
+        opened = _open_regular(path)
+        if opened is None:  # unreadable, gone, not a regular file
             return
+        fd, st = opened
         try:
-            self._load(self._map)
-        except (struct.error, IndexError, ValueError):
+            self.identity = _identity(st)
+            self._load(fd, st.st_size)
+        except (_Truncated, struct.error, IndexError, ValueError, OverflowError, OSError):
             self.starts = self.ends = self._name_at = np.zeros(0, np.uint64)
+        finally:
+            os.close(fd)
 
-    def _load(self, data: mmap.mmap) -> None:
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    def _load(self, fd: int, size: int) -> None:
+        ehdr = _pread(fd, _EHDR.size, 0, size)
+        if ehdr[:4] != b"\x7fELF" or ehdr[4] != 2 or ehdr[5] != 1:
             return  # only 64-bit little-endian objects (x86-64)
-        (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = _EHDR.unpack_from(data)
-        sections = [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
-        for want in (_SHT_SYMTAB, _SHT_DYNSYM):
-            table = [s for s in sections if s[1] == want]
-            if not table:
+        (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, _) = _EHDR.unpack(ehdr)
+        if shoff == 0 or shentsize < _SHDR.size:
+            return
+        if shnum == 0:  # more than 0xff00 sections: the count is section 0's size
+            shnum = _SHDR.unpack(_pread(fd, _SHDR.size, shoff, size))[5]
+        table = _pread(fd, shnum * shentsize, shoff, size)
+        sections = [_SHDR.unpack_from(table, i * shentsize) for i in range(shnum)]
+        for want in (_SHT_SYMTAB, _SHT_DYNSYM):  # .symtab, else (or if it lies) .dynsym
+            found = [s for s in sections if s[1] == want]
+            if not found:
                 continue
-            _, _, _, _, off, size, link, _, _, _ = table[0]
-            stroff = sections[link][4]
-            syms = np.frombuffer(data, _SYM_DTYPE, size // _SYM_DTYPE.itemsize, off)
+            _, _, _, _, off, length, link, _, _, entsize = found[0]
+            if entsize != _SYM_DTYPE.itemsize or link >= shnum or length > _SYMTAB_MAX:
+                continue
+            stroff, strsize = sections[link][4], sections[link][5]
+            if stroff + strsize > size:
+                continue
+            count = length // _SYM_DTYPE.itemsize
+            try:
+                raw = _pread(fd, count * _SYM_DTYPE.itemsize, off, size)
+            except _Truncated:
+                continue
+            syms = np.frombuffer(raw, _SYM_DTYPE)
             kind = syms["info"] & 0xF
-            keep = ((syms["shndx"] != 0) & (syms["value"] != 0)
+            keep = ((syms["shndx"] != 0) & (syms["value"] != 0) & (syms["name"] < strsize)
                     & ((kind == _STT_FUNC) | (kind == _STT_GNU_IFUNC)))
             syms = syms[keep]
             if len(syms) == 0:
@@ -110,17 +172,32 @@ class ElfSymbols:
             self.starts = syms["value"].copy()
             self.ends = self.starts + np.maximum(syms["size"], 1)
             self._name_at = syms["name"].astype(np.uint64) + np.uint64(stroff)
+            self._strtab_end = stroff + strsize
             return
 
     def __len__(self) -> int:
         return len(self.starts)
 
     def name(self, i: int) -> str:
-        """The name of symbol ``i`` (in address order)."""
-        assert self._map is not None
-        at = int(self._name_at[i])
-        end = self._map.find(b"\0", at)
-        return self._map[at:end].decode("utf-8", "replace")
+        """The name of symbol ``i`` (in address order); "" if the file is
+        no longer the one its symbols were read from."""
+        opened = _open_regular(self.path)
+        if opened is None:
+            return ""
+        fd, st = opened
+        try:
+            if _identity(st) != self.identity:
+                return ""
+            at = int(self._name_at[i])
+            end = min(self._strtab_end, at + _NAME_MAX, st.st_size)
+            raw = b""
+            while at + len(raw) < end and b"\0" not in raw:
+                raw += os.pread(fd, min(4096, end - at - len(raw)), at + len(raw)) or b"\0"
+            return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
 
     def lookup(self, vaddr: int) -> tuple[str, int] | None:
         """(symbol, offset) of the function holding ``vaddr``, or None."""
@@ -133,10 +210,20 @@ class ElfSymbols:
 
 
 @functools.lru_cache(maxsize=256)
-def elf_symbols(path: str) -> ElfSymbols:
-    """The symbols of ``path``, read once (an object's file is assumed not to
-    change while it is in use)."""
+def _symbols(path: str, identity: tuple[int, int, int, int] | None) -> ElfSymbols:
     return ElfSymbols(path)
+
+
+def elf_symbols(path: str) -> ElfSymbols:
+    """The symbols of ``path``, read once per version of the file (its
+    device, inode, size and mtime): a library rebuilt in place is read
+    again, not named from what the old one held."""
+    try:
+        st = os.stat(path)
+        identity: tuple[int, int, int, int] | None = _identity(st)
+    except OSError:
+        identity = None
+    return _symbols(path, identity)
 
 
 def describe(path: str, base: int, address: int) -> Caller:

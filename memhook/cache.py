@@ -78,6 +78,7 @@ The hook layer plugs in with :func:`set_hook_layer`.
 
 from __future__ import annotations
 
+import enum
 import os
 import threading
 from bisect import bisect_left, bisect_right
@@ -215,28 +216,48 @@ _get_start = attrgetter("start")
 _get_type = attrgetter("mem_type")
 
 
+_MEMORY_TYPE_FORMS = (f"a MemoryType, its code (0-{len(_MEMORY_TYPES) - 1}) or its name "
+                      f"({', '.join(MemoryType.__members__)})")
+
+
 def _as_memory_type(value: object) -> MemoryType:
+    """``mem_type`` as update() takes it: a MemoryType member, its int code
+    (an int, numpy or ctypes integer) or its name (any case).  A bool is
+    refused (``True`` is not a code: a flag passed for a type is a bug), and
+    so is a member of another enumeration (cuda-python's ``CUmemorytype``
+    numbers the kinds differently: its DEVICE is 2, MemoryType's CUDA is 1)."""
     if type(value) is MemoryType:
         return value  # type: ignore[return-value]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        if isinstance(value, str) and value.upper() in MemoryType.__members__:
-            return MemoryType[value.upper()]
-        raise TypeError(f"mem_type must be a MemoryType, not {type(value).__name__}")
-    try:
-        return _MEMORY_TYPES[int(value)] if int(value) >= 0 else MemoryType(int(value))
-    except (IndexError, ValueError):
-        raise ValueError(f"mem_type {int(value)} is not a MemoryType code "
-                         f"(0-{len(_MEMORY_TYPES) - 1})") from None
+    if isinstance(value, str):
+        member = MemoryType.__members__.get(value.upper())
+        if member is None:
+            raise ValueError(f"mem_type {value!r} is not a MemoryType name; valid: "
+                             f"{_MEMORY_TYPE_FORMS}")
+        return member
+    if isinstance(value, int) and type(value) is not int and not isinstance(value, bool) and (
+            isinstance(value, enum.Enum) or hasattr(type(value), "__members__")):
+        raise TypeError(f"mem_type must be a MemoryType, not {type(value).__name__} (another "
+                        f"enumeration: its codes are not MemoryType's); valid: "
+                        f"{_MEMORY_TYPE_FORMS}")
+    code = _inputs.integer(value, "mem_type", _MEMORY_TYPE_FORMS, "a MemoryType")
+    if not 0 <= code < len(_MEMORY_TYPES):
+        raise ValueError(f"mem_type {code} is not a MemoryType code; valid: {_MEMORY_TYPE_FORMS}")
+    return _MEMORY_TYPES[code]
+
+
+_DEVICE_FORMS = ("a device ordinal (0, 1, ...) or -1 (unknown), as an int, a numpy or ctypes "
+                 "integer, or a handle with __int__ such as cuda-python's CUdevice")
 
 
 def _as_device(value: object) -> int:
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"device must be an int, not {type(value).__name__}")
-        value = int(value)  # type: ignore[call-overload]
-    if value < -1:
-        raise ValueError(f"device must be a device ordinal or -1 (unknown), got {value}")
-    return value  # type: ignore[return-value]
+    """``device`` as update() takes it: an ordinal (an int, numpy or ctypes
+    integer, or a handle with ``__int__`` such as cuda-python's ``CUdevice``)
+    or -1 for unknown; a bool is refused, as for ``mem_type``."""
+    device = _inputs.integer(value, "device", _DEVICE_FORMS)
+    if device < -1:
+        raise ValueError(f"device must be a device ordinal or -1 (unknown), got {device}; "
+                         f"valid: {_DEVICE_FORMS}")
+    return device
 
 
 def _checked_range(start: Any, size: Any) -> tuple[int, int]:
@@ -331,15 +352,22 @@ class MemtypeCache:
         region holds it all, UNKNOWN when it touches regions but no single
         type covers it, HOST when it touches none.
 
-        ``ptr`` is an int address in ``[0, 2**64)`` or an object exposing
-        ``__cuda_array_interface__``, ``__array_interface__``, DLPack or the
-        buffer protocol (then its whole extent is asked about, and ``size``
-        must be left at 1); ``size`` is at least 1.  Bad arguments raise
-        TypeError or ValueError naming what was wrong.
+        ``ptr`` is an address in ``[0, 2**64)`` - an int, a numpy integer, a
+        ctypes integer or pointer (``c_uint64``, ``c_void_p``, a
+        ``POINTER(T)``: the address it holds), or a pointer handle with
+        ``__int__`` such as cuda-python's ``CUdeviceptr``; a bool is
+        refused - or an object exposing ``__cuda_array_interface__``,
+        ``__array_interface__``, DLPack or the buffer protocol: then its
+        whole extent is asked about, and ``size`` must be left at 1.  An
+        empty object (``np.zeros(0)``, ``b''``, ``torch.empty(0)``) gets the
+        type of the byte at its data pointer: HOST for a NULL one.  ``size``
+        is at least 1.  Bad arguments raise TypeError or ValueError saying
+        what was wrong and what is valid (see :mod:`memhook._inputs`).
 
         Runtime complexity: O(1) for a pointer asked about recently (the
         memo), else O(log n).
 
+        >>> import ctypes
         >>> from memhook import MemtypeCache, MemoryType
         >>> cache = MemtypeCache()
         >>> cache.update(0x10000, 0x1000, MemoryType.CUDA_MANAGED)
@@ -350,6 +378,10 @@ class MemtypeCache:
         >>> cache.memory_type(0x10800, 0x1000)   # runs past its end
         <MemoryType.UNKNOWN: 4>
         >>> cache.memory_type(0x9000)
+        <MemoryType.HOST: 0>
+        >>> cache.memory_type(ctypes.c_void_p(0x10040))   # the address it holds
+        <MemoryType.CUDA_MANAGED: 2>
+        >>> cache.memory_type(b"")                        # empty: where it points
         <MemoryType.HOST: 0>
         """
         # The module-level memory_type() repeats this fast path (a call less);
@@ -427,8 +459,11 @@ class MemtypeCache:
     def memory_types(self, ptrs: Any) -> np.ndarray:
         """Memory types of many single-byte addresses at once, as ``uint8``
         :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array
-        or a sequence of ints).  The answer for each address is what
-        :meth:`memory_type` gives for it.
+        or a sequence of addresses: ints, or any address form
+        :meth:`memory_type` takes, such as ``CUdeviceptr`` or ``c_void_p``;
+        not arrays or buffers, whose extents :meth:`memory_type` answers
+        for).  The answer for each address is what :meth:`memory_type`
+        gives for it.
 
         Runtime complexity: O(m log n) for m addresses, plus O(n) once after
         each write (the sorted snapshot the batch searches is rebuilt).
@@ -484,10 +519,20 @@ class MemtypeCache:
         merged with the regions of the same type and device it overlaps or
         touches; over other regions it replaces only the overlapped part.
 
-        ``start`` is an int in ``[0, 2**64)``, ``size`` at least 1 and the
-        range must end by 2**64; ``mem_type`` a :class:`MemoryType`, its code
-        or its name; ``device`` an ordinal or -1 (unknown).  Bad arguments
-        raise TypeError or ValueError and change nothing.
+        ``start`` is an address in ``[0, 2**64)`` (any form
+        :meth:`memory_type` takes as a pointer value), ``size`` at least 1
+        and the range must end by 2**64.  ``mem_type`` is a
+        :class:`MemoryType`: the member, its code (an int, numpy or ctypes
+        integer: 0-4) or its name (``"CUDA_HOST"``, any case).  ``device``
+        is a device ordinal or -1 (unknown): an int, numpy or ctypes
+        integer, or a handle with ``__int__`` (cuda-python's ``CUdevice``).
+        One rule for all four: a bool is refused (``True`` is a flag, not a
+        code, an ordinal or an address: passing one is a bug), and so is
+        a member of another enumeration as ``mem_type`` (cuda-python's
+        ``CUmemorytype`` numbers the kinds differently).  Bad arguments
+        raise TypeError (the wrong kind of value) or ValueError (out of
+        range, or an unknown name), saying what is valid, and change
+        nothing.
 
         Runtime complexity: O(log n + k), plus O(n) for a small cache
         (up to ``FLAT_LIMIT`` regions), which copies its regions flat.
@@ -1125,6 +1170,9 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     extent (``__cuda_array_interface__``, ``__array_interface__``, DLPack,
     buffer protocol).  Pending hook events are applied first; UNKNOWN regions,
     and ranges the hooks cannot vouch for, are resolved through the driver.
+    ``ptr`` takes every form :meth:`MemtypeCache.memory_type` does: a ctypes
+    integer or pointer, or a ``CUdeviceptr``, is the address it holds; an
+    empty object gets the type at its data pointer (HOST for a NULL one).
 
     The answer comes from the process-wide cache (:func:`process_cache`) as
     :meth:`MemtypeCache.memory_type` gives it, except that the driver - only
@@ -1259,7 +1307,7 @@ def _answer_region(answer: _driver.DriverAnswer, start: int, n: int) -> Region |
 def memory_types(ptrs: Any) -> np.ndarray:
     """:func:`memory_type` of many single-byte addresses, as ``uint8``
     :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array or
-    a sequence of ints).
+    a sequence of addresses, as :meth:`MemtypeCache.memory_types` takes).
 
     Runtime complexity: O(m log n) for m addresses and n regions (as
     :meth:`MemtypeCache.memory_types`), plus the drain, plus one driver call

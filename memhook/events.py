@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ._core import lib
 from ._symbolize import Caller, resolve_local
 from ._types import MemoryType
 
@@ -63,10 +64,23 @@ class Event:
     and library globals, the allocation's size for a FREE; 0 for a FREE whose
     size nobody knew - then ``size_unknown`` is True); ``device`` is -1 when
     unknown; ``result`` is the CUresult / cudaError_t of the call (0:
-    success); ``timestamp_ns`` is CLOCK_MONOTONIC.  ``seq`` is the event's
-    position in this process's event order, ``flags`` the core's
-    ``MEMHOOK_EVENT_*`` flags.  ``caller_address`` is the return address
-    into the code that called CUDA; :attr:`caller` names it.
+    success).  ``seq`` is the event's position in this process's event
+    order, ``flags`` the core's ``MEMHOOK_EVENT_*`` flags.
+    ``caller_address`` is the return address into the code that called
+    CUDA; :attr:`caller` names it.
+
+    ``timestamp_ns`` is CLOCK_MONOTONIC, and coarse - the clock as of its
+    last tick (``CLOCK_MONOTONIC_COARSE``, 1-4 ms), so about a tick before
+    the call, more where the kernel's tick comes late - unless precise time
+    is on: under ``memhook trace``, and for
+    events recorded while a subscription made with ``precise_time=True``
+    is open (:func:`subscribe`).  The event order does not come from the
+    timestamps: it is causal per address range - a FREE comes after the
+    ALLOC that made its range and before any later ALLOC overlapping it;
+    markers (the driver unloaded) come after what was recorded before them.
+    Events of unrelated ranges from different threads within one coarse
+    tick may come in either order, so across threads ``seq`` order and
+    timestamp order may disagree by up to a tick.
 
     >>> from memhook import Event, EventKind, MemoryType
     >>> e = Event(EventKind.ALLOC, "cuMemAlloc_v2", 0x10000, 256, MemoryType.CUDA,
@@ -144,11 +158,12 @@ class Subscription:
     A subscription closed while a drain is delivering gets no further
     events."""
 
-    __slots__ = ("__weakref__", "_active", "_kind_bits", "callback", "kinds")
+    __slots__ = ("__weakref__", "_active", "_kind_bits", "callback", "kinds", "precise_time")
 
-    def __init__(self, callback: Callback, kinds: EventKind) -> None:
+    def __init__(self, callback: Callback, kinds: EventKind, precise_time: bool = False) -> None:
         self.callback = callback
         self.kinds = kinds
+        self.precise_time = precise_time
         self._kind_bits = int(kinds)  # (the drain tests it per event: int & int is cheap)
         self._active = True
 
@@ -171,6 +186,8 @@ class Subscription:
         if self._active:
             self._active = False
             _registry.remove(self)
+            if self.precise_time:
+                lib.memhook_events_precise_time(0)
 
     def __enter__(self) -> Self:
         return self
@@ -217,13 +234,21 @@ def _as_kinds(kinds: EventKind | int) -> EventKind:
 
 
 def subscribe(callback: Callback,
-              kinds: EventKind | int = EventKind.ALLOC | EventKind.FREE) -> Subscription:
+              kinds: EventKind | int = EventKind.ALLOC | EventKind.FREE, *,
+              precise_time: bool = False) -> Subscription:
     """Call ``callback(event)`` for every event of ``kinds`` drained from now
     on (failed calls included), in event order.  Returns the
     :class:`Subscription`; close it (or use it as a context manager) to
     stop.  See the module docstring for which thread runs the callback.
     ``kinds`` is ``EventKind.ALLOC``, ``EventKind.FREE`` or both; anything
     else raises TypeError or ValueError.
+
+    ``precise_time=True`` asks for precise timestamps (see
+    :attr:`Event.timestamp_ns`) on every event recorded while the
+    subscription is open - the hooks then read the TSC on every call
+    instead of the kernel's coarse clock, which costs the application
+    tens of ns a hooked call; events already recorded keep the time they
+    have.  Subscribers that only need the order leave it off.
 
     Runtime complexity: O(s) for s live subscriptions (the list is copied
     on write, so the drain reads it without a lock).
@@ -252,7 +277,11 @@ def subscribe(callback: Callback,
     """
     if not callable(callback):
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
-    sub = Subscription(callback, _as_kinds(kinds))
+    if not isinstance(precise_time, bool):
+        raise TypeError(f"precise_time must be True or False, not {precise_time!r}")
+    sub = Subscription(callback, _as_kinds(kinds), precise_time)
+    if precise_time:
+        lib.memhook_events_precise_time(1)
     _registry.add(sub)
     return sub
 

@@ -43,3 +43,38 @@ def test_preload_with_a_mode_says_why_it_installs_nothing() -> None:
             "itself: memhook.install() reads it") in err, err
     assert "MEMHOOK_CUDA_MODE" not in _preload(MEMHOOK_CUDA_MODE="reloc")  # (warn level)
     assert "MEMHOOK_CUDA_MODE" not in _preload(MEMHOOK_LOG_LEVEL="info")
+
+
+@pytest.mark.parametrize("name, junk, valid", [
+    ("MEMHOOK_CLOCK", "banana", "valid: monotonic (CLOCK_MONOTONIC in every hook) or auto"),
+    ("MEMHOOK_BISTRO_FAR_JUMP", "yes", "valid: 1 (always the 12-byte jump) or 0"),
+])
+def test_a_junk_switch_value_gets_one_warning_naming_the_valid_ones(name: str, junk: str,
+                                                                    valid: str) -> None:
+    """Before, MEMHOOK_CLOCK=banana was taken silently as the default."""
+    err = _preload(**{name: junk})
+    lines = [line for line in err.splitlines() if name in line]
+    assert len(lines) == 1, err
+    assert f"{name}={junk} is not a valid value; {valid}" in lines[0]
+    assert lines[0].endswith("(using the default)")
+    assert name not in _preload(**{name: junk, "MEMHOOK_LOG_LEVEL": "error"})
+
+
+@pytest.mark.parametrize("name, value", [("MEMHOOK_CLOCK", "monotonic"),
+                                         ("MEMHOOK_CLOCK", " auto "), ("MEMHOOK_CLOCK", ""),
+                                         ("MEMHOOK_BISTRO_FAR_JUMP", "1"),
+                                         ("MEMHOOK_BISTRO_FAR_JUMP", "0 ")])
+def test_a_valid_switch_value_says_nothing(name: str, value: str) -> None:
+    assert name not in _preload(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["MEMHOOK_TRACE_STACKS", "MEMHOOK_TRACE_PYTHON"])
+def test_a_junk_depth_gets_one_warning_naming_the_valid_ones(name: str, tmp_path) -> None:
+    """The depth knobs are read as text with the others (mh_options.c) and
+    parsed by the trace: a junk value is named with its range, and the
+    default (no frames) is used."""
+    sock = str(tmp_path / "no-collector")  # (nobody listens: the process runs untraced)
+    err = _preload(MEMHOOK_TRACE_SOCKET=sock, **{name: "banana"})
+    lines = [line for line in err.splitlines() if name in line]
+    assert len(lines) == 1 and f"{name}=banana is not 0-128; using 0" in lines[0], err
+    assert name not in _preload(MEMHOOK_TRACE_SOCKET=sock, **{name: "16"})

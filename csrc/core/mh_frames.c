@@ -75,7 +75,8 @@ uint64_t mh_frames_first_outside(const mh_caller_site *site, bool (*inside)(uint
     return ra;
 }
 
-unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned depth)
+unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned depth,
+                         bool (*is_code)(uintptr_t ra))
 {
     uintptr_t lo, hi;
     uintptr_t fp = site->fp;
@@ -87,7 +88,7 @@ unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned dep
         return n;
     while (n < depth) {
         uintptr_t ra = frame_up(&fp, hi);
-        if (ra == 0)
+        if (ra == 0 || !is_code(ra))
             break;
         out[n++] = ra;
     }

@@ -44,7 +44,11 @@ MH_HIDDEN uint64_t mh_frames_first_outside(const mh_caller_site *site,
                                            bool (*inside)(uintptr_t ra));
 
 /* Up to `depth` return addresses, innermost first, starting with the
- * site's own return address.  Returns how many. */
-MH_HIDDEN unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned depth);
+ * site's own return address.  The walk ends at the first return address
+ * for which `is_code` is false (a saved %rbp of code built without frame
+ * pointers leads to a word that is no return address: csrc/core/mh_text.h),
+ * which is not reported.  Returns how many. */
+MH_HIDDEN unsigned mh_frames_stack(const mh_caller_site *site, uint64_t *out, unsigned depth,
+                                   bool (*is_code)(uintptr_t ra));
 
 #endif

@@ -14,12 +14,14 @@
  *     real call)                        -> the "objects changed" observers'
  *                                          locks (cuda/caller.c's refresh
  *                                          lock, trace/trace_modules.c's
- *                                          g_lock; they never nest: the
- *                                          observers run one after another)
+ *                                          g_lock, core/mh_text.c's g_lock,
+ *                                          trace/pyframes_abi.c's g_lock;
+ *                                          they never nest: the observers
+ *                                          run one after another)
  *                                          -> the loader's lock
  *                                          (dl_iterate_phdr)
  *
- * Those two observer locks are not held across fork(): the child re-makes
+ * Those observer locks are not held across fork(): the child re-makes
  * them (a refresh interrupted by fork leaves complete double-buffered
  * state behind, and the next change redoes it).
  *
@@ -39,22 +41,32 @@
  * No hook takes any of these: a wrapper runs lock-free (cuda/cuda_hooks.h),
  * so a thread stopped in a hook holds nothing a drain or install waits for.
  *
- * fork(): every lock above the leaves, and the queue's consumer lock, is
- * held across fork(), so the child starts with each module between two
- * operations.  One pthread_atfork registration, made at load by a
- * constructor (csrc/cuda/fork_order.c, priority 103: before any function
- * of the core can run, so before any of these locks can be held), runs
- * every module's handlers in this order:
+ * fork(): every lock above the leaves but the observers', and the
+ * queue's consumer lock, is held across fork(), so the child starts with
+ * each module between two operations - the drain's causal-merge state
+ * (its markers, closer set, FREE indexes, run cuts: queue/event_drain.c)
+ * included, which the child inherits whole and goes on draining with.
+ * One pthread_atfork registration, made at load by a constructor
+ * (csrc/cuda/fork_order.c, priority 103: before any function of the core
+ * can run, so before any of these locks can be held), runs every module's
+ * handlers in this order:
  *
  *     prepare  install's g_lock, bistro's g_lock, reloc's lock, the
  *              queue's consumer lock (the order above: a forking thread
  *              never holds a lock while waiting for one before it)
  *     parent   the same locks released, in reverse
  *     child    the queue (its lock made afresh, the vanished threads'
- *              lanes orphaned), emit.c's pid, reloc, bistro, install (each
- *              lock made afresh or released), the observer locks made
- *              afresh, then the trace's handler, which records into a new
- *              area and so needs the repaired queue and pid
+ *              lanes orphaned, the pending flag set), emit.c's pid, reloc,
+ *              bistro, install (each lock made afresh or released), the
+ *              observer locks made afresh (caller.c, mh_text.c,
+ *              pyframes_abi.c, trace_modules.c - whose table of objects
+ *              also starts over), then the trace's handler (its hand_lock
+ *              and anchor lock made afresh), which records into a new area
+ *              and so needs the repaired queue, pid and module table
+ *
+ * The lock-free state needs no handler: the address chain and the links
+ * in events name lanes by id and index, which a child keeps (its lanes are
+ * the parent's, orphaned or its own), and the marker epoch is one counter.
  *
  * No module registers a handler of its own: a registration made later, or
  * lazily (bistro used to register at its first install or remove), would

@@ -2,8 +2,11 @@
  * (mh_options.h documents each knob). */
 #include "mh_options.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "log.h"
 
 mh_options mh_opts;
 
@@ -16,6 +19,42 @@ static const char *text(const char *name)
     return v != NULL ? strdup(v) : NULL;
 }
 
+/* A switch knob whose value is neither of its two words, kept until the
+ * log level is known (log.c applies it at 102); its default is used.
+ * Process-wide, as the environment: written at 101, read at 103. */
+struct junk {
+    const char *name, *value, *valid;
+};
+static struct junk g_junk[2];
+static int g_njunk;
+
+/* Whether `v`, blanks around it ignored, is `word`. */
+static bool is(const char *v, const char *word)
+{
+    while (isspace((unsigned char)*v))
+        v++;
+    size_t n = strlen(word);
+    if (strncmp(v, word, n) != 0)
+        return false;
+    for (v += n; *v; v++)
+        if (!isspace((unsigned char)*v))
+            return false;
+    return true;
+}
+
+/* A knob that is `on` or `off` (unset or blank: off). */
+static bool switch_knob(const char *name, const char *on, const char *off, const char *valid)
+{
+    const char *v = getenv(name);
+    if (v == NULL || is(v, "") || is(v, off))
+        return false;
+    if (is(v, on))
+        return true;
+    if (g_njunk < (int)(sizeof g_junk / sizeof g_junk[0]))
+        g_junk[g_njunk++] = (struct junk){name, strdup(v), valid};
+    return false;
+}
+
 /* Priority 101 (the first one the toolchain leaves to programs): before the
  * log level is applied (log.c, 102) and every unprioritised constructor. */
 __attribute__((constructor(101))) static void options_from_env(void)
@@ -26,8 +65,20 @@ __attribute__((constructor(101))) static void options_from_env(void)
     mh_opts.trace_poll_ms = text("MEMHOOK_TRACE_POLL_MS");
     mh_opts.trace_buffer_mb = text("MEMHOOK_TRACE_BUFFER_MB");
     mh_opts.trace_stacks = text("MEMHOOK_TRACE_STACKS");
-    const char *clock = getenv("MEMHOOK_CLOCK");
-    mh_opts.clock_monotonic = clock != NULL && strcmp(clock, "monotonic") == 0;
-    const char *far = getenv("MEMHOOK_BISTRO_FAR_JUMP");
-    mh_opts.bistro_far_jump = far != NULL && far[0] == '1' && far[1] == '\0';
+    mh_opts.trace_python = text("MEMHOOK_TRACE_PYTHON");
+    mh_opts.clock_monotonic = switch_knob(
+        "MEMHOOK_CLOCK", "monotonic", "auto",
+        "monotonic (CLOCK_MONOTONIC in every hook) or auto (the TSC where it is invariant, "
+        "the default)");
+    mh_opts.bistro_far_jump = switch_knob("MEMHOOK_BISTRO_FAR_JUMP", "1", "0",
+                                          "1 (always the 12-byte jump) or 0 (the default)");
+}
+
+/* Priority 103: once the log level is known, so MEMHOOK_LOG_LEVEL=error
+ * silences these as it does every warning. */
+__attribute__((constructor(103))) static void warn_junk(void)
+{
+    for (int i = 0; i < g_njunk; i++)
+        mh_warn("%s=%s is not a valid value; valid: %s (using the default)", g_junk[i].name,
+                g_junk[i].value != NULL ? g_junk[i].value : "?", g_junk[i].valid);
 }

@@ -41,13 +41,19 @@ typedef struct mh_options {
     /* MEMHOOK_TRACE_STACKS: native frames recorded per ALLOC, 0-128
      * (default 0: none); set by `memhook trace --stacks[=DEPTH]`. */
     const char *trace_stacks;
+    /* MEMHOOK_TRACE_PYTHON: Python frames recorded per ALLOC, 0-128
+     * (default 0: none); set by `memhook trace --python[=DEPTH]`. */
+    const char *trace_python;
     /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
-     * where an invariant TSC would do (csrc/queue/clock.c).  Any other
-     * value: the default choice. */
+     * where an invariant TSC would do (csrc/queue/clock.c); auto, blank or
+     * unset: the default choice.  Any other value: a warning naming the
+     * valid ones, and the default. */
     bool clock_monotonic;
     /* MEMHOOK_BISTRO_FAR_JUMP=1: bistro always writes its 12-byte jump,
      * never the 5-byte one (tests and the GPU tools use it to exercise the
-     * far form).  Any other value: off. */
+     * far form); 0, blank or unset: off.  Any other value: a warning, and
+     * off.  (Blanks around a switch's value are ignored, as for the text
+     * knobs.) */
     bool bistro_far_jump;
 } mh_options;
 

@@ -37,6 +37,7 @@
 
 #include "mh_visibility.h"
 #include "queue.h"
+#include "trace_lane.h"
 
 typedef enum mh_fn {
 #define MH_HOOK(name, api, kind, type, fallback) MH_FN_##name,
@@ -122,11 +123,13 @@ static inline void mh_record_end(void) { mh_hook_depth--; }
 
 typedef struct mh_live {
     uint64_t size;
-    uint64_t stamp;    /* the ALLOC event's timestamp: its FREE's is later */
+    uint64_t stamp;    /* the ALLOC's raw TSC stamp (0 if it had none): its FREE's is later */
+    uint64_t id;       /* the ALLOC event's identity: its FREE's link (event_drain.c) */
     uint32_t gen;      /* mh_call_gen of the call that made the allocation */
     int16_t mem_type;
     int16_t device;
 } mh_live;
+_Static_assert(sizeof(mh_live) == 32, "a live record is 32 bytes (40 with its key)");
 
 /* Start a new generation: every record made before is stale from now on
  * (a FREE ignores it and asks the driver).  `sweep`: also tombstone the
@@ -186,15 +189,25 @@ typedef struct mh_stamp {
     uint32_t flags;
 } mh_stamp;
 
+/* Whether events get precise stamps now: under `memhook trace` (its
+ * timelines need them), or while a subscriber asked
+ * (memhook_events_precise_time); coarse otherwise (queue.h).  Two loads
+ * of the MH_HOT line. */
+static inline bool mh_stamp_precise(void)
+{
+    return atomic_load_explicit(&mh_trace_on, memory_order_relaxed) != 0 ||
+           atomic_load_explicit(&mh_clock_precise_wanted, memory_order_relaxed) != 0;
+}
+
 /* A stamp taken now (mh_clock_stamp: `ordered` waits for the loads before
- * it).  An ALLOC's is taken by its wrapper the moment the real call
- * returns, ordered - after everything the call read, the free that made
- * its address available - and before the wrapper's own driver queries, so
- * the fence waits for the call's loads alone. */
+ * it, where the stamp is precise).  An ALLOC's is taken by its wrapper the
+ * moment the real call returns, ordered - after everything the call read,
+ * the free that made its address available - and before the wrapper's own
+ * driver queries, so the fence waits for the call's loads alone. */
 static inline mh_stamp mh_stamp_now(bool ordered)
 {
     mh_stamp s = {0, 0};
-    s.at = mh_clock_stamp(&s.flags, ordered);
+    s.at = mh_clock_stamp(&s.flags, mh_stamp_precise(), ordered);
     return s;
 }
 
@@ -227,9 +240,19 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
 /* A context teardown (reset, destroy, last release of a primary context)
- * returned `result`: one FREE marker flagged MEMHOOK_EVENT_CONTEXT_RESET
- * for `device` (-1: not known), stamped now. */
+ * returned `result`, called by its wrapper after the real call: on
+ * success a new live-table generation, then one FREE of no address
+ * flagged MEMHOOK_EVENT_CONTEXT_RESET for `device` (-1: not known) that is
+ * a marker of the event order (mh_emit_marker's epoch), stamped now; a
+ * failure is an ordinary event with its result. */
 MH_HIDDEN void mh_emit_context_reset(mh_fn f, int result, int device);
+
+/* Put a marker (kind 0, with the public flag `what`, e.g.
+ * MEMHOOK_EVENT_DRIVER_UNLOADED) in the event order: the drain hands it
+ * out after everything recorded before it and before everything recorded
+ * after it, whatever the thread (event_drain.c); the trace never gets it.
+ * Not from inside a hook's own driver query (records nothing there). */
+MH_HIDDEN void mh_emit_marker(uint32_t what);
 
 
 /* fork() child: the cached pid is the child's (csrc/cuda/fork_order.c). */

@@ -36,15 +36,22 @@ static int32_t current_pid(void)
  * it before the trace's child handler (csrc/trace/trace.c). */
 void mh_emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
-/* Write and publish one event stamped `stamp`; the caller then calls
- * mh_lane_announce. */
-static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                        int device, int result, uint32_t flags, mh_stamp stamp)
+/* Write and publish one event stamped `stamp`, following `link` (an
+ * event's identity; 0: the last event recorded at addr, from the address
+ * chain); returns its own identity.  The caller then calls
+ * mh_lane_announce.  The chain learns of the event after its publication,
+ * so a link read from it names a published event (event_drain.c). */
+static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                            int device, int result, uint32_t flags, mh_stamp stamp,
+                            uint64_t link)
 {
     memhook_event *e = mh_lane_slot();
+    uint64_t self = mh_lane_slot_id();
+    if (link == 0 && addr != 0)
+        link = mh_addr_chain_last(addr);
     e->timestamp_ns = stamp.at;
     e->caller = mh_caller_get();  /* caller.h */
-    e->seq = 0;  /* the drain numbers events */
+    e->seq = link;  /* the drain's until it numbers the event (queue.h) */
     e->address = addr;
     e->size = size;
     e->kind = kind;
@@ -54,15 +61,19 @@ static void write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem
     e->pid = current_pid();
     e->tid = mh_my_lane->tid;
     e->result = result;
-    e->flags = flags | stamp.flags;
+    /* A marker brings its own epoch (mh_marker_flags). */
+    e->flags = flags | stamp.flags | ((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags());
     mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
     mh_lane_publish();
+    if (addr != 0 && self != 0)
+        mh_addr_chain_note(addr, self);
+    return self;
 }
 
 static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
                  int result, uint32_t flags)
 {
-    write_event(kind, f, addr, size, mem_type, device, result, flags, mh_stamp_now(true));
+    write_event(kind, f, addr, size, mem_type, device, result, flags, mh_stamp_now(true), 0);
     mh_lane_announce(false);
 }
 
@@ -73,14 +84,19 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0, stamp);
+    uint64_t self =
+        write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0, stamp, 0);
     /* The live record after the event: its CAS is the fence that lets the
      * announcement skip a store (event_lane.h).  No FREE of addr can race
      * it: the caller does not have addr until we return. */
     bool fenced = false;
     if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
-        mh_live rec = {.size = size, .stamp = stamp.at, .gen = mh_call_gen,
-                       .mem_type = (int16_t)mem_type, .device = (int16_t)device};
+        mh_live rec = {.size = size,
+                       .stamp = (stamp.flags & MH_EVENT_RAW_TSC) ? stamp.at : 0,
+                       .id = self,
+                       .gen = mh_call_gen,
+                       .mem_type = (int16_t)mem_type,
+                       .device = (int16_t)device};
         fenced = mh_live_insert(addr, &rec);
     }
     mh_lane_announce(fenced);
@@ -96,6 +112,7 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
         uint64_t base = 0, size = 0;
         plan->rec.mem_type = (int16_t)mh_hooks[f].mem_type;
         plan->rec.device = -1;
+        plan->rec.id = 0;
         if (mh_driver_range(addr, &base, &size) && base == addr) {
             plan->known = true;
             plan->rec.size = size;
@@ -105,7 +122,10 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
         }
     }
     if (given_size != 0) {
-        /* The call names its range (cuMemUnmap): that is what goes away. */
+        /* The call names its range (cuMemUnmap): that is what goes away -
+         * maybe more than the one map its address starts. */
+        if (!plan->from_table || given_size != plan->rec.size)
+            plan->flags |= MH_EVENT_RANGE;
         plan->rec.size = given_size;
         plan->known = true;
     }
@@ -115,18 +135,22 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
     }
     if (!plan->known)
         return;
-    /* After its ALLOC, whichever thread made that: a plain rdtsc may run
-     * ahead of the load that brought addr into this thread (handed over
-     * by the allocating thread a moment ago), and so read the clock before
-     * the ALLOC's stamp; the record carries that stamp, and a FREE found
-     * there is stamped after it - no fence needed.  A FREE the table did
-     * not know waits for its loads instead (the driver's answer, or
-     * nothing: an allocation made before install has no ALLOC to follow). */
+    /* A precise stamp after its ALLOC's, whichever thread made that: a
+     * plain rdtsc may run ahead of the load that brought addr into this
+     * thread (handed over by the allocating thread a moment ago), and so
+     * read the clock before the ALLOC's stamp; the record carries that
+     * stamp, and a FREE found there is stamped after it - no fence needed.
+     * A FREE the table did not know waits for its loads instead (the
+     * driver's answer, or nothing: an allocation made before install has
+     * no ALLOC to follow).  The drain's order does not need either (the
+     * FREE names its ALLOC: rec.id); the trace's collector merges by them. */
     mh_stamp stamp = mh_stamp_now(!plan->from_table);
-    if (plan->from_table && stamp.at <= plan->rec.stamp)
+    if (plan->from_table && (stamp.flags & MH_EVENT_RAW_TSC) && stamp.at <= plan->rec.stamp)
         stamp.at = plan->rec.stamp + 1;
+    uint64_t link = plan->from_table ? plan->rec.id : 0;
     write_event(MEMHOOK_EVENT_FREE, f, addr, plan->rec.size, plan->rec.mem_type,
-                plan->rec.device, 0, plan->flags, stamp);
+                plan->rec.device, 0, plan->flags | (link != 0 ? MH_EVENT_LINK_ALLOC : 0),
+                stamp, link);
     /* Forget the record after the event: the CAS is the announcement's
      * fence (event_lane.h). */
     if (plan->from_table)
@@ -151,12 +175,78 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
     }
 }
 
+/* A marker event: everything recorded before it goes first in the event
+ * order, everything after it after it.  mh_marker_flags bumps the epoch
+ * as the marker is written (queue.h), so the marker's own epoch is one no
+ * event recorded before this point read. */
+static void push_marker(int kind, mh_fn f, int device, int result, uint32_t what)
+{
+    push(kind, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result, what | mh_marker_flags());
+}
+
+void mh_emit_marker(uint32_t what)
+{
+    if (mh_hook_depth != 0)
+        return;
+    mh_hook_depth++;
+    push_marker(0, (mh_fn)0, -1, 0, what);
+    mh_hook_depth--;
+}
+
+/* Called by a teardown's wrapper AFTER the real call returned (its hook
+ * depth raised: nothing the driver did inside was recorded).
+ *
+ * Why the epoch is bumped here, after the call, and not before it.  The
+ * drain orders a marker by epoch (event_drain.c, rule 2): an event that
+ * read an epoch below the marker's goes before it, one that read the
+ * marker's or a later one after it.  What the cache needs of that order:
+ * a region of the dead context must never be answered CUDA once the
+ * marker is applied - so no ALLOC of memory the teardown freed may come
+ * out after the marker - while an ALLOC ordered before the marker that
+ * truly came after the teardown only costs an UNKNOWN region, which
+ * memory_type() resolves through the driver (memhook/_apply.py).
+ *
+ *  - An event that happened before the teardown was called (the program
+ *    ordered it so: a join, a lock, the same thread) was published before
+ *    its call returned (P in event_drain.c), so before this bump: it read
+ *    a lower epoch, and its publication happened before the marker's, so
+ *    a drain that sees the marker sees it too and puts it first.
+ *  - An event that happens after the teardown returned to its caller reads
+ *    the epoch after this bump (the wrapper returns after it): it goes
+ *    after the marker, and its allocation is of a context alive then.
+ *  - An event of another thread published DURING the call, unordered with
+ *    it: bumped before the call, it would read the new epoch and come out
+ *    after the marker - an ALLOC the driver made in the dying context just
+ *    before the teardown freed it would then be answered CUDA for good.
+ *    Bumped after the call, it reads the old epoch and goes before the
+ *    marker: UNKNOWN, resolved through the driver.  (A bump before the
+ *    call would not even order it reliably: the drain holds an event of
+ *    the new epoch only behind a marker it has found, and this one is
+ *    published only now - a drain during the call hands such events out
+ *    first anyway.)
+ *
+ * What remains is a program's own race: an ALLOC that returned in the old
+ * context and whose thread was preempted, before recording it, across the
+ * whole teardown is published after the marker (as any event published
+ * after a marker is handed out comes after it) - that program holds a
+ * pointer the teardown freed while it was being returned.
+ *
+ * The live table starts a new generation first (its records of the dead
+ * context name memory that is gone and addresses the driver will hand out
+ * again): a FREE that finds such a record after this asks the driver.  The
+ * precise stamp is taken after the call too, so the trace's collector,
+ * which merges by stamps, also puts the marker after everything before it.
+ * A failed teardown freed nothing and is an ordinary event (the cache
+ * ignores it; the trace counts it as a failure). */
 void mh_emit_context_reset(mh_fn f, int result, int device)
 {
-    /* A FREE of no address, after the call: consumers forget (or mark
-     * UNKNOWN) every region of that device from here on in the order. */
-    push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,
-         MEMHOOK_EVENT_CONTEXT_RESET);
+    if (result != 0) {
+        push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,
+             MEMHOOK_EVENT_CONTEXT_RESET);
+        return;
+    }
+    mh_live_new_generation(false);
+    push_marker(MEMHOOK_EVENT_FREE, f, device, result, MEMHOOK_EVENT_CONTEXT_RESET);
 }
 
 void mh_driver_unloaded(void)
@@ -167,13 +257,9 @@ void mh_driver_unloaded(void)
     mh_live_new_generation(true);
     /* One marker in the event order: consumers forget every region before
      * it (the driver's memory, pinned host memory included, is gone) and
-     * keep what follows (a reloaded driver's allocations, stamped later).
-     * Not a hook: nested only if a hook's own driver query unloads it. */
-    if (mh_hook_depth != 0)
-        return;
-    mh_hook_depth++;
-    push(0, (mh_fn)0, 0, 0, MEMHOOK_MEM_UNKNOWN, -1, 0, MEMHOOK_EVENT_DRIVER_UNLOADED);
-    mh_hook_depth--;
+     * keep what follows (a reloaded driver's allocations).  Not a hook:
+     * nested only if a hook's own driver query unloads it. */
+    mh_emit_marker(MEMHOOK_EVENT_DRIVER_UNLOADED);
 }
 
 int mh_unresolved(mh_fn f)

@@ -8,10 +8,18 @@
  * csrc/core/mh_lock_order.h writes down.  Prepare takes the locks in the
  * lock order - install, then bistro and reloc (which never nest), then the
  * queue's consumer lock (a leaf) - so a fork() never waits for a lock while
- * holding one that the lock's holder may want next.  Parent and child
- * handlers release in the reverse order; the child repairs the queue and
- * the hooks' pid before the trace's handler, which records into a fresh
- * area.
+ * holding one that the lock's holder may want next.  Holding the consumer
+ * lock across fork() is what hands the child the drain's whole state
+ * between two drains: the causal merge's pending markers, closer set,
+ * FREE indexes and run cuts (event_drain.c) are never half-updated there,
+ * and the lanes' links and the address chain (lock-free: lane ids and
+ * indexes a child keeps) still name the events they named.  Parent and
+ * child handlers release in the reverse order; the child repairs the
+ * queue and the hooks' pid before anything can record, then makes the
+ * observers' locks afresh (not held across fork: a refresh they guard
+ * leaves complete state behind), and runs the trace's handler last: it
+ * records into a fresh area, whose module table (trace_modules.c) must
+ * have started over first.
  *
  * Why one place: modules used to register lazily (bistro at its first
  * install or remove, reloc when its lock was first made, install twice
@@ -28,6 +36,8 @@
 #include "caller.h"
 #include "cuda_hooks.h"
 #include "log.h"
+#include "mh_text.h"
+#include "pyframes_abi.h"
 #include "queue.h"
 #include "reloc.h"
 #include "trace_lane.h"
@@ -55,9 +65,13 @@ static void fork_child(void)
     mh_reloc_fork_child();
     mh_bistro_fork_child();
     mh_install_fork_child();
-    mh_caller_fork_child();     /* locks not held across fork: made afresh */
-    mh_trace_modules_fork_child();
-    mh_trace_fork_child();      /* last: it records into a new area */
+    /* The "objects changed" observers' locks, not held across fork: made
+     * afresh (mh_lock_order.h). */
+    mh_caller_fork_child();
+    mh_text_fork_child();
+    mh_py_fork_child();
+    mh_trace_modules_fork_child();  /* and its table starts over, for the new area */
+    mh_trace_fork_child();          /* last: it records into a new area */
 }
 
 /* Priority 103: after the options (101) and the log level (102), before

@@ -135,26 +135,21 @@ MH_FREE_WRAPPER(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr), dptr,
  * generation (its records of that context name memory that no longer
  * exists, and their addresses will be handed out again: a record of
  * another context is not believed either, its FREE asks the driver -
- * live_table.c), then one marker goes out (emit.c), stamped after the
- * call.  A failed call is a marker with its result (the cache ignores
- * it).  A release that is not the last frees nothing and records nothing:
- * the driver says whether the primary context is still active after it
- * (another thread retaining it at once, between the two calls, would hide
- * the last release - a race of the program's own with its own teardown). */
-
-static void context_gone(mh_fn f, CUresult r, int device)
-{
-    if (r == CUDA_SUCCESS)
-        mh_live_new_generation(false);
-    mh_emit_context_reset(f, (int)r, device);
-}
+ * live_table.c), then one marker goes out, its epoch bumped and its
+ * stamp taken after the call (mh_emit_context_reset, emit.c, says why
+ * after).  A failed call is an ordinary event with its result (the cache
+ * ignores it).  A release that is not the last frees nothing and records
+ * nothing: the driver says whether the primary context is still active
+ * after it (another thread retaining it at once, between the two calls,
+ * would hide the last release - a race of the program's own with its own
+ * teardown). */
 
 #define MH_PRIMARY_RESET_WRAPPER(name)                                          \
     CUresult mh_w_##name(CUdevice dev)                                           \
     {                                                                            \
         MH_WRAPPER_ENTER(CUresult, name, (dev), false)                           \
         CUresult r = real_(dev);                                                 \
-        context_gone(MH_FN_##name, r, dev);                                      \
+        mh_emit_context_reset(MH_FN_##name, (int)r, dev);                        \
         mh_record_end();                                                         \
         return r;                                                                \
     }
@@ -165,7 +160,7 @@ static void context_gone(mh_fn f, CUresult r, int device)
         MH_WRAPPER_ENTER(CUresult, name, (dev), false)                           \
         CUresult r = real_(dev);                                                 \
         if (r != CUDA_SUCCESS || !mh_primary_ctx_active(dev))                    \
-            context_gone(MH_FN_##name, r, dev);                                  \
+            mh_emit_context_reset(MH_FN_##name, (int)r, dev);                    \
         mh_record_end();                                                         \
         return r;                                                                \
     }
@@ -176,7 +171,7 @@ static void context_gone(mh_fn f, CUresult r, int device)
         MH_WRAPPER_ENTER(CUresult, name, (ctx), false)                           \
         int device = mh_context_device(ctx); /* before: it names no context after */ \
         CUresult r = real_(ctx);                                                 \
-        context_gone(MH_FN_##name, r, device);                                   \
+        mh_emit_context_reset(MH_FN_##name, (int)r, device);                     \
         mh_record_end();                                                         \
         return r;                                                                \
     }

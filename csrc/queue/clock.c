@@ -1,5 +1,11 @@
 /*
- * clock.c - event timestamps.
+ * clock.c - event timestamps, and the marker epoch.
+ *
+ * Where nobody needs an event's precise time - outside `memhook trace`, with
+ * no subscriber that asked for it (memhook_events_precise_time) - a hook
+ * reads CLOCK_MONOTONIC_COARSE (mh_clock_stamp): the drain's order does not
+ * come from time (event_drain.c), so the stamp is for people, and a tick's
+ * precision (1-4 ms) is what they get.  Otherwise:
  *
  * An event carries CLOCK_MONOTONIC nanoseconds, but reading that clock
  * costs 30-50 ns through the vDSO - more than the rest of recording an
@@ -20,6 +26,7 @@
  * CLOCK_MONOTONIC directly.
  */
 #include <cpuid.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +38,12 @@
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
  * every thread read the switch.  Written once by the constructor. */
 MH_HOT bool mh_clock_tsc;
+/* Process-wide, as the subscribers that asked (Python's memhook.subscribe
+ * with precise_time): every hook reads it.  A count: each asks and lets go
+ * on its own. */
+MH_HOT _Atomic uint32_t mh_clock_precise_wanted;
+/* Process-wide: see queue.h. */
+MH_HOT _Atomic uint32_t mh_marker_epoch;
 static uint64_t g_tsc0, g_ns0;   /* the anchor taken at load */
 /* Consumer side (called under the queue's consumer lock). */
 static double g_ns_per_tick;
@@ -63,8 +76,9 @@ static bool tsc_invariant(void)
     return (d >> 8) & 1u;  /* CPUID.80000007H:EDX[8]: invariant TSC */
 }
 
-/* The drain orders the threads' events by stamp, so every core's TSC must
- * be one clock.  Linux drops "tsc" from the usable clock sources when its
+/* Precise stamps of different threads are compared (the trace's collector
+ * merges by them; the drain filters holds with them), so every core's TSC
+ * must be one clock.  Linux drops "tsc" from the usable clock sources when its
  * checks find the cores' counters out of step; where the file cannot be
  * read, the invariant-TSC flag alone decides. */
 static bool tsc_usable_by_kernel(void)
@@ -94,6 +108,30 @@ __attribute__((constructor)) static void clock_init(void)
     mh_clock_tsc = true;
 }
 
+/* Consumer side: the anchor the last mh_clock_prepare read. */
+static uint64_t g_tsc1, g_ns1;
+
+void mh_clock_prepare(void)
+{
+    if (!mh_clock_tsc)
+        return;
+    mh_clock_anchor(&g_tsc1, &g_ns1);
+    while (g_ns1 - g_ns0 < MIN_BASELINE_NS)  /* once, just after load */
+        mh_clock_anchor(&g_tsc1, &g_ns1);
+    g_ns_per_tick = (double)(g_ns1 - g_ns0) / (double)(g_tsc1 - g_tsc0);
+}
+
+uint64_t mh_clock_ns_of(const memhook_event *e)
+{
+    if (!(e->flags & MH_EVENT_RAW_TSC))
+        return e->timestamp_ns;
+    uint64_t raw = e->timestamp_ns;
+    /* raw can be a little past the anchor: an event published after it was
+     * read, or the cores' TSCs a few ticks apart. */
+    return raw <= g_tsc1 ? g_ns1 - (uint64_t)((double)(g_tsc1 - raw) * g_ns_per_tick)
+                         : g_ns1 + (uint64_t)((double)(raw - g_tsc1) * g_ns_per_tick);
+}
+
 void mh_clock_convert(memhook_event *events, size_t count)
 {
     size_t first = 0;
@@ -101,20 +139,30 @@ void mh_clock_convert(memhook_event *events, size_t count)
         first++;
     if (first == count)
         return;
-    uint64_t tsc1, ns1;
-    mh_clock_anchor(&tsc1, &ns1);
-    while (ns1 - g_ns0 < MIN_BASELINE_NS)  /* once, just after load */
-        mh_clock_anchor(&tsc1, &ns1);
-    g_ns_per_tick = (double)(ns1 - g_ns0) / (double)(tsc1 - g_tsc0);
+    mh_clock_prepare();
     for (size_t i = first; i < count; i++) {
         memhook_event *e = &events[i];
         if (!(e->flags & MH_EVENT_RAW_TSC))
             continue;
-        uint64_t raw = e->timestamp_ns;
-        /* raw can be a little past tsc1: an event published after our
-         * anchor was read, or the cores' TSCs a few ticks apart. */
-        e->timestamp_ns = raw <= tsc1 ? ns1 - (uint64_t)((double)(tsc1 - raw) * g_ns_per_tick)
-                                      : ns1 + (uint64_t)((double)(raw - tsc1) * g_ns_per_tick);
+        e->timestamp_ns = mh_clock_ns_of(e);
         e->flags &= ~MH_EVENT_RAW_TSC;
     }
+}
+
+uint32_t mh_marker_flags(void)
+{
+    uint32_t e = atomic_fetch_add_explicit(&mh_marker_epoch, 1, memory_order_acq_rel) + 1;
+    return MH_EVENT_MARKER | ((e << MH_EVENT_EPOCH_SHIFT) & MH_EVENT_EPOCH_MASK);
+}
+
+int memhook_events_precise_time(int want)
+{
+    if (want) {
+        atomic_fetch_add(&mh_clock_precise_wanted, 1);
+        return 0;
+    }
+    uint32_t n = atomic_load(&mh_clock_precise_wanted);
+    while (n != 0 && !atomic_compare_exchange_weak(&mh_clock_precise_wanted, &n, n - 1)) {
+    }
+    return n != 0 ? 0 : EINVAL;
 }

@@ -2,65 +2,151 @@
  * event_drain.c - the consumer side of the event queue: merging the lanes
  * into one order, the trace's tee and trim, statistics.
  *
- * Consumers serialise on a mutex no producer ever takes.  Each lane is
- * in its thread's order; the drain merges them by timestamp (raw TSC, or
- * CLOCK_MONOTONIC where the TSC is not used - both are one clock for every
- * core) and numbers the result: that is the event order (`seq`).
+ * Consumers serialise on a mutex no producer ever takes.  Each lane is in
+ * its thread's order; the drain interleaves them and numbers the result:
+ * that is the event order (`seq`).
  *
- * What the order must get right is causality across threads: a FREE of an
- * address before the ALLOC that reuses it (DESIGN.md section 3), an ALLOC
- * before the FREE of the pointer it returned.  Two facts give it:
+ * WHAT THE ORDER MUST GET RIGHT (DESIGN.md section 3) is causality per
+ * address range: a FREE after the ALLOC that made its range, and before any
+ * later ALLOC overlapping it; a marker (driver unloaded, context reset)
+ * after everything recorded before it, and before everything after it.
+ * Time does not give it: outside the trace an event carries a coarse time
+ * (clock.c), one tick of which holds thousands of events, and even precise
+ * stamps would only order what they were taken in order of.  The drain
+ * orders by what the producers wrote down instead, and by time only where
+ * nothing else decides ("the hint": the event's time in ns; two events of
+ * unrelated ranges from different threads within one coarse tick may
+ * therefore come out in either order).
  *
- *  1. Stamps follow causality.  A FREE is stamped before the real free, an
- *     ALLOC after the real allocation returned (lfence first: the stamp
- *     waits for the call's loads), and a FREE found in the hook layer's
- *     live table after the ALLOC stamp its record holds (a plain rdtsc
- *     could run ahead of the load that brought the pointer in from the
- *     allocating thread) - so if one call's effect reached the other, the
- *     first has the smaller stamp.
- *  2. Publication follows causality.  A FREE is published before the real
+ * What producers write down (queue.h, event_lane.h, emit.c):
+ *
+ *  L. Links.  An event's `seq` names (its identity: lane id, index) an
+ *     event it must follow.  A FREE found in the live table names the ALLOC
+ *     it frees (MH_EVENT_LINK_ALLOC); any other event with an address names
+ *     the last event published at that address (the address chain).  Every
+ *     link names an event that was published, and whose publication
+ *     happened before the linking event was made: the live table's record
+ *     and the chain's word are written after their event's publication,
+ *     and read before the linker is written.  So a link is never against
+ *     the true order; the drain hands an event out only after what it
+ *     links to.  (A link may be useless - the chain word of an address that
+ *     another address hashing the same overwrote - never wrong.)
+ *  E. Epochs.  A marker bumps a process-wide epoch before it is written;
+ *     every event carries the epoch it read.  An event that read a smaller
+ *     epoch than a marker's did not follow it (it read the epoch before the
+ *     bump), so it may go before it; one that read the marker's epoch or a
+ *     later one may have followed it, and goes after.
+ *  P. Publication follows causality.  A FREE is published before the real
  *     free, an ALLOC before its pointer is returned: if event e depends on
- *     event f, f's publication happens-before e's.
+ *     event f, f's publication happened before e's.
  *
- * The drain reads every lane's `published` count twice (passes H and G).
- * Any f that an event e seen in pass H depends on is then visible in pass
- * G (2. and the acquire loads).  Events that appeared between the passes
- * set a horizon T = the smallest stamp among them, and the drain hands out,
- * lane by lane in stamp order, only events of pass H stamped below T: if e
- * is handed out and f precedes it, f is not among the new events (its
- * stamp is below e's, by 1., hence below T), so it was in pass H, below T,
- * and in stamp order before e.  Events at or past the horizon wait for the
- * next look (the drain looks up to four times); with no producer running
- * there is no horizon and every event goes.
+ * Snapshots.  The drain reads each lane's `published` twice (H, then G:
+ * one read per lane per pass, and a look's G is the next look's H).  If e
+ * is in H and f precedes it, f is in G (P, and the acquire loads); the
+ * drain hands out only events of H, and applies its rules against
+ * everything in G.  An event seen only in G waits for the next look.
  *
- * Bounded drains.  A drain also has a cut: the newest stamp among the
- * events pending when it began (each lane's last published event at the
- * first pass H - a lane is in stamp order, so that is the lane's newest),
- * and hands out only events stamped at or below it.  The cut only shortens
- * what is handed out to a prefix of the stamp order the horizon allows
- * (stamp < min(T, cut + 1)), so the argument above holds unchanged: if e
- * is handed out and f precedes it, f's stamp is below e's, hence below
- * both T and the cut, and f goes first.  A drain run made of several
- * calls (memhook_events_drain_bounded with one mark: Python's flush) keeps
- * the cut of its first call.  The bound: such a run hands out the events
- * pending when it began, plus those published later but stamped before its
- * first snapshot pass ended - what the producers write during one walk of
- * the lane list (microseconds), and at most one event per thread caught
- * between its stamp and its publication - so its length no longer depends
- * on how fast other threads allocate: newer events wait for the next run.
- * Any event a caller can be asking about (an ALLOC whose pointer it holds)
- * was published before the run began, so it is at or below the cut.
+ * The rules.  Each lane's first event not handed out (its head) goes when
+ * nothing holds it; among the free heads the smallest hint goes first
+ * (within one time, the older lane).  A head is held by:
  *
- * A producer stopped between its stamp and its publication (preempted)
- * holds nothing back: its event is in neither pass, and whatever is handed
- * out meanwhile cannot depend on it (2.) - it comes out later, behind
- * events with newer stamps.
+ *  1. its link, while the linked event is not handed out (L: exact for a
+ *     FREE and its ALLOC, and for an ALLOC after the FREE that freed its
+ *     address last - the same address freed and reallocated any number of
+ *     times, by any threads, inside one tick, comes out in its true order);
+ *  2. a marker of another lane with an epoch at or below its own, and, if
+ *     it is a marker, another lane's head with a smaller epoch (E);
+ *  3. an ALLOC, by the earliest pending FREE of each other lane that
+ *     overlaps it - unless that FREE frees this ALLOC (its link), or cannot
+ *     be earlier (a later time by the same clock - coarse time too is
+ *     causal, clock.c - or a later marker epoch; the lane's later FREEs
+ *     then cannot either), or starts at the ALLOC's own address when the
+ *     ALLOC's link is the last event recorded there (rule 1 orders those:
+ *     each is before the link or after the ALLOC).  This is the issue's
+ *     rule - an ALLOC overlapping a range whose FREE is pending in another
+ *     lane goes after that FREE - for overlapping reuse at another address;
+ *  3b. an ALLOC whose own FREE lies in another lane behind an ALLOC that
+ *     overlaps it, by that ALLOC (it comes before the FREE, and lifetimes
+ *     do not interleave, so its whole lifetime comes first).
  *
- * The one event outside 1. and 2.: a FREE of memory neither the live table
- * nor the driver knew is stamped and published after the real call (its
- * result is the news: emit.c), so an ALLOC reusing that address may come
- * out first; the cache then sees a FREE of unknown size and marks the
- * region UNKNOWN, which memory_type() resolves through the driver.
+ * Rules 1 and 2 are never against the true order (L, E).  Rule 3 is what
+ * the data allows, and how sure it is depends on the ALLOC:
+ *
+ *  - An ALLOC with no FREE of its own pending (no visible FREE links to
+ *    it, none starts at its address, no ranged FREE of its lane after it
+ *    covers it) is "open": the last lifetime of its range for now.  Every
+ *    pending FREE of another lane that overlaps it and is not later ended
+ *    a lifetime it reuses (anything after it on its range would follow its
+ *    own FREE, which is not there), so the hold is sound (OPEN).
+ *  - A closed ALLOC (its FREE pending too) may be held by the FREE of a
+ *    lifetime that truly came after its own.  If that FREE's ALLOC is out,
+ *    the order already has that lifetime first, and the hold keeps it
+ *    whole (STRONG); if it is pending too, the two complete lifetimes may
+ *    be either way round, and nothing recorded tells which (WEAK).
+ *
+ * A WEAK pair makes a cycle of holds (each lifetime waiting for the
+ * other's FREE).  The drain breaks a cycle - only one all of whose members
+ * are held from inside the look; a head held by an event the look may not
+ * hand out yet waits - by letting go the head held the weakest, then with
+ * the smallest hint.  Lifetimes let go that way are complete ones, so
+ * either order leaves the range as it truly ends: freed.  OPEN and HARD
+ * holds never cycle in a true history (a cycle of them is logged once, as
+ * a native recorder's malformed events).
+ *
+ * What this guarantees, as DESIGN.md section 3 states it: every FREE after
+ * its ALLOC; markers after what was recorded before them; an ALLOC after
+ * the FREE that made its range free - exactly where the ALLOC reuses an
+ * address (the chain), and for overlapping reuse wherever it is the last
+ * lifetime of its range or a tick separates them.  Within one coarse tick,
+ * two complete lifetimes of overlapping (not identical) ranges in
+ * different threads may come out in either order, or interleaved: the
+ * cache the order builds is the same, since the last event touching each
+ * byte of them is a FREE.  Under precise time (memhook trace, or a
+ * subscriber that asked) the stamps filter those too and every range's
+ * order is the true one.  tests/hooks/test_causal_merge.py replays random
+ * histories of several threads - exact and overlapping reuse, frees by
+ * other threads, ranged unmaps, markers, the tee - through this merge and
+ * through the true order and compares the caches at every drain; it checks
+ * every range's order strictly under precise time and for exact reuse.
+ *
+ * The one cross-thread case the rules do not see: a cuMemUnmap over
+ * several maps made by OTHER threads within the same tick (rule 3 holds
+ * those maps behind the unmap); the cache then keeps them (a stale
+ * region, of VA that is reserved, unmapped and not touchable).  Maps
+ * unmapped by the thread that made them are in its lane's order.
+ *
+ * A producer preempted between its stamp and its publication holds
+ * nothing back that depends on it: its event is in no snapshot, and what
+ * depends on it cannot have happened yet (P).  When it is published, what
+ * it links to is already out, and it comes out behind events with newer
+ * times - harmless: nothing handed out meanwhile can be after it.
+ *
+ * Bounded drains.  A run (memhook_events_drain_bounded with one mark:
+ * Python's drain; memhook_events_drain is a run of one call) cuts each lane
+ * at what its first look's G saw, and hands out nothing past the cut: its
+ * length no longer depends on how fast other threads record.  Every event
+ * pending when it began (in its first H) comes out in the run: what it
+ * depends on is in the first G, so within the cut (rules 1-2 are about
+ * such events), and a rule-3 hold by an event past the cut is ignored for
+ * it (an event published after the first G cannot precede one published
+ * before the first H).  An event a caller can be asking about (an ALLOC
+ * whose pointer it holds) was published before the run began.  A run's
+ * first call reads each lane's `published` twice (H, G), a later call or
+ * look once (its H is the last G); beyond that the drain reads only
+ * published events: those it hands out and, where several lanes have
+ * events, the newly visible ones (the closer set, the index).
+ *
+ * The trace's tee (mh_queue_tee) takes one look with the same rules and
+ * numbers what it reads; the drain later hands those out first, in that
+ * order.  A fork child inherits the consumer's state whole (the lock is
+ * held across fork), links and epochs included: its lanes' events name
+ * each other as they did in the parent.
+ *
+ * The one event outside P: a FREE of memory neither the live table nor the
+ * driver knew is published after the real call (its result is the news:
+ * emit.c), so an ALLOC reusing that address may come out first; the cache
+ * then sees a FREE of unknown size and marks the region UNKNOWN, which
+ * memory_type() resolves through the driver.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -68,13 +154,16 @@
 #include <time.h>
 
 #include "event_lane.h"
+#include "log.h"
 #include "queue.h"
 
 /* Process-wide like the queue it serves: consumers serialise here.  A leaf
  * of the lock order (csrc/core/mh_lock_order.h). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Under g_lock: the next seq to hand out, and what was handed out. */
+/* Under g_lock: the next seq to hand out, and the last bounded run's
+ * number. */
 static uint64_t g_next_seq;
+static uint64_t g_run;
 /* The sum of every lane's `consumed`, for memhook_events_wait_backlog
  * (which does not take g_lock); written under g_lock by lanes_tidy. */
 static _Atomic uint64_t g_consumed_total;
@@ -94,27 +183,43 @@ bool mh_queue_trimmed(void) { return atomic_load_explicit(&g_trimmed, memory_ord
 
 /* ---- walking the lanes (g_lock held) ---- */
 
+enum { HEAD_UNKNOWN, HEAD_READY, HEAD_BLOCKED };
+
 typedef struct cursor {
     mh_lane *lane;
     mh_lane_seg *seg;
-    uint64_t at;   /* lane index of the next event */
-    uint64_t end;  /* one past the last event this cursor may take */
+    uint64_t at;    /* lane index of the next event */
+    uint64_t end;   /* one past the last event this cursor may take */
+    uint64_t seen;  /* one past the last event visible (pass G) */
+    /* The head (the event at `at`), while merging: */
+    int state;             /* HEAD_* */
+    mh_lane *wait_lane;    /* HEAD_BLOCKED: an event it waits for */
+    uint64_t wait_index;
+    uint64_t key;          /* its time in ns, the hint */
 } cursor;
 
+#define SEEK_POINTS (sizeof ((mh_lane *)0)->seek / sizeof ((mh_lane *)0)->seek[0])
+
 /* The segment holding lane index `at` (consumed <= at < published): from
- * the lane's seek point when `at` lies at or past it, else from read_seg
- * (which holds `consumed`); the seek point moves to what was found. */
+ * the nearest of the lane's seek points at or below it (or read_seg, which
+ * holds `consumed`), which then moves to what was found. */
 static mh_lane_seg *lane_seg_of(mh_lane *l, uint64_t at)
 {
     mh_lane_seg *s = l->read_seg;
-    if (l->seek_first > s->first && at >= l->seek_first)
-        s = l->seek_seg;
+    unsigned from = SEEK_POINTS;
+    for (unsigned i = 0; i < SEEK_POINTS; i++)
+        if (l->seek[i].first > s->first && l->seek[i].first <= at) {
+            s = l->seek[i].seg;
+            from = i;
+        }
+    if (at < s->first + MH_LANE_SEG_SLOTS)
+        return s;
     while (at >= s->first + MH_LANE_SEG_SLOTS)
         s = atomic_load_explicit(&s->next, memory_order_acquire);
-    if (s->first > l->seek_first || l->seek_seg == NULL) {
-        l->seek_seg = s;
-        l->seek_first = s->first;
-    }
+    if (from == SEEK_POINTS)
+        from = l->seek_next++ % SEEK_POINTS;
+    l->seek[from].seg = s;
+    l->seek[from].first = s->first;
     return s;
 }
 
@@ -130,25 +235,34 @@ static memhook_event *cursor_event(cursor *c)
     return &c->seg->slots[c->at - c->seg->first];
 }
 
+/* The event at lane index `at` (consumed <= at < published). */
+static memhook_event *event_at(mh_lane *l, uint64_t at)
+{
+    cursor c = cursor_at(l, at, at + 1);
+    return cursor_event(&c);
+}
+
 /* One cursor per lane, grown as lanes are added (consumer side: malloc is
  * fine here, no hook ever waits for this lock). */
 static cursor *g_cursors;
 static size_t g_cursor_cap;
-
-static size_t lane_count(void)
-{
-    size_t n = 0;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next)
-        n++;
-    return n;
-}
+/* Lanes by id (event_lane.h), for following links: lanes are never
+ * unlinked, so an entry never goes stale. */
+static mh_lane **g_by_id;
+static size_t g_by_id_cap;
 
 /* g_cursors with room for every lane listed now (lanes added later wait
- * for the next drain), or NULL when out of memory. */
+ * for the next drain), and every listed lane in g_by_id; NULL when out of
+ * memory. */
 static cursor *cursors(size_t *cap)
 {
-    size_t want = lane_count();
+    size_t want = 0;
+    uint32_t top = 0;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        want++;
+        top = l->id > top ? l->id : top;
+    }
     if (want > g_cursor_cap) {
         cursor *c = realloc(g_cursors, want * 2 * sizeof *c);
         if (c == NULL)
@@ -156,8 +270,27 @@ static cursor *cursors(size_t *cap)
         g_cursors = c;
         g_cursor_cap = want * 2;
     }
+    if (top >= g_by_id_cap) {
+        size_t n = (size_t)top * 2 + 16;
+        mh_lane **b = realloc(g_by_id, n * sizeof *b);
+        if (b == NULL)
+            return NULL;
+        memset(b + g_by_id_cap, 0, (n - g_by_id_cap) * sizeof *b);
+        g_by_id = b;
+        g_by_id_cap = n;
+    }
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        if (l->id != 0)
+            g_by_id[l->id] = l;
     *cap = g_cursor_cap;
     return g_cursors;
+}
+
+static mh_lane *lane_by_id(uint64_t id)
+{
+    uint64_t lane = id >> MH_LANE_INDEX_BITS;
+    return lane < g_by_id_cap ? g_by_id[lane] : NULL;
 }
 
 /* Where a reader starts in a lane: the drain after what the tee handed
@@ -167,46 +300,807 @@ static uint64_t lane_unread(const mh_lane *l)
     return l->teed > l->consumed ? l->teed : l->consumed;
 }
 
-/* Pass H: a cursor over each lane's unread events, [lane_unread,
- * published).  Pass G: the horizon - the oldest stamp among events that
- * appeared since (UINT64_MAX if none did).  See the top of the file. */
-static size_t open_unread(cursor *cur, size_t cap, uint64_t *horizon, uint64_t *newest)
+/* ---- pending markers (g_lock held): few, and rarely any ---- */
+
+typedef struct marker {
+    mh_lane *lane;
+    uint64_t index;
+    uint32_t epoch;
+} marker;
+static marker *g_markers;
+static size_t g_nmarkers, g_markers_cap;
+/* Markers the drain has come across (listed, or handed out before any look
+ * listed them): while it equals mh_marker_epoch (the markers begun), no
+ * marker waits unseen in the lanes, and looks need not read events to find
+ * one. */
+static uint32_t g_markers_seen;
+
+static uint32_t epoch_of(uint32_t flags)
 {
-    size_t n = 0;
-    uint64_t top = 0;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next) {
-        uint64_t start = lane_unread(l);
-        uint64_t end = atomic_load_explicit(&l->published, memory_order_acquire);
-        l->scanned = start;  /* what pass G compares with: nothing taken from it... */
-        if (end != start && n < cap) {
-            cursor newest_event = cursor_at(l, end - 1, end);
-            uint64_t last = cursor_event(&newest_event)->timestamp_ns;  /* the lane's newest */
-            if (last > top)
-                top = last;
-            cur[n++] = cursor_at(l, start, end);
-            l->scanned = end;  /* ...or up to what this pass saw */
-        }
-    }
-    if (newest != NULL)
-        *newest = top;
-    uint64_t h = UINT64_MAX;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next) {
-        /* A lane linked after pass H was never scanned: it starts at 0,
-         * and a fresh lane's `scanned` is 0 too. */
-        uint64_t seen = l->scanned > lane_unread(l) ? l->scanned : lane_unread(l);
-        uint64_t now = atomic_load_explicit(&l->published, memory_order_acquire);
-        if (now > seen) {
-            cursor probe = cursor_at(l, seen, now);
-            uint64_t stamp = cursor_event(&probe)->timestamp_ns;
-            if (stamp < h)
-                h = stamp;
-        }
-    }
-    *horizon = h;
-    return n;
+    return (flags & MH_EVENT_EPOCH_MASK) >> MH_EVENT_EPOCH_SHIFT;
 }
+
+/* a was read before b was made (serial arithmetic on the epoch's bits). */
+static bool epoch_before(uint32_t a, uint32_t b)
+{
+    uint32_t d = (b - a) & ((1u << MH_EVENT_EPOCH_BITS) - 1);
+    return d != 0 && d < (1u << (MH_EVENT_EPOCH_BITS - 1));
+}
+
+static void marker_add(mh_lane *l, uint64_t index, uint32_t flags)
+{
+    if (g_nmarkers == g_markers_cap) {
+        size_t n = g_markers_cap * 2 + 8;
+        marker *m = realloc(g_markers, n * sizeof *m);
+        if (m == NULL) {
+            mh_error("event queue: out of memory for a marker; its order is not kept");
+            return;
+        }
+        g_markers = m;
+        g_markers_cap = n;
+    }
+    g_markers[g_nmarkers++] = (marker){l, index, epoch_of(flags)};
+}
+
+static void marker_remove(mh_lane *l, uint64_t index)
+{
+    for (size_t i = 0; i < g_nmarkers; i++)
+        if (g_markers[i].lane == l && g_markers[i].index == index) {
+            g_markers[i] = g_markers[--g_nmarkers];
+            return;
+        }
+}
+
+/* ---- which pending ALLOCs have a FREE of their own pending (g_lock
+ * held): an ALLOC with none is "open" - the last of its range for now, so
+ * it must come after every earlier event there (rule 3, the top of the
+ * file) ---- */
+
+/* Multisets of 64-bit keys (nonzero), counted: open addressing, deletion by
+ * shifting back (no tombstones). */
+#define COUNTED_WHERE 3
+typedef struct counted {
+    uint64_t key;  /* 0: empty */
+    uint64_t count;
+    struct {
+        mh_lane *lane;  /* NULL: free; more than COUNTED_WHERE: not all are here */
+        uint64_t index;
+    } where[COUNTED_WHERE];
+} counted;
+typedef struct counted_set {
+    counted *slots;
+    size_t cap, n;
+} counted_set;
+
+/* The addresses of the visible FREEs not handed out: which ALLOCs have
+ * their own FREE pending.  (A FREE names the address its ALLOC returned;
+ * an earlier lifetime's FREE at the same address is out before rule 3
+ * asks - rule 1 holds an ALLOC behind it - where the address chain links
+ * them.) */
+static counted_set g_closer_addrs;
+
+/* A full mix (murmur3's finaliser): identities differ in their low bits
+ * and addresses in their middle ones, and a linear-probe table wants
+ * every bit to count. */
+static size_t counted_home(uint64_t key, size_t cap)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    key *= 0xc4ceb9fe1a85ec53ull;
+    key ^= key >> 33;
+    return (size_t)key & (cap - 1);
+}
+
+static counted *counted_find(const counted_set *s, uint64_t key)
+{
+    if (s->cap == 0 || key == 0)
+        return NULL;
+    for (size_t i = counted_home(key, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (s->slots[i].key == key)
+            return &s->slots[i];
+        if (s->slots[i].key == 0)
+            return NULL;
+    }
+}
+
+static bool counted_grow(counted_set *s)
+{
+    size_t cap = s->cap != 0 ? s->cap * 2 : 1024;
+    counted *c = calloc(cap, sizeof *c);
+    if (c == NULL)
+        return false;
+    for (size_t k = 0; k < s->cap; k++) {
+        if (s->slots[k].key == 0)
+            continue;
+        size_t i = counted_home(s->slots[k].key, cap);
+        while (c[i].key != 0)
+            i = (i + 1) & (cap - 1);
+        c[i] = s->slots[k];
+    }
+    free(s->slots);
+    s->slots = c;
+    s->cap = cap;
+    return true;
+}
+
+static void counted_add(counted_set *s, uint64_t key, mh_lane *lane, uint64_t index)
+{
+    counted *c = counted_find(s, key);
+    if (key == 0)
+        return;
+    if (c != NULL) {
+        c->count++;
+        for (unsigned k = 0; k < COUNTED_WHERE; k++)
+            if (c->where[k].lane == NULL) {
+                c->where[k].lane = lane;
+                c->where[k].index = index;
+                break;
+            }
+        return;
+    }
+    if ((s->n + 1) * 2 > s->cap && !counted_grow(s)) {
+        mh_error("event queue: out of memory for the drain's closer set; an ALLOC may be "
+                 "held for its own FREE until the next drain");
+        return;
+    }
+    size_t i = counted_home(key, s->cap);
+    while (s->slots[i].key != 0)
+        i = (i + 1) & (s->cap - 1);
+    s->slots[i] = (counted){.key = key, .count = 1};
+    s->slots[i].where[0].lane = lane;
+    s->slots[i].where[0].index = index;
+    s->n++;
+}
+
+static void counted_remove(counted_set *s, uint64_t key, const mh_lane *lane, uint64_t index)
+{
+    counted *c = counted_find(s, key);
+    if (c == NULL)
+        return;
+    for (unsigned k = 0; k < COUNTED_WHERE; k++)
+        if (c->where[k].lane == lane && c->where[k].index == index)
+            c->where[k].lane = NULL;
+    if (--c->count != 0)
+        return;
+    size_t i = (size_t)(c - s->slots), mask = s->cap - 1;
+    for (size_t j = (i + 1) & mask; s->slots[j].key != 0; j = (j + 1) & mask) {
+        size_t h = counted_home(s->slots[j].key, s->cap);
+        /* Move j back into the hole at i unless its home lies in (i, j]. */
+        if (((j - h) & mask) >= ((j - i) & mask)) {
+            s->slots[i] = s->slots[j];
+            i = j;
+        }
+    }
+    s->slots[i] = (counted){0};
+    s->n--;
+}
+
+/* Pending FREEs that name a range of their own (cuMemUnmap over several
+ * maps): rare.  One closes every earlier ALLOC of its own lane it
+ * overlaps (the maps it unmaps with the one its link names). */
+typedef struct ranged {
+    const mh_lane *lane;
+    uint64_t index, start, end;
+} ranged;
+static ranged *g_ranged;
+static size_t g_nranged, g_ranged_cap;
+
+static void ranged_add(const mh_lane *l, uint64_t index, const memhook_event *e)
+{
+    if (g_nranged == g_ranged_cap) {
+        size_t n = g_ranged_cap * 2 + 8;
+        ranged *r = realloc(g_ranged, n * sizeof *r);
+        if (r == NULL)
+            return;  /* (then its maps look open: held, never out of order) */
+        g_ranged = r;
+        g_ranged_cap = n;
+    }
+    uint64_t end = e->address + (e->size != 0 ? e->size : 1);
+    g_ranged[g_nranged++] = (ranged){l, index, e->address, end > e->address ? end : UINT64_MAX};
+}
+
+static void ranged_remove(const mh_lane *l, uint64_t index)
+{
+    for (size_t i = 0; i < g_nranged; i++)
+        if (g_ranged[i].lane == l && g_ranged[i].index == index) {
+            g_ranged[i] = g_ranged[--g_nranged];
+            return;
+        }
+}
+
+/* A ranged FREE later in lane l overlaps [lo, hi). */
+static bool ranged_closes(const mh_lane *l, uint64_t after, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < g_nranged; i++)
+        if (g_ranged[i].lane == l && g_ranged[i].index > after && g_ranged[i].start < hi &&
+            lo < g_ranged[i].end)
+            return true;
+    return false;
+}
+
+/* ---- a look: one snapshot of the lanes and the merge over it ---- */
+
+typedef struct look {
+    cursor *cur;
+    size_t n;      /* cursors: lanes with events visible and not handed out */
+    uint64_t run;  /* the bounded run, or 0 (the tee) */
+    bool rules;    /* more than one lane has events pending: the rules apply */
+} look;
+
+/* The first event of lane l not handed out yet, during the look. */
+static uint64_t lane_front(const look *lk, const mh_lane *l)
+{
+    return l->look_cursor >= 0 ? lk->cur[l->look_cursor].at : lane_unread(l);
+}
+
+static bool id_out(const look *lk, uint64_t id)
+{
+    mh_lane *l = lane_by_id(id);
+    return l != NULL && (id & MH_LANE_INDEX_MASK) < lane_front(lk, l);
+}
+
+/* Past the run's cut (events the run may not hand out). */
+static bool past_cut(const look *lk, const mh_lane *l, uint64_t index)
+{
+    return lk->run != 0 && (l->run != lk->run || index >= l->run_g);
+}
+
+static bool same_clock(uint32_t a, uint32_t b) { return ((a ^ b) & MH_EVENT_COARSE) == 0; }
+
+/* Index the FREEs of cursor o's lane up to its first event that came after
+ * `key` by the same clock (`clock`: an event's flags): a FREE past that
+ * one cannot hold an ALLOC of that time (rule 3), so a lane's backlog is
+ * indexed a tick at a time, not all at once. */
+static void index_upto(cursor *o, uint64_t key, uint32_t clock)
+{
+    mh_lane *l = o->lane;
+    uint64_t from = l->indexed > o->at ? l->indexed : o->at;
+    if (from >= o->seen)
+        return;
+    cursor s = cursor_at(l, from, o->seen);
+    for (; s.at < s.end; s.at++) {
+        const memhook_event *x = cursor_event(&s);
+        if (same_clock(x->flags, clock) && mh_clock_ns_of(x) > key)
+            break;  /* (by time only: an epoch check would stop at a marker) */
+        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0)
+            continue;
+        uint64_t end = x->address + (x->size != 0 ? x->size : 1);
+        mh_range_item item = {.start = x->address, .end = end > x->address ? end : UINT64_MAX,
+                              .index = s.at, .link = x->seq, .key = mh_clock_ns_of(x),
+                              .flags = x->flags};
+        if (!mh_range_insert(&l->frees, &item))
+            mh_error("event queue: out of memory indexing a FREE; its order is not checked");
+    }
+    l->indexed = s.at;
+}
+
+/* The earliest indexed FREE of lane l overlapping [lo, hi) that rule 3
+ * weighs for ALLOC e: when e's link is the last event at its own address
+ * (MH_EVENT_CHAIN), not one starting there (rule 1 orders those: each is
+ * before the link or after e) - so a pool's thousands of FREEs of one
+ * address cost a step, not a walk. */
+static bool first_free(const mh_lane *l, const memhook_event *e, uint64_t lo, uint64_t hi,
+                       mh_range_item *f)
+{
+    if (l->frees.count == 0)
+        return false;
+    uint64_t x = e->address;
+    if (!(e->flags & MH_EVENT_CHAIN))
+        return mh_range_first(&l->frees, lo, hi, 0, UINT64_MAX, 0, f);
+    mh_range_item below, above;
+    bool b = mh_range_first(&l->frees, lo, hi, 0, x, 0, &below);
+    bool a = x != UINT64_MAX && mh_range_first(&l->frees, lo, hi, x + 1, UINT64_MAX, 0, &above);
+    if (!a && !b)
+        return false;
+    *f = !a || (b && below.index < above.index) ? below : above;
+    return true;
+}
+
+/* List the markers among the lanes' visible events, if a marker was begun
+ * that the drain has not come across (rare: markers are). */
+static void find_markers(look *lk)
+{
+    bool look_for = atomic_load_explicit(&mh_marker_epoch, memory_order_acquire) != g_markers_seen;
+    for (size_t i = 0; i < lk->n; i++) {
+        cursor *o = &lk->cur[i];
+        mh_lane *l = o->lane;
+        uint64_t from = l->marks_at > o->at ? l->marks_at : o->at;
+        if (look_for && from < o->seen) {
+            cursor s = cursor_at(l, from, o->seen);
+            for (; s.at < s.end; s.at++)
+                if (cursor_event(&s)->flags & MH_EVENT_MARKER) {
+                    marker_add(l, s.at, cursor_event(&s)->flags);
+                    g_markers_seen++;
+                }
+        }
+        l->marks_at = o->seen;
+    }
+}
+
+/* Read every lane's `published` (G; first once more for H when fresh_h),
+ * and open a cursor over each lane with events visible and not handed out.
+ * `run_start`: this look's snapshot is a new run's cut. */
+static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fresh_h,
+                      bool run_start)
+{
+    *lk = (look){.cur = cur, .run = run};
+    if (fresh_h)
+        for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+             l = l->next)
+            l->seen = atomic_load_explicit(&l->published, memory_order_acquire);
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        uint64_t h = l->seen, start = lane_unread(l);
+        uint64_t g = atomic_load_explicit(&l->published, memory_order_acquire);
+        l->seen = g;
+        l->look_cursor = -1;
+        if (run_start) {
+            l->run = run;
+            l->run_h = h;
+            l->run_g = g;
+        }
+        if (g == start || lk->n == cap)
+            continue;
+        uint64_t end = h > start ? h : start;
+        if (run != 0) {
+            uint64_t cut = l->run == run ? l->run_g : start;
+            end = end < cut ? end : (cut > start ? cut : start);
+        }
+        cur[lk->n] = cursor_at(l, start, end);
+        cur[lk->n].seen = g;
+        cur[lk->n].state = HEAD_UNKNOWN;
+        l->look_cursor = (long)lk->n++;
+    }
+    lk->rules = lk->n > 1;
+    if (!lk->rules)
+        return;
+    mh_clock_prepare();
+    find_markers(lk);
+    /* Every newly visible FREE into the closer set (each event is looked at
+     * once, whatever the backlog). */
+    for (size_t i = 0; i < lk->n; i++) {
+        mh_lane *l = cur[i].lane;
+        uint64_t from = l->linked > cur[i].at ? l->linked : cur[i].at;
+        if (from < cur[i].seen) {
+            cursor s = cursor_at(l, from, cur[i].seen);
+            for (; s.at < s.end; s.at++) {
+                memhook_event *e = cursor_event(&s);
+                if (e->address != 0) {
+                    uint64_t end = e->address + (e->size != 0 ? e->size : 1);
+                    end = end > e->address ? end : UINT64_MAX;
+                    if (l->box_lo >= l->box_hi) {
+                        l->box_lo = e->address;
+                        l->box_hi = end;
+                    } else {
+                        l->box_lo = e->address < l->box_lo ? e->address : l->box_lo;
+                        l->box_hi = end > l->box_hi ? end : l->box_hi;
+                    }
+                }
+                if (e->kind == MEMHOOK_EVENT_ALLOC && e->seq != 0 && e->address != 0 &&
+                    !(e->flags & MH_EVENT_CHAIN)) {
+                    /* Its chain link's address, while the linked event can
+                     * still be read (rule 3 leaves same-address FREEs to
+                     * rule 1 then). */
+                    mh_lane *t = lane_by_id(e->seq);
+                    uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+                    if (t != NULL && ti >= lane_unread(t) && ti < t->seen &&
+                        event_at(t, ti)->address == e->address)
+                        e->flags |= MH_EVENT_CHAIN;
+                }
+                if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
+                    continue;
+                if (e->seq != 0 && !(e->flags & MH_EVENT_LINK_ALLOC)) {
+                    /* A chain link (a recorded FREE) names its ALLOC if that
+                     * is an ALLOC at this address: say so, while it can
+                     * still be read. */
+                    mh_lane *t = lane_by_id(e->seq);
+                    uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+                    if (t != NULL && ti >= lane_unread(t) && ti < t->seen) {
+                        const memhook_event *a = event_at(t, ti);
+                        if (a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address)
+                            e->flags |= MH_EVENT_LINK_ALLOC;
+                    }
+                }
+                counted_add(&g_closer_addrs, e->address, l, s.at);
+                if (e->flags & MH_EVENT_RANGE)
+                    ranged_add(l, s.at, e);
+            }
+        }
+        l->linked = cur[i].seen;
+    }
+}
+
+/* The look is over: where each lane's readers stand now. */
+static void look_close(look *lk, bool tee)
+{
+    for (size_t i = 0; i < lk->n; i++) {
+        mh_lane *l = lk->cur[i].lane;
+        if (lk->cur[i].at == lk->cur[i].seen && l->linked <= lk->cur[i].seen)
+            l->box_lo = l->box_hi = 0;  /* nothing it saw is pending: start over */
+        if (tee)
+            l->teed = lk->cur[i].at;
+        else
+            l->consumed = l->teed = lk->cur[i].at;
+        l->look_cursor = -1;
+    }
+}
+
+/* How sure a hold is (the top of the file): a cycle is broken at its
+ * weakest.  WEAK: a closed ALLOC by a FREE whose own ALLOC is pending (the
+ * two lifetimes may be either way round); STRONG: by a FREE whose ALLOC is
+ * out; OPEN: an open ALLOC by an earlier overlapping FREE; HARD: links and
+ * markers. */
+enum { HOLD_NONE, HOLD_WEAK, HOLD_STRONG, HOLD_OPEN, HOLD_HARD };
+
+typedef struct hold {
+    mh_lane *lane;  /* NULL: an event of a lane the drain does not know yet */
+    uint64_t index;
+    int strength;
+} hold;
+
+/* Called for each hold on a head; false stops the walk. */
+typedef bool (*hold_fn)(const look *lk, const hold *h, void *arg);
+
+/* Whether an event (flags, key) cannot have come before another (its
+ * flags, key): its time is later by the same clock (both coarse or both
+ * precise: causal either way, clock.c), or it read a later marker epoch
+ * (the other read its epoch before that marker began: E at the top of the
+ * file).  Events of one lane are in this order too, so the first of a
+ * lane that is later, all after it are. */
+static bool later(uint32_t flags, uint64_t key, uint32_t than_flags, uint64_t than_key)
+{
+    return (same_clock(flags, than_flags) && key > than_key) ||
+           epoch_before(epoch_of(than_flags), epoch_of(flags));
+}
+
+/* How far rule 3b looks for an ALLOC before an ALLOC's own FREE. */
+#define OWN_FREE_SCAN 512
+
+/* Rule 3b for an ALLOC on [lo, hi) whose own FREE is lane fl's event fi;
+ * false when fn said stop. */
+static bool hold_3b(const look *lk, mh_lane *fl, uint64_t fi, uint64_t lo, uint64_t hi,
+                    hold_fn fn, void *arg)
+{
+    cursor s = lk->cur[fl->look_cursor];
+    for (uint64_t k = 0; s.at < fi && k < OWN_FREE_SCAN; s.at++, k++) {
+        const memhook_event *x = cursor_event(&s);
+        if (x->kind == MEMHOOK_EVENT_ALLOC && x->address != 0 && x->address < hi &&
+            lo < x->address + (x->size != 0 ? x->size : 1)) {
+            hold h = {fl, s.at, HOLD_STRONG};
+            return fn(lk, &h, arg);
+        }
+    }
+    return true;
+}
+
+/* Walk the holds on c's head (the rules at the top of the file). */
+static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
+{
+    mh_lane *l = c->lane;
+    memhook_event *e = cursor_event(c);
+    uint64_t self = l->id != 0 ? (uint64_t)l->id << MH_LANE_INDEX_BITS | c->at : 0;
+    /* A hold from past the run's cut cannot be one on an event from
+     * before the run began (the top of the file). */
+    bool guaranteed = lk->run != 0 && l->run == lk->run && c->at < l->run_h;
+    hold h;
+    /* 1. the link */
+    if (e->seq != 0) {
+        mh_lane *t = lane_by_id(e->seq);
+        uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+        if (t == NULL || ti >= lane_front(lk, t)) {
+            if (t != NULL && ti < t->seen && e->kind == MEMHOOK_EVENT_ALLOC &&
+                event_at(t, ti)->address == e->address)
+                e->flags |= MH_EVENT_CHAIN;
+            h = (hold){t, ti, HOLD_HARD};
+            if (!fn(lk, &h, arg))
+                return;
+        }
+    }
+    /* 2. markers */
+    if (g_nmarkers != 0) {
+        uint32_t epoch = epoch_of(e->flags);
+        if (e->flags & MH_EVENT_MARKER) {
+            for (size_t i = 0; i < lk->n; i++) {
+                cursor *o = &lk->cur[i];
+                if (o == c || o->at >= o->seen)
+                    continue;
+                if (epoch_before(epoch_of(cursor_event(o)->flags), epoch)) {
+                    h = (hold){o->lane, o->at, HOLD_HARD};
+                    if (!fn(lk, &h, arg))
+                        return;
+                }
+            }
+        } else {
+            for (size_t i = 0; i < g_nmarkers; i++) {
+                const marker *m = &g_markers[i];
+                if (m->lane != l && !epoch_before(epoch, m->epoch)) {
+                    h = (hold){m->lane, m->index, HOLD_HARD};
+                    if (!fn(lk, &h, arg))
+                        return;
+                }
+            }
+        }
+    }
+    if (e->address == 0)
+        return;
+    uint64_t lo = e->address, hi = lo + (e->size != 0 ? e->size : 1);
+    hi = hi > lo ? hi : UINT64_MAX;
+    /* 3. an ALLOC, by other lanes' pending FREEs overlapping it */
+    if (e->kind == MEMHOOK_EVENT_ALLOC) {
+        /* Whether it is open, and where its own FREE is: looked up only
+         * when another lane's pending events span its addresses. */
+        bool open = false, asked = false;
+        for (size_t i = 0; i < lk->n; i++) {
+            cursor *o = &lk->cur[i];
+            /* A lane whose pending events span no address of this one has
+             * no FREE for it (threads with address ranges of their own:
+             * nothing to index, nothing to look up). */
+            if (o == c || o->lane->box_lo >= hi || lo >= o->lane->box_hi)
+                continue;
+            if (!asked) {
+                asked = true;
+                const counted *at_addr = counted_find(&g_closer_addrs, e->address);
+                open = at_addr == NULL && !ranged_closes(l, c->at, lo, hi);
+                /* 3b. its own FREE lies in another lane behind an ALLOC
+                 * overlapping it: that ALLOC comes before its FREE, so
+                 * (lifetimes do not interleave) its whole lifetime comes
+                 * before this one. */
+                mh_lane *fl = NULL;
+                uint64_t fi = 0;
+                for (unsigned k = 0; at_addr != NULL && k < COUNTED_WHERE && self != 0; k++) {
+                    mh_lane *w = at_addr->where[k].lane;
+                    if (w != NULL && event_at(w, at_addr->where[k].index)->seq == self) {
+                        fl = w;
+                        fi = at_addr->where[k].index;
+                    }
+                }
+                if (fl != NULL && fl != l && fl->look_cursor >= 0 &&
+                    !hold_3b(lk, fl, fi, lo, hi, fn, arg))
+                    return;
+            }
+            index_upto(o, c->key, e->flags);
+            mh_range_item f;
+            if (!first_free(o->lane, e, lo, hi, &f))
+                continue;
+            /* Its lane's later FREEs come after this one: if it is after
+             * the ALLOC (frees it, or came later), so are they. */
+            if ((self != 0 && f.link == self) || later(f.flags, f.key, e->flags, c->key) ||
+                (guaranteed && past_cut(lk, o->lane, f.index)))
+                continue;
+            h = (hold){o->lane, f.index,
+                       open ? HOLD_OPEN
+                       : (f.flags & MH_EVENT_LINK_ALLOC) && id_out(lk, f.link) ? HOLD_STRONG
+                                                                              : HOLD_WEAK};
+            if (!fn(lk, &h, arg))
+                return;
+        }
+    }
+}
+
+static bool first_hold(const look *lk, const hold *h, void *arg)
+{
+    (void)lk;
+    *(hold *)arg = *h;
+    return false;
+}
+
+/* Bring c's head state up to date. */
+static void head_refresh(const look *lk, cursor *c)
+{
+    if (c->state == HEAD_READY)
+        return;  /* holds only ever go away during a look */
+    if (c->state == HEAD_BLOCKED &&
+        (c->wait_lane == NULL || c->wait_index >= lane_front(lk, c->wait_lane)))
+        return;
+    if (c->state == HEAD_UNKNOWN)
+        c->key = mh_clock_ns_of(cursor_event(c));
+    hold h = {NULL, 0, HOLD_NONE};
+    head_holds(lk, c, first_hold, &h);
+    if (h.strength == HOLD_NONE) {
+        c->state = HEAD_READY;
+    } else {
+        c->state = HEAD_BLOCKED;
+        c->wait_lane = h.lane;
+        c->wait_index = h.index;
+    }
+}
+
+/* The hint: the earlier time; within one time (a coarse tick), the older
+ * lane - a thread usually starts after the one that made it, and the
+ * order of unrelated events within a tick is otherwise free. */
+static bool before(const cursor *a, const cursor *b)
+{
+    if (a->key != b->key)
+        return a->key < b->key;
+    uint32_t ra = a->lane->id != 0 ? a->lane->id : UINT32_MAX;
+    uint32_t rb = b->lane->id != 0 ? b->lane->id : UINT32_MAX;
+    return ra < rb;
+}
+
+/* ---- breaking a cycle of holds (rare: see the top of the file) ---- */
+
+typedef struct graph {
+    size_t n;
+    unsigned char *edge;  /* n x n: the strongest hold of head i on head j */
+    bool *outside;        /* head i is held by something the look cannot hand out */
+} graph;
+
+typedef struct graph_walk {
+    graph *g;
+    size_t from;  /* the head whose holds are walked */
+} graph_walk;
+
+static bool graph_hold(const look *lk, const hold *h, void *arg)
+{
+    graph *g = ((graph_walk *)arg)->g;
+    size_t from = ((graph_walk *)arg)->from;
+    const mh_lane *t = h->lane;
+    if (t == NULL || t->look_cursor < 0 || h->index >= lk->cur[t->look_cursor].end) {
+        g->outside[from] = true;
+        return true;
+    }
+    unsigned char *e = &g->edge[from * g->n + (size_t)t->look_cursor];
+    if (*e < h->strength)
+        *e = (unsigned char)h->strength;
+    return true;
+}
+
+static bool on_cycle(const graph *g, const bool *stuck, size_t start, bool *seen)
+{
+    size_t *stack = malloc(g->n * sizeof *stack);
+    if (stack == NULL)
+        return false;
+    memset(seen, 0, g->n * sizeof *seen);
+    size_t top = 0;
+    stack[top++] = start;
+    bool found = false;
+    while (top != 0 && !found) {
+        size_t i = stack[--top];
+        for (size_t j = 0; j < g->n && !found; j++) {
+            if (g->edge[i * g->n + j] == HOLD_NONE || !stuck[j])
+                continue;
+            if (j == start)
+                found = true;
+            else if (!seen[j]) {
+                seen[j] = true;
+                stack[top++] = j;
+            }
+        }
+    }
+    free(stack);
+    return found;
+}
+
+/* No head is free: the head to let go (a member of a cycle of holds made
+ * entirely inside the look), or -1 when the heads wait for what the look
+ * cannot hand out. */
+static long break_cycle(const look *lk)
+{
+    size_t n = lk->n;
+    graph g = {n, calloc(n * n, 1), calloc(n, sizeof(bool))};
+    bool *stuck = calloc(n, sizeof(bool)), *seen = calloc(n, sizeof(bool));
+    long pick = -1;
+    if (g.edge == NULL || g.outside == NULL || stuck == NULL || seen == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        cursor *c = &lk->cur[i];
+        if (c->at >= c->end) {
+            g.outside[i] = true;  /* no head this look */
+            continue;
+        }
+        graph_walk walk = {&g, i};
+        head_holds(lk, c, graph_hold, &walk);
+    }
+    /* A head that reaches something outside, through holds, waits. */
+    for (size_t i = 0; i < n; i++)
+        stuck[i] = !g.outside[i];
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < n; i++) {
+            if (!stuck[i])
+                continue;
+            for (size_t j = 0; j < n; j++)
+                if (g.edge[i * n + j] != HOLD_NONE && !stuck[j]) {
+                    stuck[i] = false;
+                    changed = true;
+                    break;
+                }
+        }
+    }
+    int best_strength = HOLD_HARD + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!stuck[i] || !on_cycle(&g, stuck, i, seen))
+            continue;
+        int s = HOLD_NONE;
+        for (size_t j = 0; j < n; j++)
+            s = g.edge[i * n + j] > s ? g.edge[i * n + j] : s;
+        if (pick < 0 || s < best_strength ||
+            (s == best_strength && before(&lk->cur[i], &lk->cur[pick]))) {
+            best_strength = s;
+            pick = (long)i;
+        }
+    }
+    if (pick >= 0 && best_strength >= HOLD_OPEN) {
+        static bool said;  /* once per process: a malformed history, not a load */
+        if (!said) {
+            said = true;
+            mh_error("event queue: a cycle of links and markers (events recorded out of "
+                     "order by a native recorder?); handing out by time");
+        }
+    }
+out:
+    free(g.edge);
+    free(g.outside);
+    free(stuck);
+    free(seen);
+    return pick;
+}
+
+/* ---- handing out ---- */
+
+/* Take c's head out: into *out (NULL: nowhere) numbered, private flags
+ * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
+ * leaves the number in the slot (the drain hands it out with it). */
+static void hand_out(cursor *c, memhook_event *out, bool tee)
+{
+    mh_lane *l = c->lane;
+    memhook_event *slot = cursor_event(c);
+    if (slot->flags & MH_EVENT_MARKER) {
+        if (c->at < l->marks_at)
+            marker_remove(l, c->at);
+        else
+            g_markers_seen++;  /* handed out before any look listed it */
+    } else if (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0) {
+        if (c->at < l->indexed)
+            mh_range_remove(&l->frees, slot->address, c->at);
+        if (c->at < l->linked) {
+            counted_remove(&g_closer_addrs, slot->address, l, c->at);
+            if (slot->flags & MH_EVENT_RANGE)
+                ranged_remove(l, c->at);
+        }
+    }
+    uint64_t seq = g_next_seq++;
+    if (tee)
+        slot->seq = seq;
+    if (out != NULL) {
+        *out = *slot;
+        out->seq = seq;
+        out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
+    }
+    c->at++;
+    c->state = HEAD_UNKNOWN;
+}
+
+/* Hand out up to capacity events of the look, in order. */
+static size_t look_merge(look *lk, memhook_event *out, size_t capacity, bool tee)
+{
+    size_t got = 0;
+    while (got < capacity) {
+        long best = -1;
+        for (size_t i = 0; i < lk->n; i++) {
+            cursor *c = &lk->cur[i];
+            if (c->at >= c->end)
+                continue;
+            if (!lk->rules) {
+                best = (long)i;  /* the one lane with anything pending */
+                break;
+            }
+            head_refresh(lk, c);
+            if (c->state == HEAD_READY && (best < 0 || before(c, &lk->cur[best])))
+                best = (long)i;
+        }
+        if (best < 0 && lk->rules)
+            best = break_cycle(lk);
+        if (best < 0)
+            break;
+        hand_out(&lk->cur[best], out != NULL ? &out[got] : NULL, tee);
+        got++;
+    }
+    return got;
+}
+
+/* ---- the tee's events, by seq ---- */
 
 /* A cursor over each lane's events the tee read and no drain took,
  * [consumed, teed). */
@@ -220,42 +1114,36 @@ static size_t open_teed(cursor *cur, size_t cap)
     return n;
 }
 
-/* The cursor whose next event comes first - by stamp, below the horizon,
- * or (by_seq) by the seq the tee gave it - or -1. */
-static long next_cursor(cursor *cur, size_t n, uint64_t horizon, bool by_seq)
-{
-    long best = -1;
-    uint64_t best_key = horizon;
-    for (size_t i = 0; i < n; i++) {
-        if (cur[i].at == cur[i].end)
-            continue;
-        const memhook_event *e = cursor_event(&cur[i]);
-        uint64_t key = by_seq ? e->seq : e->timestamp_ns;
-        if (key < best_key || (by_seq && best < 0)) {
-            best_key = key;
-            best = (long)i;
-        }
-    }
-    return best;
-}
-
-/* Copy up to capacity events, in order, into out (NULL: just step over
- * them).  Moves the cursors only. */
-static size_t merge(cursor *cur, size_t n, uint64_t horizon, bool by_seq, memhook_event *out,
-                    size_t capacity)
+/* Copy up to capacity of them, by the seq the tee gave them, into out
+ * (NULL: just step over them).  Moves the cursors only. */
+static size_t merge_by_seq(cursor *cur, size_t n, memhook_event *out, size_t capacity)
 {
     size_t got = 0;
     while (got < capacity) {
-        long i = next_cursor(cur, n, horizon, by_seq);
-        if (i < 0)
+        long best = -1;
+        uint64_t best_seq = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (cur[i].at == cur[i].end)
+                continue;
+            uint64_t seq = cursor_event(&cur[i])->seq;
+            if (best < 0 || seq < best_seq) {
+                best_seq = seq;
+                best = (long)i;
+            }
+        }
+        if (best < 0)
             break;
-        if (out != NULL)
-            out[got] = *cursor_event(&cur[i]);
-        cur[i].at++;
+        if (out != NULL) {
+            out[got] = *cursor_event(&cur[best]);
+            out[got].flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
+        }
+        cur[best].at++;
         got++;
     }
     return got;
 }
+
+/* ---- after a reader moved ---- */
 
 /* Retire the lane's fully consumed segments: their producer moved on when
  * it linked the next one, and nothing else holds them. */
@@ -270,15 +1158,16 @@ static void lane_retire_consumed(mh_lane *lane)
         s = next;
     }
     lane->read_seg = s;
-    if (lane->seek_first < s->first) {  /* the seek point was retired */
-        lane->seek_seg = s;
-        lane->seek_first = s->first;
-    }
+    for (unsigned i = 0; i < SEEK_POINTS; i++)
+        if (lane->seek[i].first < s->first) {  /* that seek point was retired */
+            lane->seek[i].seg = s;
+            lane->seek[i].first = s->first;
+        }
 }
 
-/* After a reader moved: retire what is consumed; an emptied lane of an
- * exited thread becomes FREE for the next new thread (its spare goes back
- * to the pool meanwhile). */
+/* Retire what is consumed; an emptied lane of an exited thread becomes
+ * FREE for the next new thread (its spare goes back to the pool
+ * meanwhile). */
 static void lanes_tidy(void)
 {
     uint64_t consumed = 0;
@@ -299,16 +1188,23 @@ static void lanes_tidy(void)
     }
 }
 
-static bool any_unconsumed(void)
+/* Something is still not taken out.  `looked`: a look of this call read
+ * every lane after the pending flag was cleared, so what it saw is enough
+ * (what was published since sets the flag itself: event_lane.h) - no
+ * further read of the producers' counts; else read them. */
+static bool any_unconsumed(bool looked)
 {
     for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next)
-        if (atomic_load_explicit(&l->published, memory_order_acquire) != l->consumed)
+         l = l->next) {
+        uint64_t upto = looked ? l->seen : atomic_load_explicit(&l->published,
+                                                                 memory_order_acquire);
+        if (upto > l->consumed)
             return true;
+    }
     return false;
 }
 
-/* The trace gets call events only: an unload marker (emit.c) is this
+/* The trace gets call events only: a marker (kind 0: emit.c) is this
  * process's consumers' business, and a trace's reader knows no kind 0. */
 static void sink_batch(const memhook_event *events, size_t count)
 {
@@ -317,13 +1213,24 @@ static void sink_batch(const memhook_event *events, size_t count)
         return;
     size_t from = 0;
     for (size_t i = 0; i <= count; i++) {
-        if (i < count && !(events[i].flags & MEMHOOK_EVENT_DRIVER_UNLOADED))
+        if (i < count && events[i].kind != 0)
             continue;
         if (i > from)
             sink(events + from, i - from);
         from = i + 1;
     }
 }
+
+/* Events of the run's first snapshot still waiting. */
+static bool run_owes(uint64_t run)
+{
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        if (l->run == run && lane_unread(l) < l->run_h)
+            return true;
+    return false;
+}
+
 
 size_t memhook_events_drain(memhook_event *out, size_t capacity)
 {
@@ -345,43 +1252,42 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
     /* Before reading the lanes: a push after this sets it again. */
     atomic_exchange(&mh_events_pending, 0);
     size_t cap, n = 0;
+    bool looked = false;
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
         /* First what the trace's tee read already, in the order it read
          * them (their seqs); the sink has seen them. */
         size_t nc = open_teed(cur, cap);
-        n = merge(cur, nc, UINT64_MAX, true, out, capacity);
+        n = merge_by_seq(cur, nc, out, capacity);
         mh_clock_convert(out, n);  /* the slots keep raw stamps; the tee converted its copies */
         for (size_t i = 0; i < nc; i++)
             cur[i].lane->consumed = cur[i].at;
-        /* Events newer than the horizon wait - but an event a caller is
-         * about to ask about (an ALLOC whose pointer it holds) may be one of
-         * them, so look again at once: what held them back is visible now.
-         * A few looks, and never past the run's cut (the top of the file):
-         * a run takes what was pending when it began, not what producers
-         * add while it runs. */
-        for (int look = 0; look < 4 && n < capacity; look++) {
-            uint64_t horizon, newest;
-            nc = open_unread(cur, cap, &horizon, &newest);
-            if (*mark == 0 && nc != 0)
-                *mark = newest == UINT64_MAX ? newest : newest + 1;  /* one past the cut */
-            uint64_t limit = horizon < *mark ? horizon : *mark;
-            size_t got = merge(cur, nc, limit, false, out + n, capacity - n);
-            for (size_t i = 0; i < got; i++)
-                out[n + i].seq = g_next_seq++;
+        bool start = *mark == 0;
+        if (start && n < capacity) {
+            *mark = ++g_run;
+            if (*mark == 0)
+                *mark = ++g_run;  /* 0 means "not begun" */
+        }
+        /* A look hands out what its first pass saw; what its second saw
+         * waits for the next look, which the run takes at once while events
+         * pending when it began are still held (by what only that second
+         * pass saw: the top of the file). */
+        for (int look_no = 0; look_no < 4 && n < capacity && *mark != 0; look_no++) {
+            look lk;
+            bool first = start && look_no == 0;
+            look_open(&lk, cur, cap, *mark, first, first);
+            looked = true;
+            size_t got = look_merge(&lk, out + n, capacity - n, false);
+            look_close(&lk, false);
             mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
             sink_batch(out + n, got);
             n += got;
-            for (size_t i = 0; i < nc; i++) {
-                mh_lane *l = cur[i].lane;
-                l->consumed = l->teed = cur[i].at;
-            }
-            if (horizon >= *mark)
-                break;  /* nothing at or below the cut is held back: all of it is out */
+            if (!run_owes(*mark))
+                break;
         }
         lanes_tidy();
     }
-    if (cur == NULL || any_unconsumed())
+    if (cur == NULL || any_unconsumed(looked))
         atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
     pthread_mutex_unlock(&g_lock);
     return n;
@@ -432,19 +1338,10 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     size_t cap, n = 0;
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
-        uint64_t horizon;
-        size_t nc = open_unread(cur, cap, &horizon, NULL);
-        while (n < capacity) {
-            long i = next_cursor(cur, nc, horizon, false);
-            if (i < 0)
-                break;
-            memhook_event *slot = cursor_event(&cur[i]);
-            slot->seq = g_next_seq++;  /* the drain hands it out with this seq */
-            out[n++] = *slot;
-            cur[i].at++;
-        }
-        for (size_t i = 0; i < nc; i++)
-            cur[i].lane->teed = cur[i].at;
+        look lk;
+        look_open(&lk, cur, cap, 0, true, false);
+        n = look_merge(&lk, out, capacity, true);
+        look_close(&lk, true);
         mh_clock_convert(out, n);
         sink_batch(out, n);
     }
@@ -470,7 +1367,7 @@ void mh_queue_trim(uint64_t keep)
              * made: flagged before they go, so coverage is never vouched
              * for over a gap (a query then asks the driver). */
             atomic_store_explicit(&g_trimmed, true, memory_order_release);
-            merge(cur, nc, UINT64_MAX, true, NULL, held - keep);
+            merge_by_seq(cur, nc, NULL, held - keep);
             for (size_t i = 0; i < nc; i++)
                 cur[i].lane->consumed = cur[i].at;
             lanes_tidy();

@@ -37,6 +37,11 @@ __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
 /* Process-wide: one flag for "some lane has news", read before every
  * query (see event_lane.h). */
 _Atomic uint32_t mh_events_pending;
+/* Process-wide, as the addresses it is keyed by (event_lane.h); 512 KiB of
+ * zero pages until addresses land on them. */
+_Atomic uint64_t mh_addr_chain[1u << MH_ADDR_CHAIN_BITS];
+/* The last lane id handed out (event_lane.h: MH_LANE_IDS). */
+static _Atomic uint32_t g_lane_ids;
 
 /* Drained segments kept mapped for any lane (1 MiB): mapping a fresh one
  * costs a system call and four page faults, and unmapping one a TLB
@@ -152,8 +157,12 @@ static mh_lane *lane_take(void)
     seg->first = 0;
     lane_start_segment(l, seg);
     l->read_seg = seg;
-    l->seek_seg = seg;
+    for (unsigned i = 0; i < sizeof l->seek / sizeof l->seek[0]; i++)
+        l->seek[i].seg = seg;
     l->tid = tid;
+    l->look_cursor = -1;
+    uint32_t id = atomic_fetch_add_explicit(&g_lane_ids, 1, memory_order_relaxed) + 1;
+    l->id = id <= MH_LANE_IDS ? id : 0;
     atomic_store_explicit(&l->state, MH_LANE_OWNED, memory_order_relaxed);
     mh_lane *head = atomic_load_explicit(&mh_lanes, memory_order_relaxed);
     do {

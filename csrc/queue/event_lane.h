@@ -11,9 +11,10 @@
  * cores (bench/hook_bench.py; README, "What the hooks cost").
  *
  * The single order events leave the queue in is made by the consumer
- * (event_drain.c), which merges the lanes by timestamp.  What makes that
- * order right - every FREE before any later ALLOC of its address - is
- * explained there.
+ * (event_drain.c), which merges the lanes.  What makes that order right -
+ * every FREE after its ALLOC and before any later ALLOC of its range - is
+ * explained there; producers help it with links (an event's identity in
+ * another's `seq`: mh_lane_slot_id, mh_addr_chain).
  *
  * A lane is never unlinked: when its thread exits it is marked ORPHAN,
  * drained, then FREE, and the next new thread takes it over (a thread pool
@@ -25,6 +26,7 @@
 #include <stdatomic.h>
 
 #include "queue.h"
+#include "range_index.h"
 
 #if !defined(__x86_64__)
 #error "the event queue counts on x86-64 ordering (mh_lane_announce)"
@@ -52,20 +54,37 @@ typedef struct mh_lane {
     _Alignas(64) mh_lane_seg *write_seg;      /* where the next event goes */
     memhook_event *write_end;                 /* one past write_seg's last slot */
     memhook_event *write_at;                  /* the next slot */
+    uint64_t written;                         /* `published`, the owner's copy */
     int32_t tid;                              /* the owner's kernel tid */
-    /* The consumer's line (under the consumer lock). */
+    uint32_t id;                              /* 1.. in order of creation; 0: past MH_LANE_IDS */
+    /* The consumer's lines (under the consumer lock; event_drain.c). */
     _Alignas(64) uint64_t consumed;           /* events taken out (drained or trimmed) */
     uint64_t teed;                            /* events the trace's tee has read */
-    uint64_t scanned;                         /* `published` as a drain's first pass read it */
+    uint64_t seen;                            /* `published` as the last look read it */
+    uint64_t indexed;                         /* FREEs up to here are in `frees` */
+    uint64_t marks_at;                        /* markers up to here are in the drain's list */
+    uint64_t linked;                          /* FREEs up to here are in the drain's
+                                                 closer set (event_drain.c) */
+    uint64_t box_lo, box_hi;                  /* the addresses its pending events
+                                                 span (event_drain.c), or lo >= hi */
+    uint64_t run, run_h, run_g;               /* a bounded run and its two cuts */
+    long look_cursor;                         /* this lane's cursor in a look, or -1 */
+    mh_range_tree frees;                      /* its indexed FREEs not handed out */
     mh_lane_seg *read_seg;                    /* the segment holding `consumed` */
-    /* The furthest segment a drain has looked an event up in, and its
-     * `first` (copied: once retired the segment may be another lane's).
-     * A lookup starts here rather than at read_seg, so finding a lane's
-     * newest event costs a step, not one per segment of backlog (every
-     * drain call walked the whole backlog: draining 4M queued events cost
-     * 47.8 ns an event, 37.7 with this; 1M: 41.2 -> 28.7, dev box). */
-    mh_lane_seg *seek_seg;
-    uint64_t seek_first;
+    /* Segments a drain has looked events up in lately, and their `first`
+     * (copied: once retired a segment may be another lane's).  A lookup
+     * starts from the nearest at or below it rather than at read_seg, so
+     * it costs a step, not one per segment of backlog - the drain reads a
+     * lane at a few places at once (the head, the index's and the closer
+     * set's scans, the newest event): with one seek point, 8 lanes of 25k
+     * events drained at 900-1500 ns an event, dev box; every drain call
+     * once walked the whole backlog (4M queued events: 47.8 ns an event,
+     * 37.7 with one seek point). */
+    struct {
+        mh_lane_seg *seg;
+        uint64_t first;
+    } seek[4];
+    unsigned seek_next;                       /* the seek point a lookup replaces next */
     /* Shared, rarely written. */
     _Alignas(64) _Atomic int state;           /* MH_LANE_* */
     _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
@@ -82,6 +101,13 @@ MH_HIDDEN extern __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-
  * it looks at the lanes, so an event published after that exchange leaves
  * it set. */
 MH_HIDDEN extern _Atomic uint32_t mh_events_pending;
+
+/* Lane ids fit 16 bits of an event's identity (mh_lane_slot_id); a lane
+ * made past that many has id 0, and its events carry no identity (the
+ * drain then orders them by its rules alone: event_drain.c). */
+#define MH_LANE_IDS 0xffffu
+#define MH_LANE_INDEX_BITS 48
+#define MH_LANE_INDEX_MASK ((1ull << MH_LANE_INDEX_BITS) - 1)
 
 /* Out of line: the calling thread's first event (a lane to own), or its
  * current segment is full (the next one). */
@@ -113,14 +139,58 @@ static inline memhook_event *mh_lane_slot(void)
     return slot;
 }
 
-/* Make the slot visible to the drain.  Then mh_lane_announce. */
+/* The identity of the slot mh_lane_slot just returned (the calling
+ * thread's next event): lane id << 48 | its index in the lane; 0 for a
+ * lane without an id.  Unique for the life of the process (a reused lane
+ * goes on counting; a fork child keeps the parent's). */
+static inline uint64_t mh_lane_slot_id(void)
+{
+    const mh_lane *lane = mh_my_lane;
+    if (__builtin_expect(lane->id == 0, 0))
+        return 0;
+    return (uint64_t)lane->id << MH_LANE_INDEX_BITS | lane->written;
+}
+
+/* Make the slot visible to the drain.  Then mh_lane_announce.  The owner
+ * counts in its own line and only stores `published` (never reads it: the
+ * drain's reads leave that line shared). */
 static inline void mh_lane_publish(void)
 {
     mh_lane *lane = mh_my_lane;
     lane->write_at++;
-    atomic_store_explicit(&lane->published, atomic_load_explicit(&lane->published,
-                                                                 memory_order_relaxed) + 1,
-                          memory_order_release);
+    atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
+}
+
+/* ---- the address chain: who recorded at an address last ----
+ *
+ * One word per hash of an address: the identity of the last event
+ * published at an address hashing there.  An event reads it before it is
+ * written (its link, unless it has a better one: a FREE's ALLOC from the
+ * live table) and writes its own identity after its publication, so a link
+ * read from here always names an event already published, which happened
+ * before the reader (it read what that event's thread wrote after
+ * publishing): a link is never wrong, at worst useless (another address
+ * hashing the same wrote last; the drain checks the address when it
+ * matters).  The chain is how an ALLOC comes after the FREE that made its
+ * address free again in another thread, and a recorded FREE
+ * (memhook_events_record) after its ALLOC.  Plain loads and stores: a lost
+ * race only loses a link.  Process-wide, as the addresses are. */
+#define MH_ADDR_CHAIN_BITS 16
+MH_HIDDEN extern _Atomic uint64_t mh_addr_chain[1u << MH_ADDR_CHAIN_BITS];
+
+static inline _Atomic uint64_t *mh_addr_chain_at(uint64_t addr)
+{
+    return &mh_addr_chain[(addr * 0xff51afd7ed558ccdull) >> (64 - MH_ADDR_CHAIN_BITS)];
+}
+
+static inline uint64_t mh_addr_chain_last(uint64_t addr)
+{
+    return atomic_load_explicit(mh_addr_chain_at(addr), memory_order_acquire);
+}
+
+static inline void mh_addr_chain_note(uint64_t addr, uint64_t id)
+{
+    atomic_store_explicit(mh_addr_chain_at(addr), id, memory_order_release);
 }
 
 /* Tell the drain there is news: set mh_events_pending.  Storing it on every

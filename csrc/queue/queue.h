@@ -7,8 +7,10 @@
  *                    push path lives in event_lane.h)
  *   event_drain.c    the consumer side: the lanes merged into one order,
  *                    the trace's tee and trim, statistics
- *   clock.c          event timestamps (raw TSC on the hook path, converted
- *                    to CLOCK_MONOTONIC ns by the drain)
+ *   clock.c          event timestamps (coarse, or precise: raw TSC on the
+ *                    hook path, converted to CLOCK_MONOTONIC ns by the
+ *                    drain), and the marker epoch
+ *   range_index.[ch] the drain's index of pending FREEs by address range
  *
  * The queue carries memhook_event records (csrc/include/memhook/memhook.h)
  * and knows nothing of CUDA or of the hooks that fill it: a layer above it
@@ -17,6 +19,7 @@
 #ifndef MEMHOOK_QUEUE_H
 #define MEMHOOK_QUEUE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,14 +28,42 @@
 #include "mh_time.h"
 #include "mh_visibility.h"
 
+/* ---- what producers leave in an event for the drain ----
+ *
+ * memhook_event.flags bits 16-31 are the queue's own: producers set them,
+ * the drain reads them and clears them before an event leaves the core (no
+ * consumer, subscriber or trace ever sees them).  The public MEMHOOK_EVENT_*
+ * flags stay below bit 16.  Until the drain hands an event out, its `seq`
+ * holds a link: the identity (mh_lane_slot_id, event_lane.h) of an event it
+ * must come after, or 0.  event_drain.c says how the drain uses them. */
+#define MH_EVENT_PRIVATE     0xffff0000u
+/* timestamp_ns holds a raw TSC reading; the drain converts it
+ * (mh_clock_convert) and clears the flag. */
+#define MH_EVENT_RAW_TSC     0x80000000u
+/* A FREE whose link names the ALLOC it frees (from the live table). */
+#define MH_EVENT_LINK_ALLOC  0x40000000u
+/* A marker (kind 0): everything recorded before it goes first, everything
+ * after it after it (mh_marker_flags). */
+#define MH_EVENT_MARKER      0x20000000u
+/* A FREE that names a range of its own (cuMemUnmap's size), which may cover
+ * more than the one allocation its address starts. */
+#define MH_EVENT_RANGE       0x10000000u
+/* timestamp_ns is coarse: CLOCK_MONOTONIC_COARSE (mh_clock_stamp). */
+#define MH_EVENT_COARSE      0x08000000u
+/* Written by the drain into a pending ALLOC's slot: its link is the last
+ * event recorded at its own address (checked while the link was pending). */
+#define MH_EVENT_CHAIN       0x04000000u
+/* The marker epoch the producer read (mh_epoch_flags), 10 bits. */
+#define MH_EVENT_EPOCH_SHIFT 16
+#define MH_EVENT_EPOCH_BITS  10
+#define MH_EVENT_EPOCH_MASK  0x03ff0000u
+
 /* ---- clock.c ---- */
 
-/* memhook_event.flags bit of an event whose timestamp_ns still holds a raw
- * TSC reading; the drain converts it (mh_clock_convert) and clears it, so
- * no event leaves the core with it. */
-#define MH_EVENT_RAW_TSC 0x80000000u
-
-MH_HIDDEN extern bool mh_clock_tsc;  /* true: hooks stamp events with the TSC */
+MH_HIDDEN extern bool mh_clock_tsc;  /* true: precise stamps are TSC readings */
+/* Subscribers that asked for precise time (memhook_events_precise_time);
+ * the trace asks through mh_trace_on.  Read by every hook. */
+MH_HIDDEN extern _Atomic uint32_t mh_clock_precise_wanted;
 /* A (TSC, CLOCK_MONOTONIC ns) pair read as close together as this CPU
  * allows: the best of a few tries, the TSC taken at the middle of the clock
  * read.  What a raw stamp is converted against (here, and by the trace's
@@ -41,18 +72,36 @@ MH_HIDDEN void mh_clock_anchor(uint64_t *tsc, uint64_t *ns);
 /* Turn every raw TSC stamp of events[0..count) into CLOCK_MONOTONIC ns.
  * Consumer side: called with the queue's consumer lock held. */
 MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
+/* The CLOCK_MONOTONIC ns of a raw TSC stamp, against the anchor the last
+ * mh_clock_prepare (or mh_clock_convert) read: the drain's sort key.
+ * Consumer side. */
+MH_HIDDEN void mh_clock_prepare(void);
+MH_HIDDEN uint64_t mh_clock_ns_of(const memhook_event *e);
 
 /* A timestamp for an event being recorded, and the flag that says what
- * kind it is.  The drain orders the threads' events by stamp
- * (event_drain.c), so a stamp must come after everything the recording
- * thread observed before it that another thread's event caused.  rdtsc
- * alone may execute before earlier loads complete, and so carry an
- * earlier time than what they read; `ordered` puts lfence first, which
- * waits for them (an ALLOC's stamp after the real call: the free that made
- * its address available).  Unordered is for a stamp whose order the caller
- * gets otherwise (a FREE found in the live table: emit.c). */
-static inline uint64_t mh_clock_stamp(uint32_t *flags, bool ordered)
+ * kind it is.
+ *
+ * Coarse (precise false): CLOCK_MONOTONIC_COARSE, a few loads.  The drain
+ * does not order by time (event_drain.c), so nothing else is needed of it;
+ * it is causal all the same (a thread's coarse reading after it observed
+ * another's store is at least what that thread read before the store:
+ * x86-64 keeps loads in order), which the drain uses as a filter.
+ *
+ * Precise (memhook trace, or a subscriber that asked): the TSC (or
+ * CLOCK_MONOTONIC without a usable one).  The trace's collector merges its
+ * threads' copies by these stamps, so a stamp must come after everything
+ * the recording thread observed before it that another thread's event
+ * caused.  rdtsc alone may execute before earlier loads complete, and so
+ * carry an earlier time than what they read; `ordered` puts lfence first,
+ * which waits for them (an ALLOC's stamp after the real call: the free that
+ * made its address available).  Unordered is for a stamp whose order the
+ * caller gets otherwise (a FREE found in the live table: emit.c). */
+static inline uint64_t mh_clock_stamp(uint32_t *flags, bool precise, bool ordered)
 {
+    if (__builtin_expect(!precise, 1)) {
+        *flags |= MH_EVENT_COARSE;
+        return mh_coarse_ns();
+    }
     if (__builtin_expect(mh_clock_tsc, 1)) {
         *flags |= MH_EVENT_RAW_TSC;
         if (ordered)
@@ -61,6 +110,27 @@ static inline uint64_t mh_clock_stamp(uint32_t *flags, bool ordered)
     }
     return mh_monotonic_ns();
 }
+
+/* ---- markers (event_drain.c orders them) ---- */
+
+/* Process-wide, as the order it divides: bumped once per marker.  Every
+ * event records the value it read (mh_epoch_flags); the drain puts an event
+ * that read a smaller epoch than a marker's before that marker, one that
+ * read the marker's or a later one after it.  Read by every event (on the
+ * MH_HOT line), written only by a marker. */
+MH_HIDDEN extern _Atomic uint32_t mh_marker_epoch;
+
+static inline uint32_t mh_epoch_flags(void)
+{
+    uint32_t e = atomic_load_explicit(&mh_marker_epoch, memory_order_acquire);
+    return (e << MH_EVENT_EPOCH_SHIFT) & MH_EVENT_EPOCH_MASK;
+}
+
+/* The flags of a new marker: a new epoch (before the marker is written, so
+ * an event that follows the marker in any thread reads it or a later one),
+ * and MH_EVENT_MARKER.  Pass them to the marker's write instead of
+ * mh_epoch_flags. */
+MH_HIDDEN uint32_t mh_marker_flags(void);
 
 /* ---- event_drain.c (the producer side is event_lane.h) ---- */
 

@@ -14,15 +14,34 @@
  *   fork child   the child must not write into its parent's area (it is
  *                MADV_DONTFORK): it makes its own and hands it over from
  *                the atfork child handler, before the program's code runs
- *                again, so even a child that is killed at once is read;
+ *                again, so even a child that is killed at once is read.
+ *                A child of a raw fork system call runs no handler: it
+ *                finds no area and counts its events as lost in its
+ *                parent's (trace_lane.c), and the collector says so;
  *   streamer     a thread that, every MEMHOOK_TRACE_POLL_MS (10 ms),
  *                refreshes the area's clock anchor, retries a hand-over
  *                the collector could not take yet (its listen queue full),
  *                and bounds the process's own queue while it has no
- *                consumer (the tee + trim below);
+ *                consumer (the tee + trim below).  It starts with the
+ *                image's first event (or at once when the hand-over must
+ *                be retried), not at load: see "credentials" below;
  *   exit         marks the area exited (the summary's "exited") and
  *                writes a last anchor.  exec'd images inherit LD_PRELOAD
  *                and the environment and connect on their own.
+ *
+ * Credentials are per thread in Linux; glibc's setuid/setgid family runs
+ * the call in every thread and aborts the process if the results differ.
+ * A program that changes a per-thread setting first - setpriv, su and
+ * privilege-dropping daemons do prctl(PR_SET_KEEPCAPS) and capset(),
+ * which glibc does not broadcast, then setresuid() and setresgid() -
+ * leaves any other thread without the capabilities the next call needs:
+ * with a streamer there, setpriv --reuid --regid died of SIGABRT (the
+ * streamer's setresgid got EPERM).  Such programs are single-threaded and
+ * make no CUDA call; with the streamer started only by a first event,
+ * they stay single-threaded under the trace too.  (A process that has
+ * made CUDA calls has the driver's threads as well, traced or not.)  A
+ * process that then runs as another user cannot connect to the collector
+ * (its socket is the tracing user's alone) and says so.
  *
  * Never blocking: every socket call is non-blocking (SOCK_NONBLOCK,
  * MSG_DONTWAIT), none is made under a lock a hook or fork() takes, and the
@@ -47,7 +66,9 @@
 
 #include "log.h"
 #include "mh_options.h"
+#include "mh_text.h"
 #include "mh_time.h"
+#include "pyframes.h"
 #include "queue.h"
 #include "trace_lane.h"
 #include "trace_proto.h"
@@ -83,8 +104,13 @@ static struct {
     unsigned poll_ms;
     unsigned buffer_mb;
     unsigned stack_depth;        /* MEMHOOK_TRACE_STACKS: frames per ALLOC, 0 off */
+    unsigned py_depth;           /* MEMHOOK_TRACE_PYTHON: Python frames per ALLOC, 0 off */
+    int connect_errno;           /* why the last connect failed */
+    _Atomic int streamer;        /* 1 once this image's streamer was started */
     _Atomic int stop;
 } t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1};
+
+static void start_streamer(void);
 
 static bool fd_is(int fd, dev_t dev, ino_t ino)
 {
@@ -130,6 +156,7 @@ static int connect_collector(void)
     if (rc != 0) {
         int err = errno;
         close(fd);
+        t.connect_errno = err;
         mh_debug("memhook trace: cannot connect to %s: %s", t.addr.sun_path, strerror(err));
         return err == EAGAIN || err == EWOULDBLOCK ? TRY_LATER : NO_COLLECTOR;
     }
@@ -250,6 +277,20 @@ static void *streamer_main(void *arg)
     return NULL;
 }
 
+/* Not at load (see "credentials" at the top); from the first claim of a
+ * segment, a slow path of the hooks (once per 256 events a thread), once
+ * per image.  The hooks take no lock of memhook's for it; pthread_create
+ * takes glibc's own (its stack cache, the TLS lock, both safe from any
+ * thread that holds none of them, as a hook does). */
+void mh_trace_want_streamer(void)
+{
+    int expect = 0;
+    if (atomic_load_explicit(&t.streamer, memory_order_relaxed) != 0 ||
+        !atomic_compare_exchange_strong(&t.streamer, &expect, 1))
+        return;
+    start_streamer();
+}
+
 static void start_streamer(void)
 {
     /* The program's signals must never be delivered to our thread. */
@@ -275,7 +316,7 @@ static void start_streamer(void)
 /* A fresh area in t.area_fd; false (and a warning) if none could be made. */
 static bool new_area(void)
 {
-    int fd = mh_trace_area_create(t.buffer_mb, t.stack_depth);
+    int fd = mh_trace_area_create(t.buffer_mb, t.stack_depth, t.py_depth);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         mh_warn("memhook trace: pid %d cannot make its trace area (%u MiB): %s; its "
@@ -286,6 +327,8 @@ static bool new_area(void)
         return false;
     }
     mh_trace_modules_sync();  /* every object loaded now, in the new area */
+    if (t.py_depth != 0)
+        mh_pyframes_area_ready(mh_trace_area_current());
     t.area_fd = fd;
     t.dev = st.st_dev;
     t.ino = st.st_ino;
@@ -318,10 +361,10 @@ void mh_trace_fork_child(void)
     t.sock = -1;
     give_up_area();
     atomic_store(&t.stop, 0);
+    atomic_store(&t.streamer, 0);  /* the parent's is not here; the child's first event starts one */
     t.hello_flags = MH_TRACE_HELLO_FORKED;
-    if (new_area())
-        hand_over();
-    start_streamer();
+    if (new_area() && !hand_over())
+        mh_trace_want_streamer();  /* a hand-over to retry */
 }
 
 static unsigned env_number(const char *name, const char *v, unsigned dflt, unsigned lo,
@@ -356,12 +399,25 @@ __attribute__((constructor)) static void trace_init(void)
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
     t.poll_ms = env_number("MEMHOOK_TRACE_POLL_MS", mh_opts.trace_poll_ms, 10, 1, 1000);
     t.stack_depth = env_number("MEMHOOK_TRACE_STACKS", mh_opts.trace_stacks, 0, 0, 128);
+    t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0,
+                            MH_TRACE_PY_DEPTH_MAX);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left
      * alone, hooks and all.  (A full listen queue is not that: retried.) */
-    if (connect_collector() == NO_COLLECTOR)
+    if (connect_collector() == NO_COLLECTOR) {
+        if (t.connect_errno == EACCES || t.connect_errno == EPERM)
+            mh_warn("memhook trace: pid %d runs as uid %u, and only the user who started "
+                    "`memhook trace` may connect to its collector (%s: %s): this process "
+                    "is not traced", (int)getpid(), (unsigned)geteuid(), t.addr.sun_path,
+                    strerror(t.connect_errno));
         return;
+    }
+    /* Observers (a constructor's job) before install tells of objects. */
+    if (t.stack_depth != 0)
+        mh_text_watch();  /* --stacks ends its walks outside code */
+    if (t.py_depth != 0)
+        mh_pyframes_watch();
     if (!new_area()) {
         if (t.sock >= 0)
             close(t.sock);
@@ -374,9 +430,10 @@ __attribute__((constructor)) static void trace_init(void)
         t.install_rc = memhook_hooks_install(t.mode, t.why, sizeof t.why);
     else
         t.mode = 0;
-    hand_over();
+    bool handed = hand_over();
     atexit(trace_exit);
-    start_streamer();
+    if (!handed)
+        mh_trace_want_streamer();  /* a hand-over to retry; else the first event starts it */
 }
 
 __attribute__((destructor)) static void trace_fini(void) { trace_exit(); }

@@ -5,9 +5,10 @@
  *
  * The copy takes no lock and makes no system call; a thread takes a new
  * segment (one CAS) every MH_TRACE_SEG_EVENTS events.  When the area is
- * full (the collector is behind by MEMHOOK_TRACE_BUFFER_MB) the event is
- * counted in the area's `lost`, which the collector reports; nothing
- * waits.
+ * full the event is counted - in `lost` when segments wait for the
+ * collector (it is behind by MEMHOOK_TRACE_BUFFER_MB), in `lost_owned`
+ * when every segment is a live thread's - and the collector reports it;
+ * nothing waits.
  */
 #ifndef MEMHOOK_TRACE_LANE_H
 #define MEMHOOK_TRACE_LANE_H
@@ -40,11 +41,15 @@ static inline void mh_trace_copy(const memhook_event *e)
 /* Make a fresh area of `mb` MiB for this process image and start copying
  * into it; returns its memfd (the caller hands it over and closes it), or
  * -1 with errno. */
-MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth);
+MH_HIDDEN int mh_trace_area_create(unsigned mb, unsigned stack_depth, unsigned py_depth);
 /* The area being written, or NULL (trace_modules.c appends to it). */
 MH_HIDDEN mh_trace_area *mh_trace_area_current(void);
 /* Stop copying (the fork child, before it makes its own area). */
 MH_HIDDEN void mh_trace_area_forget(void);
+/* trace.c: start the image's streamer thread if it is not running yet.
+ * Called by the first claim of a segment, so a process that records no
+ * event never has a thread of ours (see trace.c: per-thread credentials). */
+MH_HIDDEN void mh_trace_want_streamer(void);
 /* Record a (TSC, ns) anchor so the collector can convert raw stamps. */
 MH_HIDDEN void mh_trace_area_anchor(void);
 MH_HIDDEN void mh_trace_area_mark_exited(void);

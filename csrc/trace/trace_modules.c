@@ -42,8 +42,17 @@ static struct {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Not held across fork(): the child makes it afresh (a sync interrupted by
- * fork left the parent's table, which the child's next area replaces). */
-void mh_trace_modules_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+ * fork left the parent's table).  The child makes a new area, which may
+ * well be mapped where the parent's was (that one is not in the child:
+ * MADV_DONTFORK): it must be told of every object again, so the table
+ * starts over.  fork_order.c runs this before the trace's own child
+ * handler, whose new area syncs the table. */
+void mh_trace_modules_fork_child(void)
+{
+    pthread_mutex_init(&g_lock, NULL);
+    g_known.area = NULL;
+    g_known.n = 0;
+}
 
 static uint64_t hash_name(const char *s)
 {

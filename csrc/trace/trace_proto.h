@@ -17,6 +17,11 @@
  *
  *   HELLO   the one message: who this process is (mh_trace_hello, then
  *           exe, cmdline and why bytes) and, as SCM_RIGHTS, its area's fd
+ *           (sealed against shrinking where the kernel allows).  The
+ *           collector believes none of it blindly: the sender is the
+ *           kernel's SO_PEERCRED pid, the pid claimed must be that process
+ *           in one of its PID namespaces, and every offset and count of
+ *           the area is checked against the memfd's real size.
  *
  * EVENTS and BYE are version 1's (events on the socket); no longer sent.
  */
@@ -27,12 +32,17 @@
 
 #define MH_TRACE_MAGIC 0x3154484Du /* "MHT1" */
 /* 3: events carry `caller` (memhook.h: 16-bit kind/function/mem_type/
- * device), and the area holds module records and stack records. */
-#define MH_TRACE_VERSION 3
+ * device), and the area holds module records and stack records.
+ * 4: and Python records and code records (--python). */
+#define MH_TRACE_VERSION 4
 
 #define MH_TRACE_HELLO 1
 #define MH_TRACE_EVENTS 2
 #define MH_TRACE_BYE 3
+/* Sent (header only, no descriptor) by a `memhook trace` that runs inside
+ * a traced program, to the outer collector: the inner trace's command
+ * reports to the inner collector, and the outer one says so. */
+#define MH_TRACE_NESTED 4
 
 /* Most events in one EVENTS message: 64 KiB of events, well inside the
  * default socket send buffer (a SEQPACKET message must fit in it whole). */
@@ -116,8 +126,14 @@ typedef struct mh_trace_area {
     uint64_t fresh;          /* segments taken never used before */
     uint64_t claims;         /* claims so far */
     uint64_t scan;           /* where the next search for a done segment starts */
-    uint64_t lost;           /* events that found no room: LOUD at the collector */
-    uint64_t pad1[4];
+    uint64_t lost;           /* events that found no room while segments waited for
+                                the collector (it fell behind): LOUD at the collector */
+    uint64_t lost_owned;     /* events that found no room because every segment was
+                                owned by a live thread (more threads than segments) */
+    uint64_t lost_forked;    /* events of children made without fork()'s handlers (a
+                                raw fork or clone system call): such a child has no
+                                area; it counts them here, in the page it inherited */
+    uint64_t pad1[2];
     /* the collector's line */
     uint64_t done_total;     /* segments the collector finished, ever */
     uint64_t pad2[7];
@@ -128,13 +144,27 @@ typedef struct mh_trace_area {
     uint64_t modules_cap;    /* bytes */
     uint64_t modules_used;   /* bytes of complete records (release) */
     uint64_t modules_lost;   /* records that found no room */
-    /* stack records (--stacks): fixed-size, stack_depth return addresses
-     * each, claimed by fetch_add from any thread; an ALLOC event's seq in
-     * the area is 1 + its record's index (0: none) */
-    uint64_t stacks_off;
+    /* an ALLOC's frame records, claimed by fetch_add from any thread; an
+     * ALLOC event's seq in the area names them: bits 0-31 1 + its stack
+     * record's index, bits 32-63 1 + its Python record's word offset (0:
+     * none) */
+    uint64_t stacks_off;     /* stack records (--stacks): stack_depth + 1 words each */
     uint64_t stacks_cap;     /* records */
     uint64_t stacks_next;    /* records claimed (may pass stacks_cap: lost) */
     uint32_t stack_depth;    /* 0: no stacks */
+    uint32_t py_depth;       /* Python frames per ALLOC (--python); 0: none.
+                                Beside stack_depth: the hook reads both at once */
+    /* --python (csrc/trace/pyframes.c) */
+    uint64_t py_off;         /* Python records, one after another: only the
+                                frames there are take room (page faults cost) */
+    uint64_t py_cap;         /* bytes */
+    uint64_t py_used;        /* bytes claimed (fetch_add; may pass py_cap) */
+    uint64_t py_lost;        /* Python records that found no room */
+    uint64_t codes_off;      /* code records (mh_trace_pycode) */
+    uint64_t codes_cap;      /* bytes */
+    uint64_t codes_used;     /* bytes claimed (fetch_add; past codes_cap: lost) */
+    uint64_t codes_lost;     /* code records that found no room */
+    uint32_t py_version;     /* the interpreter's PY_VERSION_HEX, 0 none found */
     uint32_t reserved2;
 } mh_trace_area;
 
@@ -155,5 +185,53 @@ typedef struct mh_trace_module {
  * first: [0] is the event's own caller return address). */
 #define MH_TRACE_MODULES_BYTES (1u << 20)
 #define MH_TRACE_STACKS_MB 64
+
+/* A Python record: a head word, then its frames (at most py_depth),
+ * innermost first, each (code << 32 | (uint32_t)lasti):
+ *   code   1 + a code record's offset in the code section / 8; 0: the
+ *          frame's code could not be recorded (the section was full, or
+ *          it failed a check: its name is unknown, never another's);
+ *   lasti  the frame's last instruction, as the interpreter keeps it
+ *          (3.9: a byte offset; 3.10+: code units; -1: not started).
+ * head: frames (bits 0-15) | MH_TRACE_PY_* (bits 16-23) | MH_TRACE_PY_MORE. */
+#define MH_TRACE_PY_MB 64
+#define MH_TRACE_PY_DEPTH_MAX 128  /* MEMHOOK_TRACE_PYTHON's bound */
+#define MH_TRACE_PY_FRAMES 0u       /* frames of a Python thread (maybe none) */
+#define MH_TRACE_PY_NO_THREAD 1u    /* the thread has no Python thread state */
+#define MH_TRACE_PY_NO_PYTHON 2u    /* no (initialized) interpreter in the process */
+#define MH_TRACE_PY_UNSUPPORTED 3u  /* an interpreter memhook cannot read */
+#define MH_TRACE_PY_BROKEN 4u       /* the chain failed a check: frames up to it */
+#define MH_TRACE_PY_MORE 0x1000000u /* more frames than py_depth above these */
+
+/* A code record: a code object's identity, written once per code object
+ * seen (csrc/trace/pycode.c), so the collector names frames - file,
+ * function, line - after the code object is gone.  The header, then the
+ * filename, the qualified name and the line table, each padded to 8.
+ * Strings are the interpreter's own characters: `kind` bytes each
+ * (1: Latin-1, 2: UCS-2, 4: UCS-4; 0: not readable, length 0).  `len`
+ * (all of it) is stored last, with release: 0 while being written. */
+#define MH_TRACE_CODES_MB 64
+typedef struct mh_trace_pycode {
+    uint32_t len;
+    uint32_t firstlineno;
+    uint64_t code;           /* the code object's address when recorded */
+    uint64_t filename_obj;   /* the three objects' addresses (the cache's */
+    uint64_t qualname_obj;   /*   first check, csrc/trace/pycode.c) */
+    uint64_t linetable_obj;
+    int64_t filename_hash;   /* the two strings' own cached hashes when */
+    int64_t qualname_hash;   /*   recorded (-1: not computed yet) */
+    uint32_t filename_len;   /* characters */
+    uint32_t qualname_len;
+    uint32_t linetable_len;  /* bytes */
+    uint8_t filename_kind;
+    uint8_t qualname_kind;
+    uint8_t flags;           /* MH_TRACE_PYCODE_* */
+    uint8_t py_minor;        /* 9..13: how to read the line table */
+} mh_trace_pycode;           /* 72 bytes */
+#define MH_TRACE_PYCODE_NO_LINES 0x1u /* the line table was not copied (too long) */
+/* The most a code record copies (the collector refuses more): a longer
+ * name is recorded as unknown, a longer line table as NO_LINES. */
+#define MH_TRACE_PYCODE_NAME_MAX 4096     /* characters of a name */
+#define MH_TRACE_PYCODE_LINES_MAX 262144  /* bytes of a line table (256 KiB) */
 
 #endif

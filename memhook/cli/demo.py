@@ -2,7 +2,8 @@
 
 On the GPU when the host has a usable CUDA driver with a device, on memhook's
 simulator otherwise; the trace is text, to stdout, with its summary.  Extra
-``memhook trace`` options (``-f``, ``-o``, ``-m``) pass through.
+``memhook trace`` options (``-f``, ``-o``, ``-m``, ``--stacks``, ``--python``)
+pass through.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["add_parser", "gpu_present", "have_cuda_bindings", "run"]
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     from .formats import FORMATS
+    from .trace import PYTHON_DEFAULT, PYTHON_MAX, STACKS_DEFAULT, STACKS_MAX
 
     p = sub.add_parser(
         "demo", help="trace a short allocation workload (GPU if present, else the simulator)",
@@ -28,6 +30,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("-f", "--format", default="text", choices=FORMATS,
                    help="output format (as for trace)")
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="as for trace")
+    p.add_argument("--stacks", nargs="?", const=str(STACKS_DEFAULT), default=None,
+                   metavar="DEPTH", help=f"as for trace (1-{STACKS_MAX}; use --stacks=N)")
+    p.add_argument("--python", nargs="?", const=str(PYTHON_DEFAULT), default=None,
+                   metavar="DEPTH", help=f"as for trace (1-{PYTHON_MAX}; use --python=N)")
     p.set_defaults(func=run)
     return p
 
@@ -65,9 +71,15 @@ def have_cuda_bindings() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .trace import mode_error, run_trace
+    from .trace import (PYTHON_DEFAULT, PYTHON_MAX, STACKS_DEFAULT, STACKS_MAX, UsageError,
+                        depth_option, mode_error, run_trace)
 
     problem = mode_error(args.mode)
+    try:
+        stacks = depth_option("stacks", args.stacks, STACKS_DEFAULT, STACKS_MAX)
+        python = depth_option("python", args.python, PYTHON_DEFAULT, PYTHON_MAX)
+    except UsageError as exc:
+        problem = problem or str(exc)
     if problem:  # before the probe and the banner: nothing runs
         print(f"memhook demo: {problem}", file=sys.stderr)
         return 2
@@ -84,6 +96,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     workload = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_workload.py")
     return run_trace([sys.executable, workload], mode=args.mode,
-                     sim=sim, fmt=args.format, output=args.output)
+                     sim=sim, fmt=args.format, output=args.output, stacks=stacks, python=python)
 
 

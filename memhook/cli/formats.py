@@ -22,6 +22,7 @@ history is a bounded ring (like PyTorch's own recorder), see
 
 from __future__ import annotations
 
+import codecs
 import collections
 import json
 import pickle
@@ -29,6 +30,7 @@ import time
 from typing import IO, Any
 
 from .._symbolize import Caller
+from .pyframes import PyStack
 
 from .ledger import (
     ALLOC,
@@ -41,11 +43,34 @@ from .ledger import (
     mem_type_name,
 )
 
-__all__ = ["FORMATS", "ChromeWriter", "JsonlWriter", "MemvizWriter", "TextWriter", "Writer",
-           "make_writer"]
+__all__ = ["FORMATS", "TEXT_ERRORS", "ChromeWriter", "JsonlWriter", "MemvizWriter", "TextWriter",
+           "Writer", "make_writer"]
 
 FORMATS = ("text", "jsonl", "chrome", "memviz")
 SIZE_UNKNOWN = 0x1
+
+TEXT_ERRORS = "memhook-bytes"
+"""The ``errors`` of every text stream memhook trace writes: a name that
+was not UTF-8 (a latin-1 file name in a command line, decoded with
+surrogateescape as :func:`os.fsdecode` does) goes out as the bytes it was;
+anything else the stream's encoding cannot hold, as a backslash escape.
+Never an exception."""
+
+
+def _as_bytes(exc: UnicodeError) -> tuple[str | bytes, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start:exc.end]:
+        cp = ord(ch)
+        if 0xDC80 <= cp <= 0xDCFF:
+            out.append(cp - 0xDC00)  # the byte surrogateescape decoded it from
+        else:
+            out += ch.encode("ascii", "backslashreplace")
+    return bytes(out), exc.end
+
+
+codecs.register_error(TEXT_ERRORS, _as_bytes)
 
 
 class Writer:
@@ -100,7 +125,8 @@ class TextWriter(Writer):
         how = "forked" if h.forked else "started"
         hooks = ("hooks failed: " + (h.why or f"errno {h.install_rc}")) if h.install_rc \
             else f"hooks {_mode_name(h.mode)}"
-        self.out.write(f"{self._rel(h.start_ns)} [{h.pid}] process {how} (ppid {h.ppid}; "
+        ns = f"pid {proc.own_pid} in its PID namespace; " if proc.own_pid is not None else ""
+        self.out.write(f"{self._rel(h.start_ns)} [{proc.pid}] process {how} ({ns}ppid {h.ppid}; "
                        f"{hooks}): {h.command}\n")
         self.out.flush()
 
@@ -117,16 +143,17 @@ class TextWriter(Writer):
         lines: list[str] = []
         append = lines.append
         for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags, caller, \
-                _ in rows:
+                _, python in rows:
             # %-formatting: the cheapest way CPython has to build these lines.
             d = ts - t0 if ts > t0 else 0
-            append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s  from %s\n" % (
+            append("%4d.%06d [%d/%d] %s %s %#014x %s  %s dev %2d  %s  from %s%s\n" % (
                 d // 1000000000, d % 1000000000 // 1000, pid, tid, _KIND_TEXT.get(kind, "?    "),
                 names[fn], address,
                 "         ?" if (flags & SIZE_UNKNOWN and not size) else sizes[size],
                 types[mem_type], device,
                 "%s (%d)" % (ledger.error_name(fn, result), result) if result else "ok",
-                caller.library if caller is not None else "?"))
+                caller.library if caller is not None else "?",
+                "" if python is None else _python_text(python)))
         self.out.write("".join(lines))
         self.out.flush()
 
@@ -173,6 +200,28 @@ def _short(c: Caller | None) -> str:
     return c.short if c is not None else "?"
 
 
+def _python_text(python: PyStack) -> str:
+    """The text line's end with --python: the innermost user frame."""
+    f = python.user_frame
+    if f is None:
+        return "  (no Python: %s)" % python.why
+    return "  at %s in %s" % (f.location, f.function)
+
+
+_PYTHON_CHARS = 32 << 20  # the most text JsonlWriter keeps of Python stacks
+
+
+def _python_json(python: PyStack) -> str:
+    """jsonl's ``python`` (and why it is empty, or ends early)."""
+    text = ',"python":' + json.dumps([{"file": f.file, "line": f.line, "function": f.function}
+                                      for f in python.frames])
+    if python.why:
+        text += ',"python_note":' + json.dumps(python.why)
+    if python.more:
+        text += ',"python_truncated":true'
+    return text
+
+
 def _mode_name(mode: int) -> str:
     names = [n for bit, n in ((1, "bistro"), (2, "reloc")) if mode & bit]
     return ",".join(names) if names else "none"
@@ -190,13 +239,18 @@ class JsonlWriter(Writer):
     """One object per event (keys of DESIGN.md section 5).  ``caller``:
     ``{"object", "symbol", "offset", "address"}`` (null when unknown);
     with --stacks, ALLOCs have ``stack``, a list of the same, innermost
-    first."""
+    first; with --python, ``python``, a list of ``{"file", "line",
+    "function"}``, innermost first (line 0: unknown), and where it is empty
+    or ends early ``python_note`` says why (``python_truncated``: more
+    frames than the depth)."""
 
     def __init__(self, out: IO[Any], ledger: Ledger, t0_ns: int) -> None:
         super().__init__(out, ledger, t0_ns)
         self._names = _Padded(ledger.function_name, 0)
         self._types = _Padded(mem_type_name, 0)
         self._callers: dict[Caller | None, str] = {}
+        self._python: dict[PyStack, str] = {}
+        self._python_chars = 0  # what _python holds: bounded, however long the names
 
     def _caller(self, caller: Caller | None) -> str:
         text = self._callers.get(caller)
@@ -211,13 +265,24 @@ class JsonlWriter(Writer):
         names, types = self._names, self._types
         lines: list[str] = []
         append = lines.append
+        pys = self._python
         for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _, caller, \
-                frames in rows:
+                frames, python in rows:
             # Names are C identifiers: no JSON escaping needed (paths and
             # symbols go through json.dumps).
             stack = ""
             if frames:
                 stack = ',"stack":' + json.dumps([_frame_json(c) for c in frames])
+            if python is not None:
+                text = pys.get(python)
+                if text is None:
+                    text = _python_json(python)
+                    if len(pys) > 100_000 or self._python_chars + len(text) > _PYTHON_CHARS:
+                        pys.clear()
+                        self._python_chars = 0
+                    self._python_chars += len(text)
+                    pys[python] = text
+                stack += text
             append('{"kind":"%s","function":"%s","address":%d,"size":%d,"mem_type":"%s",'
                    '"device":%d,"pid":%d,"tid":%d,"ts_ns":%d,"result":%d,"caller":%s%s}\n' % (
                        "alloc" if kind == ALLOC else "free", names[fn], address, size,
@@ -274,7 +339,7 @@ class ChromeWriter(Writer):
         ci = 0
         nchanges = len(changes)
         for i, (_, address, size, ts, kind, fn, mem_type, device, pid, tid, result,
-                _, caller, _) in enumerate(rows):
+                _, caller, _, python) in enumerate(rows):
             d = ts - t0 if ts > t0 else 0
             if result:
                 cat = ('alloc,failed' if kind == ALLOC else 'free,failed')
@@ -284,10 +349,12 @@ class ChromeWriter(Writer):
                 err = ''
             append('{"name":"%s","cat":"%s","ph":"i","s":"t","ts":%d.%03d,"pid":%d,"tid":%d,'
                    '"args":{"address":"%#x","size":%d,"mem_type":"%s","device":%d,'
-                   '"result":%d%s,"caller":%s}}' % (
+                   '"result":%d%s,"caller":%s%s}}' % (
                        names[fn], cat, d // 1000, d % 1000, pid, tid, address, size,
                        types[mem_type], device, result, err,
-                       json.dumps(_short(caller))))
+                       json.dumps(_short(caller)),
+                       "" if python is None else ',"python":%s' % json.dumps(
+                           python.site if python.frames else "(no Python: %s)" % python.why)))
             while ci < nchanges and changes[ci][0] == i:
                 append(self._counter(d, changes[ci][1], changes[ci][2]))
                 ci += 1
@@ -321,9 +388,10 @@ class MemvizWriter(Writer):
     driver handed it out whole): ``segment_alloc`` + ``alloc`` in the trace;
     its free is ``free_requested`` + ``free_completed`` + ``segment_free``;
     a failed allocation with CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation
-    is ``oom``.  Frames, innermost first: the CUDA function, the native
-    frames of --stacks (or the caller alone), then the process (memhook
-    records no Python frames: README, "Who allocated it").  The final ``segments`` are the allocations never freed,
+    is ``oom``.  Frames: the Python frames of --python, innermost first
+    (memory_viz shows the user's lines first), then the CUDA function, the
+    native frames of --stacks (or the caller alone), innermost first, then
+    the process.  The final ``segments`` are the allocations never freed,
     which the page shows as still allocated at the end.
 
     Bounded memory: the trace is a ring of the last ``max_entries`` entries
@@ -349,20 +417,26 @@ class MemvizWriter(Writer):
         if proc.hello is not None:
             self.commands[proc.pid] = proc.hello.command
 
-    def _frames(self, pid: int, fn: int, where: tuple = ()) -> list[dict]:
-        """PyTorch's frame dicts (filename, line, name), innermost first:
-        the native frames (--stacks) or the caller, then the CUDA function
-        and the process.  Cached per (pid, function, addresses)."""
+    def _frames(self, pid: int, fn: int, where: tuple = (None,)) -> list[dict]:
+        """PyTorch's frame dicts (filename, line, name): the Python frames
+        (--python), innermost first, then the CUDA function, the native
+        frames (--stacks) or the caller, innermost first, and the process.
+        ``where`` is (Python frames or None, native frames...).  Cached per
+        (pid, function, frames)."""
         key = (pid, fn, where)
         frames = self.frames.get(key)
         if frames is None:
             command = self.commands.get(pid, "?")
-            frames = [{"filename": "CUDA", "line": 0, "name": self.ledger.function_name(fn)}]
-            for c in where:
+            python = where[0]
+            frames = [{"filename": f.file, "line": f.line, "name": f.function}
+                      for f in (python.frames if python is not None else ())]
+            frames.append({"filename": "CUDA", "line": 0, "name": self.ledger.function_name(fn)})
+            for c in where[1:]:
                 if c is None:
                     continue
-                frames.append({"filename": c.object or "?", "line": 0,
-                               "name": f"{c.symbol or hex(c.address)}+{c.offset:#x}"})
+                # Named as chrome names a frame (Caller.short: lib!symbol+0xoff, or
+                # lib+0xoff past the object's base where it has no symbol).
+                frames.append({"filename": c.object or "?", "line": 0, "name": c.short})
             frames.append({"filename": f"pid {pid}: {command}", "line": 0, "name": "process"})
             if len(self.frames) > 100_000:
                 self.frames.clear()
@@ -373,9 +447,9 @@ class MemvizWriter(Writer):
         ring = self.ring
         live = self.live
         for row in rows:
-            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, flags, caller, st \
-                = row
-            where = st or (caller,)
+            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, flags, caller, st, \
+                python = row
+            where = (python, *(st or (caller,)))
             if mem_type == MEM_CUDA_HOST:
                 continue
             dev = max(device, 0)

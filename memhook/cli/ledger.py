@@ -31,11 +31,13 @@ Accounting rules:
 from __future__ import annotations
 
 import dataclasses
+import signal
 from collections import defaultdict
 
 from .cuda_errors import error_name
 from .modules import ModuleMap
 from .protocol import Hello
+from .pyframes import SiteLedger
 
 __all__ = ["GLOBAL_FUNCTIONS", "HOST_KEY", "Ledger", "Process", "device_label"]
 
@@ -68,17 +70,33 @@ class Process:
 
     conn_id: int
     hello: Hello | None = None
+    kernel_pid: int | None = None
+    """The sender's pid by the kernel (``SO_PEERCRED``, this namespace's
+    number): what the outputs show.  None: the HELLO's (a unit test)."""
     events: int = 0
     events_sent: int | None = None   # from BYE: the process reached exit()
     ended: bool = False
     execed: bool = False                # a later connection came from the same pid
-    live: dict[int, tuple[int, int, int, str]] = dataclasses.field(default_factory=dict)
-    # address -> (size, device key, function, calling library)
+    live: dict[int, tuple[int, int, int, str, str | None]] = dataclasses.field(
+        default_factory=dict)
+    # address -> (size, device key, function, calling library, Python call site or None)
     modules: ModuleMap = dataclasses.field(default_factory=ModuleMap)
+    signal: int | None = None  # the signal that ended it, where known (CMD's own status)
 
     @property
     def pid(self) -> int:
+        """The kernel pid (the HELLO's where none is known)."""
+        if self.kernel_pid is not None:
+            return self.kernel_pid
         return self.hello.pid if self.hello else -1
+
+    @property
+    def own_pid(self) -> int | None:
+        """The pid the process knows itself by (its events carry it), where
+        that is not :attr:`pid`: it runs in a PID namespace of its own."""
+        if self.hello is None or self.hello.pid == self.pid:
+            return None
+        return self.hello.pid
 
     @property
     def how_ended(self) -> str:
@@ -88,6 +106,8 @@ class Process:
             return "exited"
         if self.execed:
             return "exec'd"
+        if self.signal is not None:
+            return f"killed by {_signal_name(self.signal)} (left without exit())"
         return "left without exit() (exec, _exit or a signal)"
 
 
@@ -112,6 +132,7 @@ class Ledger:
         self._total_live = 0
         self._total_peak = 0
         self.sites: dict[tuple, list[int]] = {}  # --stacks: (library, symbol...) -> [n, bytes]
+        self.py_sites = SiteLedger()  # --python: by the innermost user frame
         self.processes: list[Process] = []
         self.events = 0
         self.first_ns: int | None = None
@@ -148,7 +169,9 @@ class Ledger:
     def _release(self, proc: Process) -> list[tuple[int, int, int]]:
         changes = []
         live_bytes = self.live_bytes
-        for size, key, fn, lib in proc.live.values():
+        for size, key, fn, lib, site in proc.live.values():
+            if site is not None:
+                self.py_sites.leaked(site, size)
             entry = self.never_freed.get(fn)
             if entry is None:
                 self.never_freed[fn] = [1, size]
@@ -186,9 +209,10 @@ class Ledger:
         globals_ = self.globals_
         changes = []
         lib_live, lib_peak = self.lib_live, self.lib_peak
+        py_sites = self.py_sites
         i = -1
-        for _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, stack \
-                in rows:
+        for _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, stack, \
+                python in rows:
             i += 1
             calls[fn] += 1
             if result:
@@ -207,16 +231,23 @@ class Ledger:
                     live_bytes[old[1]] -= old[0]
                     lib_live[old[3]] -= old[0]
                     self._total_live -= old[0]
+                    if old[4] is not None:
+                        py_sites.free(old[4], old[0])
                 lib = caller.library if caller is not None else "?"
-                live[address] = (size, dev, fn, lib)
+                site = python.site if python is not None else None
+                live[address] = (size, dev, fn, lib, site)
                 lt = lib_live[lib] + size
                 lib_live[lib] = lt
                 if lt > lib_peak[lib]:
                     lib_peak[lib] = lt
+                if site is not None:
+                    py_sites.alloc(site, size)
                 self._total_live += size
                 if self._total_live > self._total_peak:
                     self._total_peak = self._total_live
                     self.peak_split = {k: v for k, v in lib_live.items() if v > 0}
+                    if py_sites.live:
+                        py_sites.total_peaked()
                 if stack:
                     self._site(stack, size)
                 total = live_bytes[dev] + size
@@ -231,6 +262,8 @@ class Ledger:
                     continue
                 nbytes[fn] += size or old[0]
                 lib_live[old[3]] -= old[0]
+                if old[4] is not None:
+                    py_sites.free(old[4], old[0])
                 self._total_live -= old[0]
                 dev = old[1]
                 total = live_bytes[dev] - old[0]
@@ -247,13 +280,15 @@ class Ledger:
             -> list[tuple[int, int, int]]:
         """A context of ``device`` (-1: not known) was torn down: what
         ``proc`` held there is freed.  Returns the live-bytes changes."""
-        gone = [a for a, (_, key, _, _) in proc.live.items()
+        gone = [a for a, (_, key, _, _, _) in proc.live.items()
                 if device < 0 or key == device or key < 0]
         keys: dict[int, None] = {}
         for address in gone:
-            size, key, _, lib = proc.live.pop(address)
+            size, key, _, lib, site = proc.live.pop(address)
             self.bytes[fn] += size
             self.lib_live[lib] -= size
+            if site is not None:
+                self.py_sites.free(site, size)  # freed by the teardown, not leaked
             self._total_live -= size
             self.live_bytes[key] -= size
             keys[key] = None
@@ -284,7 +319,7 @@ class Ledger:
         return {
             "events": self.events,
             "processes": [
-                {"pid": p.pid, "ppid": p.hello.ppid if p.hello else None,
+                {"pid": p.pid, "own_pid": p.own_pid, "ppid": p.hello.ppid if p.hello else None,
                  "command": p.hello.command if p.hello else "?",
                  "forked": bool(p.hello and p.hello.forked), "events": p.events,
                  "ended": p.how_ended,
@@ -323,7 +358,15 @@ class Ledger:
                 {"frames": list(k), "count": n, "bytes": b}
                 for k, (n, b) in sorted(self.sites.items(), key=lambda kv: -kv[1][1])[:10]
             ],
+            **self.py_sites.summary(),
         }
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _install_note(hello: Hello) -> str:
@@ -355,6 +398,8 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("processes:")
         for p in procs:
             forked = ", forked" if p["forked"] else ""
+            if p.get("own_pid") is not None:
+                forked += f", pid {p['own_pid']} in its PID namespace"
             out.append(f"  pid {p['pid']:<7} {p['events']:>9} events  {p['ended']}{forked}; "
                        f"hooks {p['hooks']}: {_clip(p['command'], 60)}")
     out.append("calls and bytes per function:")
@@ -375,6 +420,12 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("peak live bytes by calling library (at the peak of all; each one's own):")
         for p in summary["peak_by_library"]:
             out.append(f"  {_clip(p['library'], 34):<34} {human_size(p['at_peak']):>12}  "
+                       f"{human_size(p['own_peak']):>12}")
+    if summary.get("peak_by_python_site"):
+        out.append("peak live bytes by Python call site (--python; at the peak of all; "
+                   "each one's own):")
+        for p in summary["peak_by_python_site"][:20]:
+            out.append(f"  {_clip_left(p['site'], 50):<50} {human_size(p['at_peak']):>12}  "
                        f"{human_size(p['own_peak']):>12}")
     out.append("failed calls:")
     if summary["failed"]:
@@ -397,6 +448,12 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
             plural = "s" if f["count"] != 1 else ""
             out.append(f"  {_clip(f['library'], 30):<30} {f['count']:>6} allocation{plural}  "
                        f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
+    if summary.get("never_freed_by_python_site"):
+        out.append("allocations never freed by Python call site (--python):")
+        for f in summary["never_freed_by_python_site"][:20]:
+            plural = "s" if f["count"] != 1 else ""
+            out.append(f"  {_clip_left(f['site'], 50):<50} {f['count']:>6} allocation{plural}  "
+                       f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
     if summary.get("top_sites"):
         out.append("top call sites (--stacks; bytes allocated):")
         for s in summary["top_sites"]:
@@ -410,3 +467,8 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _clip_left(text: str, width: int) -> str:
+    """A path's end is what tells it apart: clip its start."""
+    return text if len(text) <= width else "..." + text[len(text) - width + 3:]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._symbolize import Caller, describe, executable_mappings
@@ -59,21 +60,32 @@ class ModuleMap:
     modules: list[Module] = field(default_factory=list)
     _los: list[int] = field(default_factory=list)
     _cache: dict[int, Caller] = field(default_factory=dict)
+    _known: set[tuple[str, int, int, int]] = field(default_factory=set)
     pid: int = 0
     """While the process lives: where to look (``/proc/PID/maps``) for an
     object no record names yet (bistro alone learns of objects on a poll,
     and its events may be read first)."""
     batch: int = 0   # bumped by the collector at every read of the area
     _maps_batch: int = -1
+    alive: Callable[[], bool] | None = None
+    """Whether the process :attr:`pid` names is still the one (its pidfd
+    has not fired): asked after reading its maps, so a pid reused by
+    another process is never read as this one's."""
 
     def add(self, records: list[tuple[int, Module]]) -> None:
         for kind, m in records:
-            if kind != MODULE_LOAD:
-                continue
+            if kind != MODULE_LOAD or (m.path, m.base, m.lo, m.hi) in self._known:
+                continue  # (the same object at the same place names the same)
+            self._known.add((m.path, m.base, m.lo, m.hi))
             i = bisect.bisect_right(self._los, m.lo)
             self._los.insert(i, m.lo)
             self.modules.insert(i, m)
             self._cache.clear()  # (a range may now be ambiguous)
+
+    def inherit(self, parent: ModuleMap) -> None:
+        """Start from ``parent``'s objects (a fork child's mappings are its
+        parent's, as they were at the fork)."""
+        self.add([(MODULE_LOAD, m) for m in parent.modules])
 
     def _from_proc_maps(self) -> None:
         bases: dict[str, int] = {}
@@ -82,6 +94,8 @@ class ModuleMap:
             bases[path] = base
             span = found.setdefault(path, [lo, hi])
             span[0], span[1] = min(span[0], lo), max(span[1], hi)
+        if self.alive is not None and not self.alive():
+            return
         known = {(m.path, m.base) for m in self.modules}
         self.add([(MODULE_LOAD, Module(p, bases[p], lo, hi, 0)) for p, (lo, hi) in found.items()
                   if (p, bases[p]) not in known])

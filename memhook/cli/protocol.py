@@ -4,7 +4,11 @@ Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
 ``SOCK_SEQPACKET`` connection per traced process image, one message:
 
 * HELLO - who the process is (:class:`Hello`), with its trace area's memfd
-  as ``SCM_RIGHTS`` (events travel in the area: :mod:`memhook.cli.area`).
+  as ``SCM_RIGHTS`` (events travel in the area: :mod:`memhook.cli.area`);
+  believed only as far as the kernel confirms it (:mod:`memhook.cli.peers`);
+* NESTED - a header alone, from a ``memhook trace`` run inside a traced
+  program, to the outer collector: its command's events go to it
+  (:func:`nested_message`).
 
 EVENTS and BYE are version 1's and no longer sent.
 """
@@ -19,13 +23,13 @@ from .._event_layout import EVENT_DTYPE
 
 __all__ = [
     "BATCH", "BYE", "EVENT", "EVENTS", "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED",
-    "HELLO_FORKED", "MAGIC", "MAX_MESSAGE", "VERSION", "Hello", "ProtocolError",
-    "events", "parse_bye", "parse_header", "parse_hello",
+    "HELLO_FORKED", "MAGIC", "MAX_MESSAGE", "NESTED", "VERSION", "Hello", "ProtocolError",
+    "events", "nested_message", "parse_bye", "parse_header", "parse_hello",
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
-VERSION = 3  # 3: events carry caller; module and stack records in the area
-HELLO, EVENTS, BYE = 1, 2, 3
+VERSION = 4  # 3: events carry caller, module and stack records; 4: Python and code records
+HELLO, EVENTS, BYE, NESTED = 1, 2, 3, 4
 BATCH = 1024                # most events in one EVENTS message
 HELLO_FORKED = 0x1
 
@@ -102,6 +106,11 @@ def parse_hello(data: bytes) -> Hello:
     if argv and argv[-1] == "":
         argv.pop()
     return Hello(pid, ppid, mode, install_rc, core_version, flags, start_ns, exe, argv, why)
+
+
+def nested_message() -> bytes:
+    """A NESTED message (sent by :mod:`memhook.cli.trace`)."""
+    return HEADER.pack(MAGIC, VERSION, NESTED, 0, 0)
 
 
 def parse_bye(data: bytes) -> int | None:

@@ -1,11 +1,12 @@
 """The reorder window of ``memhook trace``: events of all processes, merged
 in timestamp order before a writer sees them.
 
-Each traced process streams its own events in batches (every 10 ms, see
-csrc/trace/trace.c), so in arrival order one process's batch can come after
-a later batch of another's.  :class:`Reorder` sits between the collector and
-a writer and holds every event until ``window_ns`` (default
-:data:`WINDOW_MS` = 100 ms) has passed since its timestamp - timestamps are
+The collector reads each traced process's trace area in its own turn
+(every ~20 ms, :mod:`memhook.cli.collector`), so in arrival order one
+process's batch can come after a later batch of another's.
+:class:`Reorder` sits between the collector and a writer and holds every
+event until ``window_ns`` (default :data:`WINDOW_MS` = 250 ms) has passed
+since its timestamp - timestamps are
 CLOCK_MONOTONIC, the clock this process reads too - then hands the held
 events on, merged in timestamp order, with the "process started/ended"
 marks in their place among them.
@@ -45,10 +46,11 @@ from .ledger import Process
 
 __all__ = ["CHUNK", "MAX_HELD", "MERGED", "WINDOW_MS", "Reorder"]
 
-WINDOW_MS = 100
-"""How long an event is held (of its timestamp) before it is written: 10x
-the streamers' 10 ms send period, so a streamer may be late by that much on
-a loaded machine and its events still come out in order."""
+WINDOW_MS = 250
+"""How long an event is held (of its timestamp) before it is written:
+more than 10x what an event waits on a quiet box before the collector
+reads it (~22 ms: its 20 ms poll), so a collector descheduled for that
+long on a loaded machine still writes every event in order."""
 
 MAX_HELD = 16384
 """Most events held at once (16 full batches)."""

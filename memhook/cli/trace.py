@@ -12,7 +12,7 @@ Where things go:
 * ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
   interleaved with CMD's own output; each line shows pid and tid, and the
   lines of all processes are merged in timestamp order
-  (:mod:`memhook.cli.reorder`: held 100 ms);
+  (:mod:`memhook.cli.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
   CMD's stdout is sent to stderr so the stream stays parseable;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
@@ -21,13 +21,46 @@ Where things go:
   the stream; to a file (``-o``) it goes there too for text, so the
   terminal shows it in every format.
 
+Pids: every output shows a process by its kernel pid as this (memhook's)
+PID namespace numbers it - the one a user here can ``kill`` or find in
+``ps`` - taken from the socket (``SO_PEERCRED``), never from what the
+process says; a process in a PID namespace of its own (a container,
+``unshare -p``) has its own number beside it in the "process started" line
+and the summary.  Thread ids stay as the process numbers them.
+
 ``-m ''`` is an error (name a mode); without a loadable CUDA driver and
 without ``--sim`` CMD still runs, and the tracer says so and suggests
 ``--sim``.  Signals: see :class:`_SignalRelay`.
 
-Exit status: CMD's (128+N when a signal N ended it); 127 when CMD cannot
-be found, 126 when it cannot be executed; 2 for a usage error (bad flag,
-missing CMD, unknown format or mode, unwritable output).
+CMD outlives every failure on this side.  memhook never kills or signals
+CMD because of its own trouble:
+
+* an output that fails (a full disk under ``-o``: ENOSPC; an encoding
+  error; any exception of a formatter) is closed, said under the summary,
+  and the trace goes on into the summary and the other outputs; an output
+  closed by its reader (``| head``: EPIPE) likewise;
+* a malformed or hostile HELLO or trace area, or a failure reading one
+  area, costs that area alone (:mod:`memhook.cli.collector`);
+* an exception of the collector itself stops the reading (its traceback
+  goes to stderr); memhook then only waits for CMD, still relaying
+  signals, and writes the summary of what it had.  The processes' trace
+  areas cannot block them: they only fill.
+
+Exit status: CMD's (128+N when a signal N ended it), whatever the trace
+did.  Only when CMD succeeded (0) does the trace's own state show: 70
+(:data:`DEGRADED_STATUS`, sysexits' EX_SOFTWARE) when the trace is
+incomplete - events lost (an area full, a raw-fork child, a refused HELLO,
+an area that failed), an output that failed (not one its reader closed),
+or the collector's own failure; the lines under the summary say what and
+why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
+a usage error (bad flag, missing CMD, unknown format or mode, unwritable
+output).  A second signal: see :class:`_SignalRelay` (128+N, CMD left
+running).
+
+Nested: a ``memhook trace`` run by a traced program traces its own CMD
+(its outputs are what that program asked for) and tells the outer trace
+so, which says it under its summary: the inner command's events are in
+the inner trace, not the outer one.
 """
 
 from __future__ import annotations
@@ -37,12 +70,17 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import traceback
 from typing import IO, Any
 
-__all__ = ["add_parser", "mode_error", "run", "run_trace"]
+__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
+
+DEGRADED_STATUS = 70
+"""memhook's status when CMD succeeded but the trace is incomplete."""
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
 USAGE = "memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] -- CMD [ARGS...]"
@@ -77,6 +115,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    metavar="DEPTH",
                    help=f"record up to DEPTH native frames (frame pointers) of each "
                         f"allocation (default {STACKS_DEFAULT}; 1-{STACKS_MAX}); use --stacks=N")
+    p.add_argument("--python", nargs="?", const=str(PYTHON_DEFAULT), default=None,
+                   metavar="DEPTH",
+                   help=f"record up to DEPTH Python frames of each allocation, innermost "
+                        f"first (default {PYTHON_DEFAULT}; 1-{PYTHON_MAX}); use --python=N")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -111,18 +153,24 @@ def _resolve(command: list[str], env: dict[str, str]) -> str | None:
 
 
 def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
-    """(stream, is our stdout, shown name)."""
+    """(stream, is our stdout, shown name).  Text goes out with
+    formats.TEXT_ERRORS: a name that is not UTF-8 is written as its bytes."""
+    from .formats import TEXT_ERRORS
+
     if path is None:
         path = DEFAULT_FILES.get(fmt, "-")
     binary = fmt == "memviz"
     if path == "-":
         if binary and sys.stdout.isatty():
             raise UsageError("memviz is a binary pickle; give -o FILE or redirect stdout")
+        if not binary and hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(errors=TEXT_ERRORS)
         return (sys.stdout.buffer if binary else sys.stdout), True, "stdout"
     try:
         # The caller closes it when the trace is over.
         stream = open(path, "wb" if binary else "w",  # noqa: SIM115
-                      encoding=None if binary else "utf-8")
+                      encoding=None if binary else "utf-8",
+                      errors=None if binary else TEXT_ERRORS)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     return stream, False, path
@@ -130,6 +178,23 @@ def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
 
 STACKS_DEFAULT = 16
 STACKS_MAX = 128  # MEMHOOK_TRACE_STACKS's bound in csrc/trace/trace.c
+PYTHON_DEFAULT = 32
+PYTHON_MAX = 128  # MEMHOOK_TRACE_PYTHON's bound in csrc/trace/trace.c
+
+
+def depth_option(name: str, value: str | None, default: int, most: int) -> int:
+    """``--stacks[=N]``/``--python[=N]``: the depth (0: not given); raises
+    UsageError naming what is valid."""
+    if value is None:
+        return 0
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = -1
+    if not 1 <= depth <= most:
+        raise UsageError(f"--{name}: {value!r} is not a depth; valid: 1-{most} "
+                         f"(--{name} alone: {default})")
+    return depth
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,24 +205,22 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"missing command; usage: {USAGE}")
     if args.memviz_entries < 1:
         return _fail("--memviz-entries must be at least 1")
-    stacks = 0
-    if args.stacks is not None:
-        try:
-            stacks = int(args.stacks)
-        except ValueError:
-            stacks = -1
-        if not 1 <= stacks <= STACKS_MAX:
-            return _fail(f"--stacks: {args.stacks!r} is not a depth; valid: 1-{STACKS_MAX} "
-                         f"(--stacks alone: {STACKS_DEFAULT})")
+    try:
+        stacks = depth_option("stacks", args.stacks, STACKS_DEFAULT, STACKS_MAX)
+        python = depth_option("python", args.python, PYTHON_DEFAULT, PYTHON_MAX)
+    except UsageError as exc:
+        return _fail(str(exc))
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
-                     output=args.output, memviz_entries=args.memviz_entries, stacks=stacks)
+                     output=args.output, memviz_entries=args.memviz_entries, stacks=stacks,
+                     python=python)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
-              memviz_entries: int = 100_000, stacks: int = 0) -> int:
+              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0) -> int:
     """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
-    native frames recorded per ALLOC (0: none)."""
+    native frames recorded per ALLOC (0: none); ``python``: Python frames
+    (0: none)."""
     from .. import library_path
     from .._modes import HookMode
     from .formats import FORMATS
@@ -170,6 +233,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     hook_mode = HookMode.parse(mode)
     env = dict(os.environ)
     env["MEMHOOK_TRACE_STACKS"] = str(stacks)
+    env["MEMHOOK_TRACE_PYTHON"] = str(python)
     if sim:
         from .. import sim as _sim
 
@@ -196,12 +260,40 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
                     f"memhook trace --sim ... -- {command[0]} ...")
             print(f"memhook trace: {hint}", file=sys.stderr)
             warnings.append(hint)
+    _tell_outer_trace(warnings)
+    status = 1
     try:
-        return _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                      library_path(), memviz_entries, warnings)
+        status = _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
+                        library_path(), memviz_entries, warnings)
     finally:
         if not to_stdout:
-            out.close()
+            try:
+                out.close()
+            except OSError as exc:  # (a writer's own failure points it at /dev/null first)
+                _say(f"memhook trace: closing {out_name} failed ({exc.strerror or exc}): "
+                     f"the {fmt} trace there may be incomplete\n")
+                status = status or DEGRADED_STATUS
+    return status
+
+
+def _tell_outer_trace(warnings: list[str]) -> None:
+    """Inside a traced program (MEMHOOK_TRACE_SOCKET is an outer trace's):
+    tell that trace that this one's command reports here, and say it."""
+    from .protocol import nested_message
+
+    outer = os.environ.get("MEMHOOK_TRACE_SOCKET")
+    if not outer:
+        return
+    note = (f"this trace runs inside another `memhook trace` (its socket {outer}): the "
+            f"events of this command are in this trace only, and the outer one says so")
+    print(f"memhook trace: {note}", file=sys.stderr)
+    warnings.append(note)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK) as s:
+            s.connect(outer)
+            s.send(nested_message())
+    except OSError:  # the outer trace is gone or busy: this one's note stands alone
+        pass
 
 
 _DRIVER_PROBE = ("import ctypes, sys\n"
@@ -267,74 +359,148 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
         relay.started(child)
-        inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
-                            memviz_entries=memviz_entries)
-        # Chrome's counters follow the ledger's arrival order (and its
-        # viewers sort by time themselves); the others get time order.
-        reorder = Reorder(inner) if fmt != "chrome" else None
-        writer = _PipeSafe(reorder or inner)
-        collector.writers.append(writer)  # type: ignore[arg-type]
-        status = collector.run(child)
-        changes = ledger.finish()
-        if changes:  # what processes still running held: "every process" ends
-            writer.process_ended(Process(conn_id=-1), changes)
-        elapsed = time.monotonic() - started
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        text = format_summary(ledger.summary(), str(mode), elapsed, rss)
-        if reorder is not None:
+        # From here on, nothing of ours may end CMD (see the module's doc).
+        failures: list[str] = []
+        writer: _Guarded | None = None
+        reorder = None
+        try:
+            inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
+                                memviz_entries=memviz_entries)
+            # Chrome's counters follow the ledger's arrival order (and its
+            # viewers sort by time themselves); the others get time order.
+            reorder = Reorder(inner) if fmt != "chrome" else None
+            writer = _Guarded(reorder or inner, fmt, out_name, ledger)
+            collector.writers.append(writer)  # type: ignore[arg-type]
+            status = collector.run(child, stop=relay.stopping)
+        except Exception:  # noqa: BLE001 - CMD goes on; we say what broke
+            sys.stderr.write("memhook trace: the collector failed; CMD runs on, no longer "
+                             "traced:\n" + traceback.format_exc())
+            failures.append("the collector failed (its traceback is above): events from "
+                            "then on were not read; CMD ran on untraced")
+            collector.close_listener()
+            status = _wait(child, relay)
+        if status is None:
+            failures.append(relay.abandoned(child))
+        elif status < 0:  # CMD's signal: its last image is the one it ended
+            ended = [p for p in ledger.processes if p.pid == child.pid and p.events_sent is None]
+            if ended:
+                ended[-1].signal = -status
+        try:
+            changes = ledger.finish()
+            if changes and writer is not None:  # what processes still running held
+                writer.process_ended(Process(conn_id=-1), changes)
+            text = format_summary(ledger.summary(), str(mode), time.monotonic() - started,
+                                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        except Exception as exc:  # noqa: BLE001
+            failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
+            text = "== memhook trace summary: (none: see below)\n"
+        if reorder is not None and writer is not None:
             writer.flush()  # all of it out, so the count below is whole
         late = reorder.out_of_order if reorder is not None else 0
         if late:
             warnings.append(f"{late} events reached the collector more than {WINDOW_MS} ms "
                             f"after they happened and are written after newer events "
                             f"of other processes")
-        for problem in [*collector.errors, *warnings]:
+        if writer is not None and writer.failed:
+            failures.append(writer.failed)
+        failures = [*collector.failures, *failures]
+        for problem in [*failures, *collector.warnings, *warnings]:
             text += f"warning: {problem}\n"
-        writer.close(text)
-        if writer.broken:
-            sys.stderr.write("memhook trace: the output was closed early (broken pipe); "
-                             "CMD ran on, traced but not written\n")
+        if writer is not None:
+            writer.close(text)
+            if writer.failed and writer.failed not in failures:  # (it failed in close)
+                failures.append(writer.failed)
+                text += f"warning: {writer.failed}\n"
+            if writer.broken:
+                _say("memhook trace: the output was closed early (broken pipe); "
+                     "CMD ran on, traced but not written\n")
         # The terminal always gets the summary: on stderr, unless it is
-        # already there inline (text to stdout).
-        if not (writer.summary_inline and to_stdout):
-            sys.stderr.write(text)
+        # already there inline (text to stdout, while that still worked).
+        written = writer is not None and not (writer.failed or writer.broken)
+        if not (written and writer is not None and writer.summary_inline and to_stdout):
+            _say(text)
         if not to_stdout:
-            sys.stderr.write(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
-        sys.stderr.flush()
-        return _exit_status(status)
+            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n" if written else
+                 f"memhook trace: the {fmt} trace in {out_name} is incomplete (see above)\n")
+        if status is None:
+            return 128 + relay.last
+        return _exit_status(status, degraded=bool(failures))
     finally:
-        # Only now: until the last event is in, a ^C or SIGTERM must not end us.
+        # Never kill CMD: a ^C, a SIGTERM or our own failure may bring us
+        # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
-        if child is not None and child.poll() is None:  # pragma: no cover - interrupted
-            child.kill()
-            child.wait()
         collector.close()
 
 
-class _PipeSafe:
-    """A writer whose output may close early (``memhook trace ... | head``):
-    from then on nothing more is written, and CMD runs on undisturbed."""
+def _say(text: str) -> None:
+    """To stderr, which may be gone too: then nowhere."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
-    def __init__(self, writer: Any) -> None:
+
+def _wait(child: subprocess.Popen, relay: _SignalRelay) -> int | None:
+    """CMD's status, once it ends; signals go on being relayed meanwhile
+    (None: a second signal said to stop waiting)."""
+    while True:
+        try:
+            return child.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            if relay.stopping():
+                return None
+
+
+class _Guarded:
+    """A writer whose failures stay its own: the first exception of any of
+    its calls closes it (nothing more is written there; the summary and the
+    other outputs go on), and :attr:`failed` says what happened.  An output
+    closed by its reader (EPIPE: ``memhook trace ... | head``) is
+    :attr:`broken`, not failed: the reader chose to stop."""
+
+    def __init__(self, writer: Any, fmt: str, name: str, ledger: Any) -> None:
         self.writer = writer
+        self.fmt, self.name, self.ledger = fmt, name, ledger
         self.broken = False
+        self.failed: str | None = None
         self.summary_inline = writer.summary_inline
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.writer, name)
 
         def call(*args: Any) -> None:
-            if self.broken:
+            if self.broken or self.failed is not None:
                 return
             try:
                 method(*args)
             except BrokenPipeError:
                 self.broken = True
-                # Python would complain again when it flushes stdout at exit.
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, self.writer.out.fileno())
-                os.close(devnull)
+                self._silence()
+            except Exception as exc:  # noqa: BLE001 - any writer failure is the writer's
+                why = (f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError)
+                       and exc.strerror else f"{type(exc).__name__}: {exc}")
+                self.failed = (f"the {self.fmt} output to {self.name} failed ({why}); nothing "
+                               f"more was written there (the collector had {self.ledger.events} "
+                               f"events by then; the summary counts them all)")
+                self._silence()
         return call
+
+    def _silence(self) -> None:
+        """Point the stream at /dev/null: what is still buffered, and
+        Python's own flush of stdout at exit, must not fail again."""
+        target = _stream_of(self.writer)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, target.fileno())
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _stream_of(writer: Any) -> Any:
+    """The stream a writer (or a Reorder, which names its writer's) writes to."""
+    return getattr(writer, "out", None)
 
 
 class _SignalRelay:
@@ -349,6 +515,14 @@ class _SignalRelay:
     inherited as ignored (``nohup``, a background job of a script) stays
     ignored, for us and for CMD.
 
+    A second one of these signals (any of the four) while CMD still runs
+    means "stop now": it is passed on like the first, CMD gets
+    :data:`GRACE_S` more to end, and then we stop collecting, write the
+    summary of what we have (saying CMD was left running, with its pid) and
+    exit 128+N, N the last signal.  CMD is never killed or signalled by us
+    beyond what was sent to us: a CMD that ignores SIGTERM keeps running,
+    as it would untraced.
+
     Handlers are Python-level: they run in the main thread between
     collector steps (a select() they interrupt is resumed), and exec resets
     them in CMD, so CMD starts with the defaults.  A signal sent to the
@@ -358,23 +532,41 @@ class _SignalRelay:
     """
 
     FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    GRACE_S = 1.0
 
     def __init__(self) -> None:
         self.child: subprocess.Popen | None = None
         self.pending: list[int] = []
         self.old: dict[int, Any] = {}
+        self.count = 0
+        self.last = 0
+        self.stop_at: float | None = None
         for sig in (signal.SIGINT, *self.FORWARD):
             if signal.getsignal(sig) == signal.SIG_IGN:
                 continue
             self.old[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signum
+        if self.count >= 2 and self.stop_at is None:
+            self.stop_at = time.monotonic() + self.GRACE_S
         if signum == signal.SIGINT:
             return  # CMD, in our foreground group, had it from the terminal too
         if self.child is None:
             self.pending.append(signum)
         else:
             self._send(signum)
+
+    def stopping(self) -> bool:
+        """A second signal came, and CMD had its grace."""
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
+    def abandoned(self, child: subprocess.Popen) -> str:
+        name = signal.Signals(self.last).name if self.last else "signal"
+        return (f"a second signal ({name}) stopped the trace before CMD ended: CMD "
+                f"(pid {child.pid}) was left running, untraced from then on; the trace "
+                f"holds what came before")
 
     def _send(self, signum: int) -> None:
         assert self.child is not None
@@ -397,5 +589,8 @@ class _SignalRelay:
         self.old.clear()
 
 
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+def _exit_status(returncode: int, degraded: bool = False) -> int:
+    """CMD's status as a shell shows it; DEGRADED_STATUS in place of a 0
+    when the trace is incomplete (CMD's own failure always wins)."""
+    status = 128 - returncode if returncode < 0 else returncode
+    return DEGRADED_STATUS if status == 0 and degraded else status

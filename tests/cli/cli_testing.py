@@ -14,10 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["HERE", "MiB", "memhook", "parse_collector_line", "read_jsonl", "summary_section"]
+__all__ = ["DEGRADED", "HERE", "MiB", "memhook", "parse_collector_line", "read_jsonl",
+           "summary_section", "warnings_of"]
 
 HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
+DEGRADED = 70
+"""memhook trace's status when CMD succeeded but the trace is incomplete
+(memhook/cli/trace.py: DEGRADED_STATUS; test_trace_collector_failures
+holds the two together)."""
 
 _COLLECTOR = re.compile(r"collector: (\d+) events in ([\d.]+) s \(([\d,]+) events/s\), "
                         r"peak RSS ([\d.]+) MiB")
@@ -54,3 +59,8 @@ def parse_collector_line(text: str) -> tuple[int, float, float]:
     match = _COLLECTOR.search(text)
     assert match, f"no collector line in:\n{text}"
     return int(match.group(1)), float(match.group(3).replace(",", "")), float(match.group(4))
+
+
+def warnings_of(text: str) -> list[str]:
+    """The "warning: ..." lines under a summary."""
+    return [line[len("warning: "):] for line in text.splitlines() if line.startswith("warning: ")]

@@ -17,6 +17,10 @@ class Programs:
     event_storm: Path    # argv[1] events through memhook_events_record
     tiny_driver_dir: Path  # holds a libcuda.so.1 bistro must refuse
     handoff_storm: Path  # threads recording FREE then ALLOC of addresses they pass on
+    raw_fork: Path       # a child of the raw fork system call that records events
+    module_caller: Path  # events called from a dlopened library, or from a moved exe
+    module_lib: Path     # the library it loads (lib_record), small
+    module_lib_big: Path  # the same lib_record, with a symbol table far past the small's end
 
 
 @pytest.fixture(scope="session")
@@ -34,4 +38,12 @@ def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
                    extra=["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"])
     handoff = native.compile(src / "handoff_storm.c", c_test_dir / "cli_handoff_storm",
                              extra=["-O2", "-ldl", "-lpthread"])
-    return Programs(static_app, fork_exec, storm, driver_dir, handoff)
+    raw_fork = native.compile(src / "raw_fork.c", c_test_dir / "cli_raw_fork", extra=["-ldl"])
+    caller = native.compile(src / "module_caller.c", c_test_dir / "cli_module_caller",
+                            extra=["-ldl"])
+    lib = native.compile(src / "module_lib.c", c_test_dir / "libcli_module.so",
+                         extra=["-shared", "-fPIC", "-ldl"])
+    lib_big = native.compile(src / "module_lib.c", c_test_dir / "libcli_module_big.so",
+                             extra=["-shared", "-fPIC", "-DBIG", "-ldl"])
+    return Programs(static_app, fork_exec, storm, driver_dir, handoff, raw_fork, caller, lib,
+                    lib_big)

@@ -63,7 +63,8 @@ def test_error_tables_match_the_headers() -> None:
 
 
 def _row(kind, fn, address, size, *, mem_type=1, device=0, result=0, pid=1, ts=0):
-    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None)  # caller, stack: none
+    return (0, address, size, ts, kind, fn, mem_type, device, pid, pid, result, 0, None, None,
+            None)  # caller, stack, python: none
 
 
 @pytest.fixture()
@@ -101,3 +102,27 @@ def test_ledger_accounting(ledger: Ledger) -> None:
 def test_human_size() -> None:
     assert [human_size(n) for n in (0, 1023, 1024, 1536, 256 << 20, 3 << 40)] == [
         "0 B", "1023 B", "1 KiB", "1.5 KiB", "256 MiB", "3 TiB"]
+
+
+def test_a_peer_is_who_the_kernel_says() -> None:
+    """memhook.cli.peers on a connected pair: the pid is SO_PEERCRED's, the
+    pidfd is that process's, and a claim is checked against its pids in
+    every PID namespace."""
+    import os
+    import socket
+
+    from memhook.cli.peers import identify
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        peer = identify(a)
+        try:
+            assert peer.pid == os.getpid() and peer.uid == os.geteuid()
+            assert peer.pidfd is not None
+            assert peer.nspids is not None and peer.nspids[0] == os.getpid()
+            assert peer.ppid == os.getppid()  # (a fork child's parent, by the kernel)
+            assert peer.claims(os.getpid()) is True
+            assert peer.claims(os.getpid() + 1) is False
+        finally:
+            peer.close()
+        assert peer.pidfd is None

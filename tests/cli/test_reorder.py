@@ -14,7 +14,7 @@ MS = 1_000_000
 
 
 def _row(ts: int, pid: int, tid: int | None = None) -> tuple:
-    return (0, 0x1000 + ts, 64, ts, 1, 0, 1, 0, pid, tid or pid, 0, 0, None, None)
+    return (0, 0x1000 + ts, 64, ts, 1, 0, 1, 0, pid, tid or pid, 0, 0, None, None, None)
 
 
 class _Recorder:

@@ -143,3 +143,25 @@ def test_console_script_is_the_same_program() -> None:
     proc = subprocess.run([str(script), "trace", "--", "sh", "-c", "exit 4"],
                           check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 4 and "memhook trace summary" in proc.stdout
+
+
+def test_a_nested_trace_traces_its_command_and_the_outer_one_says_so(programs,
+                                                                     tmp_path: Path) -> None:
+    """A traced program runs `memhook trace` itself: the inner trace traces
+    its command (its output is what that program asked for), and the outer
+    trace says where those events went.  Before: the outer trace showed 0
+    events of the inner command, and nothing said why."""
+    inner, outer = tmp_path / "inner.jsonl", tmp_path / "outer.jsonl"
+    proc = memhook("trace", "-f", "jsonl", "-o", str(outer), "--",
+                   sys.executable, "-m", "memhook", "trace", "-f", "jsonl", "-o", str(inner),
+                   "--", str(programs.event_storm), "500")
+    assert proc.returncode == 0, proc.stderr
+    assert len(read_jsonl(inner)) == 500
+    assert all(e["function"] not in ("cuMemAlloc_v2", "cuMemFree_v2")
+               for e in read_jsonl(outer))
+    assert "memhook trace: this trace runs inside another `memhook trace`" in proc.stderr
+    outer_summary = proc.stderr[proc.stderr.rindex("== memhook trace summary"):]
+    notes = [line for line in outer_summary.splitlines() if "runs a nested `memhook trace`" in line]
+    assert len(notes) == 1, outer_summary
+    assert notes[0].endswith("the events of the command it traces go to that trace, not to "
+                             "this one"), notes

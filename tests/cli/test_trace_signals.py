@@ -8,6 +8,7 @@ says "ready", and on the signal allocates AFTER more in its own handler.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -119,6 +120,7 @@ def test_signal_that_kills_cmd_gives_128_plus_n(tmp_path: Path, sig: signal.Sign
     assert rc == 128 + sig, (stdout, stderr)
     assert _counts(out) == (BEFORE, BEFORE), stderr
     assert "memhook trace summary" in stderr  # the tracer ended cleanly after CMD
+    assert f"events  killed by {sig.name} (left without exit())" in stderr, stderr
 
 
 @pytest.mark.parametrize("inherited, seen", [(signal.SIG_DFL, "default"),
@@ -139,3 +141,45 @@ def test_cmd_starts_with_the_sigint_disposition_we_got(inherited: signal.Handler
         preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{seen}\n"
+
+
+@pytest.mark.parametrize("sig, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM-to-the-tracer", "ctrl-c-to-the-group"])
+def test_a_second_signal_ends_the_tracer_and_leaves_cmd_running(
+        tmp_path: Path, sig: signal.Signals, to_group: bool) -> None:
+    """CMD ignores SIGTERM and SIGINT.  The first signal is passed on (or,
+    ^C, reached CMD from the terminal) and the trace goes on; a second one
+    ends the tracer (after a 1 s grace), with its summary and 128+N, and
+    CMD - never killed by us - runs on.  Before: the tracer waited for CMD
+    (30 s), and a SIGKILL in its `finally` would have ended CMD."""
+    proc, out = _start(tmp_path, "ignore")
+    cmd_pids = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                .read_text().split()]
+    assert len(cmd_pids) == 1, cmd_pids
+
+    def send() -> None:
+        if to_group:
+            os.killpg(proc.pid, sig)  # the terminal's ^C
+        else:
+            proc.send_signal(sig)
+
+    try:
+        send()
+        time.sleep(0.5)
+        assert proc.poll() is None  # CMD runs on, so does the trace
+        t0 = time.monotonic()
+        send()
+        rc = proc.wait(timeout=60)  # (its pipes stay open: CMD holds them too)
+        took = time.monotonic() - t0
+        assert took < 25, took  # not CMD's 30 s: the grace is 1 s (25x on a quiet box)
+        os.kill(cmd_pids[0], 0)  # still there
+    finally:
+        for pid in cmd_pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert rc == 128 + sig, stderr
+    assert (f"a second signal ({sig.name}) stopped the trace before CMD ended: CMD "
+            f"(pid {cmd_pids[0]}) was left running") in stderr
+    assert "memhook trace summary" in stderr
+    assert _counts(out) == (BEFORE, BEFORE), stderr  # what came before is all there

@@ -5,6 +5,7 @@ no CUDA needed."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import subprocess
@@ -103,9 +104,19 @@ def test_failed_alloc_reaches_subscribers_not_the_cache() -> None:
     assert (event.address, event.size, event.result, event.ok) == (0, 256 << 20, 2, False)
 
 
-def test_event_fields_and_order() -> None:
+# CLOCK_MONOTONIC_COARSE's tick: a coarse timestamp is about this much
+# before the call it stamps, at most (memhook.Event.timestamp_ns) - more
+# where the kernel's tick comes late (a loaded VM: 4.7 ms seen with a 4 ms
+# tick), so the bounds below allow ten.
+CLOCK_MONOTONIC_COARSE = 6  # <linux/time.h>; the time module does not name it
+COARSE_TICK_NS = int(time.clock_getres(CLOCK_MONOTONIC_COARSE) * 1e9)
+COARSE_LAG_NS = 10 * COARSE_TICK_NS
+
+
+@pytest.mark.parametrize("precise", [False, True], ids=["coarse", "precise"])
+def test_event_fields_and_order(precise: bool) -> None:
     seen: list[Event] = []
-    memhook.subscribe(seen.append)
+    memhook.subscribe(seen.append, precise_time=precise)
     t0 = time.monotonic_ns()
     seqs = [record(ALLOC, "cudaMallocManaged", A, 100, M.CUDA_MANAGED, 3),
             record(ALLOC, "cuMemAllocPitch_v2", A + 4096, 512 * 8, M.CUDA, 0),
@@ -122,7 +133,8 @@ def test_event_fields_and_order() -> None:
         (EventKind.FREE, "cuMemFree_v2", 4096, 4096, M.CUDA, 0)]
     for e in seen:
         assert e.pid == os.getpid() and e.tid == threading.get_native_id()
-        assert t0 <= e.timestamp_ns <= t1 and e.result == 0 and e.ok and e.flags == 0
+        earliest = t0 if precise else t0 - COARSE_LAG_NS
+        assert earliest <= e.timestamp_ns <= t1 and e.result == 0 and e.ok and e.flags == 0
         assert type(e.kind) is EventKind and type(e.mem_type) is MemoryType
         assert e.end == e.address + e.size
     assert [e.timestamp_ns for e in seen] == sorted(e.timestamp_ns for e in seen)
@@ -157,6 +169,37 @@ def test_subscribe_arguments() -> None:
         memhook.subscribe(print, "alloc")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="EventKind"):
         memhook.subscribe(print, True)
+    with pytest.raises(TypeError, match="precise_time"):
+        memhook.subscribe(print, precise_time=1)  # type: ignore[arg-type]
+
+
+def _stamps_of_a_burst(n: int = 100) -> tuple[int, list[int]]:
+    """Record n events back to back; the monotonic clock before them and
+    their timestamps."""
+    seen: list[Event] = []
+    with memhook.subscribe(seen.append):
+        t0 = time.monotonic_ns()
+        for i in range(n):
+            record(ALLOC, "cudaMalloc", A + 256 * i, 64)
+        memhook.flush()
+    return t0, [e.timestamp_ns for e in seen]
+
+
+def test_precise_time_while_a_subscription_asks_for_it() -> None:
+    """Coarse timestamps by default (a burst shares its tick's value, which
+    may be before the burst began); precise ones - every event its own,
+    none before the burst - while a precise_time subscription is open, and
+    coarse again once it closed."""
+    lib = _drain.lib
+    t0, stamps = _stamps_of_a_burst()
+    assert len(set(stamps)) < len(stamps) and min(stamps) >= t0 - COARSE_LAG_NS
+    with memhook.subscribe(lambda e: None, precise_time=True) as sub:
+        assert sub.precise_time
+        t0, stamps = _stamps_of_a_burst()
+        assert len(set(stamps)) == len(stamps) and min(stamps) >= t0
+    _, stamps = _stamps_of_a_burst()
+    assert len(set(stamps)) < len(stamps)
+    assert lib.memhook_events_precise_time(0) == errno.EINVAL  # nobody asked
 
 
 def test_exception_in_a_subscriber_is_logged_and_the_others_run(

@@ -237,7 +237,9 @@ typedef struct memhook_event {
     uint64_t address;        /* 0 for a failed ALLOC */
     uint64_t size;           /* requested bytes; pitch*height; global size;
                                 the allocation's size for a FREE */
-    uint64_t timestamp_ns;   /* CLOCK_MONOTONIC */
+    uint64_t timestamp_ns;   /* CLOCK_MONOTONIC; coarse (its last tick)
+                                unless precise time was asked for
+                                (memhook_events_precise_time) */
     uint64_t caller;         /* the code that called into CUDA: the return
                                 address of the outermost hooked call, or,
                                 where that is inside CUDA's own libraries,
@@ -326,8 +328,12 @@ MEMHOOK_API void *memhook_hooks_original(const char *name);
 /* Move up to capacity pending events, in event order, into out.  Returns
  * how many.  Never blocks producers; consumers serialise on an internal
  * lock that no hook takes.  Each thread records into a lane of its own; the
- * drain merges the lanes by timestamp and numbers the events (seq) - an
- * event recorded while the drain runs may wait for the next one. */
+ * drain merges the lanes in an order causal per address range (a FREE
+ * after the ALLOC that made its range and before any later ALLOC
+ * overlapping it; markers after what was recorded before them) and numbers
+ * the events (seq) - an event recorded while the drain runs may wait for
+ * the next one.  Events of unrelated ranges from different threads within
+ * one coarse clock tick may come in either order (memhook_events_precise_time). */
 MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 
 /* memhook_events_drain as one step of a bounded run: the run hands out
@@ -339,6 +345,13 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
  * one call.) */
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
+
+/* Precise timestamps.  Events carry CLOCK_MONOTONIC_COARSE (the clock as
+ * of its last tick, 1-4 ms) unless something needs precise time: the trace
+ * (memhook trace) always does, and a consumer may ask with want 1 (counted:
+ * each ask is given back with want 0).  Asking changes the events recorded
+ * from then on.  Returns 0, or EINVAL for a give-back nobody asked for. */
+MEMHOOK_API int memhook_events_precise_time(int want);
 
 /* A flag a drainer may read without calling in (Python reads it through
  * cffi before each query): nonzero when events may be pending, 0 when a

@@ -4,11 +4,15 @@
  * same queue), alternating ALLOC and FREE of 64 rotating 4 KiB buffers, so
  * the live set stays small while the event count grows.  For the
  * million-event test of `memhook trace`; needs memhook preloaded.
+ * With argv[2] (ms): after half the events, prints "event_storm: half"
+ * and sleeps that long before the rest (a program still running when
+ * something else happens to the trace).
  */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -21,8 +25,14 @@ int main(int argc, char **argv)
         return 90;
     }
     long n = argc > 1 ? atol(argv[1]) : 1000000;
+    long pause_ms = argc > 2 ? atol(argv[2]) : -1;
     int fa = index("cuMemAlloc_v2"), ff = index("cuMemFree_v2");
     for (long i = 0; i + 1 < n; i += 2) {
+        if (pause_ms >= 0 && i == n / 4 * 2) {
+            printf("event_storm: half\n");
+            fflush(stdout);
+            usleep((useconds_t)pause_ms * 1000);
+        }
         uint64_t addr = 0x7f0000000000ull + (uint64_t)(i / 2 % 64) * 4096;
         record(1, fa, addr, 4096, 1, 0, 0);
         record(2, ff, addr, 4096, 1, 0, 0);

@@ -9,7 +9,9 @@ came).  HOW says what happens when the signal comes:
   "handled <name>" and exits 0;
 * ``reraise``: like handle, then lets KeyboardInterrupt end the program
   (Python then dies of SIGINT: status 130 to a shell);
-* ``default``: no handler: the signal's default action ends it.
+* ``default``: no handler: the signal's default action ends it;
+* ``ignore``: SIGTERM and SIGINT ignored (SIG_IGN): it waits on, then
+  exits 3.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ def main() -> int:
     check(cu.cuInit(0))
     ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(0))))
     check(cu.cuCtxSetCurrent(ctx))
-    if how != "default":
+    if how == "ignore":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif how != "default":
         def raise_caught(signum, _frame):
             raise Caught(signal.Signals(signum).name)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
