@@ -253,13 +253,16 @@ static size_t g_by_id_cap;
 
 /* g_cursors with room for every lane listed now (lanes added later wait
  * for the next drain), and every listed lane in g_by_id; NULL when out of
- * memory. */
+ * memory.  One read of the list's head for both walks: producers push new
+ * lanes at the head meanwhile (a lane made between two reads of it may
+ * have an id past what the first walk sized g_by_id for), and what follows
+ * a head read once never changes (lanes are never unlinked). */
 static cursor *cursors(size_t *cap)
 {
     size_t want = 0;
     uint32_t top = 0;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next) {
+    mh_lane *const head = atomic_load_explicit(&mh_lanes, memory_order_acquire);
+    for (mh_lane *l = head; l != NULL; l = l->next) {
         want++;
         top = l->id > top ? l->id : top;
     }
@@ -279,8 +282,7 @@ static cursor *cursors(size_t *cap)
         g_by_id = b;
         g_by_id_cap = n;
     }
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next)
+    for (mh_lane *l = head; l != NULL; l = l->next)
         if (l->id != 0)
             g_by_id[l->id] = l;
     *cap = g_cursor_cap;
