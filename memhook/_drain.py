@@ -132,7 +132,11 @@ _check_layout()
 
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
-# A query's own take (unapplied_touch), under _take_lock.
+# A query's own take (unapplied), under _take_lock: a run of its own,
+# begun between two calls of the applier's run.  The core's lanes hold one
+# run's cut at a time, so the applier's next call goes on as the query's
+# (later, longer) run and still ends only once everything pending when its
+# own began is out (memhook_events_drain_bounded: interleaved runs).
 _query_buffer = ffi.new("memhook_event[]", QUERY_EVENTS)
 _query_rows = np.frombuffer(ffi.buffer(_query_buffer), dtype=EVENT_DTYPE)
 _query_mark = ffi.new("uint64_t *")
@@ -163,7 +167,7 @@ _is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
 _waiters: set[int] = set()
 # Rows taken out, not yet applied, oldest first: what an interrupted apply
 # left, and what a query took out while another thread applied (see
-# unapplied_touch).  Changed under _take_lock only.
+# unapplied).  Changed under _take_lock only.
 _backlog: list[np.ndarray] = []
 # Taking events out of the core and publishing what was taken (_backlog,
 # _in_flight) happen together under this lock, so that a query can see
@@ -474,7 +478,7 @@ def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
 
 def backlogged() -> bool:
     """Whether rows taken out of the core wait to be applied (the feeder
-    applies them: a query may have left some, see unapplied_touch)."""
+    applies them: a query may have left some, see unapplied)."""
     return bool(_backlog)
 
 

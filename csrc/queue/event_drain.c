@@ -124,7 +124,9 @@
  * Bounded drains.  A run (memhook_events_drain_bounded with one mark:
  * Python's drain; memhook_events_drain is a run of one call) cuts each lane
  * at what its first look's G saw, and hands out nothing past the cut: its
- * length no longer depends on how fast other threads record.  Every event
+ * length no longer depends on how fast other threads record.  The lanes
+ * hold one run's cut at a time; a run whose caller calls again after a
+ * later run began goes on as that later run (its cut is past this one's).  Every event
  * pending when it began (in its first H) comes out in the run: what it
  * depends on is in the first G, so within the cut (rules 1-2 are about
  * such events), and a rule-3 hold by an event past the cut is ignored for
@@ -1269,6 +1271,18 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
             *mark = ++g_run;
             if (*mark == 0)
                 *mark = ++g_run;  /* 0 means "not begun" */
+        } else if (!start && *mark != g_run) {
+            /* A later run began since this one's last call (runs
+             * interleave: Python's applier goes on with its run after a
+             * query, which cannot wait for it, took events out in a run of
+             * its own).  The lanes carry one run's cut, now the later
+             * run's, which is past this one's (its first look came after
+             * this run's first call ended): go on as that run.  What this
+             * run owed is in the later run's first snapshot, so it still
+             * ends only when all of it is out; it stays bounded by the
+             * later run's cut.  (Left as it was, it would find every lane
+             * cut at its front and end at once, owing events.) */
+            *mark = g_run;
         }
         /* A look hands out what its first pass saw; what its second saw
          * waits for the next look, which the run takes at once while events

@@ -342,7 +342,9 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
  * threads record meanwhile.  *mark is the run's state: 0 before its first
  * call; pass the same mark to each call of the run, which ends when a call
  * returns fewer than capacity events.  (memhook_events_drain is a run of
- * one call.) */
+ * one call.)  Runs may interleave, each with its own mark: a run called
+ * again after a later run began goes on as that later run (a longer cut),
+ * so it still ends only once everything pending when it began is out. */
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
 
