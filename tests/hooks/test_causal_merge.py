@@ -3,8 +3,8 @@
 four threads allocating and freeing in one small arena - the same address
 reused and overlapping ranges reused at other addresses, frees by other
 threads, several VMM maps unmapped at once, a native recorder's events,
-driver-unload markers, bounded runs interleaved with other runs, the
-trace's tee - go through the real hook layer
+markers (driver unloads, context resets), bounded runs interleaved with
+other runs, the trace's tee - go through the real hook layer
 and the real queue, and through a model that knows the true order; the
 cache the drained order builds must be the model's at every drain and at
 the end.  Under precise time, and with ranges only ever reused exactly,
@@ -85,8 +85,10 @@ def test_the_merge_under_a_sanitizer(tmp_path: Path, sanitizer: str) -> None:
 
 
 # rule -> (file under csrc/, its text, the knocked-out replacement): the
-# drain's causal rules, and a continued run joining the later run that
-# re-cut the lanes (interleaved runs, as Python's applier and queries make).
+# drain's causal rules, a continued run joining the later run that re-cut
+# the lanes (interleaved runs, as Python's applier and queries make), and
+# the context reset recorded as a marker (emit.c; not a plain FREE of no
+# address, which nothing would order against the other threads' events).
 KNOCKOUTS = {
     "links": ("queue/event_drain.c",
               "    if (e->seq != 0) {\n        mh_lane *t = lane_by_id(e->seq);",
@@ -98,6 +100,11 @@ KNOCKOUTS = {
     "interleaved runs": ("queue/event_drain.c",
                          "        } else if (!start && *mark != g_run) {",
                          "        } else if (0) {"),
+    "context reset marker": (
+        "cuda/emit.c",
+        "    push_marker(MEMHOOK_EVENT_FREE, f, device, result, MEMHOOK_EVENT_CONTEXT_RESET);",
+        "    push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,\n"
+        "         MEMHOOK_EVENT_CONTEXT_RESET);"),
 }
 
 
