@@ -58,3 +58,21 @@ def test_the_trace_shows_the_reset_and_counts_the_memory_freed(native, tmp_path:
     summary = proc.stderr
     never = summary[summary.index("allocations never freed:"):]
     assert "(none)" in never.splitlines()[1], summary
+
+
+PRIVATE_CASES = ("a history that sets every private bit",
+                 "the rows the cache gets carry public flags only",
+                 "subscribers get public flags and the drain's seqs")
+
+
+@pytest.mark.parametrize("case", PRIVATE_CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_the_queues_private_flags_never_reach_python(scenario, mode: str, case: str) -> None:
+    """Links in seq and the private flag bits 16-31 (queue.h: marker epochs,
+    links, raw-TSC and coarse stamps) are the core's: every row the drain
+    applies or a query looks at, and every subscriber's Event, carries only
+    public flags and the drain's numbering (scripts/private_flags.py)."""
+    outcome = scenario("private_flags.py", mode)
+    outcome.check(case)
+    if case == PRIVATE_CASES[-1]:
+        outcome.check_all_clean()
