@@ -27,12 +27,13 @@ each to its one file.
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from memhook_testing import CSRC
+from memhook_testing import CSRC, ROOT
 
 # Rank of each folder of the core; a file may include headers of its own
 # folder and of folders of strictly lower rank only.
@@ -268,4 +269,77 @@ def test_the_split_header_check_catches_each_break(tmp_path: Path) -> None:
         "mh_reloc_lock (reloc/reloc_int.h) is used outside reloc/: declare it in reloc.h",
         "mh_reloc_unused (reloc/reloc.h) is used by nothing outside reloc/: "
         "move it to reloc_int.h",
+    ]
+
+
+# The Python side's "one of each" (issue 27), as ONE_OF_EACH is the core's:
+# each may appear in memhook/ only in the module that owns it.  Strings are
+# looked at in code only: a docstring may name the file or the soname.
+def _py_strings(tree: ast.AST) -> list[str]:
+    """Every str or bytes constant of a module but its docstrings (a bare
+    string statement), f-strings' literal parts included."""
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+            and id(node) not in docstrings]
+
+
+def _splits_a_maps_line(tree: ast.AST) -> bool:
+    """A call ``.split(None, 5)`` or ``.split(maxsplit=5)``: a maps line's
+    six fields, the last the path (which may hold spaces)."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "split"):
+            args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            kw = {k.arg: k.value.value for k in node.keywords
+                  if isinstance(k.value, ast.Constant)}
+            if args[1:2] == [5] or kw.get("maxsplit") == 5:
+                return True
+    return False
+
+
+PY_ONE_OF_EACH: dict[str, tuple[object, str]] = {
+    "reads /proc/PID/maps": (lambda tree: any("/maps" in t for t in _py_strings(tree)),
+                             "_procmaps.py"),
+    "parses a maps line": (_splits_a_maps_line, "_procmaps.py"),
+    "spells the driver's soname": (
+        lambda tree: any("libcuda.so.1" in t for t in _py_strings(tree)), "_sonames.py"),
+}
+
+
+def py_one_of_each_violations(package: Path) -> list[str]:
+    problems = []
+    for src in sorted(package.rglob("*.py")):
+        rel = src.relative_to(package).as_posix()
+        tree = ast.parse(src.read_text(), filename=str(src))
+        for what, (found, owner) in PY_ONE_OF_EACH.items():
+            if rel != owner and found(tree):  # type: ignore[operator]
+                problems.append(f"memhook/{rel} {what}; only memhook/{owner} may (use it)")
+    return problems
+
+
+def test_python_has_one_of_each_helper() -> None:
+    problems = py_one_of_each_violations(ROOT / "memhook")
+    assert not problems, "\n  ".join(["Python helpers duplicated:", *problems])
+
+
+def test_the_python_one_of_each_check_catches_a_second_reader(tmp_path: Path) -> None:
+    package = tmp_path / "memhook"
+    shutil.copytree(ROOT / "memhook", package,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.*", "*.a", "lib"))
+    assert py_one_of_each_violations(package) == []
+    (package / "cli" / "second.py").write_text(
+        '"""Reads /proc/self/maps and loads libcuda.so.1 (a docstring may say so)."""\n'
+        "import ctypes\n\n\n"
+        "def libs(pid):\n"
+        '    with open(f"/proc/{pid}/maps") as f:\n'
+        "        return [line.split(None, 5) for line in f]\n\n\n"
+        "def driver():\n"
+        '    return ctypes.CDLL(b"libcuda.so.1")\n')
+    assert py_one_of_each_violations(package) == [
+        "memhook/cli/second.py reads /proc/PID/maps; only memhook/_procmaps.py may (use it)",
+        "memhook/cli/second.py parses a maps line; only memhook/_procmaps.py may (use it)",
+        "memhook/cli/second.py spells the driver's soname; only memhook/_sonames.py may (use it)",
     ]
