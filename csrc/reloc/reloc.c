@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "reloc.h"
+#include "reloc_int.h"
 
 /* The real dl* entry points: process-wide because the functions they name
  * are (one loader per process); written once under g_lock before any
