@@ -29,22 +29,55 @@ sys.path.insert(0, str(ROOT / "csrc"))
 import build_native  # noqa: E402  (csrc/build_native.py)
 
 
+def _without_search_paths(args: list[str]) -> list[str]:
+    """A link command without the rpath flags it came with: the build
+    Python's LDSHARED names its own lib folder (-Wl,-rpath,/…/lib), which
+    would be searched before $ORIGIN on every machine the wheel goes to."""
+    out: list[str] = []
+    skip_next = False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+        elif arg in ("-Wl,-rpath", "-Wl,--rpath", "-Wl,-R"):
+            skip_next = True  # (its folder comes as the next -Wl, argument)
+        elif not arg.startswith(("-Wl,-rpath,", "-Wl,-rpath=", "-Wl,--rpath,", "-Wl,--rpath=",
+                                 "-Wl,-R,", "-Wl,-R/")):
+            out.append(arg)
+    return out
+
+
 class BuildNativeThenExt(build_ext):
-    """Build libmemhook.so and the simulator, then the cffi extension."""
+    """Build libmemhook.so and the simulator, then the cffi extension.
+
+    The extension searches $ORIGIN only (memhook/_ffi_build.py), whatever
+    the build Python's own link flags say.  An in-place or editable build
+    (a developer's) keeps debug info; any other (a wheel) leaves it out of
+    every native file, unless MEMHOOK_DEBUG=1 asks for a debug build."""
+
+    def _develop(self) -> bool:
+        return bool(self.inplace or getattr(self, "editable_mode", False))
 
     def run(self) -> None:
         out_root = Path(self.build_lib).resolve()
+        debug_info = self._develop() or os.environ.get("MEMHOOK_DEBUG") == "1"
         written = build_native.build_all(
             out_root, obj_root=Path(self.build_temp).resolve() / "native",
-            verbose=self.verbose > 1,
+            verbose=self.verbose > 1, debug_info=debug_info,
         )
         self._native_outputs = written
         core_dir = str(out_root / "memhook")
         for ext in self.extensions:
             if core_dir not in ext.library_dirs:
                 ext.library_dirs.append(core_dir)
+            if not debug_info and build_native.STRIP_DEBUG not in ext.extra_link_args:
+                ext.extra_link_args.append(build_native.STRIP_DEBUG)
+        # Always relink the extension (one small file): build_ext skips one
+        # newer than its source, and pip builds in the tree, so a wheel
+        # would otherwise ship an extension an earlier build linked with
+        # other flags (debug info, the host's rpath).
+        self.force = True
         super().run()
-        if self.inplace or getattr(self, "editable_mode", False):
+        if self._develop():
             # Editable installs import from the source tree: put the native
             # files there too, next to the extension that needs them.
             for path in written:
@@ -53,6 +86,13 @@ class BuildNativeThenExt(build_ext):
                 tmp = dest.with_name(dest.name + ".tmp")
                 shutil.copy2(path, tmp)
                 os.replace(tmp, dest)
+
+    def build_extensions(self) -> None:
+        # self.compiler exists from here on (build_ext.run made it).
+        for attr in ("linker_so", "linker_so_cxx"):
+            if hasattr(self.compiler, attr):
+                setattr(self.compiler, attr, _without_search_paths(getattr(self.compiler, attr)))
+        super().build_extensions()
 
     def get_outputs(self) -> list[str]:
         outputs = list(super().get_outputs())

@@ -35,6 +35,7 @@ import os
 import threading
 from typing import Any, NamedTuple
 
+from ._sonames import LIBCUDA_SONAME
 from ._types import MemoryType
 
 try:
@@ -45,7 +46,7 @@ except ImportError:  # the source tree without its native build (bench on a bare
 
 __all__ = ["DriverAnswer", "driver_loaded", "is_cuda", "query"]
 
-_SONAME = b"libcuda.so.1"
+_SONAME = LIBCUDA_SONAME.encode()
 
 # CUpointer_attribute
 _MEMORY_TYPE = 2

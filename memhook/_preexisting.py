@@ -33,13 +33,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from dataclasses import dataclass
 
+from ._procmaps import Mapping, parse_maps, read_maps_text
+from ._sonames import LIBCUDA_SONAME
 from ._types import MemoryType
 from .cache import MemtypeCache
 
-__all__ = ["SIM_MEMFD_PREFIX", "Mapping", "cuda_reserved_ranges", "driver_initialised",
-           "mark_preexisting", "parse_maps"]
+__all__ = ["SIM_MEMFD_PREFIX", "cuda_reserved", "cuda_reserved_ranges", "driver_initialised",
+           "mark_preexisting"]
 
 _log = logging.getLogger("memhook")
 
@@ -49,44 +50,11 @@ SIM_MEMFD_PREFIX = "/memfd:memhook-sim-gpu"
 _NVIDIA_PREFIX = "/dev/nvidia"
 
 
-@dataclass(frozen=True)
-class Mapping:
-    """One line of /proc/self/maps."""
-
-    start: int
-    end: int
-    perms: str
-    path: str
-
-    @property
-    def cuda_reserved(self) -> bool:
-        """True for a range where CUDA may hold memory (see the module docstring)."""
-        if not self.path:
-            return not any(c in self.perms[:3] for c in "rwx")
-        return self.path.startswith(_NVIDIA_PREFIX) or self.path.startswith(SIM_MEMFD_PREFIX)
-
-
-def parse_maps(text: str) -> list[Mapping]:
-    """The mappings of a /proc/<pid>/maps text (lines it cannot read are skipped)."""
-    out = []
-    for line in text.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 5:
-            continue
-        lo, sep, hi = fields[0].partition("-")
-        try:
-            start, end = int(lo, 16), int(hi, 16)
-        except ValueError:
-            continue
-        if not sep or end <= start:
-            continue
-        out.append(Mapping(start, end, fields[1], fields[5].strip() if len(fields) == 6 else ""))
-    return out
-
-
-def _read_maps() -> str:
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-        return f.read()
+def cuda_reserved(m: Mapping) -> bool:
+    """True for a range where CUDA may hold memory (see the module docstring)."""
+    if not m.path:
+        return not any(c in m.perms[:3] for c in "rwx")
+    return m.path.startswith(_NVIDIA_PREFIX) or m.path.startswith(SIM_MEMFD_PREFIX)
 
 
 def cuda_reserved_ranges(maps_text: str | None = None) -> list[tuple[int, int]]:
@@ -104,10 +72,10 @@ def cuda_reserved_ranges(maps_text: str | None = None) -> list[tuple[int, int]]:
         found = _control.cuda_reserved_ranges()
         if found is not None:
             return found
-    text = _read_maps() if maps_text is None else maps_text
+    text = read_maps_text() if maps_text is None else maps_text
     ranges: list[tuple[int, int]] = []
     for m in sorted(parse_maps(text), key=lambda m: m.start):
-        if not m.cuda_reserved:
+        if not cuda_reserved(m):
             continue
         if ranges and m.start <= ranges[-1][1]:
             ranges[-1] = (ranges[-1][0], max(ranges[-1][1], m.end))
@@ -168,7 +136,7 @@ def driver_initialised() -> bool:
 
 def _ask_initialised() -> bool:
     try:
-        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+        driver = ctypes.CDLL(LIBCUDA_SONAME, mode=os.RTLD_NOW | os.RTLD_NOLOAD)
     except OSError:
         return False
     try:

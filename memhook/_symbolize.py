@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Caller", "ElfSymbols", "elf_symbols", "executable_mappings", "resolve_local"]
+from ._procmaps import ExecutableMapping, executable_mappings
+
+__all__ = ["Caller", "ElfSymbols", "elf_symbols", "resolve_local"]
 
 
 @dataclass(frozen=True)
@@ -238,31 +240,6 @@ def describe(path: str, base: int, address: int) -> Caller:
     return Caller(path, hit[0], hit[1] + 1, address)
 
 
-def executable_mappings(pid: int | str = "self") -> list[tuple[int, int, str, int]]:
-    """The executable file mappings of a process, from ``/proc/PID/maps``:
-    (start, end, path, base) in the kernel's order, where ``base`` is the
-    address the file's offset 0 maps at (its first mapping's start minus
-    that mapping's offset).  Empty when the file cannot be read (the process
-    is gone)."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            lines = f.readlines()
-    except OSError:
-        return []
-    bases: dict[str, int] = {}
-    out = []
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 6 or not parts[5].startswith("/"):
-            continue
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        path = parts[5].rstrip("\n")
-        bases.setdefault(path, lo - int(parts[2], 16))
-        if "x" in parts[1]:
-            out.append((lo, hi, path, bases[path]))
-    return out
-
-
 class _LocalMaps:
     """This process's file mappings, reread when an address is in none of
     them (an object loaded since)."""
@@ -270,17 +247,17 @@ class _LocalMaps:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.starts: list[int] = []
-        self.entries: list[tuple[int, int, str, int]] = []  # start, end, path, base
+        self.entries: list[ExecutableMapping] = []
         self.cache: dict[int, Caller] = {}
 
     def _reload(self) -> None:
         entries = sorted(executable_mappings())
         self.entries = entries
-        self.starts = [e[0] for e in entries]
+        self.starts = [e.start for e in entries]
 
-    def _find(self, address: int) -> tuple[int, int, str, int] | None:
+    def _find(self, address: int) -> ExecutableMapping | None:
         i = bisect.bisect_right(self.starts, address) - 1
-        if i >= 0 and address < self.entries[i][1]:
+        if i >= 0 and address < self.entries[i].end:
             return self.entries[i]
         return None
 
@@ -294,7 +271,7 @@ class _LocalMaps:
                 self._reload()
                 entry = self._find(address)
             caller = (Caller("", "", address, address) if entry is None
-                      else describe(entry[2], entry[3], address))
+                      else describe(entry.path, entry.base, address))
             if len(self.cache) > 65536:
                 self.cache.clear()
             self.cache[address] = caller

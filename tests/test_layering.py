@@ -27,12 +27,13 @@ each to its one file.
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from memhook_testing import CSRC
+from memhook_testing import CSRC, ROOT
 
 # Rank of each folder of the core; a file may include headers of its own
 # folder and of folders of strictly lower rank only.
@@ -168,3 +169,180 @@ def test_the_one_of_each_check_catches_a_second_reader(tmp_path: Path) -> None:
                      'static const char *knob(void) { return getenv("MEMHOOK_X"); }\n')
     assert one_of_each_violations(root) == [
         "trace/trace.c reads the environment; only core/mh_options.c may (use its helper)"]
+
+
+# A layer may split its header in two: the one the layers above include,
+# declaring exactly what they use of it, and an internal one for the
+# layer's own files (issue 27: reloc.h had 46 declarations, cuda/ used 10).
+SPLIT_HEADERS: dict[str, tuple[str, str]] = {
+    "reloc": ("reloc.h", "reloc_int.h"),
+}
+_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
+_FN_TYPEDEF = re.compile(r"\btypedef\b[^;]*?\(\s*\*\s*(\w+)\s*\)\s*\(")
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def declared_names(header: Path) -> set[str]:
+    """The names a header declares: its MH_HIDDEN functions and variables,
+    its typedefs and its macros (the include guard aside)."""
+    text = _COMMENT.sub("", header.read_text())
+    names = set(re.findall(r"^\s*#\s*define\s+(\w+)", text, re.M))
+    names -= set(re.findall(r"^\s*#\s*ifndef\s+(\w+)", text, re.M))
+    body = re.sub(r"^\s*#.*$", "", text, flags=re.M)
+    body = _ATTRIBUTE.sub("", body)
+    # Flatten braces (struct and enum bodies) so that each top-level
+    # statement ends at its own semicolon.
+    while re.search(r"\{[^{}]*\}", body):
+        body = re.sub(r"\{[^{}]*\}", " ", body)
+    for stmt in body.split(";"):
+        stmt = " ".join(stmt.split())
+        if not stmt:
+            continue
+        if stmt.startswith("typedef"):
+            m = _FN_TYPEDEF.search(stmt)
+            names.add(m.group(1) if m else _IDENT.findall(stmt)[-1])
+        elif stmt.startswith("MH_HIDDEN"):
+            fn = re.search(r"(\w+)\s*\(", stmt)
+            names.add(fn.group(1) if fn else _IDENT.findall(stmt)[-1])
+    return names
+
+
+def split_header_violations(root: Path) -> list[str]:
+    """One line per break of SPLIT_HEADERS' rule under `root` (a csrc/
+    tree): a file outside the layer includes its internal header, a name
+    of the internal header is used outside the layer, or the outer header
+    declares a name no file outside the layer uses (nor any of its own
+    declarations that are used, as a typedef is by a variable)."""
+    files = _core_files(root)
+    problems = []
+    for layer, (outer, internal) in SPLIT_HEADERS.items():
+        outside = [p for p in files if p.relative_to(root).parts[0] != layer]
+        used: set[str] = set()
+        for src in outside:
+            rel = src.relative_to(root).as_posix()
+            text = src.read_text()
+            for m in INCLUDE.finditer(text):
+                if Path(m.group(2)).name == internal:
+                    problems.append(f"{rel} includes {layer}/{internal}, which is internal "
+                                    f"to {layer}/; include {outer}")
+            used |= set(_IDENT.findall(_COMMENT.sub("", text)))
+        outer_path, internal_path = root / layer / outer, root / layer / internal
+        missing = [p for p in (outer_path, internal_path) if not p.is_file()]
+        if missing:
+            problems += [f"{p.relative_to(root)} is missing" for p in missing]
+            continue
+        for name in sorted(declared_names(internal_path) & used):
+            problems.append(f"{name} ({layer}/{internal}) is used outside {layer}/: "
+                            f"declare it in {outer}")
+        outer_names = declared_names(outer_path)
+        outer_code = _COMMENT.sub("", outer_path.read_text())
+        for name in sorted(outer_names - used):
+            users = [n for n in outer_names & used
+                     if re.search(rf"\b{name}\b[^;]*\b{n}\b", outer_code)]
+            if not users:
+                problems.append(f"{name} ({layer}/{outer}) is used by nothing outside "
+                                f"{layer}/: move it to {internal}")
+    return problems
+
+
+def test_split_headers_declare_what_the_layers_above_use() -> None:
+    problems = split_header_violations(CSRC)
+    assert not problems, "\n  ".join(["split headers broken:", *problems])
+
+
+def test_the_split_header_check_catches_each_break(tmp_path: Path) -> None:
+    """On a copy of the core: cuda/ includes reloc_int.h, calls an internal
+    name, and reloc.h declares a name nothing above uses."""
+    root = tmp_path / "csrc"
+    shutil.copytree(CSRC, root, ignore=shutil.ignore_patterns("sim", "__pycache__", "*.py"))
+    assert split_header_violations(root) == []
+    assert {"mh_reloc_interpose", "mh_real_dlsym", "mh_dlsym_fn", "mh_reloc_inside",
+            "mh_reloc_watch_unload"} <= declared_names(root / "reloc" / "reloc.h")
+    assert {"mh_reloc_lock", "mh_elf_object", "MH_RELOC_NAME_MAX", "mh_real_dlvsym",
+            "mh_dlsym_entry"} <= declared_names(root / "reloc" / "reloc_int.h")
+    gpa = root / "cuda" / "proc_address.c"
+    gpa.write_text('#include "reloc_int.h"\n' + gpa.read_text()
+                   + "\nstatic void locked(void) { mh_reloc_lock(); }\n")
+    header = root / "reloc" / "reloc.h"
+    header.write_text(header.read_text().replace(
+        "#endif", "MH_HIDDEN int mh_reloc_unused(void);\n#endif"))
+    assert split_header_violations(root) == [
+        "cuda/proc_address.c includes reloc/reloc_int.h, which is internal to reloc/; "
+        "include reloc.h",
+        "mh_reloc_lock (reloc/reloc_int.h) is used outside reloc/: declare it in reloc.h",
+        "mh_reloc_unused (reloc/reloc.h) is used by nothing outside reloc/: "
+        "move it to reloc_int.h",
+    ]
+
+
+# The Python side's "one of each" (issue 27), as ONE_OF_EACH is the core's:
+# each may appear in memhook/ only in the module that owns it.  Strings are
+# looked at in code only: a docstring may name the file or the soname.
+def _py_strings(tree: ast.AST) -> list[str]:
+    """Every str or bytes constant of a module but its docstrings (a bare
+    string statement), f-strings' literal parts included."""
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+            and id(node) not in docstrings]
+
+
+def _splits_a_maps_line(tree: ast.AST) -> bool:
+    """A call ``.split(None, 5)`` or ``.split(maxsplit=5)``: a maps line's
+    six fields, the last the path (which may hold spaces)."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "split"):
+            args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            kw = {k.arg: k.value.value for k in node.keywords
+                  if isinstance(k.value, ast.Constant)}
+            if args[1:2] == [5] or kw.get("maxsplit") == 5:
+                return True
+    return False
+
+
+PY_ONE_OF_EACH: dict[str, tuple[object, str]] = {
+    "reads /proc/PID/maps": (lambda tree: any("/maps" in t for t in _py_strings(tree)),
+                             "_procmaps.py"),
+    "parses a maps line": (_splits_a_maps_line, "_procmaps.py"),
+    "spells the driver's soname": (
+        lambda tree: any("libcuda.so.1" in t for t in _py_strings(tree)), "_sonames.py"),
+}
+
+
+def py_one_of_each_violations(package: Path) -> list[str]:
+    problems = []
+    for src in sorted(package.rglob("*.py")):
+        rel = src.relative_to(package).as_posix()
+        tree = ast.parse(src.read_text(), filename=str(src))
+        for what, (found, owner) in PY_ONE_OF_EACH.items():
+            if rel != owner and found(tree):  # type: ignore[operator]
+                problems.append(f"memhook/{rel} {what}; only memhook/{owner} may (use it)")
+    return problems
+
+
+def test_python_has_one_of_each_helper() -> None:
+    problems = py_one_of_each_violations(ROOT / "memhook")
+    assert not problems, "\n  ".join(["Python helpers duplicated:", *problems])
+
+
+def test_the_python_one_of_each_check_catches_a_second_reader(tmp_path: Path) -> None:
+    package = tmp_path / "memhook"
+    shutil.copytree(ROOT / "memhook", package,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.*", "*.a", "lib"))
+    assert py_one_of_each_violations(package) == []
+    (package / "cli" / "second.py").write_text(
+        '"""Reads /proc/self/maps and loads libcuda.so.1 (a docstring may say so)."""\n'
+        "import ctypes\n\n\n"
+        "def libs(pid):\n"
+        '    with open(f"/proc/{pid}/maps") as f:\n'
+        "        return [line.split(None, 5) for line in f]\n\n\n"
+        "def driver():\n"
+        '    return ctypes.CDLL(b"libcuda.so.1")\n')
+    assert py_one_of_each_violations(package) == [
+        "memhook/cli/second.py reads /proc/PID/maps; only memhook/_procmaps.py may (use it)",
+        "memhook/cli/second.py parses a maps line; only memhook/_procmaps.py may (use it)",
+        "memhook/cli/second.py spells the driver's soname; only memhook/_sonames.py may (use it)",
+    ]

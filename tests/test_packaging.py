@@ -6,13 +6,17 @@ a scratch folder, and imports it from there, far from the source tree.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,8 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    env = dict(os.environ)
+    env.pop("MEMHOOK_DEBUG", None)  # (a developer's opt-in to debug info: not a release wheel)
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-                           str(ROOT)], capture_output=True, text=True, timeout=900)
+                           str(ROOT)], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout}\n{proc.stderr}"
     wheels = list(out.glob("memhook-*.whl"))
     assert len(wheels) == 1
@@ -113,3 +119,63 @@ def test_wheel_metadata_names_the_project_urls_and_python_versions(wheel: Path) 
     classifiers = [line.split(": ", 1)[1] for line in meta.splitlines()
                    if line.startswith("Classifier: ")]
     assert "Programming Language :: Python :: 3.9" in classifiers  # requires-python's floor
+
+
+def _ar_members(data: bytes) -> Iterator[tuple[str, bytes]]:
+    """The members of a System V ``ar`` archive (a static library)."""
+    assert data[:8] == b"!<arch>\n", "not an ar archive"
+    at, long_names = 8, b""
+    while at + 60 <= len(data):
+        name = data[at:at + 16].decode().strip()
+        size = int(data[at + 48:at + 58])
+        body = data[at + 60:at + 60 + size]
+        at += 60 + size + (size & 1)
+        if name == "//":  # GNU: the table of names longer than 15 characters
+            long_names = body
+        elif name[:1] == "/" and name[1:].isdigit():
+            start = int(name[1:])
+            yield long_names[start:long_names.index(b"/\n", start)].decode(), body
+        elif name != "/":  # (the symbol table)
+            yield name.rstrip("/"), body
+
+
+def _elf_objects(wheel: Path) -> Iterator[tuple[str, ELFFile]]:
+    """Every ELF file of the wheel, static libraries' members included."""
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            data = zf.read(name)
+            if data[:4] == b"\x7fELF":
+                yield name, ELFFile(io.BytesIO(data))
+            elif name.endswith(".a"):
+                for member, body in _ar_members(data):
+                    if body[:4] == b"\x7fELF":
+                        yield f"{name}({member})", ELFFile(io.BytesIO(body))
+
+
+def test_wheel_native_parts_carry_nothing_of_the_build_machine(wheel: Path) -> None:
+    """No debug info (sections .debug_*: the build's source paths, and most
+    of each file's size), and no search path but ``$ORIGIN``: a RUNPATH
+    naming the build host's Python lib folder first would make the loader
+    look there before the wheel's own folder."""
+    objects = dict(_elf_objects(wheel))
+    shared = [n for n in objects if n.endswith(".so") or ".so." in n]
+    assert {"memhook/libmemhook.so", "memhook/_native.abi3.so", "memhook/sim/lib/libcuda.so.1",
+            "memhook/sim/lib/libcudart.so.13", "memhook/sim/lib/libcudart.so"} <= set(shared)
+    assert any(n.startswith("memhook/sim/lib/libcudart_static.a(") for n in objects), objects
+    problems = []
+    for name, elf in objects.items():
+        debug = sorted(s.name for s in elf.iter_sections()
+                       if s.name.startswith((".debug", ".zdebug")))
+        if debug:
+            problems.append(f"{name} has debug info: {debug}")
+    for name in shared:
+        dynamic = objects[name].get_section_by_name(".dynamic")
+        assert isinstance(dynamic, DynamicSection), name
+        paths = [(t.entry.d_tag, t.runpath if t.entry.d_tag == "DT_RUNPATH" else t.rpath)
+                 for t in dynamic.iter_tags() if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")]
+        wanted = [[("DT_RUNPATH", "$ORIGIN")]]
+        if name != "memhook/_native.abi3.so":  # (it needs libmemhook.so beside it)
+            wanted.append([])
+        if paths not in wanted:
+            problems.append(f"{name} searches {paths}, not $ORIGIN alone")
+    assert not problems, "\n".join(problems)

@@ -32,7 +32,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 . tools/gpu/device_setup.sh || { echo "device_setup failed"; exit 1; }
 export HOOKS_ON_GPU_BUILD=/tmp/memhook-gpu-build
 stamp "nvcc: tools/gpu/cuda (-cudart static, -cudart shared, -cubin)"
-python3 tools/gpu/hooks_on_gpu.py --build || rc=1
+python3 tests/gpu/hooks_on_gpu.py --build || rc=1
 stamp "census over the loaded libcuda.so.1 and libcudart.so.13"
 timeout 120 python3 tools/gpu/census_on_gpu.py "$out/census.json" || rc=1
 stamp "pytest -m gpu tests/gpu"
@@ -42,7 +42,7 @@ python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
 HOOKS_ON_GPU_RESULTS="$out/gpu-results.jsonl" timeout 300 python3 -m pytest -m gpu tests/gpu \
     -p no:cacheprovider -p no:benchmark $xdist -q -rfE --junitxml="$out/gpu-junit.xml" || rc=1
 stamp "(case x mode)"
-python3 tools/gpu/hooks_on_gpu.py --summarize "$out/gpu-results.jsonl" || rc=1
+python3 tests/gpu/hooks_on_gpu.py --summarize "$out/gpu-results.jsonl" || rc=1
 stamp "figure: hook overhead per cuMemAllocAsync+cuMemFreeAsync pair, real driver"
 timeout 120 python3 bench/hook_bench.py --real --no-stub --api async \
     --json "$out/hook_bench_real_async.json" || echo "hook_bench failed"

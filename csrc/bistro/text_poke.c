@@ -34,6 +34,11 @@
  *   4. store bytes 1.. of every window; sync; store every byte 0; sync.
  *   5. put every page's protection back.
  *
+ * mh_text_poke_batch runs them in this order, one static function each:
+ * signals_plan (0), pages_make_writable (1), barriers_store (2),
+ * threads_recheck and threads_move_out (3), windows_write (4),
+ * pages_restore (5).
+ *
  * Every store to byte 0 is a single-byte store, so fetches see either the
  * old or the new byte; bytes 1.. are only written while byte 0 is an int3
  * and every thread that stood inside has been (or will be, before it runs
@@ -526,7 +531,6 @@ static bool blocks_trap(thread_info *t)
  * vCPU the hypervisor descheduled executes nothing meanwhile either). */
 #define PROBE_WAIT_NS 500000ULL
 #define MAX_THREADS 4096
-#define MAX_PAGES 512
 
 static inline void store_byte(uint64_t at, uint8_t v)
 {
@@ -584,6 +588,340 @@ static void fail_all(mh_poke *s, size_t n, int err, const char *why)
     }
 }
 
+/* Refuse every window with an instruction boundary inside that is not
+ * refused already: its threads cannot be moved out. */
+static void refuse_unrefused_interiors(mh_poke *s, size_t n, const char *why)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (s[k].interior && !s[k].err) {
+            s[k].err = EAGAIN;
+            snprintf(s[k].why, sizeof s[k].why, "%s", why);
+        }
+    }
+}
+
+/* What one batch carries from step to step. */
+typedef struct poke_batch {
+    mh_poke *s;
+    size_t n;
+    thread_info *th;   /* MAX_THREADS of them */
+    int nth;
+    bool spin;         /* the barrier is "jmp ." (a thread blocks SIGTRAP) */
+    int psig;          /* the probe signal; 0 when no window needs one */
+    size_t ps;         /* the page size */
+    uint64_t *page;    /* sorted, distinct pages of the windows not refused */
+    int *prot;         /* their protections before step 1 */
+    int npages;
+    char why[200];
+} poke_batch;
+
+static void poke_batch_free(poke_batch *b)
+{
+    free(b->page);
+    free(b->prot);
+    free(b->th);
+}
+
+/* Step 0, SIGTRAP: when a thread blocks it, an int3 it ran into would kill
+ * it, so the barrier at byte 0 is "jmp ." (eb fe) instead: a thread that
+ * enters spins there until the new bytes are in, no signal involved.  It
+ * needs bytes 0-1 in one cache line (one atomic 2-byte store) and a first
+ * instruction longer than one byte; other windows are refused. */
+static void barrier_choose(poke_batch *b)
+{
+    const thread_info *trap_blocker = NULL;
+    for (int i = 0; i < b->nth && !trap_blocker; i++)
+        if (blocks_trap(&b->th[i]))
+            trap_blocker = &b->th[i];
+    if (!trap_blocker)
+        return;
+    b->spin = true;
+    mh_poke *s = b->s;
+    for (size_t i = 0; i < b->n; i++) {
+        if ((s[i].at & 63) == 63 || s[i].len < 2 || s[i].boundary1) {
+            s[i].err = EAGAIN;
+            snprintf(s[i].why, sizeof s[i].why, "thread %d (%s) blocks SIGTRAP (an int3 "
+                     "would kill it) and %s", (int)trap_blocker->tid, trap_blocker->name,
+                     s[i].boundary1 ? "the first instruction is one byte long, so a "
+                     "two-byte spin barrier would cut the next one"
+                                    : "the window's first two bytes straddle a cache "
+                     "line (no atomic spin barrier)");
+        }
+    }
+}
+
+/* Step 0, the probe: when a window has an instruction boundary inside,
+ * pick the probe signal; refuse those windows when a thread that may be
+ * inside one cannot hear it. */
+static void probe_choose(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    bool any_interior = false;
+    for (size_t i = 0; i < b->n; i++)
+        any_interior |= s[i].interior;
+    if (!any_interior)
+        return;
+    b->psig = probe_signal_choose(b->th, b->nth);
+    const thread_info *dth = NULL;
+    for (int i = 0; i < b->nth && !dth; i++)
+        if (deaf(&b->th[i], b->psig))
+            dth = &b->th[i];
+    if (!dth)
+        return;
+    if (b->psig)
+        snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d (and every other "
+                 "free probe signal), so the threads cannot be moved out of a window "
+                 "with an instruction boundary inside", (int)dth->tid, dth->name, b->psig);
+    else
+        snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
+                 "real-time signal, SIGURG and SIGWINCH have handlers)");
+    /* Every interior window, refused already or not: this reason wins. */
+    for (size_t i = 0; i < b->n; i++) {
+        if (s[i].interior) {
+            s[i].err = EAGAIN;
+            snprintf(s[i].why, sizeof s[i].why, "%s", b->why);
+        }
+    }
+}
+
+/* Step 0: list the threads and plan the signals.  False when the whole
+ * batch is refused (every window says why). */
+static bool signals_plan(poke_batch *b)
+{
+    b->th = malloc(sizeof *b->th * MAX_THREADS);
+    if (!b->th) {
+        fail_all(b->s, b->n, ENOMEM, "out of memory");
+        return false;
+    }
+    b->nth = list_threads(b->th, MAX_THREADS);
+    if (b->nth < 0) {
+        snprintf(b->why, sizeof b->why, "cannot list the threads in /proc/self/task: %s",
+                 strerror(-b->nth));
+        fail_all(b->s, b->n, -b->nth, b->why);
+        return false;
+    }
+    barrier_choose(b);
+    probe_choose(b);
+    return true;
+}
+
+/* Step 1: the sorted, distinct pages of the windows not refused, and their
+ * protections. */
+static bool pages_collect(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    b->ps = (size_t)sysconf(_SC_PAGESIZE);
+    b->page = malloc(sizeof *b->page * 2 * b->n);
+    b->prot = malloc(sizeof *b->prot * 2 * b->n);
+    if (!b->page || !b->prot) {
+        fail_all(s, b->n, ENOMEM, "out of memory");
+        return false;
+    }
+    int npages = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (s[i].err)
+            continue;
+        b->page[npages++] = s[i].at & ~(uint64_t)(b->ps - 1);
+        b->page[npages++] = (s[i].at + s[i].len - 1) & ~(uint64_t)(b->ps - 1);
+    }
+    qsort(b->page, (size_t)npages, sizeof *b->page, cmp_u64);
+    int distinct = 0;
+    for (int i = 0; i < npages; i++)
+        if (distinct == 0 || b->page[distinct - 1] != b->page[i])
+            b->page[distinct++] = b->page[i];
+    b->npages = distinct;
+    pages_prot(b->page, b->npages, b->prot);
+    return true;
+}
+
+/* Step 1: every page R+W+X, or none changed and the batch refused (a W^X
+ * host refuses). */
+static bool pages_make_writable(poke_batch *b)
+{
+    if (!pages_collect(b))
+        return false;
+    int done = 0, err = 0;
+    for (; done < b->npages; done++) {
+        if (b->prot[done] < 0) {
+            snprintf(b->why, sizeof b->why, "page %#llx is not in /proc/self/maps",
+                     (unsigned long long)b->page[done]);
+            err = EFAULT;
+            break;
+        }
+        if (mprotect((void *)(uintptr_t)b->page[done], b->ps,
+                     b->prot[done] | PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+            err = errno;
+            snprintf(b->why, sizeof b->why, "the host refuses writable+executable code: "
+                     "mprotect(%#llx, PROT_READ|PROT_WRITE|PROT_EXEC) failed: %s",
+                     (unsigned long long)b->page[done], strerror(err));
+            break;
+        }
+    }
+    if (!err)
+        return true;
+    for (int j = 0; j < done; j++)
+        mprotect((void *)(uintptr_t)b->page[j], b->ps, b->prot[j]);
+    fail_all(b->s, b->n, err, b->why);
+    return false;
+}
+
+/* Step 2: the barrier at every window's byte 0 - int3, or eb fe when a
+ * thread blocks SIGTRAP - remembering the bytes it replaces. */
+static void barriers_store(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    for (size_t i = 0; i < b->n; i++) {
+        s[i].old0 = *(volatile uint8_t *)(uintptr_t)s[i].at;
+        memcpy(&s[i].old01, (const void *)(uintptr_t)s[i].at, 2);
+        if (!s[i].err) {
+            if (b->spin)
+                store_pair(s[i].at, 0xFEEB);
+            else
+                store_byte(s[i].at, 0xCC);
+        }
+    }
+    mh_sync_cores();
+}
+
+/* Step 3: the threads again, now that nobody can newly get inside a window
+ * (one started since step 0 is in this list).  A thread that began to
+ * block SIGTRAP since step 0 makes us take every int3 back at once; one
+ * deaf to the probe refuses the interior windows.  Returns whether any
+ * window still needs the probe. */
+static bool threads_recheck(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    b->nth = list_threads(b->th, MAX_THREADS);
+    for (int i = 0; i < b->nth && !b->spin; i++) {
+        if (blocks_trap(&b->th[i])) {
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks SIGTRAP, and one that "
+                     "runs into the int3 of the live-write protocol would be killed by the "
+                     "kernel", (int)b->th[i].tid, b->th[i].name);
+            fail_all(s, b->n, EAGAIN, b->why);
+            break;
+        }
+    }
+    bool probe = false;
+    for (size_t i = 0; i < b->n; i++)
+        probe |= s[i].interior && !s[i].err;
+    for (int i = 0; i < b->nth && probe; i++) {
+        if (deaf(&b->th[i], b->psig)) {
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, so "
+                     "it cannot be moved out of a window with an instruction boundary inside",
+                     (int)b->th[i].tid, b->th[i].name, b->psig);
+            refuse_unrefused_interiors(s, b->n, b->why);
+            probe = false;
+        }
+    }
+    return probe;
+}
+
+/* Step 3: one probe to every thread that may stand inside a window.
+ * Returns how many were queued; a probe that cannot be queued refuses the
+ * interior windows. */
+static int probes_send(poke_batch *b, uint32_t round)
+{
+    pid_t pid = getpid();
+    int sent = 0;
+    for (int i = 0; i < b->nth; i++) {
+        if (!may_be_inside(&b->th[i]))
+            continue;
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        si.si_signo = b->psig;
+        si.si_code = SI_QUEUE;
+        si.si_pid = pid;
+        si.si_uid = getuid();
+        si.si_value.sival_ptr = (void *)(uintptr_t)((QUIESCE_MAGIC << 32) | round);
+        if (syscall(SYS_rt_tgsigqueueinfo, pid, b->th[i].tid, b->psig, &si) == 0) {
+            sent++;
+        } else if (errno != ESRCH) {
+            /* Not queued (e.g. RLIMIT_SIGPENDING): it cannot be moved. */
+            snprintf(b->why, sizeof b->why, "cannot send the probe (signal %d) to thread %d "
+                     "(%s): %s", b->psig, (int)b->th[i].tid, b->th[i].name, strerror(errno));
+            refuse_unrefused_interiors(b->s, b->n, b->why);
+        }
+    }
+    return sent;
+}
+
+/* Step 3: probe, wait a bounded time for the answers, and refuse a window
+ * a thread stands inside off every boundary (it cannot be moved). */
+static void threads_move_out(poke_batch *b)
+{
+    atomic_store(&g_q.acks, 0);
+    atomic_store(&g_q.stuck, 0);
+    uint32_t round = atomic_fetch_add(&g_q.round, 1) + 1;
+    int sent = probes_send(b, round);
+    /* Spin, not yield: yielding to a spinner costs a time slice, and
+     * the answers that matter come from threads on other CPUs. */
+    uint64_t end = mh_monotonic_ns() + PROBE_WAIT_NS;
+    while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && mh_monotonic_ns() < end)
+        __builtin_ia32_pause();
+    if (atomic_load(&g_q.stuck) == 0)
+        return;
+    uint64_t rip = atomic_load(&g_q.stuck_at);
+    mh_poke *s = b->s;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!s[i].err && rip > s[i].at && rip < s[i].at + s[i].len) {
+            s[i].err = EAGAIN;
+            snprintf(s[i].why, sizeof s[i].why, "a thread stands at +%llu of the "
+                     "window, which is no instruction boundary of it",
+                     (unsigned long long)(rip - s[i].at));
+        }
+    }
+}
+
+/* Step 4: the tails, sync, then byte 0 (or the old byte 0 back where we
+ * gave up), sync.  Returns how many windows were written. */
+static size_t windows_write(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    size_t written = 0, head = b->spin ? 2 : 1;
+    for (size_t i = 0; i < b->n; i++)
+        if (!s[i].err)
+            memcpy((void *)(uintptr_t)(s[i].at + head), s[i].bytes + head, s[i].len - head);
+    mh_sync_cores();
+    for (size_t i = 0; i < b->n; i++) {
+        uint16_t now2;
+        memcpy(&now2, (const void *)(uintptr_t)s[i].at, 2);
+        if (!s[i].err) {
+            if (b->spin) {
+                uint16_t v;
+                memcpy(&v, s[i].bytes, 2);
+                store_pair(s[i].at, v);
+            } else {
+                store_byte(s[i].at, s[i].bytes[0]);
+            }
+            written++;
+        } else if (b->spin && now2 == 0xFEEB && s[i].old01 != 0xFEEB) {
+            store_pair(s[i].at, s[i].old01); /* our barrier comes out */
+        } else if (!b->spin && (now2 & 0xFF) == 0xCC && s[i].old0 != 0xCC) {
+            store_byte(s[i].at, s[i].old0); /* our int3 comes out */
+        }
+    }
+    mh_sync_cores();
+    return written;
+}
+
+/* Step 5: every page's protection back.  Dropping permissions does not
+ * fail short of ENOMEM splitting a mapping; try once more then, and say
+ * so in every written window. */
+static void pages_restore(poke_batch *b)
+{
+    mh_poke *s = b->s;
+    for (int j = 0; j < b->npages; j++) {
+        if (mprotect((void *)(uintptr_t)b->page[j], b->ps, b->prot[j]) != 0 &&
+            mprotect((void *)(uintptr_t)b->page[j], b->ps, b->prot[j]) != 0) {
+            for (size_t i = 0; i < b->n; i++)
+                if (!s[i].err)
+                    snprintf(s[i].why, sizeof s[i].why, "written, but page %#llx stays "
+                             "writable: %s", (unsigned long long)b->page[j], strerror(errno));
+        }
+    }
+}
+
+/* The steps of the file comment, in order. */
 size_t mh_text_poke_batch(mh_poke *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -592,271 +930,30 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     }
     if (n == 0)
         return 0;
-    char why[200];
+    poke_batch b = {.s = s, .n = n};
     int err = mh_trap_handler_ensure();
     if (err) {
-        snprintf(why, sizeof why, "cannot install the SIGTRAP handler: %s", strerror(err));
-        fail_all(s, n, err, why);
+        snprintf(b.why, sizeof b.why, "cannot install the SIGTRAP handler: %s", strerror(err));
+        fail_all(s, n, err, b.why);
         return 0;
     }
-
-    /* 0. the signals */
-    thread_info *th = malloc(sizeof *th * MAX_THREADS);
-    if (!th) {
-        fail_all(s, n, ENOMEM, "out of memory");
+    if (!signals_plan(&b) || !pages_make_writable(&b)) {
+        poke_batch_free(&b);
         return 0;
     }
-    int nth = list_threads(th, MAX_THREADS);
-    if (nth < 0) {
-        snprintf(why, sizeof why, "cannot list the threads in /proc/self/task: %s",
-                 strerror(-nth));
-        fail_all(s, n, -nth, why);
-        free(th);
-        return 0;
-    }
-    /* A thread that blocks SIGTRAP would be killed by an int3 it ran into:
-     * then the barrier at byte 0 is "jmp ." (eb fe) instead, a thread that
-     * enters spins there until the new bytes are in, no signal involved.
-     * It needs bytes 0-1 in one cache line (one atomic 2-byte store). */
-    bool spin = false;
-    const thread_info *trap_blocker = NULL;
-    for (int i = 0; i < nth && !trap_blocker; i++)
-        if (blocks_trap(&th[i]))
-            trap_blocker = &th[i];
-    if (trap_blocker) {
-        spin = true;
-        for (size_t i = 0; i < n; i++) {
-            if ((s[i].at & 63) == 63 || s[i].len < 2 || s[i].boundary1) {
-                s[i].err = EAGAIN;
-                snprintf(s[i].why, sizeof s[i].why, "thread %d (%s) blocks SIGTRAP (an int3 "
-                         "would kill it) and %s", (int)trap_blocker->tid, trap_blocker->name,
-                         s[i].boundary1 ? "the first instruction is one byte long, so a "
-                         "two-byte spin barrier would cut the next one"
-                                        : "the window's first two bytes straddle a cache "
-                         "line (no atomic spin barrier)");
-            }
-        }
-    }
-    bool any_interior = false;
-    for (size_t i = 0; i < n; i++)
-        any_interior |= s[i].interior;
-    int psig = 0;
-    if (any_interior) {
-        psig = probe_signal_choose(th, nth);
-        const thread_info *dth = NULL;
-        for (int i = 0; i < nth && !dth; i++)
-            if (deaf(&th[i], psig))
-                dth = &th[i];
-        if (dth) {
-            if (psig)
-                snprintf(why, sizeof why, "thread %d (%s) blocks signal %d (and every other "
-                         "free probe signal), so the threads cannot be moved out of a window "
-                         "with an instruction boundary inside", (int)dth->tid, dth->name, psig);
-            else
-                snprintf(why, sizeof why, "no free signal to probe the threads with (every "
-                         "real-time signal, SIGURG and SIGWINCH have handlers)");
-            for (size_t i = 0; i < n; i++) {
-                if (s[i].interior) {
-                    s[i].err = EAGAIN;
-                    snprintf(s[i].why, sizeof s[i].why, "%s", why);
-                }
-            }
-        }
-    }
-
-    /* 1. the pages */
-    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-    uint64_t *page = malloc(sizeof *page * 2 * n);
-    int *prot = malloc(sizeof *prot * 2 * n);
-    int npages = 0;
-    if (!page || !prot) {
-        free(page);
-        free(prot);
-        free(th);
-        fail_all(s, n, ENOMEM, "out of memory");
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i].err)
-            continue;
-        page[npages++] = s[i].at & ~(uint64_t)(ps - 1);
-        page[npages++] = (s[i].at + s[i].len - 1) & ~(uint64_t)(ps - 1);
-    }
-    qsort(page, (size_t)npages, sizeof *page, cmp_u64);
-    int distinct = 0;
-    for (int i = 0; i < npages; i++)
-        if (distinct == 0 || page[distinct - 1] != page[i])
-            page[distinct++] = page[i];
-    npages = distinct;
-    pages_prot(page, npages, prot);
-    int done = 0;
-    err = 0;
-    for (; done < npages; done++) {
-        if (prot[done] < 0) {
-            snprintf(why, sizeof why, "page %#llx is not in /proc/self/maps",
-                     (unsigned long long)page[done]);
-            err = EFAULT;
-            break;
-        }
-        if (mprotect((void *)(uintptr_t)page[done], ps,
-                     prot[done] | PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
-            err = errno;
-            snprintf(why, sizeof why, "the host refuses writable+executable code: "
-                     "mprotect(%#llx, PROT_READ|PROT_WRITE|PROT_EXEC) failed: %s",
-                     (unsigned long long)page[done], strerror(err));
-            break;
-        }
-    }
-    if (err) {
-        for (int j = 0; j < done; j++)
-            mprotect((void *)(uintptr_t)page[j], ps, prot[j]);
-        fail_all(s, n, err, why);
-        free(page);
-        free(prot);
-        free(th);
-        return 0;
-    }
-
     /* The installing thread may block SIGTRAP itself (it never runs a
      * window meanwhile, but a handler it calls might). */
     sigset_t trap, old;
     sigemptyset(&trap);
     sigaddset(&trap, SIGTRAP);
     pthread_sigmask(SIG_UNBLOCK, &trap, &old);
-
-    /* 2. barriers: int3, or eb fe when a thread blocks SIGTRAP */
-    for (size_t i = 0; i < n; i++) {
-        s[i].old0 = *(volatile uint8_t *)(uintptr_t)s[i].at;
-        memcpy(&s[i].old01, (const void *)(uintptr_t)s[i].at, 2);
-        if (!s[i].err) {
-            if (spin)
-                store_pair(s[i].at, 0xFEEB);
-            else
-                store_byte(s[i].at, 0xCC);
-        }
-    }
-    mh_sync_cores();
-
-    /* 3. The threads again, now that nobody can newly get inside a window
-     * (one started since step 0 is in this list).  A thread that began to
-     * block SIGTRAP since step 0 makes us take every int3 back at once. */
-    nth = list_threads(th, MAX_THREADS);
-    for (int i = 0; i < nth && !spin; i++) {
-        if (blocks_trap(&th[i])) {
-            snprintf(why, sizeof why, "thread %d (%s) blocks SIGTRAP, and one that runs into "
-                     "the int3 of the live-write protocol would be killed by the kernel",
-                     (int)th[i].tid, th[i].name);
-            fail_all(s, n, EAGAIN, why);
-            break;
-        }
-    }
-    bool probe = false;
-    for (size_t i = 0; i < n; i++)
-        probe |= s[i].interior && !s[i].err;
-    for (int i = 0; i < nth && probe; i++) {
-        if (deaf(&th[i], psig)) {
-            snprintf(why, sizeof why, "thread %d (%s) blocks signal %d, the probe, so it "
-                     "cannot be moved out of a window with an instruction boundary inside",
-                     (int)th[i].tid, th[i].name, psig);
-            for (size_t k = 0; k < n; k++) {
-                if (s[k].interior && !s[k].err) {
-                    s[k].err = EAGAIN;
-                    snprintf(s[k].why, sizeof s[k].why, "%s", why);
-                }
-            }
-            probe = false;
-        }
-    }
-    if (probe) {
-        atomic_store(&g_q.acks, 0);
-        atomic_store(&g_q.stuck, 0);
-        uint32_t round = atomic_fetch_add(&g_q.round, 1) + 1;
-        pid_t pid = getpid();
-        int sent = 0;
-        for (int i = 0; i < nth; i++) {
-            if (!may_be_inside(&th[i]))
-                continue;
-            siginfo_t si;
-            memset(&si, 0, sizeof si);
-            si.si_signo = psig;
-            si.si_code = SI_QUEUE;
-            si.si_pid = pid;
-            si.si_uid = getuid();
-            si.si_value.sival_ptr = (void *)(uintptr_t)((QUIESCE_MAGIC << 32) | round);
-            if (syscall(SYS_rt_tgsigqueueinfo, pid, th[i].tid, psig, &si) == 0) {
-                sent++;
-            } else if (errno != ESRCH) {
-                /* Not queued (e.g. RLIMIT_SIGPENDING): it cannot be moved. */
-                snprintf(why, sizeof why, "cannot send the probe (signal %d) to thread %d "
-                         "(%s): %s", psig, (int)th[i].tid, th[i].name, strerror(errno));
-                for (size_t k = 0; k < n; k++) {
-                    if (s[k].interior && !s[k].err) {
-                        s[k].err = EAGAIN;
-                        snprintf(s[k].why, sizeof s[k].why, "%s", why);
-                    }
-                }
-            }
-        }
-        /* Spin, not yield: yielding to a spinner costs a time slice, and
-         * the answers that matter come from threads on other CPUs. */
-        uint64_t end = mh_monotonic_ns() + PROBE_WAIT_NS;
-        while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && mh_monotonic_ns() < end)
-            __builtin_ia32_pause();
-        if (atomic_load(&g_q.stuck) > 0) {
-            uint64_t rip = atomic_load(&g_q.stuck_at);
-            for (size_t i = 0; i < n; i++) {
-                if (!s[i].err && rip > s[i].at && rip < s[i].at + s[i].len) {
-                    s[i].err = EAGAIN;
-                    snprintf(s[i].why, sizeof s[i].why, "a thread stands at +%llu of the "
-                             "window, which is no instruction boundary of it",
-                             (unsigned long long)(rip - s[i].at));
-                }
-            }
-        }
-    }
-
-    /* 4. tails, then byte 0 (or the old byte 0 back where we gave up) */
-    size_t written = 0, head = spin ? 2 : 1;
-    for (size_t i = 0; i < n; i++)
-        if (!s[i].err)
-            memcpy((void *)(uintptr_t)(s[i].at + head), s[i].bytes + head, s[i].len - head);
-    mh_sync_cores();
-    for (size_t i = 0; i < n; i++) {
-        uint16_t now2;
-        memcpy(&now2, (const void *)(uintptr_t)s[i].at, 2);
-        if (!s[i].err) {
-            if (spin) {
-                uint16_t v;
-                memcpy(&v, s[i].bytes, 2);
-                store_pair(s[i].at, v);
-            } else {
-                store_byte(s[i].at, s[i].bytes[0]);
-            }
-            written++;
-        } else if (spin && now2 == 0xFEEB && s[i].old01 != 0xFEEB) {
-            store_pair(s[i].at, s[i].old01); /* our barrier comes out */
-        } else if (!spin && (now2 & 0xFF) == 0xCC && s[i].old0 != 0xCC) {
-            store_byte(s[i].at, s[i].old0); /* our int3 comes out */
-        }
-    }
-    mh_sync_cores();
+    barriers_store(&b);
+    if (threads_recheck(&b))
+        threads_move_out(&b);
+    size_t written = windows_write(&b);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-
-    /* 5. protections back */
-    /* Dropping permissions does not fail short of ENOMEM splitting a
-     * mapping; try once more then, and say so. */
-    for (int j = 0; j < npages; j++) {
-        if (mprotect((void *)(uintptr_t)page[j], ps, prot[j]) != 0 &&
-            mprotect((void *)(uintptr_t)page[j], ps, prot[j]) != 0) {
-            for (size_t i = 0; i < n; i++)
-                if (!s[i].err)
-                    snprintf(s[i].why, sizeof s[i].why, "written, but page %#llx stays "
-                             "writable: %s", (unsigned long long)page[j], strerror(errno));
-        }
-    }
-    free(page);
-    free(prot);
-    free(th);
+    pages_restore(&b);
+    poke_batch_free(&b);
     return written;
 }
 

@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "reloc.h"
+#include "reloc_int.h"
 
 static uintptr_t dyn_ptr(uintptr_t base, ElfW(Addr) value)
 {

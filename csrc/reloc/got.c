@@ -23,7 +23,7 @@
 
 #include "log.h"
 #include "procfs.h"
-#include "reloc.h"
+#include "reloc_int.h"
 
 /* A snapshot being built from the core's reader (not a hook path: it may
  * allocate). */

@@ -65,7 +65,7 @@
 
 #include "mh_objects.h"
 #include "log.h"
-#include "reloc.h"
+#include "reloc_int.h"
 
 /* Per thread: inside the real dlopen/dlclose (a constructor or destructor
  * that dlopens again must not re-enter memhook's walk). */

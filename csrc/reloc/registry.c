@@ -21,7 +21,7 @@
 #include <link.h>
 #include <string.h>
 
-#include "reloc.h"
+#include "reloc_int.h"
 
 #define MAX_ENTRIES 1024
 #define MAX_INTERPOSERS 4

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "reloc.h"
+#include "reloc_int.h"
 
 /* The real dl* entry points: process-wide because the functions they name
  * are (one loader per process); written once under g_lock before any
@@ -73,14 +73,16 @@ void mh_reloc_fork_child(void)
         mh_reloc_lock();
 }
 
-void mh_reloc_init(void)
+/* Makes the lock (once).  Where the lock sits among memhook's others:
+ * csrc/core/mh_lock_order.h. */
+static void reloc_init(void)
 {
     pthread_once(&g_lock_once, make_lock);
 }
 
 void mh_reloc_lock(void)
 {
-    mh_reloc_init();
+    reloc_init();
     pthread_mutex_lock(&g_lock);
     t_lock_depth++;
 }

@@ -39,7 +39,7 @@
 #include <sys/auxv.h>
 
 #include "log.h"
-#include "reloc.h"
+#include "reloc_int.h"
 
 typedef struct record {
     void **slot;

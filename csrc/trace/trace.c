@@ -252,18 +252,21 @@ static bool hand_over(void)
     return true;
 }
 
+/* Events the streamer tees per call (16 pages of them). */
+#define TEE_BATCH 1024
+
 static void *streamer_main(void *arg)
 {
     (void)arg;
     /* One streamer per process; only it uses this buffer (a fork child's
      * new streamer inherits a copy of it, not a user). */
-    static memhook_event buf[MH_TRACE_BATCH];
+    static memhook_event buf[TEE_BATCH];
     struct timespec pause = {.tv_sec = t.poll_ms / 1000,
                              .tv_nsec = (long)(t.poll_ms % 1000) * 1000000L};
     while (!atomic_load(&t.stop)) {
         /* The tee marks what the trim may drop; the copy in buf is not
          * needed (the trace has its own in the area). */
-        while (mh_queue_tee(buf, MH_TRACE_BATCH) == MH_TRACE_BATCH) {
+        while (mh_queue_tee(buf, TEE_BATCH) == TEE_BATCH) {
         }
         mh_queue_trim(TRACE_KEEP);
         mh_trace_modules_poll();  /* objects loaded or unloaded without dlopen's wrapper */

@@ -15,15 +15,15 @@
  * image said HELLO (exec).  Integers are the host's (little-endian x86-64)
  * byte order; both ends run on the same machine.
  *
- *   HELLO   the one message: who this process is (mh_trace_hello, then
+ *   HELLO   a traced process's one message: who it is (mh_trace_hello, then
  *           exe, cmdline and why bytes) and, as SCM_RIGHTS, its area's fd
  *           (sealed against shrinking where the kernel allows).  The
  *           collector believes none of it blindly: the sender is the
  *           kernel's SO_PEERCRED pid, the pid claimed must be that process
  *           in one of its PID namespaces, and every offset and count of
  *           the area is checked against the memfd's real size.
- *
- * EVENTS and BYE are version 1's (events on the socket); no longer sent.
+ *   NESTED  a header alone, from a `memhook trace` inside a traced program
+ *           (below).
  */
 #ifndef MEMHOOK_TRACE_PROTO_H
 #define MEMHOOK_TRACE_PROTO_H
@@ -37,16 +37,11 @@
 #define MH_TRACE_VERSION 4
 
 #define MH_TRACE_HELLO 1
-#define MH_TRACE_EVENTS 2
-#define MH_TRACE_BYE 3
-/* Sent (header only, no descriptor) by a `memhook trace` that runs inside
+/* (2 and 3 were version 1's EVENTS and BYE, events on the socket.)
+ * Sent (header only, no descriptor) by a `memhook trace` that runs inside
  * a traced program, to the outer collector: the inner trace's command
  * reports to the inner collector, and the outer one says so. */
 #define MH_TRACE_NESTED 4
-
-/* Most events in one EVENTS message: 64 KiB of events, well inside the
- * default socket send buffer (a SEQPACKET message must fit in it whole). */
-#define MH_TRACE_BATCH 1024
 
 /* mh_trace_hello.flags */
 #define MH_TRACE_HELLO_FORKED 0x1u /* a fork() child of a traced process */
@@ -54,8 +49,8 @@
 typedef struct mh_trace_header {
     uint32_t magic;    /* MH_TRACE_MAGIC */
     uint16_t version;  /* MH_TRACE_VERSION */
-    uint16_t type;     /* MH_TRACE_HELLO / _EVENTS / _BYE */
-    uint32_t count;    /* EVENTS: how many events follow; else 0 */
+    uint16_t type;     /* MH_TRACE_HELLO / _NESTED */
+    uint32_t count;    /* 0 */
     uint32_t reserved;
 } mh_trace_header;     /* 16 bytes */
 
@@ -73,10 +68,6 @@ typedef struct mh_trace_hello {
     uint32_t why_len;      /* then the install failure's reason, if any */
     uint32_t reserved;
 } mh_trace_hello;          /* 48 bytes */
-
-typedef struct mh_trace_bye {
-    uint64_t events_sent;  /* every event this process sent on this connection */
-} mh_trace_bye;
 
 /* ---- the trace area (a memfd, shared by the process and the collector) ----
  *

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Any
 
+from .._sonames import LIBCUDA_SONAME
+
 __all__ = ["add_parser", "gpu_present", "have_cuda_bindings", "run"]
 
 
@@ -47,7 +49,7 @@ def gpu_present() -> bool:
     import subprocess
 
     code = ("import ctypes, sys\n"
-            "try:\n    cuda = ctypes.CDLL('libcuda.so.1')\nexcept OSError:\n    sys.exit(1)\n"
+            f"try:\n    cuda = ctypes.CDLL({LIBCUDA_SONAME!r})\nexcept OSError:\n    sys.exit(1)\n"
             "n = ctypes.c_int(0)\n"
             "sys.exit(0 if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0"
             " and n.value > 0 else 1)\n")

@@ -27,6 +27,9 @@ import re
 import sys
 from typing import Any
 
+from .._procmaps import file_paths
+from .._sonames import LIBCUDA_SONAME
+
 __all__ = ["add_parser", "collect", "format_text", "run"]
 
 MODES = ("bistro", "reloc", "bistro,reloc")
@@ -59,7 +62,7 @@ def _driver_info() -> tuple[dict, ctypes.CDLL | None]:
     from .cuda_errors import error_name
 
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        cuda = ctypes.CDLL(LIBCUDA_SONAME)
     except OSError as exc:
         return {"loaded": False, "error": str(exc)}, None
     info: dict[str, Any] = {"loaded": True, "path": _object_path(cuda, "cuInit")}
@@ -246,18 +249,7 @@ def _coverage_per_mode() -> tuple[list[dict], dict[str, str]]:
 
 
 def _loaded_libraries() -> list[str]:
-    found: list[str] = []
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                path = fields[5].strip() if len(fields) == 6 else ""
-                if path.startswith("/") and _LIBRARY_RE.match(os.path.basename(path)) \
-                        and path not in found:
-                    found.append(path)
-    except OSError:  # pragma: no cover
-        pass
-    return found
+    return [p for p in file_paths() if _LIBRARY_RE.match(os.path.basename(p))]
 
 
 def collect(sim: bool = False) -> dict:

@@ -74,7 +74,7 @@ class Process:
     """The sender's pid by the kernel (``SO_PEERCRED``, this namespace's
     number): what the outputs show.  None: the HELLO's (a unit test)."""
     events: int = 0
-    events_sent: int | None = None   # from BYE: the process reached exit()
+    events_sent: int | None = None   # once its area says it reached exit(): events taken
     ended: bool = False
     execed: bool = False                # a later connection came from the same pid
     live: dict[int, tuple[int, int, int, str, str | None]] = dataclasses.field(
@@ -153,7 +153,7 @@ class Ledger:
         if proc.hello is not None:
             for other in self.processes:
                 if other.pid == proc.pid and other is not proc:
-                    other.execed = True  # (exit() sends BYE first; how_ended checks it)
+                    other.execed = True  # (how_ended looks at events_sent first)
         self.processes.append(proc)
 
     def process_ended(self, proc: Process) -> list[tuple[int, int, int]]:

@@ -20,7 +20,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .._symbolize import Caller, describe, executable_mappings
+from .._procmaps import executable_mappings
+from .._symbolize import Caller, describe
 
 __all__ = ["MODULE", "MODULE_LOAD", "MODULE_UNLOAD", "Module", "ModuleMap", "parse_modules"]
 

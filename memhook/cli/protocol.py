@@ -9,8 +9,6 @@ Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
 * NESTED - a header alone, from a ``memhook trace`` run inside a traced
   program, to the outer collector: its command's events go to it
   (:func:`nested_message`).
-
-EVENTS and BYE are version 1's and no longer sent.
 """
 
 from __future__ import annotations
@@ -22,29 +20,25 @@ from dataclasses import dataclass
 from .._event_layout import EVENT_DTYPE
 
 __all__ = [
-    "BATCH", "BYE", "EVENT", "EVENTS", "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED",
-    "HELLO_FORKED", "MAGIC", "MAX_MESSAGE", "NESTED", "VERSION", "Hello", "ProtocolError",
-    "events", "nested_message", "parse_bye", "parse_header", "parse_hello",
+    "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED", "HELLO_FORKED", "MAGIC", "MAX_MESSAGE",
+    "NESTED", "VERSION", "Hello", "ProtocolError", "nested_message", "parse_header",
+    "parse_hello",
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
 VERSION = 4  # 3: events carry caller, module and stack records; 4: Python and code records
-HELLO, EVENTS, BYE, NESTED = 1, 2, 3, 4
-BATCH = 1024                # most events in one EVENTS message
+HELLO, NESTED = 1, 4          # (2 and 3 were version 1's EVENTS and BYE)
 HELLO_FORKED = 0x1
 
 HEADER = struct.Struct("<IHHII")            # magic, version, type, count, reserved
 HELLO_FIXED = struct.Struct("<iiIiIIQIIII")  # mh_trace_hello (48 bytes)
-_BYE = struct.Struct("<Q")
 
-EVENT = struct.Struct("<QQQQQhhhhiiiI")
-"""``memhook_event`` as a struct, in memory order (caller 5th)."""
+MAX_MESSAGE = 16384
+"""A receive buffer that holds any message whole: a HELLO is at most
+3,648 bytes (the header, mh_trace_hello, and csrc/trace/trace.c's EXE_MAX,
+CMDLINE_MAX and WHY_MAX bytes of strings; a test adds them up)."""
 
-
-MAX_MESSAGE = HEADER.size + BATCH * EVENT_DTYPE.itemsize + 8192
-"""A receive buffer that holds any message whole (HELLO is at most ~3.6 KiB)."""
-
-assert HEADER.size == 16 and HELLO_FIXED.size == 48 and EVENT_DTYPE.itemsize == 64 == EVENT.size
+assert HEADER.size == 16 and HELLO_FIXED.size == 48 and EVENT_DTYPE.itemsize == 64
 
 
 class ProtocolError(ValueError):
@@ -85,8 +79,6 @@ def parse_header(data: bytes) -> tuple[int, int]:
         raise ProtocolError(f"bad magic {magic:#x}")
     if version != VERSION:
         raise ProtocolError(f"protocol version {version}, expected {VERSION}")
-    if kind == EVENTS and len(data) != HEADER.size + count * EVENT_DTYPE.itemsize:
-        raise ProtocolError(f"EVENTS message of {len(data)} bytes does not hold {count} events")
     return kind, count
 
 
@@ -111,17 +103,3 @@ def parse_hello(data: bytes) -> Hello:
 def nested_message() -> bytes:
     """A NESTED message (sent by :mod:`memhook.cli.trace`)."""
     return HEADER.pack(MAGIC, VERSION, NESTED, 0, 0)
-
-
-def parse_bye(data: bytes) -> int | None:
-    """events_sent of a BYE message (None if it carries none)."""
-    if len(data) < HEADER.size + _BYE.size:
-        return None
-    return int(_BYE.unpack_from(data, HEADER.size)[0])
-
-
-def events(data: bytes) -> list[tuple]:
-    """The events of an EVENTS message, as tuples in EVENT_DTYPE's field
-    order (seq, address, size, timestamp_ns, kind, function, mem_type,
-    device, pid, tid, result, flags, caller)."""
-    return [r[:4] + r[5:] + r[4:5] for r in EVENT.iter_unpack(memoryview(data)[HEADER.size:])]

@@ -56,12 +56,12 @@ MAX_HELD = 16384
 """Most events held at once (16 full batches)."""
 
 CHUNK = 1024
-"""Most rows per writer call (as many as one EVENTS message holds)."""
+"""Most rows per writer call."""
 
 MERGED = Process(conn_id=-2)
 """The ``proc`` of a merged batch (the rows name their own pid and tid)."""
 
-_TS = itemgetter(3)  # timestamp_ns in a protocol.events() row
+_TS = itemgetter(3)  # timestamp_ns in an EVENT_DTYPE row
 
 
 def _count_before(rows: list[tuple], ts: int) -> int:

@@ -77,6 +77,8 @@ import time
 import traceback
 from typing import IO, Any
 
+from .._sonames import LIBCUDA_SONAME
+
 __all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
 
 DEGRADED_STATUS = 70
@@ -297,7 +299,7 @@ def _tell_outer_trace(warnings: list[str]) -> None:
 
 
 _DRIVER_PROBE = ("import ctypes, sys\n"
-                 "try:\n    ctypes.CDLL('libcuda.so.1')\n"
+                 f"try:\n    ctypes.CDLL({LIBCUDA_SONAME!r})\n"
                  "except OSError as exc:\n    print(exc)\n    sys.exit(1)\n")
 
 

@@ -29,6 +29,9 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from .._procmaps import file_paths
+from .._sonames import LIBCUDA_SONAME
+
 __all__ = [
     "DRIVER_SONAME",
     "RUNTIME_SONAME",
@@ -39,7 +42,7 @@ __all__ = [
     "library_dir",
 ]
 
-DRIVER_SONAME = "libcuda.so.1"
+DRIVER_SONAME = LIBCUDA_SONAME
 RUNTIME_SONAME = "libcudart.so.13"
 _REQUIRED = (DRIVER_SONAME, RUNTIME_SONAME, "libcudart.so", "libcudart_static.a", "cudart_sim.h")
 
@@ -81,17 +84,7 @@ _driver: ctypes.CDLL | None = None
 
 def _loaded_drivers() -> list[str]:
     """Paths of every libcuda.so* mapped in this process."""
-    found: set[str] = set()
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                path = fields[5].strip() if len(fields) == 6 else ""
-                if os.path.basename(path).startswith("libcuda.so"):
-                    found.add(path)
-    except OSError:  # pragma: no cover - /proc is always there on Linux
-        pass
-    return sorted(found)
+    return sorted(p for p in file_paths() if os.path.basename(p).startswith("libcuda.so"))
 
 
 def is_active() -> bool:

@@ -25,17 +25,26 @@ def test_protocol_matches_trace_proto_h() -> None:
     d = _defines(CSRC / "trace" / "trace_proto.h")
     assert d["MH_TRACE_MAGIC"] == protocol.MAGIC
     assert d["MH_TRACE_VERSION"] == protocol.VERSION
-    assert (d["MH_TRACE_HELLO"], d["MH_TRACE_EVENTS"], d["MH_TRACE_BYE"]) == (
-        protocol.HELLO, protocol.EVENTS, protocol.BYE)
-    assert d["MH_TRACE_BATCH"] == protocol.BATCH
+    assert (d["MH_TRACE_HELLO"], d["MH_TRACE_NESTED"]) == (protocol.HELLO, protocol.NESTED)
     assert d["MH_TRACE_HELLO_FORKED"] == protocol.HELLO_FORKED
     assert protocol.HEADER.size == 16 and protocol.HELLO_FIXED.size == 48
+
+
+def test_the_receive_buffer_holds_the_longest_hello() -> None:
+    """A HELLO longer than MAX_MESSAGE would arrive cut short (SEQPACKET)
+    and be refused: the buffer holds the header, mh_trace_hello and the
+    most string bytes trace.c sends."""
+    limits = dict(re.findall(r"#define (EXE_MAX|CMDLINE_MAX|WHY_MAX) (\d+)",
+                             (CSRC / "trace" / "trace.c").read_text()))
+    assert sorted(limits) == ["CMDLINE_MAX", "EXE_MAX", "WHY_MAX"], limits
+    longest = protocol.HEADER.size + protocol.HELLO_FIXED.size + sum(map(int, limits.values()))
+    assert longest <= protocol.MAX_MESSAGE, (longest, protocol.MAX_MESSAGE)
 
 
 def test_event_layout_matches_the_core() -> None:
     from memhook._core import ffi
 
-    assert ffi.sizeof("memhook_event") == protocol.EVENT.size == protocol.EVENT_DTYPE.itemsize
+    assert ffi.sizeof("memhook_event") == protocol.EVENT_DTYPE.itemsize
     for name in protocol.EVENT_DTYPE.names:
         assert ffi.offsetof("memhook_event", name) == protocol.EVENT_DTYPE.fields[name][1]
 

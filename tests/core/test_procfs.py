@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from memhook_testing import CSRC, HAVE_CC, run_checked
 
+from memhook._procmaps import parse_maps
+
 pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler")
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +51,13 @@ def test_walk_matches_the_file(native, c_test_dir: Path) -> None:
     assert got == want
     assert any(name == "[stack]" for *_, name in got)
     assert any(name.endswith("maps_walk_default") for *_, name in got)
+
+
+def test_the_python_reader_agrees_with_the_core(native, c_test_dir: Path) -> None:
+    """memhook/_procmaps.py, the Python side's one reader, reads the same
+    text into the same ranges, protections and names as the core's."""
+    got, raw = _walk(native, c_test_dir)
+    assert [(m.start, m.end, m.perms[:3], m.path) for m in parse_maps(raw)] == got
 
 
 def test_callback_stops_the_walk(native, c_test_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""memhook's hooks on a real GPU: every case of tools/gpu/hooks_on_gpu.py in
+"""memhook's hooks on a real GPU: every case of tests/gpu/hooks_on_gpu.py in
 every mode (bistro, reloc, bistro+reloc, bistro with the 12-byte jump
 forced), each in a fresh subprocess (hooks installed in the pytest process
 would leak into every later test).  The junit shows one test per (case, mode).
@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "gpu"))
 import hooks_on_gpu as H
+import pytest
 
 pytestmark = pytest.mark.gpu
 

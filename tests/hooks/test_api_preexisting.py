@@ -17,8 +17,8 @@ from memhook._preexisting import (
     cuda_reserved_ranges,
     driver_initialised,
     mark_preexisting,
-    parse_maps,
 )
+from memhook._procmaps import parse_maps
 
 M = MemoryType
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """memhook's CUDA hooks on a real GPU, in every mode, for the device tool:
 
-    . tools/gpu/device_setup.sh && python3 tools/gpu/hooks_on_gpu.py [--modes M,..] [--cases C,..]
+    . tools/gpu/device_setup.sh && python3 tests/gpu/hooks_on_gpu.py [--modes M,..] [--cases C,..]
 
 (device_setup.sh installs the carried .whl/ wheels - cffi - and builds memhook
 in place; carry .whl.)  Without a GPU, `--sim` runs the same script on
