@@ -157,7 +157,7 @@ def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[
     print(f"{'regions':>9} {'case':>16} {'floor':>6} " + " ".join(
         f"{v:>20}" for v in SINGLE_VARIANTS) + "  goal")
     process = cache_mod.process_cache()
-    saved_layer = cache_mod._drain, cache_mod._coverage_complete
+    saved_layer = cache_mod._drain, cache_mod._coverage_complete, getattr(cache_mod, "_applier", None)
     try:
         for n in sizes:
             layout = build_layout(n)

@@ -16,12 +16,13 @@ cache's hot query paths, on every HOST answer.
 
 from __future__ import annotations
 
+from . import _control
 from ._core import lib
 
 __all__ = ["coverage_complete", "invalidate"]
 
 _token = lib.memhook_coverage_token
-_ask = lib.memhook_hooks_coverage_complete
+_ask = _control.coverage_complete  # (long: with the GIL held, see memhook._control)
 
 _epoch = 0
 # (token, epoch, answer), published by one store.  The token (one call into

@@ -1,51 +1,69 @@
 """Draining the core's event queue into the cache and the subscribers.
 
 The hooks record events into a lock-free queue in libmemhook.so (no Python,
-no GIL inside a hook).  :func:`drain` takes them out in batches of up to
-:data:`BATCH` events into one preallocated C array, and for each event, in
-order (two stages, see Concurrency):
+no GIL inside a hook).  Draining takes them out in batches of up to
+:data:`BATCH` events into one preallocated C array and, in two stages (see
+Concurrency):
 
-1. applies it to :func:`memhook.cache.process_cache`: a successful ALLOC is
-   ``update(address, size, mem_type, device)`` (size 0 is skipped); a
-   successful FREE is ``remove(address, size)``; a successful FREE whose
-   size nobody knew (size 0, ``MEMHOOK_EVENT_SIZE_UNKNOWN``) demotes the
-   region holding ``address`` to UNKNOWN - not a removal, because touching
-   regions of one type and device are merged in the cache, so that region
-   may also hold live neighbours, and UNKNOWN makes queries there ask the
-   driver, which knows;
-2. hands it to the subscribers whose kinds match (failed calls too: they
-   reach subscribers only, never the cache).
+1. applies the batch to :func:`memhook.cache.process_cache` in bulk
+   (:mod:`memhook._apply`: numpy reduces a batch to the few cache writes
+   that leave the cache exactly as one write per event would - an
+   allocator handing one address out and back costs one write per batch,
+   so the drain keeps up with native threads recording ten times faster
+   than Python can apply events one at a time);
+2. hands every event to the subscribers whose kinds match, in order
+   (failed calls too: they reach subscribers only, never the cache).
+   Subscribers opt in to their cost: Event objects are built only for them.
 
-Events flagged ``MEMHOOK_EVENT_SKIPPED`` are ignored entirely.  With no
-subscribers, no :class:`~memhook.events.Event` objects are built: the batch
-is read as one numpy structured array over the C buffer and applied
-straight to the cache.
+Events flagged ``MEMHOOK_EVENT_SKIPPED`` are ignored entirely; the driver
+unload marker reaches the cache only; a context reset (a FREE flagged
+``MEMHOOK_EVENT_CONTEXT_RESET``) reaches both.
 
-Concurrency:
+Concurrency - no call waits for another Python thread to make progress:
 
-* Two stages.  One lock (the apply lock) serialises taking events out of
-  the core and applying them to the cache, so the cache sees them in order;
-  with subscribers, the applied rows then wait in a hand-off queue, and a
-  second lock (the delivery lock) serialises handing them out, in the same
-  order.  A query (:func:`query_drain`) needs the first stage only: the
-  cache holds every event published before the query began, whatever the
-  subscribers' backlog; it spends at most :data:`QUERY_DELIVERY_S` on
-  handing out waiting events.  flush()
-  (:func:`drain`) waits for both stages; the background feeder delivers
-  the rest (memhook._feeder).  A subscriber therefore sees the cache as of
-  the newest event applied, which may be past its own event.
-* Re-entrancy: a subscriber that queries memhook (or flushes) applies
-  pending events to the cache, hands nothing out - its own thread is the
-  one delivering - and returns; the outer delivery goes on, in order.
+* The apply stage runs under the apply lock.  The background feeder
+  (memhook._feeder) holds it for one batch at a time and does not take it
+  again while a thread waits for it (:data:`_waiters`), so a flush() waits
+  for at most the one batch under way, not for a convoy.
+* A query (:func:`query_drain`) never waits for the lock: it takes it if
+  it is free and applies at most :data:`QUERY_EVENTS` events (one call
+  into the core, made with the GIL held: memhook._control), and says
+  whether the cache now holds every event published before the query
+  began.  When it does not (another thread is applying; the backlog is
+  longer than a query's share; this thread is applying already, in a
+  signal handler), memhook.cache asks :func:`unapplied` what the cache
+  lacks: taking events out of the core and publishing what was taken
+  happen together under a second, short lock (:data:`_take_lock`: one C
+  call and a few stores), so a query can take the rest of the queue out
+  itself - into the backlog the applier applies next, in order - and see
+  every event the cache lacks: the applier's batch, the backlog.  Where
+  none of them touches the range, the cache as it stands is right (the
+  applier writes only the ranges of its events); where the last one is an
+  ALLOC that holds the range, that is the answer; otherwise the driver's,
+  not remembered (the applier may be writing that very range: see
+  memhook.cache._remember) - and only where there is no driver to ask
+  (events of a native recorder alone) does the query wait for the drain.
+* Re-entry: the apply lock and the delivery lock are RLocks only so that
+  a thread can ask whether it holds them (``_is_owned``: set atomically
+  with the acquisition, in C - there is no window between acquiring and
+  knowing the owner).  They are never re-acquired: a signal handler, or a
+  subscriber, running on the thread that holds one answers from the cache
+  as it stands or through the driver and never waits on its own thread; a
+  flush() there returns 0.  The take lock is only ever tried by queries.
+* The delivery stage runs under the delivery lock; the rows wait in a
+  hand-off queue, in order.  A query hands out waiting events only if the
+  lock is free and for at most :data:`QUERY_DELIVERY_S`; flush() waits for
+  every event; the feeder delivers the rest.  A subscriber sees the cache
+  as of the newest batch applied (at or past its own event).
 * A KeyboardInterrupt (or any BaseException) escaping a subscriber leaves
   the rest of its events waiting, and the next delivery hands them out
-  first, so nothing is lost or reordered; one escaping while the cache is
-  updated leaves the rows not applied in a backlog that the next drain
-  applies first.
-* fork(): both locks are taken around fork() (unless the forking thread
-  holds one: a subscriber forking), so a child never inherits a batch taken
-  out of the queue but not yet applied; the child gets fresh locks and the
-  events still waiting for subscribers, which its own subscribers get.
+  first; one escaping while the cache is written leaves the rows from the
+  last safe point (memhook._apply's progress mark) in the backlog, which
+  the next drain applies first.  Nothing is lost or reordered.
+* fork(): the three locks are taken around fork() (unless the forking
+  thread holds one), so a child never inherits a batch taken out of the
+  queue but not applied; the child gets fresh locks and the events still
+  waiting for subscribers, which its own subscribers get.
 """
 
 from __future__ import annotations
@@ -56,29 +74,43 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from . import _hook_table
+from . import _apply, _control, _hook_table
 from . import cache as _cache
 from ._core import ffi, lib
 from ._event_layout import EVENT_DTYPE
 from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
-__all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_DELIVERY_S", "attach", "drain",
-           "drain_batch", "flush", "function_name", "function_names", "query_drain",
-           "undelivered"]
+__all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_EVENTS", "QUERY_DELIVERY_S",
+           "applying", "attach", "drain", "drain_batch", "drain_nowait", "feed_step", "flush",
+           "backlogged", "function_name", "function_names", "generation", "query_drain",
+           "remember", "settle", "unapplied", "undelivered", "waiters"]
 
 _log = logging.getLogger("memhook")
 
 BATCH = 4096
-"""Events taken out of the core's queue per call."""
+"""Events taken out of the core's queue per call (and per hold of the
+apply lock by the feeder): 256 KiB of rows; about 0.4 ms of work for an
+allocator's alloc/free churn (a tenth of it the C drain, made with the GIL
+held, the rest the bulk apply), more where the batch holds that many
+distinct new allocations (each is a cache write).  Short, because while
+the feeder holds the apply lock a query answers without the drain, and
+while it is in the C drain no Python thread runs."""
+
+QUERY_EVENTS = 8192
+"""Events a query takes out of the core itself at most (two calls into the
+core, under a millisecond of work): a longer backlog is the feeder's, and
+the query answers without it meanwhile (memhook.cache: through the
+driver).  A query's time then hardly depends on how fast other threads
+record (on a box whose CPUs are oversubscribed, every millisecond of work
+is many more of waiting)."""
 
 _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
-_SIZE_UNKNOWN = int(lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
 _SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
 _UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
 _UNKNOWN = MemoryType.UNKNOWN
@@ -100,10 +132,18 @@ _check_layout()
 
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
-_c_drain = lib.memhook_events_drain_bounded
+# A query's own take (unapplied), under _take_lock: a run of its own,
+# begun between two calls of the applier's run.  The core's lanes hold one
+# run's cut at a time, so the applier's next call goes on as the query's
+# (later, longer) run and still ends only once everything pending when its
+# own began is out (memhook_events_drain_bounded: interleaved runs).
+_query_buffer = ffi.new("memhook_event[]", QUERY_EVENTS)
+_query_rows = np.frombuffer(ffi.buffer(_query_buffer), dtype=EVENT_DTYPE)
+_query_mark = ffi.new("uint64_t *")
+_c_drain = _control.events_drain  # (memhook_events_drain_bounded, the GIL held)
 # The state of one drain run (memhook_events_drain_bounded): zeroed as a run
 # begins, so the run takes what was pending then and stops - a query does
-# not chase producers that keep recording while it delivers.
+# not chase producers that keep recording while it applies.
 _mark = ffi.new("uint64_t *")
 # The core's "events may be pending" flag, read in place: 0 means a drain
 # would find nothing, which is what most queries find - no C call then.
@@ -111,41 +151,59 @@ _pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
 _clock = time.perf_counter
 
-# Two stages, two locks.  _lock (the apply lock) serialises taking events out
-# of the core's queue and applying them to the cache, so the cache sees them
-# in order; the rows then wait in _handoff, oldest first, for the
-# subscribers, who get them under _deliver_lock, in the same order.  A query
-# needs only the first stage: it never waits for subscribers to run (with 8
-# threads allocating, the feeder thread that runs them gets a ninth of the
-# GIL, and a query that delivered the backlog itself took up to 370 ms).
-# Lock order: _deliver_lock before _lock (a subscriber's query applies
-# events while its thread delivers); nothing takes them the other way.
-_lock = threading.Lock()
+# Two stages, two locks.  _lock (the apply lock) serialises taking events
+# out of the core's queue and applying them to the cache, so the cache sees
+# them in order; the rows then wait in _handoff, oldest first, for the
+# subscribers, who get them under _deliver_lock, in the same order.  Lock
+# order: _deliver_lock before _lock (a subscriber's query applies events
+# while its thread delivers); nothing takes them the other way.  RLocks
+# for _is_owned (see the module docstring), never taken twice by a thread.
+_lock = threading.RLock()
 _acquire = _lock.acquire
 _release = _lock.release
-_owner: int | None = None        # thread ident of the applier, while it applies
-_backlog: list[tuple[int, ...]] = []  # rows taken out, not yet applied (an interrupted apply)
+_is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
+# Idents of threads blocked waiting for _lock (flush(), fork): the feeder
+# does not take it again while one waits (set.add/discard: atomic).
+_waiters: set[int] = set()
+# Rows taken out, not yet applied, oldest first: what an interrupted apply
+# left, and what a query took out while another thread applied (see
+# unapplied).  Changed under _take_lock only.
+_backlog: list[np.ndarray] = []
+# Taking events out of the core and publishing what was taken (_backlog,
+# _in_flight) happen together under this lock, so that a query can see
+# every event published before it that is not in the cache yet, in order,
+# without the apply lock.  Held for one C drain call and a few stores,
+# never across Python work of any length; a query only ever tries it.
+_take_lock = threading.Lock()
+# The rows the apply lock's holder is applying now, or None.
+_in_flight: np.ndarray | None = None
 # False from before an applier takes events out of the core until they are
 # all in the cache (or in _backlog, which keeps it False): see query_drain.
 _quiet = True
+# Bumped under _lock by every apply: memhook.cache remembers a driver
+# answer only if no apply came between asking and remembering.
+_generation = 0
 # [rows, next index]: applied to the cache, not yet handed to the
-# subscribers.  rows is a list of EVENT_DTYPE tuples or an EVENT_DTYPE array
-# (64 bytes an event while they wait).  Appended under _lock, consumed under
-# _deliver_lock (deque append/popleft are atomic).
+# subscribers (an EVENT_DTYPE array; 64 bytes an event while they wait).
+# Appended under _lock, consumed under _deliver_lock (deque append/popleft
+# are atomic).
 _handoff: collections.deque[list[Any]] = collections.deque()
-_deliver_lock = threading.Lock()
-_deliverer: int | None = None    # thread ident of the deliverer, while it delivers
+_deliver_lock = threading.RLock()
+_delivering: Callable[[], bool] = _deliver_lock._is_owned  # type: ignore[attr-defined]
 _fork_held = (False, False)
 
 QUERY_DELIVERY_S = 0.005
-"""How long a query may spend on the subscribers before it answers: waiting
-for another thread's delivery to end, then handing out waiting events, in
-steps of :data:`DELIVERY_STEP` (the feeder and flush() deliver the rest).
-A quiet process's query still hands out everything; one whose feeder is
-starved of the GIL answers in bounded time."""
+"""How long a query may spend handing waiting events to the subscribers
+before it answers, when no other thread is delivering (it never waits for
+that thread).  The feeder and flush() deliver the rest."""
 
 DELIVERY_STEP = 64
-"""Events handed out between two looks at the clock."""
+"""Events the feeder hands out between two looks at the clock."""
+
+UNAPPLIED_CALLS = 4
+"""Calls into the core (of :data:`QUERY_EVENTS` each) a query that cannot
+drain makes at most to take out what the applier has not (a feeder that
+lost its CPU for tens of milliseconds leaves that many behind it)."""
 
 _names: tuple[str, ...] | None = None
 
@@ -168,18 +226,20 @@ def function_name(index: int) -> str:
 
 def drain() -> int:
     """Take every event pending when the call began out of the core's queue
-    (events recorded while it delivers wait for the next drain: the run is
+    (events recorded while it applies wait for the next drain: the run is
     bounded, see memhook_events_drain_bounded), apply it to the
     process-wide cache and hand it, and every event still waiting for them,
-    to the subscribers, in order.  Returns how many events were delivered
-    (skipped slots not counted).  From inside a subscriber (this thread is
-    delivering already) it applies pending events to the cache and returns
-    0: the outer delivery hands them out, in order."""
+    to the subscribers, in order.  Waits for the batch another thread is
+    applying, if one is, and for the delivery under way.  Returns how many
+    events were delivered (skipped slots not counted).  On a thread that
+    is applying or delivering already (a subscriber, a signal handler that
+    interrupted one) it does only what needs no wait on its own thread and
+    returns 0: the outer drain hands the events out, in order."""
     if not _pending[0] and _quiet and not _handoff:
         return 0
-    done = _take()
+    done, _ = _take(None, True)
     if _handoff:
-        done += _hand_out(None)
+        done += _hand_out(None, DELIVERY_STEP)
     return done
 
 
@@ -189,12 +249,15 @@ def flush() -> int:
     subscribers.  Returns how many events were delivered; from a
     subscriber it applies pending events to the cache and returns 0 (the
     delivery under way in this thread hands out the rest).  The
-    module-level queries drain lazily anyway, but hand subscribers only
-    what they can in :data:`QUERY_DELIVERY_S` (the background feeder
-    delivers the rest); call this to have subscribers see every event now.
+    module-level queries drain lazily anyway, but never wait for another
+    thread and hand subscribers only what they can in
+    :data:`QUERY_DELIVERY_S` (the background feeder delivers the rest);
+    call this to have subscribers see every event now.
 
-    Runtime complexity: O(e log n) for e pending events and n cache regions
-    (each event is one cache update), plus the subscribers' own time.
+    Runtime complexity: O(e log e + w log n) for e pending events and n
+    cache regions, where the batches' bulk apply leaves w cache writes
+    (one per distinct range whose last event is not undone within its
+    batch), plus the subscribers' own time.
 
     >>> import memhook
     >>> from memhook._core import lib
@@ -213,13 +276,14 @@ def flush() -> int:
     return drain()
 
 
-def query_drain() -> int:
+def query_drain() -> bool:
     """The cache's drain before a query (:func:`memhook.cache.set_hook_layer`):
-    every event pending when it began reaches the cache; the subscribers
-    get the events waiting for them for at most :data:`QUERY_DELIVERY_S` -
-    the feeder and flush() hand out the rest.  So a query does not wait
-    long for subscribers to run, and still never answers from a cache that
-    lacks an event published before it began."""
+    True when every event pending as it began has reached the cache (so
+    the cache can answer), False when that cannot be had without waiting
+    for another thread (it is applying a batch; or this thread is, in a
+    signal handler) or within :data:`QUERY_EVENTS` events.  Waiting
+    events are handed to the subscribers for at most
+    :data:`QUERY_DELIVERY_S`, only when no other thread is delivering."""
     # The fast path (nothing pending, nothing being applied) runs before
     # every query: one load through cffi and one global, no lock taken.  In
     # this order: a flag read clear means every event published before was
@@ -229,23 +293,84 @@ def query_drain() -> int:
     # the flag as it takes the events out, so the flag alone let a query
     # answer HOST for a live allocation on its way to the cache.)
     if not _pending[0] and _quiet:
-        return 0
-    done = _take()
+        return True
+    _, complete = _take(QUERY_EVENTS, False)
     if _handoff:
-        done += _hand_out(QUERY_DELIVERY_S)
-    return done
+        _hand_out(QUERY_DELIVERY_S, 1)
+    return complete
+
+
+def drain_nowait() -> bool:
+    """Apply what is pending to the cache if that needs no wait for another
+    thread (install() and uninstall() do, so that what the hooks saw so far
+    is in the cache, without ever waiting on a busy process's feeder);
+    True when everything pending reached it."""
+    return _take(QUERY_EVENTS, False)[1]
+
+
+def settle() -> None:
+    """Wait until the cache holds every event published before the call
+    (for a query the driver cannot answer): returns at once on a thread
+    that is applying already (a signal handler on it)."""
+    _take(None, True)
+
+
+def generation() -> int:
+    """A count of applies so far (see :func:`remember`)."""
+    return _generation
+
+
+def remember(since: int, write: Callable[[], None]) -> bool:
+    """Run ``write`` (memhook.cache storing a driver answer) under the apply
+    lock, if no apply has happened since :func:`generation` returned
+    ``since`` and the lock is free: an answer the driver gave before an
+    event of its range was applied must not be written after it.  True
+    when it was written."""
+    if _is_owned() or not _acquire(False):
+        return False
+    try:
+        if _generation != since:
+            return False
+        write()
+        return True
+    finally:
+        _release()
+
+
+def applying() -> bool:
+    """True on a thread that holds the apply lock (memhook.cache: a query
+    there, from a signal handler, must not wait for the cache's lock,
+    which the interrupted write may hold)."""
+    return bool(_is_owned())
+
+
+def waiters() -> int:
+    """Threads waiting for the apply lock (the feeder leaves it to them)."""
+    return len(_waiters)
 
 
 def drain_batch(budget_s: float = 0.005, take: bool = True) -> int:
-    """The background feeder's step: apply what is pending to the cache, then
-    hand waiting events to the subscribers for about ``budget_s`` seconds
-    and let go of the delivery lock, so that a flush() or a query waiting for
-    it waits for one short step.  ``take`` False: hand out only (the
-    core's queue is short).  Returns how many events were delivered."""
-    done = _take() if take else 0
+    """The background feeder's step: apply one batch of what is pending to
+    the cache (unless the apply lock is busy, or a thread waits for it),
+    then hand waiting events to the subscribers for about ``budget_s``
+    seconds and let go of the delivery lock, so that a flush() or a query
+    waiting for it waits for one short step.  ``take`` False: hand out
+    only (the core's queue is short).  Returns how many events were
+    delivered."""
+    done = _take(BATCH, False, feeder=True)[0] if take else 0
     if _handoff:
-        done += _hand_out(budget_s)
+        done += _hand_out(budget_s, DELIVERY_STEP)
     return done
+
+
+def feed_step(budget_s: float, take: bool) -> bool:
+    """One step of the background feeder (memhook._feeder): :func:`drain_batch`,
+    saying whether it did anything (applied a batch, or handed events out)
+    - False when the apply lock was busy or wanted, so the feeder backs off
+    instead of spinning."""
+    before = _generation
+    delivered = drain_batch(budget_s, take)
+    return delivered > 0 or _generation != before
 
 
 def undelivered() -> int:
@@ -253,108 +378,164 @@ def undelivered() -> int:
     return sum(len(rows) - at for rows, at in list(_handoff))
 
 
-def _take() -> int:
+def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False) \
+        -> tuple[int, bool]:
     """Stage one: take the events pending now out of the core's queue (one
-    bounded run) and apply them to the cache.  Returns how many need no
-    delivery (no subscribers); the others go to _handoff."""
-    global _owner, _quiet
+    bounded run) and apply them to the cache - at most ``max_events`` of
+    them (None: the whole run, a batch at a time), waiting for the apply
+    lock if ``wait``.  Returns (how many need no delivery - there are no
+    subscribers -, and whether the run is complete).  ``feeder``: do not
+    take the lock while another thread waits for it.  On a thread that
+    holds the lock already (a signal handler that interrupted an apply) it
+    does nothing and says the run is not complete."""
+    global _quiet, _generation
     if not _pending[0] and _quiet:
-        return 0
+        return 0, True
+    if _is_owned():
+        return 0, False  # this thread applies already (a signal handler here)
+    if feeder and _waiters:
+        return 0, False  # the lock is theirs next
     if not _acquire(False):
-        if _owner == _get_ident():
-            return 0  # a signal handler's query while this thread applies
-        _acquire()
-    _owner = _get_ident()
-    _quiet = False  # before the C drain clears the pending flag
+        if not wait:
+            return 0, False
+        me = _get_ident()
+        _waiters.add(me)
+        try:
+            _acquire()
+        finally:
+            _waiters.discard(me)
+    global _in_flight
     try:
         _mark[0] = 0
         done = 0
+        left = max_events
         while True:
-            n = _c_drain(_buffer, BATCH, _mark)
-            if _backlog:  # older than anything still in the core's queue
-                rows: Any = _backlog[:] + _rows[:n].tolist()
+            cap = BATCH if left is None else min(BATCH, left)
+            with _take_lock:
+                _quiet = False  # before the C drain clears the pending flag
+                parts = _backlog[:]  # (older than anything still in the core's queue)
                 del _backlog[:]
-            elif n:
-                rows = _rows[:n]
-            else:
-                return done
-            done += _apply_rows(rows)
-            if n < BATCH:
-                return done  # the run's cut is reached (memhook_events_drain_bounded)
+                n = _c_drain(_buffer, cap, _mark)
+                if n:
+                    parts.append(_rows[:n])
+                rows = (None if not parts else parts[0] if len(parts) == 1 else
+                        np.concatenate(parts))
+                _in_flight = rows
+            if rows is not None:
+                done += _apply_rows(rows)
+                _generation += 1
+                _in_flight = None
+            if n < cap:
+                return done, True  # the run's cut is reached (memhook_events_drain_bounded)
+            if left is not None:
+                left -= n
+                if left <= 0:
+                    return done, False
     finally:
-        _quiet = not _backlog
-        _owner = None
+        with _take_lock:
+            _in_flight = None
+            _quiet = not _backlog
         _release()
 
 
-def _apply_rows(rows: Any) -> int:
-    """Apply ``rows`` (EVENT_DTYPE tuples, or an EVENT_DTYPE array the next
-    C drain overwrites) to the cache, in order; with subscribers, queue them
-    for delivery (returns 0), else return how many were delivered.  If an
-    exception escapes (a KeyboardInterrupt), the rows not applied go to the
-    backlog first."""
-    listed = rows.tolist() if isinstance(rows, np.ndarray) else rows
-    cache = _cache.process_cache()
-    cancelled = _cancelled_allocs(listed)
-    count = 0
-    i = 0
+def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+    """For a query that cannot drain (another thread is applying, or this
+    one is, in a signal handler): of the events published before the call
+    that the cache lacks yet, the last that can change its answer for
+    ``[start, start + size)`` (memhook._apply.last_touch: ``closed`` counts
+    writes that only touch the range) - or UNTOUCHED (the cache as it
+    stands is right there), or UNSURE (not known without waiting for
+    another thread, or without applying them).
+
+    It takes what is still in the core's queue out itself (at most
+    :data:`UNAPPLIED_CALLS` times :data:`QUERY_EVENTS` events, into the
+    backlog the applier applies next, in order), and looks at those rows,
+    the backlog's and the applier's batch."""
+    global _quiet
+    if not _take_lock.acquire(False):
+        return _apply.UNSURE  # (another thread is taking, or this one was interrupted doing so)
     try:
-        for i, row in enumerate(listed):
-            flags = row[11]
-            if flags & (_SKIPPED | _UNLOADED):
-                if flags & _UNLOADED:
-                    _driver_unloaded(cache)
-                continue
-            count += 1
-            if not row[10] and i not in cancelled:  # (a failed call never reaches it)
-                _apply(cache, row[4], row[1], row[2], row[6], row[7], flags)
+        _quiet = False  # before the C drain clears the pending flag
+        _query_mark[0] = 0
+        for _ in range(UNAPPLIED_CALLS):
+            n = _c_drain(_query_buffer, QUERY_EVENTS, _query_mark)
+            if n:
+                _backlog.append(_query_rows[:n].copy())
+            if n < QUERY_EVENTS:
+                break
+        else:
+            return _apply.UNSURE  # more than a query's share is pending
+        views = _backlog[:]  # oldest first; the applier's batch is older still
+        if _in_flight is not None:
+            views.insert(0, _in_flight)
+    finally:
+        if not _backlog and _in_flight is None and not _is_owned() and _acquire(False):
+            _quiet = True  # nothing taken is waiting (no applier is mid-batch: we hold its lock)
+            _release()
+        _take_lock.release()
+    return _apply.last_touch(views, start, size, closed)
+
+
+def backlogged() -> bool:
+    """Whether rows taken out of the core wait to be applied (the feeder
+    applies them: a query may have left some, see unapplied)."""
+    return bool(_backlog)
+
+
+def _apply_rows(rows: Any) -> int:
+    """Apply ``rows`` (an EVENT_DTYPE array the next C drain may overwrite,
+    or a list of EVENT_DTYPE tuples) to the cache in bulk; with
+    subscribers, queue them for delivery (returns 0), else return how many
+    were delivered.  If an exception escapes (a KeyboardInterrupt), the
+    rows from the last safe point go to the backlog first, and those
+    before it to the subscribers."""
+    if not isinstance(rows, np.ndarray):
+        rows = np.array(rows, dtype=EVENT_DTYPE)
+    progress = [0]
+    try:
+        _apply.apply_rows(_cache.process_cache(), rows, progress)
     except BaseException:
-        _backlog[:0] = listed[i:]  # (applying row i again is harmless: idempotent)
-        if _registry.current and i:
-            _handoff.append([listed[:i], 0])
+        with _take_lock:
+            _backlog[:0] = [rows[progress[0]:].copy()]
+        if _registry.current and progress[0]:
+            _handoff.append([rows[:progress[0]].copy(), 0])
         raise
     if not _registry.current:
-        return count
-    _handoff.append([rows.copy() if isinstance(rows, np.ndarray) else rows, 0])
+        return int(np.count_nonzero(rows["flags"] & (_SKIPPED | _UNLOADED) == 0))
+    _handoff.append([rows.copy(), 0])
     return 0
 
 
-def _hand_out(budget_s: float | None) -> int:
+def _hand_out(budget_s: float | None, step: int) -> int:
     """Stage two: hand waiting events to the subscribers, in order - all of
-    them (budget_s None: wait for the delivery lock as long as it takes), or
-    for about ``budget_s`` seconds, lock wait included.  Returns how many
-    were delivered.  If an exception escapes a subscriber (a BaseException),
-    the rest stays waiting, and the next delivery hands it out first."""
-    global _deliverer
-    me = _get_ident()
-    if _deliverer == me:
-        return 0  # a subscriber drains: the outer delivery goes on
+    them (budget_s None: wait for the delivery lock as long as it takes),
+    or, only when the delivery lock is free, for about ``budget_s``
+    seconds, looking at the clock every ``step`` events.  Returns how many
+    were delivered.  If an exception escapes a subscriber (a
+    BaseException), the rest stays waiting, and the next delivery hands it
+    out first."""
+    if _delivering():
+        return 0  # a subscriber (or a signal handler in one) drains: the outer delivery goes on
     if budget_s is None:
         _deliver_lock.acquire()
-    else:
-        t0 = _clock()
-        if not _deliver_lock.acquire(timeout=budget_s):
-            return 0
-        until = t0 + budget_s
-    _deliverer = me
+    elif not _deliver_lock.acquire(False):
+        return 0
     try:
+        until = None if budget_s is None else _clock() + budget_s
         done = 0
         while _handoff:
             entry = _handoff[0]
             rows, at = entry
-            end = len(rows) if budget_s is None else min(len(rows), at + DELIVERY_STEP)
-            chunk = rows[at:end]
-            if isinstance(chunk, np.ndarray):
-                chunk = chunk.tolist()
+            end = len(rows) if until is None else min(len(rows), at + step)
+            chunk = rows[at:end].tolist()
             entry[1] = end  # (before delivery: an escaping exception resets it)
             done += _to_subscribers(chunk, entry, at)
             if entry[1] >= len(rows):
                 _handoff.popleft()
-            if budget_s is not None and _clock() >= until:
+            if until is not None and _clock() >= until:
                 break
         return done
     finally:
-        _deliverer = None
         _deliver_lock.release()
 
 
@@ -413,16 +594,8 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
     waiting) to the subscribers; returns how many were delivered."""
     done = _apply_rows(rows)
     if _handoff:
-        done += _hand_out(None)
+        done += _hand_out(None, DELIVERY_STEP)
     return done
-
-
-def _driver_unloaded(cache: _cache.MemtypeCache) -> None:
-    """The driver was unloaded at this point of the event order: every
-    region the cache holds came from it (its allocations, pinned and
-    registered host memory, ranges marked as reserved) and is gone."""
-    cache.clear()
-    _log.info("memhook: the CUDA driver was unloaded; the cache forgot its regions")
 
 
 def _event_builder() -> type | None:
@@ -453,67 +626,28 @@ _PROBE = (EventKind.ALLOC, "f", 1, 2, MemoryType.CUDA, 0, 3, 4, 5, 0, 6, 7, 8)
 _EventBuilder = _event_builder()
 
 
-def _cancelled_allocs(rows: list[tuple[Any, ...]]) -> set[int]:
-    """Indexes of the successful ALLOCs of ``rows`` whose allocation the
-    batch also frees (a successful FREE of the same address and size, the
-    next successful event of that address): the cache need not record them.
-    update(a, s) then remove(a, s) leaves the cache as remove(a, s) alone
-    does - the range is gone, neighbours merged and split back - and no
-    other event in between touches the range, which is live there (the
-    driver hands out no overlapping live allocations; a FREE of unknown size
-    names its own address).  remove() of a range the cache does not hold is
-    one search; update() rebuilds the cache's flat snapshot.  (Subscribers
-    get their events after the cache has the whole batch.)"""
-    open_at: dict[int, int] = {}
-    cancelled: set[int] = set()
-    for i, row in enumerate(rows):
-        if row[10] or row[11] & _SKIPPED or not row[2]:
-            continue
-        kind, address = row[4], row[1]
-        if kind == _EVENT_ALLOC:
-            open_at[address] = i
-        elif kind == _EVENT_FREE:
-            j = open_at.pop(address, -1)
-            if j >= 0 and rows[j][2] == row[2]:
-                cancelled.add(j)
-    return cancelled
-
-
 def _memory_type(code: int) -> MemoryType:
     return _MEMORY_TYPES[code] if 0 <= code < len(_MEMORY_TYPES) else _UNKNOWN
 
 
-def _apply(cache: _cache.MemtypeCache, kind: int, address: int, size: int, mem_type: int,
-           device: int, flags: int) -> None:
-    """One successful event's effect on the cache."""
-    try:
-        if kind == _EVENT_ALLOC:
-            if size:
-                cache.update(address, size, _memory_type(mem_type), max(device, -1))
-        elif kind == _EVENT_FREE:
-            if size:
-                cache.remove(address, size)
-            elif flags & _SIZE_UNKNOWN:
-                region = cache.lookup(address)
-                if region is not None and region.mem_type is not _UNKNOWN:
-                    cache.update(region.start, region.size, _UNKNOWN, -1)
-    except (TypeError, ValueError) as exc:  # a malformed event from a native recorder
-        _log.warning("memhook: event kind=%d address=%#x size=%d ignored: %s",
-                     kind, address, size, exc)
-
-
 def _before_fork() -> None:
     global _fork_held
-    me = _get_ident()
-    held = (_deliverer != me, _owner != me)
+    held = (not _delivering(), not _is_owned())
     if held[0]:
         _deliver_lock.acquire()
     if held[1]:
-        _acquire()
+        me = _get_ident()
+        _waiters.add(me)  # (the feeder leaves the lock to us)
+        try:
+            _acquire()
+        finally:
+            _waiters.discard(me)
+    _take_lock.acquire()  # (a query's take in another thread: one C call)
     _fork_held = held
 
 
 def _after_fork_in_parent() -> None:
+    _take_lock.release()
     if _fork_held[1]:
         _release()
     if _fork_held[0]:
@@ -521,10 +655,14 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _acquire, _release, _deliver_lock
-    _lock = threading.Lock()
+    global _lock, _acquire, _release, _is_owned, _deliver_lock, _delivering, _take_lock
+    _take_lock = threading.Lock()
+    _lock = threading.RLock()
     _acquire, _release = _lock.acquire, _lock.release
-    _deliver_lock = threading.Lock()
+    _is_owned = _lock._is_owned  # type: ignore[attr-defined]
+    _deliver_lock = threading.RLock()
+    _delivering = _deliver_lock._is_owned  # type: ignore[attr-defined]
+    _waiters.clear()
     # Forked from inside a subscriber (or an apply): that stage still runs here.
     if not _fork_held[0]:
         _deliver_lock.acquire()
@@ -535,14 +673,20 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
+# What memhook.cache needs of this drain besides draining: set_hook_layer
+# finds it on the function, so that saving (drain, coverage) and setting
+# them again keeps it.
+query_drain.applier = _cache.Applier(  # type: ignore[attr-defined]
+    settle=settle, generation=generation, remember=remember, applying=applying,
+    unapplied=unapplied)
+
 
 def attach() -> None:
     """Plug the drain (and the coverage answer) into the cache's queries."""
     from ._coverage import coverage_complete
 
-    _cache.set_hook_layer(query_drain, coverage_complete)
+    _cache.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
     if _pending[0] or lib.memhook_hooks_mode():
         from . import _feeder
 
         _feeder.start()  # hooks installed before the import (a traced process)
-

@@ -6,10 +6,13 @@ event in the queue (4M events: 245 MiB) and its next query or flush()
 applies them all.  The feeder is one daemon thread that waits in
 ``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
 around every call), polling the lanes' counts every 5 ms; producers never
-make a system call to wake it - and drains (:func:`memhook._drain.drain_batch`:
-every pending event to the cache, then waiting events to the subscribers
-for STEP_S per hold of the delivery lock) once :data:`BACKLOG` events are
-waiting, until fewer than STEP / 2 are and the subscribers have every event.
+make a system call to wake it - and drains (:func:`memhook._drain.feed_step`:
+one batch of pending events to the cache per hold of the apply lock, then
+waiting events to the subscribers for STEP_S per hold of the delivery
+lock) once :data:`BACKLOG` events are waiting, until fewer than STEP / 2
+are and the subscribers have every event.  It never makes another thread
+wait for more than one of its batches: between batches it lets go of the
+apply lock, and while another thread waits for it, it sleeps.
 It also hands out what a query applied to the cache and left for the
 subscribers (a query does not wait for them: memhook._drain.query_drain),
 looking for that every 100 ms when idle and every 5 ms while some wait.
@@ -28,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from typing import Any
 
 from ._core import lib
 
@@ -49,6 +54,7 @@ lock: a flush() or a query that arrives meanwhile waits about this long
 
 _WAIT_MS = 100
 _HANDOFF_MS = 5
+_BACK_OFF_S = 0.001
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
@@ -62,15 +68,28 @@ def _run() -> None:
         # Events a query applied to the cache and left for the subscribers
         # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
         # while some wait, every _WAIT_MS otherwise.
-        if wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting():
+        if (wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting()
+                or _drain.backlogged()):
             try:
-                take = _backlog_left()
-                while _drain.drain_batch(STEP_S, take) or take:
-                    take = _backlog_left()
-                    if not take and not waiting():
-                        break
+                _feed(_drain)
             except Exception:  # noqa: BLE001 - logged; the feeder must go on
                 _log.exception("memhook: the background drain failed")
+
+
+def _feed(drain: Any) -> None:
+    """Drain until fewer than STEP / 2 events wait in the core and the
+    subscribers have every event: one batch per hold of the apply lock.
+    While another thread waits for that lock (a flush(), a fork()), or
+    holds it, the feeder sleeps (the GIL released) instead of taking it
+    again at once: a waiter would otherwise wake to find it taken (a
+    convoy), and a busy lock to spin on."""
+    waiting = drain.undelivered
+    while True:
+        take = _backlog_left() or drain.backlogged()
+        if not take and not waiting():
+            return
+        if drain.waiters() or not drain.feed_step(STEP_S, take):
+            time.sleep(_BACK_OFF_S)
 
 
 def _backlog_left() -> bool:

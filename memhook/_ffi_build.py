@@ -88,6 +88,7 @@ size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_EVENT_SIZE_UNKNOWN ...
 #define MEMHOOK_EVENT_SKIPPED ...
 #define MEMHOOK_EVENT_DRIVER_UNLOADED ...
+#define MEMHOOK_EVENT_CONTEXT_RESET ...
 typedef struct memhook_event {
     uint64_t seq;
     uint64_t address;
@@ -109,6 +110,7 @@ int memhook_hooks_uninstall(void);
 unsigned memhook_hooks_mode(void);
 int memhook_hooks_coverage_complete(void);
 unsigned long long memhook_coverage_token(void);
+long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
 typedef struct memhook_hook_info {
     const char *name;
     int api;
@@ -120,6 +122,7 @@ typedef struct memhook_hook_info {
 } memhook_hook_info;
 size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);
+size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out);
 int memhook_hook_index(const char *name);
 void *memhook_hooks_original(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _control
 from ._core import ffi, lib
 
 __all__ = ["Row", "function_name", "names", "rows", "runtime_flags"]
@@ -41,12 +42,15 @@ class Row:
 
 
 def rows() -> list[Row]:
-    """Every function of the table, in table order, read now."""
-    raw = ffi.new("memhook_hook_info *")
+    """Every function of the table, in table order, read now - in one call
+    into the core (``memhook_hook_get_range``), made with the GIL held
+    (memhook._control says why)."""
+    count = int(lib.memhook_hook_count())
+    table = ffi.new("memhook_hook_info[]", count)
+    filled = _control.hook_rows(table, count)  # (memhook_hook_get_range, the GIL held)
     out = []
-    for i in range(int(lib.memhook_hook_count())):
-        if lib.memhook_hook_get(i, raw) != 0:  # pragma: no cover - count says it exists
-            break
+    for i in range(filled):
+        raw = table[i]
         out.append(Row(
             index=i,
             name=ffi.string(raw.name).decode(),

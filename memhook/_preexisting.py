@@ -59,7 +59,19 @@ def cuda_reserved(m: Mapping) -> bool:
 
 def cuda_reserved_ranges(maps_text: str | None = None) -> list[tuple[int, int]]:
     """``(start, end)`` of the CUDA-reserved ranges, touching ones merged,
-    in address order (``maps_text``: default this process's maps)."""
+    in address order (``maps_text``: default this process's maps).
+
+    This process's own maps are walked by the core in one call
+    (``memhook_cuda_reserved_ranges``, the same rule over the same lines):
+    the kernel hands the file out a page per read, and each of Python's
+    reads would release the GIL (memhook._control says what that costs in a
+    busy process)."""
+    if maps_text is None:
+        from . import _control
+
+        found = _control.cuda_reserved_ranges()
+        if found is not None:
+            return found
     text = read_maps_text() if maps_text is None else maps_text
     ranges: list[tuple[int, int]] = []
     for m in sorted(parse_maps(text), key=lambda m: m.start):
@@ -105,10 +117,24 @@ def mark_preexisting(cache: MemtypeCache, maps_text: str | None = None) \
 _CUDA_SUCCESS = 0
 
 
+_initialised_seen = False
+"""A driver once initialised stays so (until unloaded, which marks the
+cache afresh anyway): the answer is kept, so a busy process's install()
+makes no ctypes call for it (each releases the GIL)."""
+
+
 def driver_initialised() -> bool:
     """True when libcuda.so.1 is loaded in this process and initialised
     (``cuDeviceGetCount`` succeeds: before ``cuInit`` it answers
     CUDA_ERROR_NOT_INITIALIZED).  Never loads or initialises a driver."""
+    global _initialised_seen
+    if _initialised_seen:
+        return True
+    _initialised_seen = _ask_initialised()
+    return _initialised_seen
+
+
+def _ask_initialised() -> bool:
     try:
         driver = ctypes.CDLL(LIBCUDA_SONAME, mode=os.RTLD_NOW | os.RTLD_NOLOAD)
     except OSError:
@@ -121,3 +147,11 @@ def driver_initialised() -> bool:
     fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
     count = ctypes.c_int(0)
     return fn(ctypes.byref(count)) == _CUDA_SUCCESS
+
+
+def _after_fork_in_child() -> None:
+    global _initialised_seen
+    _initialised_seen = False  # (CUDA does not survive fork: the child asks again)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -58,8 +58,11 @@ The module-level :func:`memory_type`, :func:`lookup` and :func:`memory_types`
 query one process-wide cache, because a process has one address space: every
 library in it allocates from, and asks about, the same pointers, so one cache
 fed by the hooks serves them all (and a second would only be a second,
-staler copy).  Before answering they drain the hooks' pending events, and
-they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
+staler copy).  Before answering they drain the hooks' pending events - or,
+when that would mean waiting for another thread (it is applying a batch),
+they answer from the cache where no event it lacks touches the range, and
+through the driver where one does (not remembering that answer: see
+_remember) - and they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
 regions and straddling ranges always, and - while the hook layer does not say
 it covers every allocation entry point of the loaded driver, which today it
 never does - pointers the cache does not know.  The driver is asked only if
@@ -79,6 +82,7 @@ import enum
 import os
 import threading
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from collections.abc import Iterator
 from itertools import chain, cycle
 from operator import attrgetter
@@ -144,6 +148,7 @@ _FOUND = 0    # wholly inside one region (returned)
 _RUN = 1      # covered by touching regions of one type (a synthesised region)
 _MIXED = 2    # touches a region but is not covered by one type
 _ABSENT = 3   # touches no region
+_BLOCKED = 4  # not read: a write is under way (_classify_checked with wait_s)
 
 _ABSENT_CODE = 255  # internal code for "no region" in batch answers
 
@@ -864,9 +869,12 @@ class MemtypeCache:
             if stop <= end:
                 return _RUN, _make_region(first, end - first, mem_type, -1)
 
-    def _classify_checked(self, ptr: int, size: int) -> tuple[int, Region | None]:
+    def _classify_checked(self, ptr: int, size: int, wait_s: float | None = None) \
+            -> tuple[int, Region | None]:
         """:meth:`_classify` of ``[ptr, ptr + size)`` without the lock when no
-        write overlaps; a size-1 answer also goes into the memo."""
+        write overlaps; a size-1 answer also goes into the memo.  When a
+        write is under way, waits for the lock - at most ``wait_s`` seconds
+        if given (0: not at all), then returns ``(_BLOCKED, None)``."""
         flat = self._flat
         if flat is not _BUSY:
             try:
@@ -881,8 +889,16 @@ class MemtypeCache:
                         hot.clear()
                     hot[ptr] = HOST if region is None else region.mem_type
                 return found
-        with self._lock:
+        if wait_s is None:
+            with self._lock:
+                return self._classify(ptr, ptr + size)
+        lock = self._lock
+        if not (lock.acquire(False) if wait_s <= 0 else lock.acquire(timeout=wait_s)):
+            return _BLOCKED, None
+        try:
             return self._classify(ptr, ptr + size)
+        finally:
+            lock.release()
 
     def _build_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         with self._lock:  # only long enough to copy the references
@@ -941,6 +957,37 @@ _drain: Callable[[], object] | None = None
 _coverage_complete: Callable[[], bool] | None = None
 
 
+@dataclass(frozen=True)
+class Applier:
+    """What the hook layer's drain offers the module-level queries besides
+    draining (memhook._drain provides it; see :func:`set_hook_layer`).
+
+    ``settle()`` waits until the cache holds every event published before
+    the call (for a query the driver cannot answer); ``generation()``
+    counts the drain's applies; ``remember(since, write)`` runs ``write``
+    (storing a driver answer) only if no apply happened since
+    ``generation()`` returned ``since``, and says whether it did;
+    ``applying()`` is True on a thread inside an apply, which may hold the
+    cache's lock (a signal handler there must not wait for it);
+    ``unapplied(start, size, closed)`` is, of the events the cache lacks
+    yet, the last that can change its answer for the range
+    (memhook._apply.last_touch), UNTOUCHED, or UNSURE."""
+
+    settle: Callable[[], object]
+    generation: Callable[[], int]
+    remember: Callable[[int, Callable[[], None]], bool]
+    applying: Callable[[], bool]
+    unapplied: Callable[[int, int, bool], Any]
+
+
+_applier: Applier | None = None
+
+CACHE_WAIT_S = 0.002
+"""How long a module-level query waits for the cache's lock while another
+thread writes (a write takes microseconds, unless its thread lost the CPU
+or the GIL mid-write); past that it resolves through the driver."""
+
+
 def process_cache() -> MemtypeCache:
     """The one cache of this process, that the hooks feed and the module-level
     queries read.  Writing to it by hand is allowed (a transport that knows of
@@ -959,22 +1006,33 @@ def process_cache() -> MemtypeCache:
 
 
 def set_hook_layer(drain: Callable[[], object] | None,
-                   coverage_complete: Callable[[], bool] | None) -> None:
+                   coverage_complete: Callable[[], bool] | None,
+                   applier: Applier | None = None) -> None:
     """The seam for the hook layer (DESIGN.md section 3).
 
     ``drain()`` is called before every module-level query; it must apply the
     pending events to :func:`process_cache` (``update`` on ALLOC, ``remove`` on
-    FREE) in order.  ``coverage_complete()`` returns True while the hooks cover
+    FREE) in order, and return False - exactly False - when it could not
+    do so without waiting for another thread: the query then answers
+    through the driver (``applier.settle()`` first when the driver cannot
+    answer).  ``coverage_complete()`` returns True while the hooks cover
     every allocation entry point of the loaded driver; only then does a
     pointer the cache does not know count as HOST without asking the driver.
-    Pass None for either to detach it.  ``import memhook`` attaches the
-    hooks' own layer (:mod:`memhook._drain`); this is for tests and
-    benchmarks that stand in for it, so it has no example here.
+    ``applier``: see :class:`Applier` (None: the drain's own ``applier``
+    attribute if it has one - so a layer saved as ``(drain,
+    coverage_complete)`` and set again keeps it - else driver answers are
+    remembered at once and the cache's lock is waited for).  Pass None to
+    detach any of them.  ``import memhook`` attaches the hooks' own layer
+    (:mod:`memhook._drain`); this is for tests and benchmarks that stand in
+    for it, so it has no example here.
 
     Runtime complexity: O(1)."""
-    global _drain, _coverage_complete
+    global _drain, _coverage_complete, _applier
+    if applier is None:
+        applier = getattr(drain, "applier", None)
     _drain = drain
     _coverage_complete = coverage_complete
+    _applier = applier
 
 
 def _vouched() -> bool:
@@ -982,9 +1040,51 @@ def _vouched() -> bool:
     return predicate is not None and bool(predicate())
 
 
+def _classify(start: int, n: int) -> tuple[int, Region | None]:
+    """What the process cache holds for ``[start, start + n)`` - or
+    ``(_BLOCKED, None)`` rather than wait long for a write under way: at
+    most CACHE_WAIT_S, and not at all on a thread inside the drain's apply
+    (a signal handler there: the interrupted write may hold the lock)."""
+    applier = _applier
+    if applier is None:
+        return _process_cache._classify_checked(start, n)
+    return _process_cache._classify_checked(start, n, 0.0 if applier.applying() else CACHE_WAIT_S)
+
+
+def _remember(answer: _driver.DriverAnswer, since: int) -> bool:
+    """Store a driver answer in the process cache, unless the drain applied
+    an event since ``since`` (its generation before the driver was asked):
+    the answer may predate that event - a FREE of the range applied
+    between the driver's answer and this write would leave a freed range
+    recorded as CUDA for good.  True when stored."""
+    def write() -> None:
+        _process_cache.update(answer.start, answer.size, answer.mem_type, answer.device)
+
+    applier = _applier
+    if applier is None:
+        write()
+        return True
+    return applier.remember(since, write)
+
+
+def _since() -> int:
+    applier = _applier
+    return 0 if applier is None else applier.generation()
+
+
+def _answer_type(answer: _driver.DriverAnswer, start: int, n: int) -> MemoryType:
+    """The type the driver's answer gives ``[start, start + n)``."""
+    if answer.mem_type is HOST:
+        return HOST
+    if answer.start <= start and start + n <= answer.start + answer.size:
+        return answer.mem_type
+    return UNKNOWN
+
+
 def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
     """Resolve ``[start, start + n)`` through the driver and remember a CUDA
-    answer; None when the driver gives no answer."""
+    answer (see _remember); None when the driver gives no answer."""
+    since = _since()
     answer = _driver.query(start, n)
     if answer is None:
         return None
@@ -992,14 +1092,61 @@ def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
         # The driver does not know the pointer.  A range that starts in host
         # memory and runs into a region is still mixed.
         return UNKNOWN if kind is _MIXED else HOST
-    _process_cache.update(answer.start, answer.size, answer.mem_type, answer.device)
-    if answer.start <= start and start + n <= answer.start + answer.size:
-        return answer.mem_type
-    return UNKNOWN
+    _remember(answer, since)
+    return _answer_type(answer, start, n)
+
+
+def _driver_only(start: int, n: int) -> _driver.DriverAnswer | None:
+    """The driver's answer for ``[start, start + n)``, for a query that
+    cannot read the cache without waiting for another thread (the drain is
+    busy elsewhere, or the cache is being written).  Not remembered: the
+    thread applying events may be writing this very range.  A range whose
+    first byte the driver does not know but whose last byte it does gets
+    UNKNOWN, as the cache would give it."""
+    answer = _driver.query(start, 1)
+    if answer is None or answer.mem_type is not HOST or n == 1:
+        return answer
+    last = _driver.query(start + n - 1, 1)
+    if last is not None and last.mem_type is not HOST:
+        return _driver.DriverAnswer(UNKNOWN, -1, start, n)
+    return answer
+
+
+_UNTOUCHED, _UNSURE = 0, 1  # memhook._apply.UNTOUCHED / UNSURE (no import: no native core here)
+
+
+def _allocated_type(row: tuple[Any, ...], start: int, n: int) -> MemoryType | None:
+    from ._apply import allocated_type
+
+    return allocated_type(row, start, n)
+
+
+def _memory_type_undrained(start: int, n: int) -> MemoryType:
+    """memory_type when the drain could not bring the cache up to date
+    without waiting for another thread: the cache as it stands where no
+    event it lacks touches the range (Applier.touched); else the driver's
+    answer, which is the truth for every pointer the hooks would have told
+    the cache about; only where there is no driver to ask (events recorded
+    by a native recorder alone), the cache once it is up to date."""
+    applier = _applier
+    if applier is not None:
+        last = applier.unapplied(start, n, False)
+        if last == _UNTOUCHED:
+            return _memory_type_slow(start, n)  # what the cache says there is final
+        if last != _UNSURE:  # the last event over the range: a new allocation?
+            t = _allocated_type(last, start, n)
+            if t is not None:
+                return t
+    answer = _driver_only(start, n)
+    if answer is not None:
+        return _answer_type(answer, start, n)
+    if applier is not None:
+        applier.settle()
+    return _memory_type_slow(start, n)
 
 
 def _memory_type_slow(start: int, n: int) -> MemoryType:
-    kind, region = _process_cache._classify_checked(start, n)
+    kind, region = _classify(start, n)
     if kind is _FOUND or kind is _RUN:
         t = region.mem_type  # type: ignore[union-attr]
         if t is not UNKNOWN:
@@ -1009,6 +1156,9 @@ def _memory_type_slow(start: int, n: int) -> MemoryType:
     if kind is _MIXED:
         answer = None if _vouched() else _ask_driver(start, n, kind)
         return UNKNOWN if answer is None else answer
+    if kind is _BLOCKED:
+        found = _driver_only(start, n)
+        return UNKNOWN if found is None else _answer_type(found, start, n)
     if _vouched():
         return HOST
     answer = _ask_driver(start, n, kind)
@@ -1046,8 +1196,8 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     >>> cache.remove(0x7000_0000_0000, 1 << 20)
     """
     drain = _drain
-    if drain is not None:
-        drain()
+    if drain is not None and drain() is False:
+        return _memory_type_undrained(*byte_range(ptr, size))
     if size is _ONE and type(ptr) is int:
         # MemtypeCache.memory_type's fast path, inlined (a call less).
         cache = _process_cache
@@ -1108,23 +1258,50 @@ def lookup(ptr: Any, size: Any = 1) -> Region | None:
     True
     >>> cache.remove(0x7000_0000_0000, 1 << 20)
     """
-    drain = _drain
-    if drain is not None:
-        drain()
     start, n = byte_range(ptr, size)
-    cache = _process_cache
-    kind, region = cache._classify_checked(start, n)
+    drain = _drain
+    applier = _applier
+    if drain is not None and drain() is False and (
+            applier is None or applier.unapplied(start, n, True) != _UNTOUCHED):
+        answer = _driver_only(start, n)
+        if answer is not None:
+            return _answer_region(answer, start, n)
+        if applier is not None:
+            applier.settle()
+    kind, region = _classify(start, n)
+    if kind is _BLOCKED:
+        answer = _driver_only(start, n)
+        return _make_region(start, n, UNKNOWN, -1) if answer is None else \
+            _answer_region(answer, start, n)
     if kind is _FOUND or kind is _RUN:
         if region.mem_type is not UNKNOWN:  # type: ignore[union-attr]
             return region
     elif _vouched():
         return None if kind is _ABSENT else _make_region(start, n, UNKNOWN, -1)
-    answer = _ask_driver(start, n, kind)
+    since = _since()
+    answer = _driver.query(start, n)
     if answer is None:  # no answer: what the cache has
         return _make_region(start, n, UNKNOWN, -1) if kind is _MIXED else region
-    if answer is HOST:  # the driver does not know it: host memory
+    if answer.mem_type is HOST:  # the driver does not know it: host memory
+        return _make_region(start, n, UNKNOWN, -1) if kind is _MIXED else None
+    if _remember(answer, since):
+        kind, region = _classify(start, n)  # the remembered region (merged, maybe)
+        if kind is _FOUND or kind is _RUN:
+            return region
+        if kind is _MIXED:
+            return _make_region(start, n, UNKNOWN, -1)
+    return _answer_region(answer, start, n)
+
+
+def _answer_region(answer: _driver.DriverAnswer, start: int, n: int) -> Region | None:
+    """lookup's answer from the driver's alone: None for host memory, the
+    driver's allocation when it holds the whole range, else UNKNOWN."""
+    if answer.mem_type is HOST:
         return None
-    return cache.lookup(start, n)  # the remembered region (merged, maybe)
+    if answer.mem_type is not UNKNOWN and answer.start <= start and \
+            start + n <= answer.start + answer.size:
+        return _make_region(answer.start, answer.size, answer.mem_type, answer.device)
+    return _make_region(start, n, UNKNOWN, -1)
 
 
 def memory_types(ptrs: Any) -> np.ndarray:
@@ -1146,16 +1323,29 @@ def memory_types(ptrs: Any) -> np.ndarray:
     >>> cache.remove(0x7000_0000_0000, 1 << 20)
     """
     drain = _drain
-    if drain is not None:
-        drain()
+    undrained = drain is not None and drain() is False
     arr = address_array(ptrs)
+    applier = _applier
+    if undrained or (applier is not None and applier.applying()):
+        # Pointer by pointer, as memory_type answers without the drain (a
+        # thread inside the drain's apply must not wait for the cache's
+        # lock either, which the snapshot below takes).
+        out = np.empty(arr.shape, dtype=np.uint8)
+        answers: dict[int, MemoryType] = {}
+        for i, p in enumerate(arr.tolist()):
+            t = answers.get(p)
+            if t is None:
+                t = answers[p] = _memory_type_undrained(p, 1)
+            out[i] = t
+        shape = getattr(ptrs, "shape", None)
+        return out.reshape(shape) if shape is not None and len(shape) != 1 else out
     out, absent = _process_cache._memory_types(arr, True)
     need = out == UNKNOWN
     if not _vouched():
         need |= absent
     if need.any() and _driver.driver_loaded():
         todo = np.flatnonzero(need)
-        answers: dict[int, MemoryType] = {}
+        answers = {}
         for i in todo.tolist():
             p = int(arr[i])
             t = answers.get(p)

@@ -128,6 +128,14 @@ class Event:
         return bool(self.flags & SIZE_UNKNOWN)
 
     @property
+    def context_reset(self) -> bool:
+        """True for the FREE a context teardown makes (cuDevicePrimaryCtxReset,
+        cuCtxDestroy, the last cuDevicePrimaryCtxRelease): every allocation
+        of a context on ``device`` (-1: not known which) is gone; it has no
+        address or size of its own."""
+        return bool(self.flags & CONTEXT_RESET)
+
+    @property
     def end(self) -> int:
         """One past the last byte: ``address + size``."""
         return self.address + self.size
@@ -135,6 +143,9 @@ class Event:
 
 SIZE_UNKNOWN = 0x1
 """``Event.flags`` bit: a FREE whose size nobody knew (MEMHOOK_EVENT_SIZE_UNKNOWN)."""
+
+CONTEXT_RESET = 0x8
+"""``Event.flags`` bit: a context teardown's FREE (MEMHOOK_EVENT_CONTEXT_RESET)."""
 
 _ALL_KINDS = EventKind.ALLOC | EventKind.FREE
 

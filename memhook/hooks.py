@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _coverage, _drain, _feeder, _hook_table, _preexisting
+from . import _control, _coverage, _feeder, _hook_table, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
 from .cache import process_cache
@@ -204,26 +204,29 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
     """
     parsed = HookMode.parse(mode)
     with _lock:
-        why = ffi.new("char[]", 512)
-        rc = lib.memhook_hooks_install(int(parsed), why, len(why))
+        # With the GIL held (memhook._control says why): this call is long.
+        rc, reason = _control.install(int(parsed))
         _coverage.invalidate()
         if rc != 0:
-            reason = ffi.string(why).decode(errors="replace")
             raise OSError(rc, f"memhook: installing the hooks with mode {parsed} failed: "
                               f"{reason or os.strerror(rc)}")
         _log.info("memhook: hooks installed, mode %s", parsed)
         if parsed:
             _feeder.start()  # a backlog nobody queries is drained in the background
         if parsed and _preexisting.driver_initialised():
-            _drain.drain()  # what the hooks saw so far, so marking does not cover it
+            # Not drained first (a drain may wait for another thread): marking
+            # may then cover an allocation whose ALLOC is still pending, and
+            # the ALLOC, applied later, replaces the UNKNOWN - which only ever
+            # sends a query to the driver, which knows.
             _preexisting.mark_preexisting(process_cache())
     return status()
 
 
 def uninstall() -> None:
     """Remove every hook: restore every byte and GOT slot they changed.
-    Pending events are drained first (they still reach the cache and the
-    subscribers).  Idempotent.
+    Pending events still reach the cache and the subscribers (the next
+    query, flush() or the background feeder applies them); uninstall()
+    itself never waits for another thread.  Idempotent.
 
     Runtime complexity: O(h + s), as for :func:`install`.
 
@@ -234,8 +237,7 @@ def uninstall() -> None:
     >>> memhook.uninstall()                     # again: nothing to do
     """
     with _lock:
-        _drain.drain()
-        rc = lib.memhook_hooks_uninstall()
+        rc = _control.uninstall()  # (the GIL held: memhook._control)
         _coverage.invalidate()
         if rc != 0:
             raise OSError(rc, f"memhook: removing the hooks failed: {os.strerror(rc)}")
@@ -244,7 +246,7 @@ def uninstall() -> None:
 
 def _queue_stats() -> QueueStats:
     raw = ffi.new("memhook_queue_stats *")
-    lib.memhook_queue_stats_get(raw)
+    _control.queue_stats(raw)
     return QueueStats(int(raw.produced), int(raw.consumed), int(raw.segments_live),
                       int(raw.segments_peak), int(raw.segment_bytes),
                       int(raw.free_size_from_driver), int(raw.free_size_unknown),

@@ -138,6 +138,9 @@ ONE_OF_EACH: dict[str, tuple[str, str]] = {
     "names the driver's soname": (r'"libcuda\.so', "core/mh_sonames.h"),
     "opens /proc/self/maps": (r'"/proc/self/maps"', "core/procfs.c"),
     "defines MH_HIDDEN": (r"#\s*define\s+MH_HIDDEN\b", "core/mh_visibility.h"),
+    # One registration, in the lock order (core/mh_lock_order.h): a module
+    # registering its own would run its prepare out of that order.
+    "registers fork() handlers": (r"\bpthread_atfork\s*\(", "cuda/fork_order.c"),
 }
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 

@@ -59,6 +59,16 @@ MH_HIDDEN void mh_island_release(mh_island_chunk *chunk);
 /* After fork: the child must not append to pages it shares with its parent. */
 MH_HIDDEN void mh_island_atfork_child(void);
 
+/* ---- patch.c: fork ------------------------------------------------------ */
+
+/* The patch mutex is held across fork() (prepare/parent); the child keeps
+ * its patches and stops appending to island pages it shares with its
+ * parent.  Registered at load by csrc/cuda/fork_order.c, in the order of
+ * csrc/core/mh_lock_order.h. */
+MH_HIDDEN void mh_bistro_fork_prepare(void);
+MH_HIDDEN void mh_bistro_fork_parent(void);
+MH_HIDDEN void mh_bistro_fork_child(void);
+
 /* ---- trampoline.c -------------------------------------------------------- */
 
 #define MH_TRAMP_MAX 160        /* endbr64 + relocated window + jump back */

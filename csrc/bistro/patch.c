@@ -69,17 +69,16 @@ struct memhook_bistro_patch {
  * record of what was patched, and the lock that serializes patching, must
  * be too. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static mh_site *g_sites;
 
-static void atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
-static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
-static void atfork_child(void)
+/* Registered at load by csrc/cuda/fork_order.c, in the lock order. */
+void mh_bistro_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+void mh_bistro_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void mh_bistro_fork_child(void)
 {
     mh_island_atfork_child();
     pthread_mutex_unlock(&g_lock);
 }
-static void init_once(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
 /* ---- describing the target ---------------------------------------------- */
 
@@ -500,7 +499,6 @@ size_t memhook_bistro_install_batch(memhook_bistro_request *req, size_t n)
 {
     if (!req)
         return 0;
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     /* Bad requests are answered here; the rest go through one pass. */
     size_t done = 0, start = 0;
@@ -547,7 +545,6 @@ size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, si
 {
     if (!patches || !errs)
         return 0;
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     mh_poke *pk = calloc(n ? n : 1, sizeof *pk);
     size_t *idx = calloc(n ? n : 1, sizeof *idx);

@@ -41,16 +41,43 @@
  * No hook takes any of these: a wrapper runs lock-free (cuda/cuda_hooks.h),
  * so a thread stopped in a hook holds nothing a drain or install waits for.
  *
- * fork(): every lock is held across fork() by its module's pthread_atfork
- * handlers, so the child starts with each module between two operations.
- * pthread_atfork runs prepare handlers in reverse registration order and
- * parent/child handlers in registration order, so a lock earlier in the
- * order must be registered later (and is then released later).  Modules
- * register lazily (reloc at mh_reloc_init, bistro at its first install);
- * install.c says how it registers around them.  The queue's and the
- * hooks' own child handlers (lanes, emit.c's pid) are registered at load,
- * before the trace's (link order: csrc/build_native.py), so the trace's
- * child handler sees a repaired queue.
+ * fork(): every lock above the leaves but the observers', and the
+ * queue's consumer lock, is held across fork(), so the child starts with
+ * each module between two operations - the drain's causal-merge state
+ * (its markers, closer set, FREE indexes, run cuts: queue/event_drain.c)
+ * included, which the child inherits whole and goes on draining with.
+ * One pthread_atfork registration, made at load by a constructor
+ * (csrc/cuda/fork_order.c, priority 103: before any function of the core
+ * can run, so before any of these locks can be held), runs every module's
+ * handlers in this order:
+ *
+ *     prepare  install's g_lock, bistro's g_lock, reloc's lock, the
+ *              queue's consumer lock (the order above: a forking thread
+ *              never holds a lock while waiting for one before it)
+ *     parent   the same locks released, in reverse
+ *     child    the queue (its lock made afresh, the vanished threads'
+ *              lanes orphaned, the pending flag set), emit.c's pid, reloc,
+ *              bistro, install (each lock made afresh or released), the
+ *              observer locks made afresh (caller.c, mh_text.c,
+ *              pyframes_abi.c, trace_modules.c - whose table of objects
+ *              also starts over), then the trace's handler (its hand_lock
+ *              and anchor lock made afresh), which records into a new area
+ *              and so needs the repaired queue, pid and module table
+ *
+ * The lock-free state needs no handler: the address chain and the links
+ * in events name lanes by id and index, which a child keeps (its lanes are
+ * the parent's, orphaned or its own), and the marker epoch is one counter.
+ *
+ * No module registers a handler of its own: a registration made later, or
+ * lazily (bistro used to register at its first install or remove), would
+ * run its prepare before the earlier ones and invert the order (issue 23:
+ * in mode reloc the parent hung in fork()).  glibc makes the loader's
+ * dl_load_lock afresh in the child (glibc 2.36 does not do so for
+ * dl_load_write_lock: a child forked while another thread adds an object
+ * to the link map can hang in its own dlopen, memhook or not - see
+ * tests/hooks/scripts/fork_churn.py).  Python's os.register_at_fork
+ * handlers (memhook/_drain.py takes its apply, take and delivery locks) run
+ * before all of these, from os.fork().
  */
 #ifndef MEMHOOK_CORE_LOCK_ORDER_H
 #define MEMHOOK_CORE_LOCK_ORDER_H

@@ -83,8 +83,9 @@ static int by_start(const void *x, const void *y)
 
 /* The child has one thread: a refresh another thread was in at fork()
  * never ends there; its half-written buffer was not current yet, so going
- * back to the even number before it keeps the complete one. */
-static void refresh_child(void)
+ * back to the even number before it keeps the complete one.  Run by
+ * csrc/cuda/fork_order.c with every other module's child handler. */
+void mh_text_fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
     uint64_t seq = atomic_load_explicit(&g_seq, memory_order_relaxed);
@@ -121,7 +122,6 @@ void mh_text_watch(void)
 {
     if (atomic_exchange(&g_watching, true))
         return;
-    pthread_atfork(NULL, NULL, refresh_child);
     mh_objects_observe(refresh);
     refresh();
 }

@@ -34,4 +34,10 @@ MH_HIDDEN void mh_text_watch(void);
  * two refreshes (the walk then ends early). */
 MH_HIDDEN bool mh_text_contains(uintptr_t a);
 
+/* fork() child: the refresh lock made afresh, a refresh another thread was
+ * in left behind (its lock is not held across fork: csrc/core/
+ * mh_lock_order.h).  Called by csrc/cuda/fork_order.c, never registered
+ * here. */
+MH_HIDDEN void mh_text_fork_child(void);
+
 #endif

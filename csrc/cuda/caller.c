@@ -17,7 +17,6 @@
 mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
 MH_HOT _Atomic uint32_t mh_cuda_text_state;
 static pthread_mutex_t g_refresh_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 static bool in_cuda_text(uintptr_t ra) { return mh_in_cuda_text(ra); }
 
@@ -57,12 +56,12 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
-static void refresh_child(void) { pthread_mutex_init(&g_refresh_lock, NULL); }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, refresh_child); }
+/* Not held across fork(): a refresh interrupted by fork left whole
+ * double-buffered state behind (registered by fork_order.c). */
+void mh_caller_fork_child(void) { pthread_mutex_init(&g_refresh_lock, NULL); }
 
 static void refresh_cuda_text(void)
 {
-    pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_refresh_lock);
     uint32_t next = (__atomic_load_n(&mh_cuda_text_state, __ATOMIC_RELAXED) >> 8) ^ 1;
     collect_state c = {.out = mh_cuda_text[next] + 1, .n = 0};

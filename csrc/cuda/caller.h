@@ -58,6 +58,8 @@ static inline bool mh_in_cuda_text(uintptr_t a)
 /* Out of line: the first frame outside CUDA's libraries above `site`, or
  * the last one inside them where the chain ends first. */
 MH_HIDDEN uint64_t mh_caller_walk(const mh_caller_site *site);
+/* fork() child: the refresh lock made afresh (csrc/cuda/fork_order.c). */
+MH_HIDDEN void mh_caller_fork_child(void);
 
 /* The caller of the event being written (emit.c). */
 static inline uint64_t mh_caller_get(void)

@@ -11,6 +11,8 @@
  *   wrap_runtime.c   wrappers of the runtime API
  *   install.c        install/uninstall/switch modes with bistro and reloc,
  *                    per-function status, coverage
+ *   fork_order.c     every module's fork() handlers, registered at load in
+ *                    the lock order (csrc/core/mh_lock_order.h)
  *   mode.c           MEMHOOK_CUDA_MODE parsing
  *   queue_stats.c    memhook_queue_stats_get: the queue's figures and the
  *                    FREE-size counters this layer keeps
@@ -161,6 +163,12 @@ MH_HIDDEN bool mh_handle_kind(uint64_t handle, int *mem_type, int *device);
 /* cudaGetSymbolSize from the runtime that defines `symbol_address_fn`. */
 MH_HIDDEN bool mh_runtime_symbol_size(void *cudaGetSymbolAddress_fn, const void *symbol,
                                       uint64_t *size);
+/* The device of context ctx (cuCtxGetDevice_v2), or -1 when the driver
+ * cannot say. */
+MH_HIDDEN int mh_context_device(CUcontext ctx);
+/* Whether the primary context of dev is active (cuDevicePrimaryCtxGetState);
+ * true when the driver cannot say (then no teardown is assumed). */
+MH_HIDDEN bool mh_primary_ctx_active(CUdevice dev);
 /* Look the driver's entry points up now, if the driver is loaded (install
  * calls it, so that hooks need not). */
 MH_HIDDEN void mh_driver_calls_prepare(void);
@@ -231,6 +239,13 @@ MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 /* The driver was unloaded: reset what pointed into it, and put a
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */
 MH_HIDDEN void mh_driver_unloaded(void);
+/* A context teardown (reset, destroy, last release of a primary context)
+ * returned `result`, called by its wrapper after the real call: on
+ * success a new live-table generation, then one FREE of no address
+ * flagged MEMHOOK_EVENT_CONTEXT_RESET for `device` (-1: not known) that is
+ * a marker of the event order (mh_emit_marker's epoch), stamped now; a
+ * failure is an ordinary event with its result. */
+MH_HIDDEN void mh_emit_context_reset(mh_fn f, int result, int device);
 
 /* Put a marker (kind 0, with the public flag `what`, e.g.
  * MEMHOOK_EVENT_DRIVER_UNLOADED) in the event order: the drain hands it
@@ -239,6 +254,17 @@ MH_HIDDEN void mh_driver_unloaded(void);
  * Not from inside a hook's own driver query (records nothing there). */
 MH_HIDDEN void mh_emit_marker(uint32_t what);
 
+
+/* fork() child: the cached pid is the child's (csrc/cuda/fork_order.c). */
+MH_HIDDEN void mh_emit_fork_child(void);
+
+/* ---- install.c: fork() ---- */
+
+/* The install lock is held across fork() (prepare/parent) and made afresh
+ * in the child.  Registered by fork_order.c, first in the lock order. */
+MH_HIDDEN void mh_install_fork_prepare(void);
+MH_HIDDEN void mh_install_fork_parent(void);
+MH_HIDDEN void mh_install_fork_child(void);
 
 /* Called by a wrapper whose real function is not known (cannot happen once
  * install finished; kept so a wrapper never jumps to NULL). */

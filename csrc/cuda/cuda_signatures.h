@@ -64,6 +64,12 @@ MH_SIGNATURE(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr))
 MH_SIGNATURE(CUresult, cuMemHostRegister, (void *p, size_t bytesize, unsigned int Flags))
 MH_SIGNATURE(CUresult, cuMemHostRegister_v2, (void *p, size_t bytesize, unsigned int Flags))
 MH_SIGNATURE(CUresult, cuMemHostUnregister, (void *p))
+MH_SIGNATURE(CUresult, cuDevicePrimaryCtxReset, (CUdevice dev))
+MH_SIGNATURE(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice dev))
+MH_SIGNATURE(CUresult, cuDevicePrimaryCtxRelease, (CUdevice dev))
+MH_SIGNATURE(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice dev))
+MH_SIGNATURE(CUresult, cuCtxDestroy, (CUcontext ctx))
+MH_SIGNATURE(CUresult, cuCtxDestroy_v2, (CUcontext ctx))
 
 /* runtime */
 MH_SIGNATURE(cudaError_t, cudaMalloc, (void **devPtr, size_t size))

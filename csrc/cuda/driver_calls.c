@@ -2,8 +2,9 @@
  * driver_calls.c - the few driver queries the wrappers make themselves:
  * the current device (for an ALLOC), an allocation's range (for a FREE the
  * live table does not know, and for an IPC mapping's size), whether memory
- * is managed (a __managed__ variable's cudaGetSymbolAddress), and the size
- * of a runtime symbol.
+ * is managed (a __managed__ variable's cudaGetSymbolAddress), the size
+ * of a runtime symbol, and for context teardowns a context's device and
+ * whether a primary context is still active.
  *
  * The entry points are looked up in the loaded libcuda.so.1 at install
  * (mh_driver_calls_prepare), so that a hook does not dlopen - the loader's
@@ -24,6 +25,8 @@ typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef int (*get_symbol_size_fn)(size_t *, const void *);
 typedef CUresult (*handle_properties_fn)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
 typedef CUresult (*pointer_get_attribute_fn)(void *, int, CUdeviceptr);
+typedef CUresult (*ctx_get_device_v2_fn)(CUdevice *, CUcontext);
+typedef CUresult (*primary_ctx_state_fn)(CUdevice, unsigned int *, int *);
 
 /* Cached entry points of the one driver in the process (NULL: not looked
  * up yet, or the driver is not loaded yet - looked up again next time). */
@@ -31,6 +34,8 @@ MH_HOT static _Atomic(void *) g_ctx_get_device;
 static _Atomic(void *) g_get_address_range;
 static _Atomic(void *) g_handle_properties;
 static _Atomic(void *) g_pointer_get_attribute;
+static _Atomic(void *) g_ctx_get_device_v2;
+static _Atomic(void *) g_primary_ctx_state;
 /* cudaGetSymbolSize of the runtime whose cudaGetSymbolAddress was hooked
  * last, keyed by that function (a process normally has one runtime). */
 static _Atomic(void *) g_symbol_size_key;
@@ -42,8 +47,10 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
     if (fn != NULL)
         return fn;
     void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
-    if (h == NULL)
+    if (h == NULL) {
+        (void)dlerror();  /* memhook's miss is not the caller's to see */
         return NULL;
+    }
     fn = dlsym(h, name);
     dlclose(h);  /* NOLOAD took a reference; the library stays loaded */
     if (fn != NULL)
@@ -57,6 +64,8 @@ void mh_driver_calls_prepare(void)
     driver_symbol(&g_get_address_range, "cuMemGetAddressRange_v2");
     driver_symbol(&g_handle_properties, "cuMemGetAllocationPropertiesFromHandle");
     driver_symbol(&g_pointer_get_attribute, "cuPointerGetAttribute");
+    driver_symbol(&g_ctx_get_device_v2, "cuCtxGetDevice_v2");
+    driver_symbol(&g_primary_ctx_state, "cuDevicePrimaryCtxGetState");
 }
 
 void mh_driver_calls_reset(void)
@@ -65,6 +74,8 @@ void mh_driver_calls_reset(void)
     atomic_store(&g_get_address_range, NULL);
     atomic_store(&g_handle_properties, NULL);
     atomic_store(&g_pointer_get_attribute, NULL);
+    atomic_store(&g_ctx_get_device_v2, NULL);
+    atomic_store(&g_primary_ctx_state, NULL);
     atomic_store(&g_symbol_size_key, NULL);
     atomic_store(&g_symbol_size, NULL);
 }
@@ -76,6 +87,27 @@ int mh_current_device(void)
     if (fn == NULL || fn(&dev) != CUDA_SUCCESS)
         return -1;
     return dev;
+}
+
+int mh_context_device(CUcontext ctx)
+{
+    ctx_get_device_v2_fn fn =
+        (ctx_get_device_v2_fn)driver_symbol(&g_ctx_get_device_v2, "cuCtxGetDevice_v2");
+    CUdevice dev = -1;
+    if (fn == NULL || ctx == NULL || fn(&dev, ctx) != CUDA_SUCCESS)
+        return -1;
+    return dev;
+}
+
+bool mh_primary_ctx_active(CUdevice dev)
+{
+    primary_ctx_state_fn fn = (primary_ctx_state_fn)driver_symbol(
+        &g_primary_ctx_state, "cuDevicePrimaryCtxGetState");
+    unsigned int flags = 0;
+    int active = 1;
+    if (fn == NULL || fn(dev, &flags, &active) != CUDA_SUCCESS)
+        return true;
+    return active != 0;
 }
 
 bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size)

@@ -32,15 +32,9 @@ static int32_t current_pid(void)
 }
 
 /* The child's pid, before anything in the child records an event.  This
- * layer's own handler (the queue knows nothing of pids); registered at load,
- * so it runs before the trace's child handler (csrc/trace/trace.c), which
- * is registered later (cuda/ objects precede trace/ ones on the link line). */
-static void emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
-
-__attribute__((constructor)) static void emit_fork_handlers(void)
-{
-    pthread_atfork(NULL, NULL, emit_fork_child);
-}
+ * layer's own handler (the queue knows nothing of pids); fork_order.c runs
+ * it before the trace's child handler (csrc/trace/trace.c). */
+void mh_emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
 /* Write and publish one event stamped `stamp`, following `link` (an
  * event's identity; 0: the last event recorded at addr, from the address
@@ -181,13 +175,78 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
     }
 }
 
+/* A marker event: everything recorded before it goes first in the event
+ * order, everything after it after it.  mh_marker_flags bumps the epoch
+ * as the marker is written (queue.h), so the marker's own epoch is one no
+ * event recorded before this point read. */
+static void push_marker(int kind, mh_fn f, int device, int result, uint32_t what)
+{
+    push(kind, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result, what | mh_marker_flags());
+}
+
 void mh_emit_marker(uint32_t what)
 {
     if (mh_hook_depth != 0)
         return;
     mh_hook_depth++;
-    push(0, (mh_fn)0, 0, 0, MEMHOOK_MEM_UNKNOWN, -1, 0, what | mh_marker_flags());
+    push_marker(0, (mh_fn)0, -1, 0, what);
     mh_hook_depth--;
+}
+
+/* Called by a teardown's wrapper AFTER the real call returned (its hook
+ * depth raised: nothing the driver did inside was recorded).
+ *
+ * Why the epoch is bumped here, after the call, and not before it.  The
+ * drain orders a marker by epoch (event_drain.c, rule 2): an event that
+ * read an epoch below the marker's goes before it, one that read the
+ * marker's or a later one after it.  What the cache needs of that order:
+ * a region of the dead context must never be answered CUDA once the
+ * marker is applied - so no ALLOC of memory the teardown freed may come
+ * out after the marker - while an ALLOC ordered before the marker that
+ * truly came after the teardown only costs an UNKNOWN region, which
+ * memory_type() resolves through the driver (memhook/_apply.py).
+ *
+ *  - An event that happened before the teardown was called (the program
+ *    ordered it so: a join, a lock, the same thread) was published before
+ *    its call returned (P in event_drain.c), so before this bump: it read
+ *    a lower epoch, and its publication happened before the marker's, so
+ *    a drain that sees the marker sees it too and puts it first.
+ *  - An event that happens after the teardown returned to its caller reads
+ *    the epoch after this bump (the wrapper returns after it): it goes
+ *    after the marker, and its allocation is of a context alive then.
+ *  - An event of another thread published DURING the call, unordered with
+ *    it: bumped before the call, it would read the new epoch and come out
+ *    after the marker - an ALLOC the driver made in the dying context just
+ *    before the teardown freed it would then be answered CUDA for good.
+ *    Bumped after the call, it reads the old epoch and goes before the
+ *    marker: UNKNOWN, resolved through the driver.  (A bump before the
+ *    call would not even order it reliably: the drain holds an event of
+ *    the new epoch only behind a marker it has found, and this one is
+ *    published only now - a drain during the call hands such events out
+ *    first anyway.)
+ *
+ * What remains is a program's own race: an ALLOC that returned in the old
+ * context and whose thread was preempted, before recording it, across the
+ * whole teardown is published after the marker (as any event published
+ * after a marker is handed out comes after it) - that program holds a
+ * pointer the teardown freed while it was being returned.
+ *
+ * The live table starts a new generation first (its records of the dead
+ * context name memory that is gone and addresses the driver will hand out
+ * again): a FREE that finds such a record after this asks the driver.  The
+ * precise stamp is taken after the call too, so the trace's collector,
+ * which merges by stamps, also puts the marker after everything before it.
+ * A failed teardown freed nothing and is an ordinary event (the cache
+ * ignores it; the trace counts it as a failure). */
+void mh_emit_context_reset(mh_fn f, int result, int device)
+{
+    if (result != 0) {
+        push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,
+             MEMHOOK_EVENT_CONTEXT_RESET);
+        return;
+    }
+    mh_live_new_generation(false);
+    push_marker(MEMHOOK_EVENT_FREE, f, device, result, MEMHOOK_EVENT_CONTEXT_RESET);
 }
 
 void mh_driver_unloaded(void)

@@ -29,78 +29,18 @@ __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 /* Install state: one set of hooks per process, changed under g_lock. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/*
- * fork().  g_lock is first in the cross-module lock order
- * (csrc/core/mh_lock_order.h: install -> reloc or bistro -> the loader;
- * the queue's and the trace's locks are leaves), and every one of
- * memhook's locks is held across fork() by its module's atfork handlers, so
- * a child starts with each module between two operations.  glibc makes the
- * loader's dl_load_lock afresh in the child (glibc 2.36 does not do so for
- * dl_load_write_lock: a child forked while another thread adds an object to
- * the link map can hang in its own dlopen, memhook or not - see
- * tests/hooks/scripts/fork_churn.py).  pthread_atfork runs the
- * prepare handlers in reverse registration order and the parent/child
- * handlers in registration order: a lock earlier in the order must be
- * registered later, and then it is also released later.  reloc registers
- * when its lock is first made (mh_reloc_init), bistro at its first install
- * (patch.c), both lazily, so install registers twice: at its first use,
- * after forcing reloc's registration, and again right after its first call
- * into bistro.  In the forking thread the first of install's prepares to run
- * (the later registration, when there are two) takes g_lock, and only that
- * registration releases it: prepare install, bistro, reloc; parent/child
- * reloc, bistro, install (bistro and reloc the other way round where the
- * bistro API was used before any install).  A fork() from code run under
- * g_lock (a libcuda constructor during install's dlopen) would deadlock in
- * prepare; memhook runs no other code there.
- */
-static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
-static pthread_once_t g_fork_after_bistro_once = PTHREAD_ONCE_INIT;
-/* Which of install's registrations holds g_lock for this thread's fork (0:
- * none): per thread, because two threads may fork at once. */
-static __thread int t_fork_holder __attribute__((tls_model("initial-exec")));
+/* fork(): g_lock is first in the lock order (csrc/core/mh_lock_order.h),
+ * so its prepare runs first and its parent/child handlers last
+ * (fork_order.c registers every module's handlers at load).  The child
+ * makes the lock afresh: it starts between two install operations.  A
+ * fork() from code run under g_lock (a libcuda constructor during
+ * install's dlopen) would deadlock in prepare; memhook runs no other code
+ * there. */
+void mh_install_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+void mh_install_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void mh_install_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
 
-static void fork_take(int who)
-{
-    if (t_fork_holder == 0) {
-        pthread_mutex_lock(&g_lock);
-        t_fork_holder = who;
-    }
-}
-
-static void fork_release(int who, bool child)
-{
-    if (t_fork_holder != who)
-        return;
-    t_fork_holder = 0;
-    if (child)
-        pthread_mutex_init(&g_lock, NULL);
-    else
-        pthread_mutex_unlock(&g_lock);
-}
-
-static void fork_prepare_1(void) { fork_take(1); }
-static void fork_parent_1(void) { fork_release(1, false); }
-static void fork_child_1(void) { fork_release(1, true); }
-static void fork_prepare_2(void) { fork_take(2); }
-static void fork_parent_2(void) { fork_release(2, false); }
-static void fork_child_2(void) { fork_release(2, true); }
-
-static void fork_register(void)
-{
-    mh_reloc_init();
-    pthread_atfork(fork_prepare_1, fork_parent_1, fork_child_1);
-}
-
-static void fork_register_after_bistro(void)
-{
-    pthread_atfork(fork_prepare_2, fork_parent_2, fork_child_2);
-}
-
-static void install_lock(void)
-{
-    pthread_once(&g_fork_once, fork_register);
-    pthread_mutex_lock(&g_lock);
-}
+static void install_lock(void) { pthread_mutex_lock(&g_lock); }
 static unsigned g_mode;
 static bool g_reloc_on;
 static char g_reloc_why[256];
@@ -114,9 +54,17 @@ static bool g_driver_before_reloc;
  * process: memory_type asks the driver instead. */
 static bool g_driver_used_unseen;
 
+/* libcuda.so.1 when this process has it loaded (a reference: give it back
+ * with dlclose), else NULL.  memhook's own probes and lookups must not
+ * leave an error behind for a caller's dlerror(): the API functions below
+ * end with dl_clear (a wrapper of the dl functions themselves leaves what
+ * the real call left: csrc/reloc/interpose_dl.c). */
+static void *loaded_driver(void) { return dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD); }
+static void dl_clear(void) { (void)dlerror(); }
+
 static bool driver_initialised(void)
 {
-    void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    void *h = loaded_driver();
     if (h == NULL)
         return false;
     typedef CUresult (*count_fn)(int *);
@@ -235,7 +183,6 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
         }
     }
     memhook_bistro_install_batch(req, (size_t)nreq);
-    pthread_once(&g_fork_after_bistro_once, fork_register_after_bistro);  /* see fork() above */
     for (int k = 0; k < nreq; k++)
         bistro_done_one(&mh_hooks[who[k]], &req[k]);
     int tried = 0, patched = 0, first_errno = 0;
@@ -308,7 +255,7 @@ static int reloc_apply(char *why, size_t why_len)
         syms[i].original = &mh_hooks[i].reloc_original;
     }
     if (!g_reloc_on) {
-        void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+        void *h = loaded_driver();
         g_driver_before_reloc = h != NULL;
         if (h)
             dlclose(h);
@@ -360,6 +307,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
             /* bistro alone patched nothing: a failed install changes
              * nothing - the previous mode stays, with its mechanisms (the
              * rows keep bistro's reasons, which status() shows). */
+            dl_clear();
             pthread_mutex_unlock(&g_lock);
             mh_warn("%s", why);
             return brc;
@@ -379,6 +327,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (g_mode_before == 0 && mode != 0)
         mh_live_new_generation(true);  /* before recording starts: live_table.c */
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
         mh_warn("%s", why);
@@ -393,6 +342,7 @@ int memhook_hooks_uninstall(void)
     bistro_remove_all();
     reloc_remove();
     g_mode = 0;
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     return 0;
 }
@@ -410,7 +360,7 @@ int memhook_hooks_coverage_complete(void)
     install_lock();
     /* (mh_queue_trimmed: events this process's consumer never saw.) */
     int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
-    void *lib = complete ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    void *lib = complete ? loaded_driver() : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;
         for (int i = 0; i < MH_FN_COUNT && complete; i++) {
@@ -432,6 +382,7 @@ int memhook_hooks_coverage_complete(void)
     }
     if (lib != NULL)
         dlclose(lib);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
     return complete;
 }
@@ -450,34 +401,27 @@ unsigned long long memhook_coverage_token(void)
     return adds << 3 | (unsigned long long)mh_queue_trimmed() << 2 | (mode & 3u);
 }
 
-static bool present(const mh_hook *h)
+/* `driver`: the loaded driver, or NULL (install lock held). */
+static bool present(const mh_hook *h, void *driver)
 {
     /* (Not h->resolved: that may be the older spelling a missing name
      * falls back to.) */
     if (h->api == MEMHOOK_API_RUNTIME &&
         __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
         return true;
-    void *lib = h->api == MEMHOOK_API_DRIVER ? dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD)
-                                             : RTLD_DEFAULT;
-    if (lib == NULL)
-        return false;
-    bool found = dlsym(lib, h->name) != NULL;
-    if (lib != RTLD_DEFAULT)
-        dlclose(lib);
-    return found;
+    void *lib = h->api == MEMHOOK_API_DRIVER ? driver : RTLD_DEFAULT;
+    return lib != NULL && dlsym(lib, h->name) != NULL;
 }
 
-int memhook_hook_get(size_t index, memhook_hook_info *out)
+/* Row `index` (install lock held). */
+static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
 {
-    if (index >= MH_FN_COUNT || out == NULL)
-        return EINVAL;
-    install_lock();
     const mh_hook *h = &mh_hooks[index];
     memset(out, 0, sizeof *out);
     out->name = h->name;
     out->api = h->api;
     out->kind = h->kind;
-    out->present = present(h);
+    out->present = present(h, driver);
     out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
                       (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
@@ -491,6 +435,33 @@ int memhook_hook_get(size_t index, memhook_hook_info *out)
                  "driver's exports, which the runtime calls)");
     else if (!out->mechanisms && (g_mode & MEMHOOK_MODE_RELOC) && g_reloc_why[0] != '\0')
         snprintf(out->reason, sizeof out->reason, "reloc: %s", g_reloc_why);
+}
+
+int memhook_hook_get(size_t index, memhook_hook_info *out)
+{
+    if (index >= MH_FN_COUNT || out == NULL)
+        return EINVAL;
+    return memhook_hook_get_range(index, 1, out) == 1 ? 0 : EINVAL;
+}
+
+/* The whole table in one call: one lock hold and one probe of the driver
+ * (status() asked row by row - 46 calls, each releasing the GIL, which a
+ * busy Python process's other threads then held for up to a switch
+ * interval each: issue 23 measured status() at a median of 287 ms beside 4
+ * Python spinners and 4 callers). */
+size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out)
+{
+    if (out == NULL || first >= MH_FN_COUNT)
+        return 0;
+    if (count > MH_FN_COUNT - first)
+        count = MH_FN_COUNT - first;
+    install_lock();
+    void *driver = loaded_driver();
+    for (size_t i = 0; i < count; i++)
+        hook_info_locked(first + i, driver, &out[i]);
+    if (driver != NULL)
+        dlclose(driver);
+    dl_clear();
     pthread_mutex_unlock(&g_lock);
-    return 0;
+    return count;
 }

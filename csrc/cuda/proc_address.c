@@ -49,6 +49,7 @@ static void *find_real(void **store, const char *name)
         }
     }
     mh_reloc_inside--;
+    (void)dlerror();  /* the lookups' misses are not the caller's to see */
     if (real != NULL) {
         /* Worth keeping even while reloc is not installed. */
         void *expected = NULL;

@@ -4,6 +4,7 @@
  * the global's size; IPC: the mapped allocation's size.  Types: what the
  * call decides (VMM maps: where their handle's memory lives; UNKNOWN for
  * explicit pools, which may be host-located: memory_type() asks the driver).
+ * Context teardowns free a context's every allocation at once: one marker.
  */
 #include "cuda_signatures.h"
 
@@ -126,3 +127,58 @@ MH_ALLOC_WRAPPER(CUresult, cuIpcOpenMemHandle_v2,
                  (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),
                  (pdptr, handle, Flags), *pdptr, mapped_size(r_, pdptr), MEMHOOK_MEM_CUDA, CUR)
 MH_FREE_WRAPPER(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr), dptr, 0)
+
+/* ---- context teardown: every allocation of the context is gone ----
+ *
+ * No FREE is hooked for those allocations, so the call itself is the
+ * event: after a successful teardown, the live table starts a new
+ * generation (its records of that context name memory that no longer
+ * exists, and their addresses will be handed out again: a record of
+ * another context is not believed either, its FREE asks the driver -
+ * live_table.c), then one marker goes out, its epoch bumped and its
+ * stamp taken after the call (mh_emit_context_reset, emit.c, says why
+ * after).  A failed call is an ordinary event with its result (the cache
+ * ignores it).  A release that is not the last frees nothing and records
+ * nothing: the driver says whether the primary context is still active
+ * after it (another thread retaining it at once, between the two calls,
+ * would hide the last release - a race of the program's own with its own
+ * teardown). */
+
+#define MH_PRIMARY_RESET_WRAPPER(name)                                          \
+    CUresult mh_w_##name(CUdevice dev)                                           \
+    {                                                                            \
+        MH_WRAPPER_ENTER(CUresult, name, (dev), false)                           \
+        CUresult r = real_(dev);                                                 \
+        mh_emit_context_reset(MH_FN_##name, (int)r, dev);                        \
+        mh_record_end();                                                         \
+        return r;                                                                \
+    }
+
+#define MH_PRIMARY_RELEASE_WRAPPER(name)                                        \
+    CUresult mh_w_##name(CUdevice dev)                                           \
+    {                                                                            \
+        MH_WRAPPER_ENTER(CUresult, name, (dev), false)                           \
+        CUresult r = real_(dev);                                                 \
+        if (r != CUDA_SUCCESS || !mh_primary_ctx_active(dev))                    \
+            mh_emit_context_reset(MH_FN_##name, (int)r, dev);                    \
+        mh_record_end();                                                         \
+        return r;                                                                \
+    }
+
+#define MH_CTX_DESTROY_WRAPPER(name)                                            \
+    CUresult mh_w_##name(CUcontext ctx)                                          \
+    {                                                                            \
+        MH_WRAPPER_ENTER(CUresult, name, (ctx), false)                           \
+        int device = mh_context_device(ctx); /* before: it names no context after */ \
+        CUresult r = real_(ctx);                                                 \
+        mh_emit_context_reset(MH_FN_##name, (int)r, device);                     \
+        mh_record_end();                                                         \
+        return r;                                                                \
+    }
+
+MH_PRIMARY_RESET_WRAPPER(cuDevicePrimaryCtxReset)
+MH_PRIMARY_RESET_WRAPPER(cuDevicePrimaryCtxReset_v2)
+MH_PRIMARY_RELEASE_WRAPPER(cuDevicePrimaryCtxRelease)
+MH_PRIMARY_RELEASE_WRAPPER(cuDevicePrimaryCtxRelease_v2)
+MH_CTX_DESTROY_WRAPPER(cuCtxDestroy)
+MH_CTX_DESTROY_WRAPPER(cuCtxDestroy_v2)

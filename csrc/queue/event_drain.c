@@ -124,7 +124,9 @@
  * Bounded drains.  A run (memhook_events_drain_bounded with one mark:
  * Python's drain; memhook_events_drain is a run of one call) cuts each lane
  * at what its first look's G saw, and hands out nothing past the cut: its
- * length no longer depends on how fast other threads record.  Every event
+ * length no longer depends on how fast other threads record.  The lanes
+ * hold one run's cut at a time; a run whose caller calls again after a
+ * later run began goes on as that later run (its cut is past this one's).  Every event
  * pending when it began (in its first H) comes out in the run: what it
  * depends on is in the first G, so within the cut (rules 1-2 are about
  * such events), and a rule-3 hold by an event past the cut is ignored for
@@ -253,13 +255,16 @@ static size_t g_by_id_cap;
 
 /* g_cursors with room for every lane listed now (lanes added later wait
  * for the next drain), and every listed lane in g_by_id; NULL when out of
- * memory. */
+ * memory.  One read of the list's head for both walks: producers push new
+ * lanes at the head meanwhile (a lane made between two reads of it may
+ * have an id past what the first walk sized g_by_id for), and what follows
+ * a head read once never changes (lanes are never unlinked). */
 static cursor *cursors(size_t *cap)
 {
     size_t want = 0;
     uint32_t top = 0;
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next) {
+    mh_lane *const head = atomic_load_explicit(&mh_lanes, memory_order_acquire);
+    for (mh_lane *l = head; l != NULL; l = l->next) {
         want++;
         top = l->id > top ? l->id : top;
     }
@@ -279,8 +284,7 @@ static cursor *cursors(size_t *cap)
         g_by_id = b;
         g_by_id_cap = n;
     }
-    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
-         l = l->next)
+    for (mh_lane *l = head; l != NULL; l = l->next)
         if (l->id != 0)
             g_by_id[l->id] = l;
     *cap = g_cursor_cap;
@@ -1267,6 +1271,18 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
             *mark = ++g_run;
             if (*mark == 0)
                 *mark = ++g_run;  /* 0 means "not begun" */
+        } else if (!start && *mark != g_run) {
+            /* A later run began since this one's last call (runs
+             * interleave: Python's applier goes on with its run after a
+             * query, which cannot wait for it, took events out in a run of
+             * its own).  The lanes carry one run's cut, now the later
+             * run's, which is past this one's (its first look came after
+             * this run's first call ended): go on as that run.  What this
+             * run owed is in the later run's first snapshot, so it still
+             * ends only when all of it is out; it stays bounded by the
+             * later run's cut.  (Left as it was, it would find every lane
+             * cut at its front and end at once, owing events.) */
+            *mark = g_run;
         }
         /* A look hands out what its first pass saw; what its second saw
          * waits for the next look, which the run takes at once while events
@@ -1392,21 +1408,18 @@ void mh_queue_stats_fill(memhook_queue_stats *out)
 }
 
 /* ---- fork: the consumer lock is held across it, so the child's queue is
- * between two drains; the lanes' own handler orphans the vanished threads'
+ * between two drains; the lanes' own repair orphans the vanished threads'
  * lanes (event_lane.c).  Producers repair their own state (emit.c: the
- * pid). ---- */
+ * pid).  Registered with every other module's handlers, in the lock
+ * order, by csrc/cuda/fork_order.c. ---- */
 
-static void fork_prepare(void) { pthread_mutex_lock(&g_lock); }
-static void fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void mh_queue_fork_prepare(void) { pthread_mutex_lock(&g_lock); }
+void mh_queue_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
 
-static void fork_child(void)
+void mh_queue_fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
+    mh_lanes_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
     atomic_store(&mh_events_pending, 1);
-}
-
-__attribute__((constructor)) static void drain_fork_handlers(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

@@ -191,9 +191,9 @@ memhook_event *mh_lane_slow_slot(void)
     return lane->write_at;
 }
 
-/* ---- fork ---- */
+/* ---- fork (called by mh_queue_fork_child, event_drain.c) ---- */
 
-static void lanes_fork_child(void)
+void mh_lanes_fork_child(void)
 {
     mh_lane *mine = mh_my_lane;
     for (mh_lane *l = atomic_load(&mh_lanes); l != NULL; l = l->next)
@@ -201,9 +201,4 @@ static void lanes_fork_child(void)
             atomic_store(&l->state, MH_LANE_ORPHAN);
     if (mine != NULL)
         mine->tid = (int32_t)syscall(SYS_gettid);
-}
-
-__attribute__((constructor)) static void lanes_fork_handlers(void)
-{
-    pthread_atfork(NULL, NULL, lanes_fork_child);
 }

@@ -117,6 +117,9 @@ MH_HIDDEN memhook_event *mh_lane_slow_slot(void);
 MH_HIDDEN mh_lane_seg *mh_lane_seg_get(mh_lane *lane);
 MH_HIDDEN void mh_lane_seg_put(mh_lane *lane, mh_lane_seg *seg);
 MH_HIDDEN void mh_lane_seg_stats(uint64_t *live, uint64_t *peak);
+/* In a fork child: the vanished threads' lanes become orphans, this
+ * thread's lane gets its new tid (mh_queue_fork_child calls it). */
+MH_HIDDEN void mh_lanes_fork_child(void);
 
 /* The slot the calling thread's next event goes into.  Fill it, then
  * mh_lane_publish(). */

@@ -158,5 +158,12 @@ MH_HIDDEN bool mh_queue_trimmed(void);
 /* The queue's part of memhook_queue_stats (produced, consumed, lanes,
  * segments); fields the queue does not own are left as they are. */
 MH_HIDDEN void mh_queue_stats_fill(memhook_queue_stats *out);
+/* fork(): the consumer lock is held across it (prepare/parent), and the
+ * child's queue is repaired (a fresh lock, the vanished threads' lanes
+ * orphaned, the pending flag set).  Registered by csrc/cuda/fork_order.c,
+ * in the lock order of csrc/core/mh_lock_order.h. */
+MH_HIDDEN void mh_queue_fork_prepare(void);
+MH_HIDDEN void mh_queue_fork_parent(void);
+MH_HIDDEN void mh_queue_fork_child(void);
 
 #endif

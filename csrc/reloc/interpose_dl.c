@@ -39,6 +39,16 @@
  * out of the process (mh_reloc_watch_unload: a driver layer watches its
  * driver); the wrapper looks before and after the real dlclose.
  *
+ * dlerror().  Every wrapper leaves the calling thread's dlerror() as the
+ * real call left it: glibc clears it at the start of every dl call and
+ * sets it when one fails, so memhook's own calls (a RTLD_NOLOAD probe, the
+ * walk's pins) would otherwise overwrite or clear it.  After a refused
+ * call memhook makes no dl call of its own (the last dl call is the real
+ * one, or a repeat of it: dl_fail_as_real); after a successful one it
+ * clears what its own calls left (dl_clear_error).  A NULL dlerror() after
+ * a failed call is worse than a wrong message: CPython's ctypes passes it
+ * to PyErr_SetString, which dereferences it.
+ *
  * Nesting: a dlopen/dlclose made by a constructor or destructor while this
  * thread is inside a real dlopen/dlclose called from a wrapper (so under the
  * loader's lock) does not patch: the outer wrapper patches everything new
@@ -60,6 +70,11 @@
 /* Per thread: inside the real dlopen/dlclose (a constructor or destructor
  * that dlopens again must not re-enter memhook's walk). */
 static __thread int t_in_real_dl __attribute__((tls_model("initial-exec")));
+
+/* ---- dlerror ---- */
+
+/* After a successful real call: nothing memhook did since may show. */
+static void dl_clear_error(void) { (void)dlerror(); }
 
 /* ---- dlsym / dlvsym ---- */
 
@@ -95,20 +110,48 @@ static void *lookup_in_caller_scope(const void *caller, const char *name, const 
     return r;
 }
 
+/* A hooked lookup found nothing: leave dlerror() holding what the real
+ * lookup says.  For a handle or RTLD_DEFAULT that is the same real call
+ * again (the lookups in between overwrote its error).  RTLD_NEXT was
+ * answered by memhook's own walk (mh_reloc_find_after), so the real call
+ * made here is the caller's own-scope lookup: glibc's message for a failed
+ * RTLD_NEXT names the caller's object, and so does this one (a glibc
+ * handle is its link_map).  Should the caller's own scope define the name
+ * (an interposer looking for the next definition of its own symbol),
+ * dlerror() stays clear. */
+static void dl_fail_as_real(void *handle, const char *name, const char *version, void *caller)
+{
+    if (handle == RTLD_NEXT) {
+        struct link_map *lm = caller_map(caller);
+        handle = lm != NULL ? (void *)lm : RTLD_DEFAULT;
+    }
+    if (version != NULL)
+        (void)mh_real_dlvsym(handle, name, version);
+    else
+        (void)mh_real_dlsym(handle, name);
+}
+
 static void *hooked_lookup(void *handle, const char *name, const char *version, void *caller)
 {
     mh_reloc_inside++;
     void *real;
+    bool more = handle == RTLD_NEXT;  /* memhook's own dl calls after the real one */
     if (handle == RTLD_NEXT) {
         real = mh_reloc_find_after(caller_map(caller), name);
     } else {
         real = version ? mh_real_dlvsym(handle, name, version) : mh_real_dlsym(handle, name);
-        if (real == NULL && handle == RTLD_DEFAULT)
+        if (real == NULL && handle == RTLD_DEFAULT) {
             real = lookup_in_caller_scope(caller, name, version);
+            more = true;
+        }
     }
+    if (real == NULL && more)
+        dl_fail_as_real(handle, name, version, caller);
     mh_reloc_inside--;
     if (real == NULL)
         return NULL;
+    if (more)
+        dl_clear_error();
     mh_reloc_note_definition(name, real);
     void *repl = mh_reloc_replacement_for(name, real);
     return repl ? repl : real;
@@ -259,12 +302,18 @@ static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, cons
     return real_open(lmid, is_mopen, file, mode);
 }
 
+/* A refused open (h NULL) ends with the real call's error and nothing
+ * after it; a successful one ends with dlerror() clear, whatever the
+ * probes before it or the refresh after it left. */
 static void after_open(void *h)
 {
-    if (h != NULL && t_in_real_dl == 0) {
+    if (h == NULL)
+        return;
+    if (t_in_real_dl == 0) {
         mh_reloc_refresh(h);
         mh_objects_changed_by_dl();  /* the trace's module records */
     }
+    dl_clear_error();
 }
 
 void *mh_dlopen_wrapper(const char *file, int mode)
@@ -323,6 +372,13 @@ int mh_dlclose_wrapper(void *handle)
     for (size_t i = 0; i < g_nwatches; i++)
         had[i] = loaded(g_watches[i].soname);
     int r = mh_real_dlclose(handle);
+    if (r != 0) {
+        /* Refused (a handle closed once too often): nothing was unloaded,
+         * and dlerror() says why - no dl call of memhook's after it. */
+        t_in_real_dl--;
+        mh_reloc_unlock();
+        return r;
+    }
     for (size_t i = 0; i < g_nwatches; i++)
         if (had[i] && !loaded(g_watches[i].soname))
             g_watches[i].gone();    /* its memory is gone: the watcher forgets it */
@@ -330,5 +386,6 @@ int mh_dlclose_wrapper(void *handle)
     mh_reloc_refresh(NULL);
     mh_reloc_unlock();
     mh_objects_changed_by_dl();  /* the trace's module records */
+    dl_clear_error();
     return r;
 }

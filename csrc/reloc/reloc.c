@@ -59,12 +59,12 @@ static void make_lock(void)
 /* fork(): the lock is held across it, so the child's registry and object
  * records are between two operations.  The child cannot unlock what the
  * parent's thread locked (a recursive mutex checks the owner's tid, which
- * the child's thread does not have), so it makes the lock afresh.  Callers
- * that nest their own lock outside this one (install.c) register their
- * handlers after mh_reloc_init(), so that their prepare runs first. */
-static void fork_prepare(void) { mh_reloc_lock(); }
-static void fork_parent(void) { mh_reloc_unlock(); }
-static void fork_child(void)
+ * the child's thread does not have), so it makes the lock afresh.
+ * Registered at load, with every other module's handlers, in the lock
+ * order that csrc/core/mh_lock_order.h writes down. */
+void mh_reloc_fork_prepare(void) { mh_reloc_lock(); }
+void mh_reloc_fork_parent(void) { mh_reloc_unlock(); }
+void mh_reloc_fork_child(void)
 {
     int depth = t_lock_depth - 1;
     make_lock();
@@ -73,20 +73,16 @@ static void fork_child(void)
         mh_reloc_lock();
 }
 
-static void init_lock(void)
+/* Makes the lock (once).  Where the lock sits among memhook's others:
+ * csrc/core/mh_lock_order.h. */
+static void reloc_init(void)
 {
-    make_lock();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-void mh_reloc_init(void)
-{
-    pthread_once(&g_lock_once, init_lock);
+    pthread_once(&g_lock_once, make_lock);
 }
 
 void mh_reloc_lock(void)
 {
-    mh_reloc_init();
+    reloc_init();
     pthread_mutex_lock(&g_lock);
     t_lock_depth++;
 }

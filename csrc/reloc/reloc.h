@@ -35,9 +35,12 @@ MH_HIDDEN extern __thread int mh_reloc_inside __attribute__((tls_model("initial-
 
 /* True while at least one symbol is installed. */
 MH_HIDDEN bool mh_reloc_active(void);
-/* Makes the lock and registers its fork handlers (once).  Where the lock
- * sits among memhook's others: csrc/core/mh_lock_order.h. */
-MH_HIDDEN void mh_reloc_init(void);
+/* fork(): the lock is held across it; the child makes it afresh (held as
+ * deep as the forking thread held it).  Registered at load, in
+ * the one registration csrc/core/mh_lock_order.h describes. */
+MH_HIDDEN void mh_reloc_fork_prepare(void);
+MH_HIDDEN void mh_reloc_fork_parent(void);
+MH_HIDDEN void mh_reloc_fork_child(void);
 
 /* ---- for the layers above (lock-free) ---- */
 

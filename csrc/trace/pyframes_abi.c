@@ -83,11 +83,11 @@ _Atomic uint32_t mh_py_missing = MH_TRACE_PY_NO_PYTHON;
 _Atomic uint32_t mh_py_found_version;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_gave_up;  /* under g_lock: an interpreter memhook cannot read */
-static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-/* A discovery another thread was in at fork() never ends in the child. */
-static void discover_child(void) { pthread_mutex_init(&g_lock, NULL); }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, discover_child); }
+/* A discovery another thread was in at fork() never ends in the child (its
+ * lock is not held across fork: csrc/core/mh_lock_order.h).  Run by
+ * csrc/cuda/fork_order.c with every other module's child handler. */
+void mh_py_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
 
 static void *sym(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 
@@ -131,7 +131,6 @@ void mh_py_discover(void)
 {
     if (atomic_load_explicit(&mh_py_rt, memory_order_acquire) != NULL)
         return;
-    pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_lock);
     if (g_gave_up || atomic_load(&mh_py_rt) != NULL || sym("Py_IsInitialized") == NULL) {
         pthread_mutex_unlock(&g_lock);

@@ -83,6 +83,8 @@ MH_HIDDEN extern _Atomic uint32_t mh_py_found_version;
  * whenever the loaded objects change.  Never from a hook (dlsym takes the
  * loader's lock). */
 MH_HIDDEN void mh_py_discover(void);
+/* fork() child: the discovery lock made afresh (csrc/cuda/fork_order.c). */
+MH_HIDDEN void mh_py_fork_child(void);
 
 /* Reading the interpreter's memory.  A pointer the walk follows must be
  * non-null, 8-aligned and a user-space address; where it names an object

@@ -351,7 +351,7 @@ static void trace_exit(void)
     }
 }
 
-static void trace_fork_child(void)
+void mh_trace_fork_child(void)
 {
     if (!t.enabled)
         return;
@@ -384,11 +384,10 @@ static unsigned env_number(const char *name, const char *v, unsigned dflt, unsig
     return (unsigned)n;
 }
 
-/* Runs after the queue's and the hooks' constructors (queue/ and cuda/
- * objects come before trace/ ones on the link line, and .init_array runs
- * in link order), so their atfork handlers are registered before ours and
- * their fork repair (the lanes' tids, emit.c's pid) runs before our child
- * handler. */
+/* A default-priority constructor: the fork handlers (csrc/cuda/fork_order.c,
+ * priority 103) are registered before it installs anything, and run our
+ * child handler after the queue's and the hooks' fork repair (the lanes'
+ * tids, emit.c's pid). */
 __attribute__((constructor)) static void trace_init(void)
 {
     const char *path = mh_opts.trace_socket;
@@ -435,7 +434,6 @@ __attribute__((constructor)) static void trace_init(void)
     else
         t.mode = 0;
     bool handed = hand_over();
-    pthread_atfork(NULL, NULL, trace_fork_child);
     atexit(trace_exit);
     if (!handed)
         mh_trace_want_streamer();  /* a hand-over to retry; else the first event starts it */

@@ -61,5 +61,10 @@ MH_HIDDEN void mh_trace_modules_poll(void);
  * observer of mh_objects.h (registered by trace_modules.c), and called
  * when an area is made.  Takes a lock of its own; never from a hook. */
 MH_HIDDEN void mh_trace_modules_sync(void);
+/* fork() child handlers (registered by csrc/cuda/fork_order.c, after the
+ * queue's and the hooks' repair): the module table's lock made afresh;
+ * a traced child makes its own area and hands it over. */
+MH_HIDDEN void mh_trace_modules_fork_child(void);
+MH_HIDDEN void mh_trace_fork_child(void);
 
 #endif

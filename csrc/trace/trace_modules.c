@@ -40,18 +40,19 @@ static struct {
     unsigned long long adds, subs;  /* the loader's counters at the last sync */
 } g_known;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* The fork child makes a new area, which may well be mapped where the
- * parent's was (that one is not in the child: MADV_DONTFORK): it must be
- * told of every object again, so the table starts over. */
-static void child_reinit(void)
+/* Not held across fork(): the child makes it afresh (a sync interrupted by
+ * fork left the parent's table).  The child makes a new area, which may
+ * well be mapped where the parent's was (that one is not in the child:
+ * MADV_DONTFORK): it must be told of every object again, so the table
+ * starts over.  fork_order.c runs this before the trace's own child
+ * handler, whose new area syncs the table. */
+void mh_trace_modules_fork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
     g_known.area = NULL;
     g_known.n = 0;
 }
-static void init_once(void) { pthread_atfork(NULL, NULL, child_reinit); }
 
 static uint64_t hash_name(const char *s)
 {
@@ -162,7 +163,6 @@ void mh_trace_modules_sync(void)
     mh_trace_area *a = mh_trace_area_current();
     if (a == NULL)
         return;
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     sync_locked(a);
     pthread_mutex_unlock(&g_lock);
@@ -175,7 +175,6 @@ void mh_trace_modules_poll(void)
         return;
     unsigned long long c[2] = {0, 0};
     dl_iterate_phdr(counters, c);
-    pthread_once(&g_once, init_once);
     pthread_mutex_lock(&g_lock);
     bool changed = g_known.area != a || c[0] != g_known.adds || c[1] != g_known.subs;
     pthread_mutex_unlock(&g_lock);

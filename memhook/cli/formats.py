@@ -34,6 +34,7 @@ from .pyframes import PyStack
 
 from .ledger import (
     ALLOC,
+    CONTEXT_RESET,
     MEM_CUDA_HOST,
     Ledger,
     Process,
@@ -446,13 +447,20 @@ class MemvizWriter(Writer):
         ring = self.ring
         live = self.live
         for row in rows:
-            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, _, caller, st, \
+            _, address, size, ts, kind, fn, mem_type, device, pid, _, result, flags, caller, st, \
                 python = row
             where = (python, *(st or (caller,)))
             if mem_type == MEM_CUDA_HOST:
                 continue
             dev = max(device, 0)
             time_us = ts // 1000
+            if flags & CONTEXT_RESET and not result:  # the device's segments are gone
+                for key in [k for k, v in live.items() if k[0] == pid and
+                            (device < 0 or v[0] == dev)]:
+                    dev_, size_, fkey = live.pop(key)
+                    ring.append((dev_, "free_completed", key[1], size_, time_us, fkey))
+                    ring.append((dev_, "segment_free", key[1], size_, time_us, fkey))
+                continue
             if kind == ALLOC:
                 if result:
                     if result == 2:  # CUDA_ERROR_OUT_OF_MEMORY == cudaErrorMemoryAllocation

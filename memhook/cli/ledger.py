@@ -19,7 +19,13 @@ Accounting rules:
   line, not on a device;
 * live sets are per connection (one per process image), so a FREE matches
   an ALLOC of the same process; what a process still holds when it ends is
-  "never freed" and leaves the live totals (the driver reclaims it).
+  "never freed" and leaves the live totals (the driver reclaims it);
+* a context teardown (a FREE flagged MEMHOOK_EVENT_CONTEXT_RESET: a
+  cuDevicePrimaryCtxReset, cuCtxDestroy or last cuDevicePrimaryCtxRelease)
+  frees what the process holds on that device, and what it holds of no
+  known device (pinned host memory included); all of it when the device is
+  not known - as the in-process cache marks those regions (the bytes count
+  as the call's).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from .pyframes import SiteLedger
 __all__ = ["GLOBAL_FUNCTIONS", "HOST_KEY", "Ledger", "Process", "device_label"]
 
 ALLOC, FREE = 1, 2
+CONTEXT_RESET = 0x8  # memhook_event.flags: MEMHOOK_EVENT_CONTEXT_RESET
 MEM_TYPES = ("HOST", "CUDA", "CUDA_MANAGED", "CUDA_HOST", "UNKNOWN")
 MEM_CUDA_HOST = 3
 HOST_KEY = -100
@@ -204,12 +211,15 @@ class Ledger:
         lib_live, lib_peak = self.lib_live, self.lib_peak
         py_sites = self.py_sites
         i = -1
-        for _, address, size, _, kind, fn, mem_type, device, _, _, result, _, caller, stack, \
+        for _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, stack, \
                 python in rows:
             i += 1
             calls[fn] += 1
             if result:
                 self._failed(fn, result, size)
+                continue
+            if flags & CONTEXT_RESET:
+                changes += self._context_gone(proc, fn, device, i)
                 continue
             if kind == ALLOC:
                 nbytes[fn] += size
@@ -265,6 +275,24 @@ class Ledger:
             self.first_ns = rows[0][3]
         self.last_ns = max(self.last_ns, rows[-1][3])
         return changes
+
+    def _context_gone(self, proc: Process, fn: int, device: int, i: int) \
+            -> list[tuple[int, int, int]]:
+        """A context of ``device`` (-1: not known) was torn down: what
+        ``proc`` held there is freed.  Returns the live-bytes changes."""
+        gone = [a for a, (_, key, _, _, _) in proc.live.items()
+                if device < 0 or key == device or key < 0]
+        keys: dict[int, None] = {}
+        for address in gone:
+            size, key, _, lib, site = proc.live.pop(address)
+            self.bytes[fn] += size
+            self.lib_live[lib] -= size
+            if site is not None:
+                self.py_sites.free(site, size)  # freed by the teardown, not leaked
+            self._total_live -= size
+            self.live_bytes[key] -= size
+            keys[key] = None
+        return [(i, key, self.live_bytes[key]) for key in keys]
 
     def _site(self, frames: tuple, size: int) -> None:
         """--stacks: count an ALLOC at its call site (its first three frames

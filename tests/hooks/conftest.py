@@ -19,6 +19,7 @@ class HookFixtures:
     static_runtime: Path   # links libcudart_static.a, runtime symbols hidden
     stress: Path           # pthreads calling cuMemAlloc_v2/cuMemFree_v2 (links libcuda.so.1)
     wx_filter: Path        # installs the W^X seccomp filter
+    churn: Path            # C callers (alloc/free pairs) and spinners, started and stopped
 
 
 def _cc(native, src: Path, out: Path, *extra: str) -> Path:
@@ -45,6 +46,8 @@ def hook_fixtures(native, c_test_dir: Path) -> HookFixtures:
         stress=_cc(native, FIXTURES / "stress.c", out / "libhk_stress.so", f"-L{sim}",
                    "-l:libcuda.so.1", f"-Wl,-rpath,{sim}", "-lpthread"),
         wx_filter=_cc(native, FIXTURES / "wx_filter.c", out / "libhk_wx.so"),
+        churn=_cc(native, FIXTURES / "churn.c", out / "libhk_churn.so", f"-L{sim}",
+                  "-l:libcuda.so.1", f"-Wl,-rpath,{sim}", "-lpthread"),
     )
 
 

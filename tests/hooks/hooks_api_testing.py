@@ -23,6 +23,7 @@ from memhook._core import ffi, lib
 from memhook.cache import process_cache
 
 __all__ = [
+    "CONTEXT_NAMES",
     "DRIVER_NAMES",
     "RUNTIME_NAMES",
     "TABLE",
@@ -48,7 +49,13 @@ RUNTIME_NAMES = (
     "cudaMallocHost", "cudaHostAlloc", "cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz",
     "cudaFreeHost", "cudaGetSymbolAddress", "cudaHostRegister", "cudaHostUnregister",
 )
-TABLE = DRIVER_NAMES + RUNTIME_NAMES
+CONTEXT_NAMES = (
+    "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxRelease_v2", "cuCtxDestroy", "cuCtxDestroy_v2",
+)
+"""The context teardowns (driver functions: FREE markers), appended last."""
+DRIVER_NAMES += CONTEXT_NAMES
+TABLE = DRIVER_NAMES[:-len(CONTEXT_NAMES)] + RUNTIME_NAMES + CONTEXT_NAMES
 """The hook table of DESIGN.md section 3, in table order."""
 
 WINDOW = 0x7E00_0000_0000

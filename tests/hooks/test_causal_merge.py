@@ -3,7 +3,8 @@
 four threads allocating and freeing in one small arena - the same address
 reused and overlapping ranges reused at other addresses, frees by other
 threads, several VMM maps unmapped at once, a native recorder's events,
-driver-unload markers, the trace's tee - go through the real hook layer
+markers (driver unloads, context resets), bounded runs interleaved with
+other runs, the trace's tee - go through the real hook layer
 and the real queue, and through a model that knows the true order; the
 cache the drained order builds must be the model's at every drain and at
 the end.  Under precise time, and with ranges only ever reused exactly,
@@ -83,13 +84,27 @@ def test_the_merge_under_a_sanitizer(tmp_path: Path, sanitizer: str) -> None:
     assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
 
 
-# rule -> (text of csrc/queue/event_drain.c, its knocked-out replacement)
+# rule -> (file under csrc/, its text, the knocked-out replacement): the
+# drain's causal rules, a continued run joining the later run that re-cut
+# the lanes (interleaved runs, as Python's applier and queries make), and
+# the context reset recorded as a marker (emit.c; not a plain FREE of no
+# address, which nothing would order against the other threads' events).
 KNOCKOUTS = {
-    "links": ("    if (e->seq != 0) {\n        mh_lane *t = lane_by_id(e->seq);",
+    "links": ("queue/event_drain.c",
+              "    if (e->seq != 0) {\n        mh_lane *t = lane_by_id(e->seq);",
               "    if (0) {\n        mh_lane *t = lane_by_id(e->seq);"),
-    "overlaps": ("    if (e->kind == MEMHOOK_EVENT_ALLOC) {\n        /* Whether it is open",
+    "overlaps": ("queue/event_drain.c",
+                 "    if (e->kind == MEMHOOK_EVENT_ALLOC) {\n        /* Whether it is open",
                  "    if (0) {\n        /* Whether it is open"),
-    "markers": ("    if (g_nmarkers != 0) {", "    if (0) {"),
+    "markers": ("queue/event_drain.c", "    if (g_nmarkers != 0) {", "    if (0) {"),
+    "interleaved runs": ("queue/event_drain.c",
+                         "        } else if (!start && *mark != g_run) {",
+                         "        } else if (0) {"),
+    "context reset marker": (
+        "cuda/emit.c",
+        "    push_marker(MEMHOOK_EVENT_FREE, f, device, result, MEMHOOK_EVENT_CONTEXT_RESET);",
+        "    push(MEMHOOK_EVENT_FREE, f, 0, 0, MEMHOOK_MEM_UNKNOWN, device, result,\n"
+        "         MEMHOOK_EVENT_CONTEXT_RESET);"),
 }
 
 
@@ -97,11 +112,11 @@ KNOCKOUTS = {
 def test_it_fails_without_each_causal_rule(tmp_path: Path, rule: str) -> None:
     csrc = tmp_path / "csrc"
     shutil.copytree(CSRC, csrc, ignore=shutil.ignore_patterns("sim", "__pycache__"))
-    drain = csrc / "queue" / "event_drain.c"
-    old, new = KNOCKOUTS[rule]
-    text = drain.read_text()
-    assert text.count(old) == 1, f"the {rule} knockout no longer matches event_drain.c"
-    drain.write_text(text.replace(old, new))
+    where, old, new = KNOCKOUTS[rule]
+    source = csrc / where
+    text = source.read_text()
+    assert text.count(old) == 1, f"the {rule} knockout no longer matches {where}"
+    source.write_text(text.replace(old, new))
     exe = build(csrc, tmp_path / "causal_merge")
     proc = run(exe, "1", "2")
     assert proc.returncode == 1 and "FAIL" in proc.stdout, (

@@ -42,8 +42,32 @@ def test_function_name_outside_the_table() -> None:
 
 
 def test_only_the_reader_walks_the_table() -> None:
-    """memhook_hook_get is called in one place: _hook_table.py."""
+    """memhook_hook_get(_range) is called in one place: _hook_table.py (the
+    range reader through memhook._control, which binds it with the GIL
+    held; _ffi_build.py declares them)."""
     readers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if re.search(r"\bmemhook_hook_get\s*\(", p.read_text())
-                     and p.name != "_ffi_build.py")
+                     if (re.search(r"\bmemhook_hook_get(_range)?\s*\(", p.read_text())
+                         or re.search(r"\b_control\.hook_rows\s*\(", p.read_text()))
+                     and p.name not in ("_ffi_build.py", "_control.py"))
     assert readers == ["_hook_table.py"], readers
+
+
+def test_the_range_reader_answers_as_the_row_reader() -> None:
+    """memhook_hook_get_range (one call: what status() uses) gives each row
+    as memhook_hook_get does, and cuts a range at the end of the table."""
+    from memhook._core import ffi, lib
+
+    n = int(lib.memhook_hook_count())
+    table = ffi.new("memhook_hook_info[]", n + 3)
+    assert lib.memhook_hook_get_range(0, n + 3, table) == n
+    one = ffi.new("memhook_hook_info *")
+    for i in range(n):
+        assert lib.memhook_hook_get(i, one) == 0
+        a, b = table[i], one[0]
+        assert (ffi.string(a.name), a.api, a.kind, a.present, a.mechanisms, a.bistro_jump,
+                ffi.string(a.reason)) == (ffi.string(b.name), b.api, b.kind, b.present,
+                                          b.mechanisms, b.bistro_jump, ffi.string(b.reason))
+    assert lib.memhook_hook_get_range(n - 2, 10, table) == 2
+    assert ffi.string(table[1].name) == ffi.string(one.name)  # the last row
+    assert lib.memhook_hook_get_range(n, 1, table) == 0
+    assert lib.memhook_hook_get(n, one) != 0

@@ -220,6 +220,14 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
                                                was unloaded here; every region
                                                before it is gone.  Drained, never
                                                sent to a trace (memhook trace) */
+#define MEMHOOK_EVENT_CONTEXT_RESET 0x8u  /* a FREE of no address: the call
+                                             (cuDevicePrimaryCtxReset,
+                                             cuCtxDestroy, the last
+                                             cuDevicePrimaryCtxRelease) freed
+                                             every allocation of a context on
+                                             `device` (-1: not known which);
+                                             address and size 0.  Reaches the
+                                             cache, subscribers and the trace */
 
 /* One completed user call.  64 bytes: one cache line (the queue's and the
  * trace area's slots are lines), so kind/function/mem_type/device are 16
@@ -279,6 +287,13 @@ MEMHOOK_API unsigned memhook_hooks_mode(void);
  * reloc alone came after the driver was loaded (objects may hold driver
  * pointers resolved before). */
 MEMHOOK_API int memhook_hooks_coverage_complete(void);
+/* The VA ranges of this process where CUDA may hold memory (anonymous
+ * no-access mappings, /dev/nvidia* mappings, the simulator's device-memory
+ * memfd; touching ones merged), from /proc/self/maps: start/end pairs into
+ * pairs[0 .. 2*capacity).  Returns how many ranges there are (more than
+ * capacity: call again with room for them), or -1 when the maps cannot be
+ * read.  install() marks those no cache region covers UNKNOWN. */
+MEMHOOK_API long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
 /* A value that changes whenever memhook_hooks_coverage_complete()'s answer
  * may have changed (the mode, an object loaded, the queue's first trim):
  * callers remember the answer under it. */
@@ -298,6 +313,10 @@ typedef struct memhook_hook_info {
 MEMHOOK_API size_t memhook_hook_count(void);
 /* Fill *out for table entry index.  Returns 0, or EINVAL past the end. */
 MEMHOOK_API int memhook_hook_get(size_t index, memhook_hook_info *out);
+/* Fill out[0 .. count) with entries first .. first+count-1 (cut at the end
+ * of the table), as memhook_hook_get would, in one call.  Returns how many
+ * were filled (0 when first is past the end or out is NULL). */
+MEMHOOK_API size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out);
 /* The table index of a function name, or -1. */
 MEMHOOK_API int memhook_hook_index(const char *name);
 /* What the wrapper of hook-table function `name` calls: bistro's trampoline
@@ -323,7 +342,9 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
  * threads record meanwhile.  *mark is the run's state: 0 before its first
  * call; pass the same mark to each call of the run, which ends when a call
  * returns fewer than capacity events.  (memhook_events_drain is a run of
- * one call.) */
+ * one call.)  Runs may interleave, each with its own mark: a run called
+ * again after a later run began goes on as that later run (a longer cut),
+ * so it still ends only once everything pending when it began is out. */
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
 

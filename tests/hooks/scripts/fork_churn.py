@@ -4,9 +4,10 @@
 
 The parent loads the simulated driver (not initialised: a child forked after
 cuInit could not use CUDA) and starts three churners: one cycles
-memhook.install("bistro" / "reloc" / "bistro,reloc") and uninstall(); one
-calls the core's install/uninstall directly (past the Python lock, so the
-C locks are held at every moment); and a C thread of DL_CHURN_FIXTURE
+memhook.install(MODE) and uninstall() (MODE "all": "bistro", "reloc" and
+"bistro,reloc" in turn); one calls the core's install/uninstall directly,
+in the same modes (past the Python lock, so the C locks are held at every
+moment); and a C thread of DL_CHURN_FIXTURE
 dlopens and dlcloses CHURN_LIBRARY (while reloc is in, each dlopen
 refreshes under reloc's lock, and the dlclose wrapper holds that lock
 across the real call).  The parent keeps CHURN_LIBRARY loaded: glibc 2.36
@@ -19,7 +20,10 @@ dlopen DLOPEN_TARGET (a library not loaded yet), answer memory_type() for a
 host buffer, give status(), install MODE and uninstall - within
 CHILD_LIMIT_S seconds, or it is killed and the case names the step it hung
 in.  A child inheriting a lock held by a churner hangs at the first step
-that takes it.
+that takes it.  The churn runs in MODE alone because which modules' locks
+a process has taken, and in what order it first took them, is what
+decided the order of their fork handlers (issue 23: in mode reloc alone
+the parent hung in fork()).
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from memhook._core import lib
 CHILDREN = 20
 CHILD_LIMIT_S = 10.0
 IN_FLIGHT = 4
-CHURN_MODES = ("bistro", "reloc", "bistro,reloc")
+ALL_MODES = ("bistro", "reloc", "bistro,reloc")
+_MODE_BITS = {"bistro": 1, "reloc": 2, "bistro,reloc": 3}
 STEPS = ("dlopen", "memory_type", "status", "install", "uninstall", "done")
 
 
@@ -77,20 +82,26 @@ def child(mode: str, target: str, wfd: int) -> None:
         os._exit(code)
 
 
-def churn_python(stop: threading.Event, counts: dict[str, int]) -> None:
+def churn_python(modes: tuple[str, ...], stop: threading.Event, counts: dict[str, int]) -> None:
     i = 0
     while not stop.is_set():
-        memhook.install(CHURN_MODES[i % len(CHURN_MODES)])
+        try:
+            memhook.install(modes[i % len(modes)])
+        except BlockingIOError:
+            # EAGAIN: bistro alone refused every entry point because a thread
+            # blocked SIGTRAP at that moment - the thread inside fork(),
+            # which glibc runs with signals blocked.  install() says so; the
+            # next cycle goes on.
+            pass
         memhook.uninstall()
         i += 1
     counts["python"] = i
 
 
-def churn_core(stop: threading.Event, counts: dict[str, int]) -> None:
+def churn_core(modes: tuple[str, ...], stop: threading.Event, counts: dict[str, int]) -> None:
     i = 0
     while not stop.is_set():
-        # bistro, reloc, bistro,reloc as the core's mode bits
-        lib.memhook_hooks_install((i % 3) + 1, memhook._core.ffi.NULL, 0)
+        lib.memhook_hooks_install(_MODE_BITS[modes[i % len(modes)]], memhook._core.ffi.NULL, 0)
         lib.memhook_hooks_uninstall()
         i += 1
     counts["core"] = i
@@ -124,14 +135,18 @@ def wait_child(pid: int, rfd: int, deadline: float) -> tuple[str, list[str], flo
 
 
 def main() -> int:
-    mode = mode_arg()
+    if sys.argv[1] == "all":
+        churn_modes, mode = ALL_MODES, "bistro,reloc"
+    else:
+        mode = mode_arg()
+        churn_modes = (MODES[mode],)
     target = sys.argv[2]
     cases = Cases()
     load_driver()
     rng = random.Random(13)
     stop = threading.Event()
     counts: dict[str, int] = {}
-    threads = [threading.Thread(target=f, args=(stop, counts), daemon=True)
+    threads = [threading.Thread(target=f, args=(churn_modes, stop, counts), daemon=True)
                for f in (churn_python, churn_core)]
     dl = ctypes.CDLL(sys.argv[3])
     pinned = ctypes.CDLL(sys.argv[4])  # (see the docstring: churn by reference count)

@@ -1,0 +1,84 @@
+/*
+ * fork_order.c - every fork() handler of the core, registered in one
+ * place, once, at load.
+ *
+ * Each module that holds a lock across fork() (so that a child starts with
+ * the module between two operations) or repairs its state in the child
+ * exports its handlers; this file calls them in the order
+ * csrc/core/mh_lock_order.h writes down.  Prepare takes the locks in the
+ * lock order - install, then bistro and reloc (which never nest), then the
+ * queue's consumer lock (a leaf) - so a fork() never waits for a lock while
+ * holding one that the lock's holder may want next.  Holding the consumer
+ * lock across fork() is what hands the child the drain's whole state
+ * between two drains: the causal merge's pending markers, closer set,
+ * FREE indexes and run cuts (event_drain.c) are never half-updated there,
+ * and the lanes' links and the address chain (lock-free: lane ids and
+ * indexes a child keeps) still name the events they named.  Parent and
+ * child handlers release in the reverse order; the child repairs the
+ * queue and the hooks' pid before anything can record, then makes the
+ * observers' locks afresh (not held across fork: a refresh they guard
+ * leaves complete state behind), and runs the trace's handler last: it
+ * records into a fresh area, whose module table (trace_modules.c) must
+ * have started over first.
+ *
+ * Why one place: modules used to register lazily (bistro at its first
+ * install or remove, reloc when its lock was first made, install twice
+ * around them), so the order depended on which API a process happened to
+ * call first.  In mode reloc, bistro's first remove registered after
+ * install's handler: fork's prepare then took bistro's lock before
+ * install's while another thread held install's and waited for bistro's -
+ * the parent hung in fork() (issue 23).  Registered at load, before any
+ * function of the core can run, no lock they cover can be held yet.
+ */
+#include <pthread.h>
+
+#include "bistro.h"
+#include "caller.h"
+#include "cuda_hooks.h"
+#include "log.h"
+#include "mh_text.h"
+#include "pyframes_abi.h"
+#include "queue.h"
+#include "reloc.h"
+#include "trace_lane.h"
+
+static void fork_prepare(void)
+{
+    mh_install_fork_prepare();
+    mh_bistro_fork_prepare();
+    mh_reloc_fork_prepare();
+    mh_queue_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+    mh_queue_fork_parent();
+    mh_reloc_fork_parent();
+    mh_bistro_fork_parent();
+    mh_install_fork_parent();
+}
+
+static void fork_child(void)
+{
+    mh_queue_fork_child();      /* the consumer lock, the lanes, the pending flag */
+    mh_emit_fork_child();       /* the pid events carry */
+    mh_reloc_fork_child();
+    mh_bistro_fork_child();
+    mh_install_fork_child();
+    /* The "objects changed" observers' locks, not held across fork: made
+     * afresh (mh_lock_order.h). */
+    mh_caller_fork_child();
+    mh_text_fork_child();
+    mh_py_fork_child();
+    mh_trace_modules_fork_child();  /* and its table starts over, for the new area */
+    mh_trace_fork_child();          /* last: it records into a new area */
+}
+
+/* Priority 103: after the options (101) and the log level (102), before
+ * every default-priority constructor (trace.c's installs hooks). */
+__attribute__((constructor(103))) static void register_fork_handlers(void)
+{
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+        mh_error("cannot register memhook's fork() handlers: a fork child may inherit "
+                 "a held lock");
+}

@@ -1,0 +1,171 @@
+"""The drain's bulk apply (memhook/_apply.py: apply_rows) leaves the cache
+exactly as applying each event in turn (apply_row) does.
+
+Random event streams over a small address window (so that exact reuse and
+overlapping reuse are frequent): ALLOCs and FREEs of several sizes, failed
+calls, size-0 events, FREEs of unknown size, skipped slots, driver-unload and
+context-reset markers, malformed ranges past 2**64, and unknown type codes
+and devices; replayed from the same random starting cache both ways, with
+the cache's regions compared.  Also: an exception in the middle of a bulk
+apply, and the rows from its progress mark applied again, give the same
+cache too (what the drain's backlog relies on)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memhook import MemoryType, MemtypeCache, Region, _apply
+from memhook._core import lib
+from memhook._event_layout import EVENT_DTYPE
+
+ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
+FREE = int(lib.MEMHOOK_EVENT_FREE)
+SIZE_UNKNOWN = int(lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
+SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
+UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
+CONTEXT_RESET = int(lib.MEMHOOK_EVENT_CONTEXT_RESET)
+
+BASE = 0x7F00_0000_0000
+TOP = (1 << 64) - 256  # ranges near the end of the address space
+
+
+def _row(kind: int, address: int, size: int, mem_type: int = 1, device: int = 0,
+         result: int = 0, flags: int = 0) -> tuple[int, ...]:
+    return (0, address, size, 0, kind, 1, mem_type, device, 1, 1, result, flags, 0)
+
+
+sizes = st.sampled_from([64, 64, 128, 192, 256, 0])
+types = st.sampled_from([1, 1, 2, 3, 4, 0, 7])  # 7: not a MemoryType code
+devices = st.sampled_from([0, 0, 1, -1, -3])
+
+
+@st.composite
+def events(draw):  # type: ignore[no-untyped-def]
+    """A stream over a window of a few slots: dense (64 B apart: sizes up to
+    256 overlap their neighbours) or sparse (1 KiB apart: events of one
+    address, of several sizes, mostly alone), with a few slots near 2**64;
+    quiet (successful ALLOCs and FREEs only) or noisy (failed calls, odd
+    kinds, skipped slots, and barriers: FREEs of unknown size and markers)."""
+    spacing = draw(st.sampled_from([64, 64, 1024]))
+    slots = draw(st.sampled_from([4, 8, 32]))
+    noisy = draw(st.booleans())
+    addresses = st.one_of(st.integers(0, slots - 1).map(lambda k: BASE + spacing * k),
+                          st.integers(0, slots - 1).map(lambda k: BASE + spacing * k),
+                          st.integers(0, slots - 1).map(lambda k: BASE + spacing * k),
+                          st.integers(0, 3).map(lambda k: TOP + 64 * k))
+    if noisy:
+        call = st.builds(_row, kind=st.sampled_from([ALLOC, ALLOC, FREE, FREE, 0]),
+                         address=addresses, size=sizes, mem_type=types, device=devices,
+                         result=st.sampled_from([0, 0, 0, 0, 2]),
+                         flags=st.sampled_from([0, 0, 0, 0, 0, SKIPPED]))
+    else:
+        call = st.builds(_row, kind=st.sampled_from([ALLOC, FREE]), address=addresses,
+                         size=st.sampled_from([64, 128, 192, 256]),
+                         mem_type=st.sampled_from([1, 1, 2, 3]), device=st.sampled_from([0, 1]))
+    unknown_size_free = st.builds(lambda a: _row(FREE, a, 0, flags=SIZE_UNKNOWN), addresses)
+    unloaded = st.just(_row(0, 0, 0, 4, -1, flags=UNLOADED))
+    context_reset = st.builds(lambda d, r: _row(FREE, 0, 0, 4, d, result=r, flags=CONTEXT_RESET),
+                              st.sampled_from([0, 1, -1]), st.sampled_from([0, 0, 1]))
+    event = (st.one_of(*[call] * 30, unknown_size_free, unknown_size_free, unloaded,
+                       context_reset) if noisy else call)
+    # (hypothesis keeps lists short unless told: most streams here are long)
+    return draw(st.one_of(st.lists(event, max_size=12),
+                          st.lists(event, min_size=40, max_size=250),
+                          st.lists(event, min_size=40, max_size=250)))
+
+
+start = st.lists(st.tuples(st.integers(0, 15), st.integers(1, 4), types, devices), max_size=6)
+
+
+def _cache(initial: list[tuple[int, int, int, int]]) -> MemtypeCache:
+    cache = MemtypeCache()
+    for k, n, t, d in initial:
+        cache.update(BASE + 64 * k, 64 * n, MemoryType.UNKNOWN if t > 4 else t, max(d, -1))
+    return cache
+
+
+def _rows(stream: list[tuple[int, ...]]) -> np.ndarray:
+    return np.array(stream, dtype=EVENT_DTYPE)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=events(), initial=start, bulk_min=st.sampled_from([1, 2, 16]))
+def test_bulk_apply_leaves_the_cache_as_one_at_a_time(stream, initial, bulk_min) -> None:
+    one, bulk = _cache(initial), _cache(initial)
+    for row in stream:
+        _apply.apply_row(one, row)
+    saved = _apply.BULK_MIN
+    _apply.BULK_MIN = bulk_min
+    try:
+        progress = [0]
+        _apply.apply_rows(bulk, _rows(stream), progress)
+    finally:
+        _apply.BULK_MIN = saved
+    assert bulk.regions() == one.regions()
+    assert progress == [len(stream)]
+
+
+class _Stop(BaseException):
+    pass
+
+
+class _CountingCache(MemtypeCache):
+    """Counts writes; raises _Stop at write number ``stop_at`` (0: never)."""
+
+    def __init__(self, stop_at: int = 0) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.stop_at = stop_at
+
+    def _count(self, what: str) -> None:
+        self.writes.append(what)
+        if len(self.writes) == self.stop_at:
+            raise _Stop
+
+    def update(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self._count("update")
+        super().update(*args, **kwargs)
+
+    def remove(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self._count("remove")
+        super().remove(*args, **kwargs)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=events(), initial=start, stop_at=st.integers(1, 40))
+def test_an_interrupted_bulk_apply_finishes_from_its_progress(stream, initial, stop_at) -> None:
+    """A BaseException out of a cache write (a KeyboardInterrupt) leaves
+    progress at a row from which applying again gives the same cache."""
+    one = _cache(initial)
+    for row in stream:
+        _apply.apply_row(one, row)
+    bulk = _CountingCache()
+    for region in _cache(initial).regions():
+        bulk.update(region.start, region.size, region.mem_type, region.device)
+    bulk.writes.clear()
+    bulk.stop_at = stop_at
+    rows = _rows(stream)
+    progress = [0]
+    saved = _apply.BULK_MIN
+    _apply.BULK_MIN = 2
+    try:
+        _apply.apply_rows(bulk, rows, progress)
+    except _Stop:
+        bulk.stop_at = 0
+        _apply.apply_rows(bulk, rows[progress[0]:], [0])
+    finally:
+        _apply.BULK_MIN = saved
+    assert bulk.regions() == one.regions()
+
+
+def test_a_reused_address_reduces_to_its_last_event() -> None:
+    """An allocator handing one address out and back 2,000 times: one cache
+    write, not 4,000 (the point of the bulk path)."""
+    cache = _CountingCache()
+    rows = _rows([_row(ALLOC if i % 2 == 0 else FREE, BASE, 4096) for i in range(4000)]
+                 + [_row(ALLOC, BASE + 8192, 64)])
+    _apply.apply_rows(cache, rows, [0])
+    assert sorted(cache.writes) == ["remove", "update"]
+    assert cache.regions() == [Region(BASE + 8192, 64, MemoryType.CUDA, 0)]
