@@ -1,0 +1,244 @@
+/* query_fast.c - memhook.memory_type's fast path, in C: one call, no GIL
+ * release, for a single pointer (a Python int) of the process-wide cache.
+ *
+ * The Python fast path paid for a Python call to the drain's check, a load
+ * of the core's pending flag through cffi, a bisect over a list of Python
+ * ints (a cache miss per step, ~300 ns over 10,000 regions) and, on a HOST
+ * answer, a cffi call for the coverage token (cffi releases and retakes the
+ * GIL around it).  Here the same checks, in the same order, read memory:
+ *
+ *   1. the core's pending flag, then the drain's `_quiet` (its module
+ *      dict): both clear of work means every event published before this
+ *      query is in the cache (memhook/_drain.py, query_drain);
+ *   2. the cache's `_flat` is still the tuple the snapshot was made from:
+ *      every cache write replaces `_flat` (memhook/cache.py), so an
+ *      unchanged one proves the snapshot holds every write so far;
+ *   3. a binary search over the snapshot's bounds (a flat uint64 array);
+ *   4. a HOST answer only while the coverage memo of memhook/_coverage.py
+ *      is (the core's token now, the install epoch now, True).
+ *
+ * Any check that fails answers None: the caller takes the Python path,
+ * which drains, asks the driver, or waits, as before.  So this path never
+ * answers what the Python path would not.
+ *
+ * Built into the cffi extension (memhook._native), but called as a
+ * CPython builtin: cffi would release the GIL around each call, which both
+ * costs and lets another thread in between the checks.  Only the stable
+ * ABI is used (the extension is abi3).  This code never releases the GIL
+ * and calls no Python code (dict reads of str keys, int conversions). */
+#define Py_LIMITED_API 0x03090000
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "memhook/memhook.h"
+
+#define HOST_CODE 0
+#define UNKNOWN_CODE 4
+#define TYPE_CODES 5
+
+/* Global because there is one process-wide cache and one query path per
+ * process.  Read and written with the GIL held only (configure, publish
+ * and fast_type all run under it and never release it), so a query sees
+ * one whole state. */
+static struct {
+    const volatile uint32_t *pending; /* the core's pending flag; NULL: no drain check */
+    PyObject *idle_ns;                /* the drain's module dict (NULL: no drain check) */
+    PyObject *cov_ns;                 /* memhook._coverage's dict; NULL: HOST goes to Python */
+    PyObject *query_ns;               /* memhook._query's dict (its _process_cache); NULL: disarmed */
+    PyObject *types;                  /* MemoryType members by code */
+    PyObject *flat;                   /* the cache's _flat the snapshot was made from */
+    PyObject *snap;                   /* bytes: n uint64 bounds, then n + 1 type codes */
+    const uint64_t *bounds;
+    const uint8_t *codes;
+    Py_ssize_t n;
+} q;
+
+static PyObject *s_flat, *s_quiet, *s_memo, *s_epoch, *s_cache;
+
+/* types[i] answers bisect_right(bounds, ptr) == i. */
+static Py_ssize_t upper_bound(const uint64_t *bounds, Py_ssize_t n, uint64_t v)
+{
+    Py_ssize_t lo = 0;
+    while (n > 0) {
+        Py_ssize_t half = n >> 1;
+        if (bounds[lo + half] <= v) {
+            lo += half + 1;
+            n -= half + 1;
+        } else {
+            n = half;
+        }
+    }
+    return lo;
+}
+
+/* The coverage memo says the hooks vouch for every allocation now. */
+static int vouched(void)
+{
+    if (q.cov_ns == NULL)
+        return 0;
+    PyObject *memo = PyDict_GetItem(q.cov_ns, s_memo); /* borrowed */
+    PyObject *epoch = PyDict_GetItem(q.cov_ns, s_epoch);
+    if (memo == NULL || epoch == NULL || !PyTuple_Check(memo) || PyTuple_Size(memo) != 3)
+        return 0;
+    if (PyTuple_GetItem(memo, 2) != Py_True)
+        return 0;
+    PyObject *memo_epoch = PyTuple_GetItem(memo, 1);
+    if (memo_epoch != epoch) {
+        int same = PyObject_RichCompareBool(memo_epoch, epoch, Py_EQ); /* two ints */
+        if (same != 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    unsigned long long token = PyLong_AsUnsignedLongLong(PyTuple_GetItem(memo, 0));
+    if (token == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* (-1: the memo's "never asked") */
+        return 0;
+    }
+    return token == memhook_coverage_token();
+}
+
+static PyObject *fast_type(PyObject *self, PyObject *ptr)
+{
+    (void)self;
+    if (Py_TYPE(ptr) != &PyLong_Type || q.flat == NULL || q.query_ns == NULL)
+        Py_RETURN_NONE;
+    if (q.idle_ns != NULL) {
+        if (*q.pending != 0)
+            Py_RETURN_NONE;
+        if (PyDict_GetItem(q.idle_ns, s_quiet) != Py_True)
+            Py_RETURN_NONE;
+    }
+    /* (read from the module each time: a test may swap the process cache) */
+    PyObject *cache = PyDict_GetItem(q.query_ns, s_cache);
+    if (cache == NULL)
+        Py_RETURN_NONE;
+    PyObject *flat = PyObject_GetAttr(cache, s_flat);
+    if (flat == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(flat); /* (the cache holds it; only its identity matters) */
+    if (flat != q.flat)
+        Py_RETURN_NONE;
+    unsigned long long v = PyLong_AsUnsignedLongLong(ptr);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear(); /* negative, or past 2**64: the Python path says why */
+        Py_RETURN_NONE;
+    }
+    unsigned code = q.codes[upper_bound(q.bounds, q.n, v)];
+    if (code >= TYPE_CODES || code == UNKNOWN_CODE || (code == HOST_CODE && !vouched()))
+        Py_RETURN_NONE;
+    PyObject *t = PyTuple_GetItem(q.types, (Py_ssize_t)code);
+    Py_XINCREF(t);
+    return t;
+}
+
+static void set(PyObject **slot, PyObject *value)
+{
+    PyObject *old = *slot;
+    if (value == Py_None)
+        value = NULL;
+    Py_XINCREF(value);
+    *slot = value;
+    Py_XDECREF(old);
+}
+
+/* configure(pending_address, drain_dict, coverage_dict, query_dict, types):
+ * what fast_type reads (drain_dict None: no drain check; coverage_dict None:
+ * HOST answers go to Python; query_dict None: disarmed).  Drops the
+ * snapshot. */
+static PyObject *configure(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long pending;
+    PyObject *idle_ns, *cov_ns, *query_ns, *types;
+    if (!PyArg_ParseTuple(args, "KOOOO", &pending, &idle_ns, &cov_ns, &query_ns, &types))
+        return NULL;
+    if ((idle_ns != Py_None && (!PyDict_Check(idle_ns) || pending == 0)) ||
+        (cov_ns != Py_None && !PyDict_Check(cov_ns)) ||
+        (query_ns != Py_None && !PyDict_Check(query_ns)) || !PyTuple_Check(types) ||
+        PyTuple_Size(types) != TYPE_CODES) {
+        PyErr_SetString(PyExc_TypeError, "configure(pending_address, drain dict or None, "
+                                         "coverage dict or None, query dict or None, "
+                                         "5 types)");
+        return NULL;
+    }
+    set(&q.flat, Py_None);
+    set(&q.snap, Py_None);
+    q.pending = (const volatile uint32_t *)(uintptr_t)pending;
+    set(&q.idle_ns, idle_ns);
+    set(&q.cov_ns, cov_ns);
+    set(&q.types, types);
+    set(&q.query_ns, query_ns);
+    Py_RETURN_NONE;
+}
+
+/* publish(flat, snapshot, n): answer from `snapshot` (bytes: n native
+ * uint64 bounds in order, then n + 1 type codes) while the cache's _flat
+ * is `flat`; publish(None, None, 0) drops it. */
+static PyObject *publish(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *flat, *snap;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOn", &flat, &snap, &n))
+        return NULL;
+    if (flat == Py_None || q.query_ns == NULL) {
+        set(&q.flat, Py_None);
+        set(&q.snap, Py_None);
+        Py_RETURN_NONE;
+    }
+    if (!PyBytes_Check(snap) || n < 0 || PyBytes_Size(snap) != n * 9 + 1) {
+        PyErr_SetString(PyExc_ValueError, "publish: the snapshot must be n * 8 bytes of "
+                                          "bounds and n + 1 type codes");
+        return NULL;
+    }
+    set(&q.flat, Py_None); /* (no answer while the pair is half-set) */
+    set(&q.snap, snap);
+    const char *data = PyBytes_AsString(snap);
+    q.bounds = (const uint64_t *)(const void *)data; /* (bytes data is aligned to 8) */
+    q.codes = (const uint8_t *)data + n * 8;
+    q.n = n;
+    set(&q.flat, flat);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"fast_type", fast_type, METH_O, "memory_type(ptr)'s fast path, or None"},
+    {"configure", configure, METH_VARARGS, "what fast_type reads"},
+    {"publish", publish, METH_VARARGS, "the snapshot fast_type answers from"},
+};
+
+/* The three functions as a tuple (a new reference, for the caller to take
+ * with ctypes.py_object), or 0 on failure.  Called through cffi, which has
+ * released the GIL: it takes it back for the while. */
+uintptr_t memhook_query_fast_functions(void)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *out = NULL;
+    if (s_flat == NULL) {
+        s_flat = PyUnicode_InternFromString("_flat");
+        s_quiet = PyUnicode_InternFromString("_quiet");
+        s_memo = PyUnicode_InternFromString("_memo");
+        s_epoch = PyUnicode_InternFromString("_epoch");
+        s_cache = PyUnicode_InternFromString("_process_cache");
+    }
+    if (s_flat != NULL && s_quiet != NULL && s_memo != NULL && s_epoch != NULL &&
+        s_cache != NULL) {
+        out = PyTuple_New(3);
+        for (Py_ssize_t i = 0; out != NULL && i < 3; i++) {
+            PyObject *fn = PyCFunction_NewEx(&methods[i], NULL, NULL);
+            if (fn == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyTuple_SetItem(out, i, fn);
+        }
+    }
+    if (out == NULL)
+        PyErr_Clear();
+    PyGILState_Release(gil);
+    return (uintptr_t)out;
+}
