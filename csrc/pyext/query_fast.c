@@ -24,18 +24,34 @@
  * Built into the cffi extension (memhook._native), but called as a
  * CPython builtin: cffi would release the GIL around each call, which both
  * costs and lets another thread in between the checks.  Only the stable
- * ABI is used (the extension is abi3).  This code never releases the GIL
- * and calls no Python code (dict reads of str keys, int conversions). */
-#define Py_LIMITED_API 0x03090000
+ * ABI is used where the extension is abi3.  This code never releases the
+ * GIL and calls no Python code (dict reads of str keys, int conversions);
+ * its whole argument for consistency is the GIL, so a free-threaded
+ * CPython gets no fast path (memhook_query_fast_functions returns 0). */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
+    !defined(Py_REF_DEBUG)
+#define Py_LIMITED_API 0x03090000 /* (as cffi builds the rest of the extension) */
+#endif
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 
 #include "memhook/memhook.h"
 
+#if ULONG_MAX != UINT64_MAX
+#error "query_fast.c reads a pointer as an unsigned long: 64 bits"
+#endif
+
 #define HOST_CODE 0
 #define UNKNOWN_CODE 4
 #define TYPE_CODES 5
+/* Bounds per block of the two-level search: 16 uint64s are two cache
+ * lines, and the top level (one bound in 16: 10 KB for 10,000 regions)
+ * stays in the L1 cache, so a cold query misses about twice instead of
+ * once per step of a plain binary search over the whole array. */
+#define TOP_STEP 16
 
 /* Global because there is one process-wide cache and one query path per
  * process.  Read and written with the GIL held only (configure, publish
@@ -52,24 +68,38 @@ static struct {
     const uint64_t *bounds;
     const uint8_t *codes;
     Py_ssize_t n;
+    uint64_t *top;  /* every TOP_STEP-th bound (PyMem_Malloc'd): see find() */
+    Py_ssize_t ntop;
 } q;
 
 static PyObject *s_flat, *s_quiet, *s_memo, *s_epoch, *s_cache;
 
-/* types[i] answers bisect_right(bounds, ptr) == i. */
+/* The index of the first of bounds[0..n) greater than v (n when none):
+ * without a branch on the comparison (a conditional move), because the
+ * comparisons of a random pointer mispredict half the time - that, more
+ * than the memory, was the cost of a branching search. */
 static Py_ssize_t upper_bound(const uint64_t *bounds, Py_ssize_t n, uint64_t v)
 {
-    Py_ssize_t lo = 0;
-    while (n > 0) {
+    if (n == 0)
+        return 0;
+    const uint64_t *base = bounds;
+    while (n > 1) {
         Py_ssize_t half = n >> 1;
-        if (bounds[lo + half] <= v) {
-            lo += half + 1;
-            n -= half + 1;
-        } else {
-            n = half;
-        }
+        base = base[half] <= v ? base + half : base;
+        n -= half;
     }
-    return lo;
+    return (base - bounds) + (*base <= v);
+}
+
+/* bisect_right(bounds, v): the index of the first bound greater than v. */
+static Py_ssize_t find(uint64_t v)
+{
+    Py_ssize_t k = upper_bound(q.top, q.ntop, v); /* top[k - 1] <= v < top[k] */
+    if (k == 0)
+        return 0; /* (v < bounds[0]) */
+    Py_ssize_t first = (k - 1) * TOP_STEP + 1; /* bounds[first - 1] <= v */
+    Py_ssize_t stop = k * TOP_STEP < q.n ? k * TOP_STEP : q.n; /* bounds[stop] > v, or the end */
+    return first + upper_bound(q.bounds + first, stop - first, v);
 }
 
 /* The coverage memo says the hooks vouch for every allocation now. */
@@ -122,12 +152,14 @@ static PyObject *fast_type(PyObject *self, PyObject *ptr)
     Py_DECREF(flat); /* (the cache holds it; only its identity matters) */
     if (flat != q.flat)
         Py_RETURN_NONE;
-    unsigned long long v = PyLong_AsUnsignedLongLong(ptr);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    /* (unsigned long is 64 bits here, and cheaper to convert to than
+     * unsigned long long, which goes through a byte array) */
+    unsigned long v = PyLong_AsUnsignedLong(ptr);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) {
         PyErr_Clear(); /* negative, or past 2**64: the Python path says why */
         Py_RETURN_NONE;
     }
-    unsigned code = q.codes[upper_bound(q.bounds, q.n, v)];
+    unsigned code = q.codes[find(v)];
     if (code >= TYPE_CODES || code == UNKNOWN_CODE || (code == HOST_CODE && !vouched()))
         Py_RETURN_NONE;
     PyObject *t = PyTuple_GetItem(q.types, (Py_ssize_t)code);
@@ -195,12 +227,21 @@ static PyObject *publish(PyObject *self, PyObject *args)
                                           "bounds and n + 1 type codes");
         return NULL;
     }
+    Py_ssize_t ntop = (n + TOP_STEP - 1) / TOP_STEP;
+    uint64_t *top = PyMem_Malloc((size_t)(ntop ? ntop : 1) * sizeof *top);
+    if (top == NULL)
+        return PyErr_NoMemory();
     set(&q.flat, Py_None); /* (no answer while the pair is half-set) */
     set(&q.snap, snap);
     const char *data = PyBytes_AsString(snap);
     q.bounds = (const uint64_t *)(const void *)data; /* (bytes data is aligned to 8) */
     q.codes = (const uint8_t *)data + n * 8;
     q.n = n;
+    for (Py_ssize_t i = 0; i < ntop; i++)
+        top[i] = q.bounds[i * TOP_STEP];
+    PyMem_Free(q.top);
+    q.top = top;
+    q.ntop = ntop;
     set(&q.flat, flat);
     Py_RETURN_NONE;
 }
@@ -216,6 +257,9 @@ static PyMethodDef methods[] = {
  * released the GIL: it takes it back for the while. */
 uintptr_t memhook_query_fast_functions(void)
 {
+#ifdef Py_GIL_DISABLED
+    return 0;
+#endif
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *out = NULL;
     if (s_flat == NULL) {

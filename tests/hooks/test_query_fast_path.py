@@ -10,6 +10,7 @@ answering, so what follows tests it and not the Python path behind it."""
 from __future__ import annotations
 
 import queue
+import random
 import subprocess
 import sys
 import textwrap
@@ -229,3 +230,35 @@ def test_installed_hooks_host_answers_and_hand_over(native, tmp_path: Path,  # t
                           text=True, timeout=180, cwd=tmp_path, check=False)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ALL OK"), (
         f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 64, 65, 1000])
+def test_the_c_search_agrees_with_the_cache_at_every_bound(n: int) -> None:
+    """Regions of every kind with gaps and touching neighbours: at each
+    region's first and last byte, one byte either side and a random byte
+    inside, the C path's answer (where it gives one) is the sorted list's.
+    The counts straddle the search's block of 16 bounds and FLAT_LIMIT."""
+    rnd = random.Random(n)
+    cache = process_cache()
+    kinds = [M.CUDA, M.CUDA_MANAGED, M.CUDA_HOST, M.UNKNOWN]
+    addr, regions = A, []
+    for i in range(n):
+        size = rnd.choice([1, 2, 4096, 1 << 16])
+        regions.append((addr, size))
+        cache.update(addr, size, kinds[i % len(kinds)], i % 3)
+        addr += size + rnd.choice([0, 1, 64, 1 << 20])
+    if n > 64:  # a large cache: the Python path makes its flat copy once read-mostly
+        # (as if it had answered FLAT_AFTER lookups a region since its last write)
+        cache._quiet = (cache._version, memhook.cache.FLAT_AFTER * len(cache))
+        cache._memo_full(cache._flat)
+        assert cache._flat[0] is not None
+    warm(regions[0][0], cache.memory_type(regions[0][0]))
+    answered = 0
+    for start, size in regions:
+        for p in (start - 1, start, start + 1, start + rnd.randrange(size), start + size - 1,
+                  start + size):
+            got = _query._fast_type(p)
+            if got is not None:
+                answered += 1
+                assert got is cache.memory_type(p), (hex(p), got)
+    assert answered >= len(regions) * 3  # (in no region: not vouched here, so not answered)
