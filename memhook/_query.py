@@ -56,6 +56,7 @@ import numpy as np
 
 from . import _driver
 from . import cache as _cache
+from ._fastpath import FAST
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
 from .cache import (_ABSENT, _BLOCKED, _BUSY, _FOUND, _MIXED, _ONE, _RUN, _State, HOST, UNKNOWN,
@@ -120,29 +121,12 @@ it: a state that lives that long is likely read again, and one that a write
 replaces at once is not worth a copy."""
 
 
-def _fast_functions() -> tuple[Callable[[Any], MemoryType | None], Callable[..., None],
-                                Callable[..., None]] | None:
-    """(fast_type, configure, publish) of csrc/pyext/query_fast.c, or None
-    without the native extension (then every query takes the Python path)."""
-    try:
-        import ctypes
-
-        from ._core import lib
-    except ImportError:  # pragma: no cover - an unbuilt tree
-        return None
-    address = int(lib.memhook_query_fast_functions())
-    if not address:  # pragma: no cover - out of memory at import
-        return None
-    found = ctypes.cast(address, ctypes.py_object).value
-    return found  # type: ignore[no-any-return]
-
-
 def _unarmed(ptr: Any) -> MemoryType | None:
     return None
 
 
-_fast = _fast_functions()
-_fast_type: Callable[[Any], MemoryType | None] = _fast[0] if _fast else _unarmed
+_fast = FAST
+_fast_type: Callable[[Any], MemoryType | None] = _fast.fast_type if _fast else _unarmed
 # The published state the C snapshot was made from (None: none), and the
 # one the Python path is counting answers for (see FAST_AFTER).
 _fast_flat: _State | None = None
@@ -212,7 +196,7 @@ def _configure_fast() -> None:
     global _fast_flat, _candidate
     if _fast is None:
         return
-    _, configure, _ = _fast
+    configure = _fast.configure
     _fast_flat = _candidate = None
     drain_mod = sys.modules.get("memhook._drain")
     coverage_mod = sys.modules.get("memhook._coverage")
@@ -227,11 +211,9 @@ def _configure_fast() -> None:
         idle_ns = vars(drain_mod)
     else:
         query_ns = None
-    cov_ns = None
-    if coverage_mod is not None and _coverage_complete is getattr(coverage_mod,
-                                                                  "coverage_complete", None):
-        cov_ns = vars(coverage_mod)
-    configure(pending, idle_ns, cov_ns, query_ns, tuple(MemoryType))
+    covered = coverage_mod is not None and _coverage_complete is getattr(
+        coverage_mod, "coverage_complete", None)
+    configure(pending, idle_ns, covered, query_ns, tuple(MemoryType))
 
 
 def _publish_fast(flat: _State) -> None:
@@ -254,7 +236,7 @@ def _publish_fast(flat: _State) -> None:
     inner = bounds[1:-1]
     # (the types between the frame's two Nones: MemoryType codes, no None)
     codes = bytes(types[1:-1])  # type: ignore[arg-type]
-    _fast[2](flat, array("Q", inner).tobytes() + codes, len(inner))
+    _fast.publish(flat, array("Q", inner).tobytes() + codes, len(inner))
     _fast_flat = flat
 
 

@@ -15,7 +15,8 @@
  *      unchanged one proves the snapshot holds every write so far;
  *   3. a binary search over the snapshot's bounds (a flat uint64 array);
  *   4. a HOST answer only while the coverage memo of memhook/_coverage.py
- *      is (the core's token now, the install epoch now, True).
+ *      (which it hands over here as it stores it) is (the core's token
+ *      now, the install epoch now, True).
  *
  * Any check that fails answers None: the caller takes the Python path,
  * which drains, asks the driver, or waits, as before.  So this path never
@@ -60,7 +61,12 @@
 static struct {
     const volatile uint32_t *pending; /* the core's pending flag; NULL: no drain check */
     PyObject *idle_ns;                /* the drain's module dict (NULL: no drain check) */
-    PyObject *cov_ns;                 /* memhook._coverage's dict; NULL: HOST goes to Python */
+    int cov_armed;                    /* the coverage answer is memhook._coverage's: see below */
+    /* memhook._coverage's memo, as it stores it (coverage_memo) and its
+     * install epoch (coverage_epoch): a HOST answer only while the memo
+     * says True for the core's token now and the epoch now. */
+    unsigned long long memo_token, memo_epoch, epoch;
+    int memo_answer;
     PyObject *query_ns;               /* memhook._query's dict (its _process_cache); NULL: disarmed */
     PyObject *types;                  /* MemoryType members by code */
     PyObject *flat;                   /* the cache's _flat the snapshot was made from */
@@ -72,7 +78,7 @@ static struct {
     Py_ssize_t ntop;
 } q;
 
-static PyObject *s_flat, *s_quiet, *s_memo, *s_epoch, *s_cache;
+static PyObject *s_flat, *s_quiet, *s_cache;
 
 /* The index of the first of bounds[0..n) greater than v (n when none):
  * without a branch on the comparison (a conditional move), because the
@@ -105,28 +111,8 @@ static Py_ssize_t find(uint64_t v)
 /* The coverage memo says the hooks vouch for every allocation now. */
 static int vouched(void)
 {
-    if (q.cov_ns == NULL)
-        return 0;
-    PyObject *memo = PyDict_GetItem(q.cov_ns, s_memo); /* borrowed */
-    PyObject *epoch = PyDict_GetItem(q.cov_ns, s_epoch);
-    if (memo == NULL || epoch == NULL || !PyTuple_Check(memo) || PyTuple_Size(memo) != 3)
-        return 0;
-    if (PyTuple_GetItem(memo, 2) != Py_True)
-        return 0;
-    PyObject *memo_epoch = PyTuple_GetItem(memo, 1);
-    if (memo_epoch != epoch) {
-        int same = PyObject_RichCompareBool(memo_epoch, epoch, Py_EQ); /* two ints */
-        if (same != 1) {
-            PyErr_Clear();
-            return 0;
-        }
-    }
-    unsigned long long token = PyLong_AsUnsignedLongLong(PyTuple_GetItem(memo, 0));
-    if (token == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear(); /* (-1: the memo's "never asked") */
-        return 0;
-    }
-    return token == memhook_coverage_token();
+    return q.cov_armed && q.memo_answer && q.memo_epoch == q.epoch &&
+           q.memo_token == memhook_coverage_token();
 }
 
 static PyObject *fast_type(PyObject *self, PyObject *ptr)
@@ -177,31 +163,30 @@ static void set(PyObject **slot, PyObject *value)
     Py_XDECREF(old);
 }
 
-/* configure(pending_address, drain_dict, coverage_dict, query_dict, types):
- * what fast_type reads (drain_dict None: no drain check; coverage_dict None:
- * HOST answers go to Python; query_dict None: disarmed).  Drops the
+/* configure(pending_address, drain_dict, coverage_armed, query_dict, types):
+ * what fast_type reads (drain_dict None: no drain check; coverage_armed
+ * false: HOST answers go to Python; query_dict None: disarmed).  Drops the
  * snapshot. */
 static PyObject *configure(PyObject *self, PyObject *args)
 {
     (void)self;
     unsigned long long pending;
-    PyObject *idle_ns, *cov_ns, *query_ns, *types;
-    if (!PyArg_ParseTuple(args, "KOOOO", &pending, &idle_ns, &cov_ns, &query_ns, &types))
+    PyObject *idle_ns, *query_ns, *types;
+    int cov_armed;
+    if (!PyArg_ParseTuple(args, "KOpOO", &pending, &idle_ns, &cov_armed, &query_ns, &types))
         return NULL;
     if ((idle_ns != Py_None && (!PyDict_Check(idle_ns) || pending == 0)) ||
-        (cov_ns != Py_None && !PyDict_Check(cov_ns)) ||
         (query_ns != Py_None && !PyDict_Check(query_ns)) || !PyTuple_Check(types) ||
         PyTuple_Size(types) != TYPE_CODES) {
         PyErr_SetString(PyExc_TypeError, "configure(pending_address, drain dict or None, "
-                                         "coverage dict or None, query dict or None, "
-                                         "5 types)");
+                                         "coverage armed, query dict or None, 5 types)");
         return NULL;
     }
     set(&q.flat, Py_None);
     set(&q.snap, Py_None);
     q.pending = (const volatile uint32_t *)(uintptr_t)pending;
     set(&q.idle_ns, idle_ns);
-    set(&q.cov_ns, cov_ns);
+    q.cov_armed = cov_armed;
     set(&q.types, types);
     set(&q.query_ns, query_ns);
     Py_RETURN_NONE;
@@ -246,13 +231,41 @@ static PyObject *publish(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* coverage_memo(token, epoch, answer): memhook._coverage stored this memo. */
+static PyObject *coverage_memo(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long token, epoch;
+    int answer;
+    if (!PyArg_ParseTuple(args, "KKp", &token, &epoch, &answer))
+        return NULL;
+    q.memo_token = token;
+    q.memo_epoch = epoch;
+    q.memo_answer = answer;
+    Py_RETURN_NONE;
+}
+
+/* coverage_epoch(epoch): memhook._coverage's install epoch moved. */
+static PyObject *coverage_epoch(PyObject *self, PyObject *epoch)
+{
+    (void)self;
+    unsigned long long e = PyLong_AsUnsignedLongLong(epoch);
+    if (e == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    q.epoch = e;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"fast_type", fast_type, METH_O, "memory_type(ptr)'s fast path, or None"},
     {"configure", configure, METH_VARARGS, "what fast_type reads"},
     {"publish", publish, METH_VARARGS, "the snapshot fast_type answers from"},
+    {"coverage_memo", coverage_memo, METH_VARARGS, "memhook._coverage's memo"},
+    {"coverage_epoch", coverage_epoch, METH_O, "memhook._coverage's install epoch"},
 };
+#define FUNCTIONS ((Py_ssize_t)(sizeof methods / sizeof methods[0]))
 
-/* The three functions as a tuple (a new reference, for the caller to take
+/* The functions of methods[], in its order, as a tuple (a new reference, for the caller to take
  * with ctypes.py_object), or 0 on failure.  Called through cffi, which has
  * released the GIL: it takes it back for the while. */
 uintptr_t memhook_query_fast_functions(void)
@@ -265,14 +278,11 @@ uintptr_t memhook_query_fast_functions(void)
     if (s_flat == NULL) {
         s_flat = PyUnicode_InternFromString("_flat");
         s_quiet = PyUnicode_InternFromString("_quiet");
-        s_memo = PyUnicode_InternFromString("_memo");
-        s_epoch = PyUnicode_InternFromString("_epoch");
         s_cache = PyUnicode_InternFromString("_process_cache");
     }
-    if (s_flat != NULL && s_quiet != NULL && s_memo != NULL && s_epoch != NULL &&
-        s_cache != NULL) {
-        out = PyTuple_New(3);
-        for (Py_ssize_t i = 0; out != NULL && i < 3; i++) {
+    if (s_flat != NULL && s_quiet != NULL && s_cache != NULL) {
+        out = PyTuple_New(FUNCTIONS);
+        for (Py_ssize_t i = 0; out != NULL && i < FUNCTIONS; i++) {
             PyObject *fn = PyCFunction_NewEx(&methods[i], NULL, NULL);
             if (fn == NULL) {
                 Py_CLEAR(out);
