@@ -28,7 +28,12 @@
  * ABI is used where the extension is abi3.  This code never releases the
  * GIL and calls no Python code (dict reads of str keys, int conversions);
  * its whole argument for consistency is the GIL, so a free-threaded
- * CPython gets no fast path (memhook_query_fast_functions returns 0). */
+ * CPython gets no fast path (memhook_query_fast_functions returns 0).
+ * What it may wait for with the GIL held: on a HOST answer the token's
+ * dl_iterate_phdr takes the loader's list lock, which a dlopen or dlclose
+ * holds only while it links or unlinks an object (not across the
+ * constructors and destructors it runs), and which no code holding it
+ * waits on the GIL for; the token takes no lock of memhook's own. */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
     !defined(Py_REF_DEBUG)
