@@ -50,8 +50,10 @@ static uint64_t now_ns(void)
 }
 
 /* cuInit, device 0's primary context made current in this thread; the
- * driver is dlopened (its entry points looked up in `cuda`). */
-static CUcontext bench_primary_context(void *cuda)
+ * driver is dlopened (its entry points looked up in `cuda`).  Inline: not
+ * every bench that includes this header makes its own context
+ * (ucx_side_by_side.c links the driver and lets each library's setup do it). */
+static inline CUcontext bench_primary_context(void *cuda)
 {
     CUresult (*init)(unsigned) = need(cuda, "cuInit");
     CUresult (*device_get)(CUdevice *, int) = need(cuda, "cuDeviceGet");
