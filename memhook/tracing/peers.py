@@ -1,6 +1,6 @@
 """Who is on the other end of a collector connection, by the kernel's word.
 
-A HELLO names a pid (:mod:`memhook.cli.protocol`), but a message is only
+A HELLO names a pid (:mod:`memhook.tracing.protocol`), but a message is only
 what its sender wrote: two programs that are each pid 1 of their own PID
 namespace (``unshare -fp``, containers) send the same one, and a process
 can name any pid it likes.  The kernel knows better:

@@ -2,7 +2,7 @@
 in timestamp order before a writer sees them.
 
 The collector reads each traced process's trace area in its own turn
-(every ~20 ms, :mod:`memhook.cli.collector`), so in arrival order one
+(every ~20 ms, :mod:`memhook.tracing.collector`), so in arrival order one
 process's batch can come after a later batch of another's.
 :class:`Reorder` sits between the collector and a writer and holds every
 event until ``window_ns`` (default :data:`WINDOW_MS` = 250 ms) has passed

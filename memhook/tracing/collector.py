@@ -2,18 +2,18 @@
 per traced process image, everything in one thread with :mod:`selectors`.
 
 A traced process image connects once: its HELLO (see
-:mod:`memhook.cli.protocol`) carries, as ``SCM_RIGHTS``, the memfd of its
-trace area (:mod:`memhook.cli.area`), which the hooks write every event
+:mod:`memhook.tracing.protocol`) carries, as ``SCM_RIGHTS``, the memfd of its
+trace area (:mod:`memhook.tracing.area`), which the hooks write every event
 into.  The collector reads it every poll, in batches (at most 4,096 events
 an area at a time), handing events to the
-:class:`~memhook.cli.ledger.Ledger` and then to the writers; it keeps no
+:class:`~memhook.tracing.ledger.Ledger` and then to the writers; it keeps no
 events.  It learns that a process is gone from its pidfd, or that an image
 is over when the same process says HELLO again (exec), and then reads the
 area to its end before it closes it: events recorded just before
 ``_exit``, a SIGKILL, a crash or an exec are in the area, not in the
 process, so they are all read.
 
-A process is who the kernel says it is (:mod:`memhook.cli.peers`): its
+A process is who the kernel says it is (:mod:`memhook.tracing.peers`): its
 kernel pid (``SO_PEERCRED``, this namespace's number), a pidfd taken from
 the connection, and its pids in every PID namespace.  A HELLO whose pid is
 not its sender in any of them is refused with a warning naming both; an
@@ -48,7 +48,7 @@ from collections.abc import Callable
 
 from . import protocol
 from .area import SEG_EVENTS, AreaTruncated, TraceArea
-from .formats import Writer
+from .writers.base import Writer
 from .ledger import Ledger, Process
 from .modules import parse_modules
 from .peers import Peer, identify

@@ -34,7 +34,7 @@ import dataclasses
 import signal
 from collections import defaultdict
 
-from .cuda_errors import error_name
+from .._cuda_errors import error_name
 from .modules import ModuleMap
 from .protocol import Hello
 from .pyframes import SiteLedger

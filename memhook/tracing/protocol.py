@@ -4,8 +4,8 @@ Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
 ``SOCK_SEQPACKET`` connection per traced process image, one message:
 
 * HELLO - who the process is (:class:`Hello`), with its trace area's memfd
-  as ``SCM_RIGHTS`` (events travel in the area: :mod:`memhook.cli.area`);
-  believed only as far as the kernel confirms it (:mod:`memhook.cli.peers`);
+  as ``SCM_RIGHTS`` (events travel in the area: :mod:`memhook.tracing.area`);
+  believed only as far as the kernel confirms it (:mod:`memhook.tracing.peers`);
 * NESTED - a header alone, from a ``memhook trace`` run inside a traced
   program, to the outer collector: its command's events go to it
   (:func:`nested_message`).

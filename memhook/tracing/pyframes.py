@@ -276,20 +276,20 @@ def _pad8(n: int) -> int:
 
 Reader = Callable[[int, int], bytes]
 """``read(n, offset)``: exactly ``n`` bytes of the area at ``offset``
-(:meth:`memhook.cli.area.TraceArea._pread`: a ``pread`` of its memfd, which
-raises :class:`~memhook.cli.area.AreaTruncated` if the area was cut)."""
+(:meth:`memhook.tracing.area.TraceArea._pread`: a ``pread`` of its memfd, which
+raises :class:`~memhook.tracing.area.AreaTruncated` if the area was cut)."""
 
 
 class PyRecords:
     """A traced area's Python records and code records, named.
 
     ``read`` reads the area (:data:`Reader`); the offsets and sizes are the
-    area header's, which :class:`~memhook.cli.area.TraceArea` checked
+    area header's, which :class:`~memhook.tracing.area.TraceArea` checked
     against the memfd's real size.  Nothing the records say is trusted:
     every reference and length is checked against its section and against
     what the traced side writes before anything is read, each read is a
     bounded ``pread`` (never a load from a mapping: a memfd cut short is
-    an :class:`~memhook.cli.area.AreaTruncated`, not a SIGBUS), anything
+    an :class:`~memhook.tracing.area.AreaTruncated`, not a SIGBUS), anything
     malformed names ``?``, the work one call does is bounded (bytes read,
     line tables decoded: what is past that is named in a later call), and
     so is what the caches hold, whatever the records claim."""

@@ -28,7 +28,7 @@ process may be buggy or hostile.
 * Counts read from the area (``published``, ``fresh``, ``modules_used``,
   a stack record's length) are clamped to what their arrays hold; the
   references and lengths inside Python and code records are checked by
-  :class:`~memhook.cli.pyframes.PyRecords` before it reads there.
+  :class:`~memhook.tracing.pyframes.PyRecords` before it reads there.
 * The descriptor must be a memfd (the collector writes ``done`` back and
   punches finished segments out: into the process's memory, never into a
   file someone passed instead) open for reading and writing; anything else
