@@ -58,7 +58,7 @@ def test_100_cycles_under_python_callers_and_spinners(native, mode: str) -> None
     it give the GIL up (every 5 ms of holding it while others want it), for
     its turn among the eight.  That wait is the interpreter's, not
     memhook's: one took p50 16 ms, p99 220 ms on the loaded box
-    (bench/query_latency.py prints the cycles' worst beside it).  So the
+    (bench/queries/query_latency.py prints the cycles' worst beside it).  So the
     bounds: the median cycle <= 100 ms (10x the quiet box's; the old median
     failed it), every cycle <= 2.5 s (a wait that does not end)."""
     churn(native, Path("python"), mode, 100, 4, 4, 0, 0, 2500, median_bound_ms=100)

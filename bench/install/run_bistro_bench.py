@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build and run the bistro benchmarks against the in-tree libmemhook.so.
 
-    python bench/run_bistro_bench.py          # after `pip install -e .`
+    python bench/install/run_bistro_bench.py          # after `pip install -e .`
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 CORE = ROOT / "memhook"
 
 

@@ -1,6 +1,6 @@
 /*
  * hook_cost_split.c - one core's hooked alloc+free pair beside the original
- * it wraps, in one process: bench/hook_cost_split.py runs it once per core
+ * it wraps, in one process: bench/hooks/hook_cost_split.py runs it once per core
  * variant (the real core, and the core with one piece of the hook path
  * left out) to say where the hooked pair's ns go.
  *
@@ -25,7 +25,7 @@
 #include <x86intrin.h>
 
 #define BENCH_NAME "hook_cost_split"
-#include "pair_bench_common.h"
+#include "../common/pair_bench_common.h"
 
 #define BLOCK 128
 #define BLOCKS 4000

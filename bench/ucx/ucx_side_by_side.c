@@ -1,6 +1,6 @@
 /*
  * ucx_side_by_side.c - one process of the memhook-vs-UCX 1.22 comparison
- * (driven by bench/ucx_side_by_side.py, which builds and runs it).
+ * (driven by bench/ucx/ucx_side_by_side.py, which builds and runs it).
  *
  * The program is linked against libcuda, so its cuMemAllocAsync /
  * cuMemFreeAsync calls go through its own PLT: a GOT rewrite (reloc) and an
@@ -48,7 +48,7 @@
 #include "memhook/memhook.h"
 
 #define BENCH_NAME "ucx_side_by_side"
-#include "pair_bench_common.h"
+#include "../common/pair_bench_common.h"
 
 /* ---- the driver, through the PLT ---- */
 
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
             drain = 0;
         else {
             fprintf(stderr, "ucx_side_by_side: bad argument %s (see the top of "
-                            "bench/ucx_side_by_side.c)\n", a);
+                            "bench/ucx/ucx_side_by_side.c)\n", a);
             return 2;
         }
 #undef OPT

@@ -1,7 +1,7 @@
 /*
- * ucx_stub_driver.c - bench/hook_bench_stub_driver.c (a libcuda.so.1 whose
+ * ucx_stub_driver.c - bench/common/hook_bench_stub_driver.c (a libcuda.so.1 whose
  * alloc+free pair costs a few ns) with its four allocation entry points in
- * the shape of NVIDIA's, for bench/ucx_side_by_side.py --driver stub.
+ * the shape of NVIDIA's, for bench/ucx/ucx_side_by_side.py --driver stub.
  *
  * Why: UCX's bistro decodes only the few instructions a compiler's classic
  * frame setup is made of, and refuses anything else - the whole CUDA hook
@@ -19,7 +19,7 @@
 #define cuMemFree_v2 ucx_stub_body_cuMemFree_v2
 #define cuMemAllocAsync ucx_stub_body_cuMemAllocAsync
 #define cuMemFreeAsync ucx_stub_body_cuMemFreeAsync
-#include "hook_bench_stub_driver.c"
+#include "../common/hook_bench_stub_driver.c"
 #undef cuMemAlloc_v2
 #undef cuMemFree_v2
 #undef cuMemAllocAsync

@@ -4,7 +4,7 @@ tests/hooks/fixtures/churn.c, plus 2 threads calling cuMemAlloc_v2/
 cuMemFree_v2 when --callers), printing the median and the worst install,
 beside install("reloc") measured the same way in the same run.
 
-    python bench/install_table_bench.py [--mode bistro] [--cycles 50]
+    python bench/install/install_table_bench.py [--mode bistro] [--cycles 50]
                                         [--busy 0,4,16] [--callers]
 
 Runs against whatever libcuda.so.1 the loader finds: the simulator here
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import memhook
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_churn(out: Path) -> ctypes.CDLL:

@@ -1,4 +1,4 @@
-"""The workload of bench/pyframes_bench.py: ``python pyframes_loop.py N
+"""The workload of bench/hooks/pyframes_bench.py: ``python pyframes_loop.py N
 DEPTH``: N cuMemAlloc_v2 calls (ctypes, the GIL released around each, as
 the common libraries do) DEPTH Python frames deep, then their frees, three
 times; prints the best round's ns per allocation (the loop alone), in the

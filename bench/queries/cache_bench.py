@@ -1,9 +1,9 @@
 """Benchmarks of memhook's memory-type cache, each figure beside the baseline
 measured in the same run.
 
-    python bench/cache_bench.py            # everything (a few minutes)
-    python bench/cache_bench.py --quick    # fewer repetitions, no 1M sizes
-    python bench/cache_bench.py --clock wall
+    python bench/queries/cache_bench.py            # everything (a few minutes)
+    python bench/queries/cache_bench.py --quick    # fewer repetitions, no 1M sizes
+    python bench/queries/cache_bench.py --clock wall
 
 Figures are per call, read from this thread's CPU time (``--clock cpu``, the
 default: other processes on a shared machine do not count) or wall time;
@@ -57,7 +57,7 @@ def _import_cache():  # type: ignore[no-untyped-def]
         return cache
     except ImportError:
         import types
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]
         pkg = types.ModuleType("memhook")
         pkg.__path__ = [str(root / "memhook")]  # type: ignore[attr-defined]
         sys.modules["memhook"] = pkg

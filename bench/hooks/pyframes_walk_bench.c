@@ -1,7 +1,7 @@
 /*
  * pyframes_walk_bench.c - the cost of --python's capture alone
  * (csrc/trace/pyframes.c, pycode.c), in the Python process that loads it:
- * bench/pyframes_bench.py --walk builds it with the capture's sources into
+ * bench/hooks/pyframes_bench.py --walk builds it with the capture's sources into
  * a shared library and calls pyframes_walk_bench() through ctypes, DEPTH
  * Python frames deep.  The area is a plain buffer set up as the trace's
  * would be; its Python records are reused each call (so no page faults:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build and run the reloc benchmark against the in-tree libmemhook.so.
 
-    python bench/reloc_bench.py [COUNT]      # after `pip install -e .`; COUNT=200
+    python bench/install/reloc_bench.py [COUNT]      # after `pip install -e .`; COUNT=200
 
 Generates COUNT small shared libraries (each calls bench_target and dlsym,
 so every one has JUMP_SLOT/GLOB_DAT slots to rewrite), loads them all, and
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 CORE = ROOT / "memhook"
 
 

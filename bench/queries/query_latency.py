@@ -1,9 +1,9 @@
 """Query latency while other threads allocate (issues 15 and 23), each case
 beside the same with no hooks installed, in one run.
 
-    python bench/query_latency.py                  # Python 0/1/4/8, 4+4 spinning, native 2/4
-    python bench/query_latency.py --mode bistro --seconds 3 --subscriber
-    python bench/query_latency.py --cases native:2,native:4
+    python bench/queries/query_latency.py                  # Python 0/1/4/8, 4+4 spinning, native 2/4
+    python bench/queries/query_latency.py --mode bistro --seconds 3 --subscriber
+    python bench/queries/query_latency.py --cases native:2,native:4
 
 Runs in a child process on the simulated driver (the hooks are installed
 there, not in this process).  Producers, per case:
@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r'''
 import collections, ctypes, json, statistics, sys, threading, time

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cost of memhook's driver query binding, beside ctypes, in one run.
 
-    python bench/driver_query_bench.py [ROUNDS]     # after `pip install -e .`; ROUNDS=9
+    python bench/queries/driver_query_bench.py [ROUNDS]     # after `pip install -e .`; ROUNDS=9
 
 memhook asks an already-loaded driver about pointers it cannot vouch for
 (memhook/_driver.py) with ``cuPointerGetAttributes``, called through a

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """memhook beside UCX 1.22's CUDA memory hooks: hook cost, install time, types.
 
-    python3 bench/ucx_side_by_side.py                 # the simulator (this box)
-    python3 bench/ucx_side_by_side.py --quick         # fewer, shorter processes
-    python3 bench/ucx_side_by_side.py --real          # the system's libcuda.so.1
-    python3 bench/ucx_side_by_side.py --ucx PATH      # UCX from PATH (see below)
+    python3 bench/ucx/ucx_side_by_side.py                 # the simulator (this box)
+    python3 bench/ucx/ucx_side_by_side.py --quick         # fewer, shorter processes
+    python3 bench/ucx/ucx_side_by_side.py --real          # the system's libcuda.so.1
+    python3 bench/ucx/ucx_side_by_side.py --ucx PATH      # UCX from PATH (see below)
 
 On the H200, in one device call (the wheel travels as an untracked file
 under .ucx/, see tools/gpu/ucx_side_by_side.sh):
 
     bash tools/gpu/ucx_side_by_side.sh "$OUT"
 
-which runs ``python3 bench/ucx_side_by_side.py --real --core <native build>
+which runs ``python3 bench/ucx/ucx_side_by_side.py --real --core <native build>
 --json $OUT/ucx_side_by_side_real.json``, then the same with ``--driver stub``.
 
 To travel light (the device's working tree is limited to 64 MiB; the wheel
@@ -28,7 +28,7 @@ whose four libraries are then extracted to a temporary folder):
   5. ``.whl/libucx*.whl`` in the repository root.
 Without UCX it prints ``skipped: ...`` and exits 0.
 
-What runs: bench/ucx_side_by_side.c, built here with the system cc and
+What runs: bench/ucx/ucx_side_by_side.c, built here with the system cc and
 linked against libcuda (the simulator's by default, the system's with
 --real) so that its calls go through its PLT.  Each process measures one
 configuration - ``none`` (nothing installed: what before -> after drifts by
@@ -57,7 +57,7 @@ with UCX's own diagnostic, not measured.
 
 Drivers (--driver): ``sim``, memhook's simulator (its pair maps pages: several
 us of system calls, noisy; UCX's bistro refuses its prologues, so only reloc
-compares); ``stub``, bench/ucx_stub_driver.c, whose pair costs a few ns and
+compares); ``stub``, bench/ucx/ucx_stub_driver.c, whose pair costs a few ns and
 whose entries begin as libcuda 580's do, so every mode of both sides installs
 and `added` is each side's own cost on this CPU; ``real`` (or --real), the
 system's libcuda.so.1: the goal's figures.
@@ -81,7 +81,7 @@ from pathlib import Path
 __all__ = ["UcxLocation", "find_ucx", "main"]
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
           f"-I{ROOT / 'csrc' / 'include'}"]
 MODES = ("bistro", "reloc", "bistro,reloc")
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--core", type=Path, help="folder with libmemhook.so and sim/lib/ "
                                               "(default: the package's, else built here)")
     ap.add_argument("--driver", choices=("sim", "stub", "real"), default="sim",
-                    help="sim: memhook's simulator (default); stub: bench/ucx_stub_driver.c, "
+                    help="sim: memhook's simulator (default); stub: bench/ucx/ucx_stub_driver.c, "
                          "whose pair costs a few ns, so `added` is the hooks' own cost; "
                          "real: the system's libcuda.so.1")
     ap.add_argument("--real", action="store_true", help="same as --driver real")
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                   "(not a CUDA build of UCX: nothing to compare against)")
             return 0
         if shutil.which(os.environ.get("CC", "cc")) is None:
-            print("skipped: no C compiler (cc) to build bench/ucx_side_by_side.c")
+            print("skipped: no C compiler (cc) to build bench/ucx/ucx_side_by_side.c")
             return 0
         return _bench(args, ucx, tmp)
 
@@ -329,7 +329,7 @@ def _bench(args: argparse.Namespace, ucx: UcxLocation, tmp: Path) -> int:
         libcuda = _system_libcuda()
     elif args.driver == "stub":
         # hook_bench's stub with NVIDIA-shaped entries (see the file), built
-        # as bench/hook_bench.py builds its stub.
+        # as bench/hooks/hook_bench.py builds its stub.
         libcuda = tmp / "stub" / "libcuda.so.1"
         libcuda.parent.mkdir()
         subprocess.run([cc, *CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden",

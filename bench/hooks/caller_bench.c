@@ -1,6 +1,6 @@
 /*
  * caller_bench.c - what caller capture adds to an event, measured beside
- * the same event without it in one run (bench/caller_bench.py builds and
+ * the same event without it in one run (bench/hooks/caller_bench.py builds and
  * runs it).
  *
  * Three stand-ins for a wrapper + write_event, each noinline and writing a

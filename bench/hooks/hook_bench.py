@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The ns memhook's CUDA hooks add per alloc+free pair, hooked beside
-unhooked in the same run (builds and runs bench/hook_bench.c).
+unhooked in the same run (builds and runs bench/hooks/hook_bench.c).
 
-    python bench/hook_bench.py                  # after `pip install -e .`
-    python bench/hook_bench.py --quick          # fewer, shorter rounds
-    python bench/hook_bench.py --real           # the system's libcuda.so.1 (a GPU machine)
-    python bench/hook_bench.py --precise        # precise timestamps, as under memhook trace
-    python bench/hook_bench.py --core DIR       # libmemhook.so and sim/lib/ from DIR
+    python bench/hooks/hook_bench.py                  # after `pip install -e .`
+    python bench/hooks/hook_bench.py --quick          # fewer, shorter rounds
+    python bench/hooks/hook_bench.py --real           # the system's libcuda.so.1 (a GPU machine)
+    python bench/hooks/hook_bench.py --precise        # precise timestamps, as under memhook trace
+    python bench/hooks/hook_bench.py --core DIR       # libmemhook.so and sim/lib/ from DIR
                                                 #   (a `csrc/build_native.py OUT` build: OUT/memhook)
 
 Two drivers, each with cuMemAlloc_v2+cuMemFree_v2 and cuMemAllocAsync+
@@ -19,7 +19,7 @@ while they run:
    round's jitter is of the order of the hooks' whole cost; the table shows
    the 25th..75th percentiles of the per-round hooked-minus-unhooked
    difference beside the medians.
-2. a stub driver (bench/hook_bench_stub_driver.c, built here as
+2. a stub driver (bench/common/hook_bench_stub_driver.c, built here as
    libcuda.so.1) whose pair costs a few ns, so that hooked minus unhooked is
    the hooks' own cost, measured to the ns: the figure to optimise against.
 
@@ -48,7 +48,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 CORE = ROOT / "memhook"
 CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
           f"-I{ROOT / 'csrc' / 'include'}"]
@@ -64,7 +64,7 @@ def build(cc: str, tmp: Path) -> tuple[Path, Path]:
     # Real call frames, as the simulator's (see csrc/build_native.py): bistro
     # needs at least 5 (12) bytes of whole instructions at each entry.
     subprocess.run([cc, *CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden",
-                    "-fno-optimize-sibling-calls", str(HERE / "hook_bench_stub_driver.c"), "-o",
+                    "-fno-optimize-sibling-calls", str(ROOT / "bench" / "common" / "hook_bench_stub_driver.c"), "-o",
                     str(stub), "-Wl,-soname,libcuda.so.1"], check=True)
     return exe, stub
 

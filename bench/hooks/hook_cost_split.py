@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a hooked alloc+free pair's ns go: the core as it is, beside the core
 built with one piece of the hook path left out at a time, each measured
-against the originals in the same process (bench/hook_cost_split.c).
+against the originals in the same process (bench/hooks/hook_cost_split.c).
 
 The pieces (each a copy of csrc/ with the lines below replaced):
 
@@ -26,11 +26,11 @@ measuring only: they record wrong events.  --compare REV adds the core of
 another revision (git archive REV csrc/), as built: the before of a
 before/after, in the same run.
 
-    python3 bench/hook_cost_split.py             # stub driver, a drainer thread
-    python3 bench/hook_cost_split.py --same      # drained by the measured thread
-    python3 bench/hook_cost_split.py --precise   # precise timestamps (as under the trace)
-    python3 bench/hook_cost_split.py --real      # the system's libcuda.so.1
-    python3 bench/hook_cost_split.py --compare 018144a --pieces all
+    python3 bench/hooks/hook_cost_split.py             # stub driver, a drainer thread
+    python3 bench/hooks/hook_cost_split.py --same      # drained by the measured thread
+    python3 bench/hooks/hook_cost_split.py --precise   # precise timestamps (as under the trace)
+    python3 bench/hooks/hook_cost_split.py --real      # the system's libcuda.so.1
+    python3 bench/hooks/hook_cost_split.py --compare 018144a --pieces all
 
 If a replacement no longer matches csrc/, this script says which: update
 KNOCKOUTS with the code.
@@ -48,7 +48,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "csrc"
+ROOT = HERE.parents[1]
+CSRC = ROOT / "csrc"
 CFLAGS = ["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
           f"-I{CSRC / 'include'}"]
 
@@ -101,7 +102,7 @@ def make_variant(tmp: Path, name: str, compare: str | None = None) -> Path:
     src = tmp / f"src-{name}" / "csrc"
     if name == "compare":
         src.parent.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", str(compare), "csrc"],
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", str(compare), "csrc"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src.parent)], input=archive, check=True)
     else:
@@ -161,7 +162,7 @@ def main() -> int:
             (tmp / "stub").mkdir()
             libcuda = str(tmp / "stub" / "libcuda.so.1")
             subprocess.run([cc, *CFLAGS, "-fPIC", "-shared", "-fvisibility=hidden",
-                            "-fno-optimize-sibling-calls", str(HERE / "hook_bench_stub_driver.c"),
+                            "-fno-optimize-sibling-calls", str(ROOT / "bench" / "common" / "hook_bench_stub_driver.c"),
                             "-o", libcuda, "-Wl,-soname,libcuda.so.1"], check=True)
         names = ["core", *pieces, *(["compare"] if args.compare else [])]
         with concurrent.futures.ThreadPoolExecutor() as pool:

@@ -2,16 +2,16 @@
 """What ``memhook trace --python`` adds to an allocation (issue 28's goal:
 <= 3 us with --python; nothing measurable without it), beside the same
 trace without --python, in one run, through the path a user takes:
-``memhook trace --sim [--python=D] -- python bench/pyframes_loop.py N DEPTH``
+``memhook trace --sim [--python=D] -- python bench/hooks/pyframes_loop.py N DEPTH``
 (ctypes allocations on the simulator, DEPTH Python frames deep, the
 program timing its own loop in its thread's CPU time), the two alternated
 ROUNDS times; the figure is the median of the rounds' differences.
 
-    python bench/pyframes_bench.py                 # depth 10 and 40, 5 rounds
-    python bench/pyframes_bench.py --quick
-    python bench/pyframes_bench.py --python /usr/bin/python3.12
+    python bench/hooks/pyframes_bench.py                 # depth 10 and 40, 5 rounds
+    python bench/hooks/pyframes_bench.py --quick
+    python bench/hooks/pyframes_bench.py --python /usr/bin/python3.12
 
---walk times the capture alone instead (bench/pyframes_walk_bench.c: the
+--walk times the capture alone instead (bench/hooks/pyframes_walk_bench.c: the
 capture's C sources built into a library the traced interpreter loads and
 calls through ctypes, DEPTH frames deep, beside an empty call's loop): the
 per-frame cost without the trace's page faults and collector.
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "csrc"
+CSRC = HERE.parents[1] / "csrc"
 WALK_SOURCES = ["trace/pyframes.c", "trace/pycode.c", "trace/pyframes_abi.c", "core/log.c",
                 "core/mh_options.c", "core/mh_objects.c"]
 

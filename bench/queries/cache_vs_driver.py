@@ -1,8 +1,8 @@
 """memhook's memory-type queries through the path a user takes, against
 asking the CUDA driver through cuda-python, in the same process.
 
-    python3 bench/cache_vs_driver.py                      # GPU if present, else the simulator
-    python3 bench/cache_vs_driver.py --driver sim --mode reloc --regions 1000
+    python3 bench/queries/cache_vs_driver.py                      # GPU if present, else the simulator
+    python3 bench/queries/cache_vs_driver.py --driver sim --mode reloc --regions 1000
 
 For each hook mode (bistro, reloc, bistro,reloc), in a fresh process of its
 own so that one mode's install cannot colour another's figures:

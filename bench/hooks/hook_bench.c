@@ -50,7 +50,7 @@
 #include "memhook/memhook.h"
 
 #define BENCH_NAME "hook_bench"
-#include "pair_bench_common.h"
+#include "../common/pair_bench_common.h"
 
 /* ---- what we call, looked up at run time ---- */
 
@@ -467,7 +467,7 @@ int main(int argc, char **argv)
             goal_pct = atof(v);
         else {
             fprintf(stderr, "hook_bench: bad argument %s (see the comment at the top of "
-                            "bench/hook_bench.c)\n", a);
+                            "bench/hooks/hook_bench.c)\n", a);
             return 2;
         }
 #undef OPT

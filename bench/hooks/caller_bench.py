@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What caller attribution adds to an event (issue 18's goal: <= 2 ns where
 the return address is enough), beside the same event without it, in one
-run: builds bench/caller_bench.c with csrc/cuda/caller.c and runs it.
+run: builds bench/hooks/caller_bench.c with csrc/cuda/caller.c and runs it.
 
-    python bench/caller_bench.py            # 20M events a round
-    python bench/caller_bench.py --quick    # 2M
+    python bench/hooks/caller_bench.py            # 20M events a round
+    python bench/hooks/caller_bench.py --quick    # 2M
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "csrc"
+CSRC = HERE.parents[1] / "csrc"
 
 
 def main() -> int:
