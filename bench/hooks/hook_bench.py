@@ -7,7 +7,7 @@ unhooked in the same run (builds and runs bench/hooks/hook_bench.c).
     python bench/hooks/hook_bench.py --real           # the system's libcuda.so.1 (a GPU machine)
     python bench/hooks/hook_bench.py --precise        # precise timestamps, as under memhook trace
     python bench/hooks/hook_bench.py --core DIR       # libmemhook.so and sim/lib/ from DIR
-                                                #   (a `csrc/build_native.py OUT` build: OUT/memhook)
+                                                      #   (a `csrc/build_native.py OUT` build: OUT/memhook)
 
 Two drivers, each with cuMemAlloc_v2+cuMemFree_v2 and cuMemAllocAsync+
 cuMemFreeAsync pairs of 64 B, in modes bistro, reloc and bistro+reloc, with

@@ -5,7 +5,7 @@ cuMemFree_v2 when --callers), printing the median and the worst install,
 beside install("reloc") measured the same way in the same run.
 
     python bench/install/install_table_bench.py [--mode bistro] [--cycles 50]
-                                        [--busy 0,4,16] [--callers]
+                                                [--busy 0,4,16] [--callers]
 
 Runs against whatever libcuda.so.1 the loader finds: the simulator here
 (put memhook/sim/lib first on LD_LIBRARY_PATH), the real driver on a GPU
