@@ -8,7 +8,7 @@
  * writes: with one shared queue, the claim (fetch_add), the reclamation
  * epochs and the slot lines other threads had just written cost a hooked
  * alloc+free pair ~100-200 ns, most of it waiting on lines moving between
- * cores (bench/hook_bench.py; README, "What the hooks cost").
+ * cores (bench/hooks/hook_bench.py; README, "What the hooks cost").
  *
  * The single order events leave the queue in is made by the consumer
  * (event_drain.c), which merges the lanes.  What makes that order right -

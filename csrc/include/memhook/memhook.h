@@ -322,7 +322,7 @@ MEMHOOK_API int memhook_hook_index(const char *name);
 /* What the wrapper of hook-table function `name` calls: bistro's trampoline
  * when the entry is patched (the original code, relocated), else the real
  * definition; NULL when unknown.  Calling it bypasses the hook - no event,
- * no bookkeeping (bench/hook_bench.c times it against the hooked entry). */
+ * no bookkeeping (bench/hooks/hook_bench.c times it against the hooked entry). */
 MEMHOOK_API void *memhook_hooks_original(const char *name);
 
 /* Move up to capacity pending events, in event order, into out.  Returns
