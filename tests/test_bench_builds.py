@@ -31,7 +31,7 @@ def test_pair_bench_builds(tmp_path: Path, source: str) -> None:
 def test_ucx_side_by_side_compiles(tmp_path: Path) -> None:
     """Compiled only: it links the real driver, which this box may lack (it
     broke on the GPU once, with nothing here noticing)."""
-    proc = subprocess.run(["cc", *CFLAGS, "-c", str(BENCH / "ucx_side_by_side.c"),
+    proc = subprocess.run(["cc", *CFLAGS, "-c", str(BENCH / "ucx" / "ucx_side_by_side.c"),
                            "-o", str(tmp_path / "ucx_side_by_side.o")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
