@@ -9,7 +9,7 @@ history is a bounded ring (like PyTorch's own recorder), see
 :class:`MemvizWriter`.
 
 * text   - one line per event, written as it arrives, then the summary;
-* jsonl  - one JSON object per event, keys as in DESIGN.md section 5:
+* jsonl  - one JSON object per event, with the keys
   ``kind`` ("alloc"/"free"), ``function``, ``address``, ``size``,
   ``mem_type`` (name), ``device``, ``pid``, ``tid``, ``ts_ns``
   (CLOCK_MONOTONIC), ``result``;
@@ -236,7 +236,7 @@ def _frame_json(c: Caller | None) -> dict | None:
 
 
 class JsonlWriter(Writer):
-    """One object per event (keys of DESIGN.md section 5).  ``caller``:
+    """One object per event (the keys are in this module's docstring).  ``caller``:
     ``{"object", "symbol", "offset", "address"}`` (null when unknown);
     with --stacks, ALLOCs have ``stack``, a list of the same, innermost
     first; with --python, ``python``, a list of ``{"file", "line",
