@@ -1,7 +1,7 @@
 """The memory-type cache: which address ranges are which kind of memory.
 
 :class:`MemtypeCache` is a standalone, thread-safe interval map with UCX's
-memtype-cache semantics (DESIGN.md section 4), and then some:
+memtype-cache semantics, and then some:
 
 * regions are half-open ``[start, start + size)``, never overlapping;
 * :meth:`~MemtypeCache.update` merges with the regions of the same type and
@@ -1008,7 +1008,7 @@ def process_cache() -> MemtypeCache:
 def set_hook_layer(drain: Callable[[], object] | None,
                    coverage_complete: Callable[[], bool] | None,
                    applier: Applier | None = None) -> None:
-    """The seam for the hook layer (DESIGN.md section 3).
+    """The seam for the hook layer.
 
     ``drain()`` is called before every module-level query; it must apply the
     pending events to :func:`process_cache` (``update`` on ALLOC, ``remove`` on

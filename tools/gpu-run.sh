@@ -8,7 +8,7 @@
 # 2. the nvcc-built program (-cudart static and shared) and module (-cubin)
 #    of tools/gpu/cuda/;
 # 3. the bistro census over the loaded libcuda.so.1 and libcudart.so.13, both
-#    jump forms: every DESIGN.md section 3 entry point must be patchable;
+#    jump forms: every hook_table.def entry point must be patchable;
 # 4. pytest -m gpu tests/gpu (every case in every mode, each a fresh
 #    process), junit in $OUT/gpu-junit.xml, one JSON line per (case, mode)
 #    in $OUT/gpu-results.jsonl and the (case x mode) table;

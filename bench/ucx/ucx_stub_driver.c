@@ -8,7 +8,7 @@
  * install fails on the first refusal, so UCX's bistro mode could not be
  * measured at all on a machine without a GPU.  libcuda 580's entries all
  * begin `push rbp; mov rbp,rsp; push r12; sub rsp,8`
- * (/work/shared/data/nvidia-prologues.json); here each exported entry is
+ * (as recorded from libcuda 580's exports); here each exported entry is
  * that prologue followed by a call to the stub's C body, so both UCX's
  * bistro and memhook's have the real driver's first bytes to move.
  *

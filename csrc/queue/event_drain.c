@@ -6,7 +6,7 @@
  * its thread's order; the drain interleaves them and numbers the result:
  * that is the event order (`seq`).
  *
- * WHAT THE ORDER MUST GET RIGHT (DESIGN.md section 3) is causality per
+ * WHAT THE ORDER MUST GET RIGHT (the event contract) is causality per
  * address range: a FREE after the ALLOC that made its range, and before any
  * later ALLOC overlapping it; a marker (driver unloaded, context reset)
  * after everything recorded before it, and before everything after it.
@@ -93,7 +93,7 @@
  * holds never cycle in a true history (a cycle of them is logged once, as
  * a native recorder's malformed events).
  *
- * What this guarantees, as DESIGN.md section 3 states it: every FREE after
+ * What this guarantees, as the event contract states it: every FREE after
  * its ALLOC; markers after what was recorded before them; an ALLOC after
  * the FREE that made its range free - exactly where the ALLOC reuses an
  * address (the chain), and for overlapping reuse wherever it is the last

@@ -85,7 +85,8 @@ DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
-USAGE = "memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] -- CMD [ARGS...]"
+USAGE = ("memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] "
+         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] -- CMD [ARGS...]")
 
 
 class UsageError(Exception):

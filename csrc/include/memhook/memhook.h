@@ -184,7 +184,7 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 
 /* ---- the CUDA hook layer (csrc/cuda/) ----
  *
- * The functions of DESIGN.md section 3, each with a wrapper that turns one
+ * The functions of csrc/cuda/hook_table.def, each with a wrapper that turns one
  * user call into one event.  bistro patches the driver's exported entries;
  * reloc points GOT slots, dlsym and cuGetProcAddress answers at the same
  * wrappers.  Events go into one lock-free multi-producer queue that grows

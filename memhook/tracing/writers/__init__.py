@@ -2,7 +2,7 @@
 place that names them:
 
 * :mod:`.text`   - one line per event, written as it arrives, then the summary;
-* :mod:`.jsonl`  - one JSON object per event (DESIGN.md section 5's keys);
+* :mod:`.jsonl`  - one JSON object per event (its keys: that module's docstring);
 * :mod:`.chrome` - Chrome trace / Perfetto JSON, with a live-bytes counter
   track per device;
 * :mod:`.memviz` - a pickle PyTorch's memory_viz page opens.
