@@ -498,6 +498,7 @@ int main(int argc, char **argv)
     p_install = need(mh, "memhook_hooks_install");
     p_uninstall = need(mh, "memhook_hooks_uninstall");
     p_drain = need(mh, "memhook_events_drain");
+    drainer_resolve(mh);
     p_stats = need(mh, "memhook_queue_stats_get");
     p_original = need(mh, "memhook_hooks_original");
     if (precise) {
