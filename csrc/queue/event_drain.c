@@ -1282,11 +1282,12 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         atomic_store(&g_consumer_seen, true);  /* the trace keeps its events for us now */
     /* Nothing published since the last drain: the common case of a
      * query-heavy process, answered with one load. */
-    if (capacity == 0 || atomic_load_explicit(&mh_events_pending, memory_order_acquire) == 0)
+    if (capacity == 0 ||
+        atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
         return 0;
     pthread_mutex_lock(&g_lock);
     /* Before reading the lanes: a push after this sets it again. */
-    atomic_exchange(&mh_events_pending, 0);
+    atomic_exchange(&mh_events_pending.flag, 0);
     size_t cap, n = 0;
     bool looked = false;
     cursor *cur = cursors(&cap);
@@ -1336,7 +1337,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         lanes_tidy();
     }
     if (cur == NULL || any_unconsumed(looked))
-        atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
+        atomic_store(&mh_events_pending.flag, 1);  /* the next drain goes on */
     pthread_mutex_unlock(&g_lock);
     return n;
 }
@@ -1347,10 +1348,11 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
         return 0;
     if (!atomic_load_explicit(&g_consumer_seen, memory_order_relaxed))
         atomic_store(&g_consumer_seen, true);
-    if (capacity == 0 || atomic_load_explicit(&mh_events_pending, memory_order_acquire) == 0)
+    if (capacity == 0 ||
+        atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
         return 0;
     pthread_mutex_lock(&g_lock);
-    atomic_exchange(&mh_events_pending, 0);
+    atomic_exchange(&mh_events_pending.flag, 0);
     size_t cap, n = 0;
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
@@ -1376,7 +1378,7 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
      * active lanes' tails) keeps the flag set: a query's drain, or this
      * drainer's next call, takes it. */
     if (cur == NULL || any_unconsumed(true))
-        atomic_store(&mh_events_pending, 1);
+        atomic_store(&mh_events_pending.flag, 1);
     pthread_mutex_unlock(&g_lock);
     return n;
 }
@@ -1412,7 +1414,7 @@ int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms)
 
 const volatile uint32_t *memhook_events_pending_flag(void)
 {
-    return (const volatile uint32_t *)&mh_events_pending;
+    return (const volatile uint32_t *)&mh_events_pending.flag;
 }
 
 void mh_queue_set_sink(mh_queue_sink_fn sink)
@@ -1493,5 +1495,5 @@ void mh_queue_fork_child(void)
     pthread_mutex_init(&g_lock, NULL);
     mh_lanes_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
-    atomic_store(&mh_events_pending, 1);
+    atomic_store(&mh_events_pending.flag, 1);
 }
