@@ -70,10 +70,22 @@ static inline CUcontext bench_primary_context(void *cuda)
 
 /* The drainer's state.  Global because the drainer thread and main share
  * it; atomics because they do.  p_drain: memhook_events_drain, resolved by
- * the bench (memhook is dlopened, not linked). */
+ * the bench (memhook is dlopened, not linked); p_drain_background:
+ * memhook_events_drain_background where the core has it (a background
+ * drainer's call, which stays off the lines producers write next), else
+ * p_drain - set it with drainer_resolve. */
 static size_t (*p_drain)(memhook_event *, size_t);
+static size_t (*p_drain_background)(memhook_event *, size_t);
 static atomic_int g_drainer_stop;
 static atomic_ullong g_drained;
+
+static inline void drainer_resolve(void *mh)
+{
+    p_drain_background = (size_t (*)(memhook_event *, size_t))dlsym(
+        mh, "memhook_events_drain_background");
+    if (p_drain_background == NULL)
+        p_drain_background = p_drain;  /* a core from before it (--compare) */
+}
 
 static void *drainer(void *arg)
 {
@@ -81,7 +93,7 @@ static void *drainer(void *arg)
     enum { BATCH = 4096 };
     static memhook_event buf[BATCH];
     for (;;) {
-        size_t n = p_drain(buf, BATCH);
+        size_t n = (p_drain_background != NULL ? p_drain_background : p_drain)(buf, BATCH);
         atomic_fetch_add(&g_drained, n);
         if (n == BATCH)
             continue;

@@ -28,7 +28,9 @@ interleaved, hooks installed and removed between them, a fresh thread each)
 and paired (hooks installed, one thread alternating blocks of pairs through
 the hooked entry points and through the originals their wrappers call - the
 same driver state on both sides, which the real driver's round-to-round
-wander otherwise swamps).
+wander otherwise swamps; with --threads 2, two such threads at once, so
+that hooked minus original is memhook's share of the 2-thread figure, the
+driver's own contention being on both sides).
 
 Goal (issue 5): at most 60 ns added per pair, median, one thread; on the
 H200 (`--real`): cuMemAllocAsync+cuMemFreeAsync at most 10% added.  Each run
@@ -145,7 +147,8 @@ def main() -> int:
 
     print("\nsummary (median ns per alloc+free pair; added = hooked - unhooked, same run;\n"
           "method rounds: hooked and unhooked rounds interleaved, a fresh thread each;\n"
-          "method paired: one thread alternating hooked and original blocks, hooks installed)")
+          "method paired: each of thr threads alternating hooked and original blocks at once,\n"
+          "hooks installed: with thr > 1 the original side carries the driver's own contention)")
     print(f"{'driver':10} {'method':7} {'pair':6} {'mode':13} {'thr':>3} {'unhooked':>9} "
           f"{'hooked':>9} {'added':>8} {'added%':>7}  goal")
     for driver, rows in results.items():

@@ -78,6 +78,7 @@ int main(int argc, char **argv)
     int (*install)(unsigned, char *, size_t) = need(mh, "memhook_hooks_install");
     void *(*original)(const char *) = need(mh, "memhook_hooks_original");
     p_drain = need(mh, "memhook_events_drain");
+    drainer_resolve(mh);
     if (precise) {
         /* A core from before the switch (--compare) has precise time always. */
         int (*want_precise)(int) = (int (*)(int))dlsym(mh, "memhook_events_precise_time");

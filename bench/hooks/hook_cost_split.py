@@ -17,8 +17,12 @@ The pieces (each a copy of csrc/ with the lines below replaced):
   caller   caller attribution (the wrapper's note, the event's compare)
   all      stamp, links, device, live, caller: what is left is the
            wrappers and writing two events into the queue
-  behind   (not a piece: an experiment) the drainer stays four events
-           behind each producer, off the lines it writes next
+
+The drainer thread calls memhook_events_drain_background where the core
+has it (it reads each lane's count once and stays 16 events behind a lane
+being written, off the lines its producer writes next: issue 26 item 4),
+memhook_events_drain in a core from before (--compare an older revision:
+the before/after of that change).
 
 A piece's cost is the core's added ns minus the variant's, in the same run
 (variants interleaved, --reps times, medians).  The variants are for
@@ -86,13 +90,6 @@ KNOCKOUTS["table"] = [*KNOCKOUTS["live"],
                        "    mh_lane_announce(true);")]
 KNOCKOUTS["all"] = [k for piece in ("stamp", "links", "device", "live", "caller")
                     for k in KNOCKOUTS[piece]]
-# Not a piece left out but a drain that stays behind each producer: it
-# takes a lane's events only up to four before its newest, at an even
-# index, so it never reads the line pair the producer writes next (what a
-# drainer's reads cost the producer; issue 26 item 4).  Measures only: a
-# query's drain must hand out what was published before it.
-KNOCKOUTS["behind"] = [("queue/event_drain.c", "uint64_t end = h > start ? h : start;",
-                        "uint64_t end = h >= start + 6 ? (h - 4) & ~1ull : start;")]
 PRECISE_ONLY = {"fence"}
 
 

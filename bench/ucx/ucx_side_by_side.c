@@ -233,6 +233,7 @@ int main(int argc, char **argv)
         }
         p_install = need(lib, "memhook_hooks_install");
         p_drain = need(lib, "memhook_events_drain");
+    drainer_resolve(lib);
         p_stats = need(lib, "memhook_queue_stats_get");
     } else if (is_ucx) {
         lib = dlopen(libucs, RTLD_NOW | RTLD_GLOBAL);

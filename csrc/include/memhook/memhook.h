@@ -348,6 +348,18 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
 
+/* A background drainer's step (a thread that drains every so often, as
+ * Python's feeder does): memhook_events_drain's order, but it promises
+ * nothing about what was pending when it was called - it hands out what
+ * the previous call (any drain's) saw published, and of a lane whose
+ * thread recorded since, only events some way behind the newest (the
+ * lines that thread writes next stay in its core: issue 26).  It reads
+ * each thread's count once.  What it leaves, a later call or any
+ * memhook_events_drain / _bounded run takes (those hand out everything
+ * recorded before they began: use them for a flush or before a query).
+ * May return fewer than capacity, or 0, while events are pending. */
+MEMHOOK_API size_t memhook_events_drain_background(memhook_event *out, size_t capacity);
+
 /* Precise timestamps.  Events carry CLOCK_MONOTONIC_COARSE (the clock as
  * of its last tick, 1-4 ms) unless something needs precise time: the trace
  * (memhook trace) always does, and a consumer may ask with want 1 (counted:
