@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 
-from . import _drain
+from . import _drain, _feeder
 from ._core import library_path
 from ._modes import HookMode
 from ._types import MemoryType, Region
@@ -64,4 +64,5 @@ logging.getLogger("memhook").addHandler(logging.NullHandler())
 
 # The cache drains the hooks' events before every query and asks them
 # whether they cover every allocation entry point.
-_drain.attach()
+if _drain.attach():
+    _feeder.start()

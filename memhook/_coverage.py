@@ -3,7 +3,7 @@
 
 Only while the installed hooks cover every allocation entry point of the
 loaded driver may the cache answer HOST for a pointer it does not know
-without asking the driver (DESIGN.md section 4).  The core's
+without asking the driver.  The core's
 ``memhook_hooks_coverage_complete`` decides; its answer can only change when
 the hooks are (re)installed or removed, or when an object is loaded (a
 driver or runtime arriving, which the reloc layer must then patch).  So the

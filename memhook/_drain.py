@@ -681,12 +681,12 @@ query_drain.applier = _query.Applier(  # type: ignore[attr-defined]
     unapplied=unapplied)
 
 
-def attach() -> None:
-    """Plug the drain (and the coverage answer) into the cache's queries."""
+def attach() -> bool:
+    """Plug the drain (and the coverage answer) into the cache's queries.
+    True when events may already wait: hooks installed before the import (a
+    traced process), so the caller starts the background feeder now (the
+    feeder sits above the drain: it imports this module, not the reverse)."""
     from ._coverage import coverage_complete
 
     _query.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
-    if _pending[0] or lib.memhook_hooks_mode():
-        from . import _feeder
-
-        _feeder.start()  # hooks installed before the import (a traced process)
+    return bool(_pending[0] or lib.memhook_hooks_mode())

@@ -1,7 +1,7 @@
 """numpy's view of ``memhook_event`` (csrc/include/memhook/memhook.h): the
 one definition the in-process drain (:mod:`memhook._drain`, which checks it
 against the C layout at import) and the trace's wire and area readers
-(:mod:`memhook.cli.protocol`) share.  numpy only: the trace collector reads
+(:mod:`memhook.tracing.protocol`) share.  numpy only: the trace collector reads
 it without loading the native core."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The hook mechanisms a process can use: :class:`HookMode`.
 
 ``MEMHOOK_CUDA_MODE`` and ``memhook.install(mode=...)`` take a bitmask of
-mechanisms (DESIGN.md section 2): ``bistro`` (patch the driver's entry
+mechanisms: ``bistro`` (patch the driver's entry
 points), ``reloc`` (rewrite GOT slots, ``dlsym`` and ``cuGetProcAddress``
 answers), both (the default), or ``none``.  :meth:`HookMode.parse` reads the
 same grammar as the core's ``memhook_mode_parse``, so a value means the same

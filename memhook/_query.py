@@ -2,7 +2,7 @@
 :func:`memory_type`, :func:`lookup`, :func:`memory_types`, with the hook
 layer's seam (:func:`set_hook_layer`) and :func:`process_cache`.  They are
 re-exported by :mod:`memhook.cache` (and the first three by :mod:`memhook`),
-where DESIGN.md names them; :class:`~memhook.cache.MemtypeCache` itself, the
+where the public API names them; :class:`~memhook.cache.MemtypeCache` itself, the
 interval map, is in :mod:`memhook.cache`.
 
 The module-level :func:`memory_type`, :func:`lookup` and :func:`memory_types`
@@ -159,7 +159,7 @@ def process_cache() -> MemtypeCache:
 def set_hook_layer(drain: Callable[[], object] | None,
                    coverage_complete: Callable[[], bool] | None,
                    applier: Applier | None = None) -> None:
-    """The seam for the hook layer (DESIGN.md section 3).
+    """The seam for the hook layer.
 
     ``drain()`` is called before every module-level query; it must apply the
     pending events to :func:`process_cache` (``update`` on ALLOC, ``remove`` on

@@ -1,7 +1,7 @@
 """The memory-type cache: which address ranges are which kind of memory.
 
 :class:`MemtypeCache` is a standalone, thread-safe interval map with UCX's
-memtype-cache semantics (DESIGN.md section 4), and then some:
+memtype-cache semantics, and then some:
 
 * regions are half-open ``[start, start + size)``, never overlapping;
 * :meth:`~MemtypeCache.update` merges with the regions of the same type and
@@ -927,7 +927,7 @@ class MemtypeCache:
 
 
 # The process-wide cache and its queries live in memhook._query; these names
-# were always this module's too (DESIGN.md section 4).  Looked up there at
+# were always this module's too (the public API names them here).  Looked up there at
 # each access (not copied at import), so that the hook layer's current
 # state reads the same through either module, and so that importing either
 # module first works (memhook._query imports this one).

@@ -1,7 +1,7 @@
 """Hook events and the subscribers that receive them.
 
 Every completed CUDA allocation or free call the hooks see becomes one
-:class:`Event` (DESIGN.md section 3).  The hooks only record events into the
+:class:`Event`.  The hooks only record events into the
 core's lock-free queue; Python takes them out when it drains the queue -
 lazily before every module-level cache query (:func:`memhook.memory_type`
 and friends), and on :func:`memhook.flush`.  Draining applies each event

@@ -1,6 +1,6 @@
 """Installing, removing and inspecting the CUDA hooks.
 
-:func:`install` puts the hooks of the core's table (DESIGN.md section 3) in
+:func:`install` puts the hooks of the core's table (the functions :func:`status` lists) in
 place with the mechanisms of a :class:`~memhook.HookMode`; :func:`uninstall`
 restores every byte and GOT slot; :func:`status` says, per function, which
 mechanism covers it and, where none does, why.  The work is the core's

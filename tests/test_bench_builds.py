@@ -1,5 +1,5 @@
 """The C benchmarks still build against the tree (-Werror): a header moved
-between layers broke bench/caller_bench.py once without any test noticing.
+between layers broke bench/hooks/caller_bench.py once without any test noticing.
 caller_bench also runs (2M events a round, about a second) - its figure is
 the README's, not asserted here."""
 
@@ -22,13 +22,23 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C co
 
 @pytest.mark.parametrize("source", ["hook_bench.c", "hook_cost_split.c"])
 def test_pair_bench_builds(tmp_path: Path, source: str) -> None:
-    proc = subprocess.run(["cc", *CFLAGS, str(BENCH / source), "-o", str(tmp_path / "bench"),
-                           "-ldl", "-lpthread"], capture_output=True, text=True)
+    proc = subprocess.run(["cc", *CFLAGS, str(BENCH / "hooks" / source),
+                           "-o", str(tmp_path / "bench"), "-ldl", "-lpthread"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_ucx_side_by_side_compiles(tmp_path: Path) -> None:
+    """Compiled only: it links the real driver, which this box may lack (it
+    broke on the GPU once, with nothing here noticing)."""
+    proc = subprocess.run(["cc", *CFLAGS, "-c", str(BENCH / "ucx" / "ucx_side_by_side.c"),
+                           "-o", str(tmp_path / "ucx_side_by_side.o")],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_caller_bench_builds_and_runs() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "caller_bench.py"), "--quick"],
+    proc = subprocess.run([sys.executable, str(BENCH / "hooks" / "caller_bench.py"), "--quick"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "RESULT plain_ns=" in proc.stdout, proc.stdout

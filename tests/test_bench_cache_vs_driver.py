@@ -1,4 +1,4 @@
-"""bench/cache_vs_driver.py runs, at tiny sizes, on the simulator: every mode
+"""bench/queries/cache_vs_driver.py runs, at tiny sizes, on the simulator: every mode
 in a child of its own installs the hooks, records its allocations through
 them, checks the answers it is about to time (a child whose cache or
 hooks answer wrong fails the run) and reports each figure.  The figures
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "cache_vs_driver.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "queries" / "cache_vs_driver.py"
 FIGURES = ("dev_cold", "dev_hot", "host", "lookup_cold", "batch_dev", "batch_dev_sorted",
            "batch_host", "cu_dev_cold", "cu_dev_hot", "cu_host", "stub_dev_cold",
            "stub_dev_hot", "stub_host")

@@ -1,4 +1,4 @@
-"""bench/hook_cost_split.py measures the hook path with one piece left out at
+"""bench/hooks/hook_cost_split.py measures the hook path with one piece left out at
 a time by replacing lines of csrc/; each replacement must still match the
 code exactly once, or the bench would measure nothing (it stops with a
 message then - this finds it first)."""
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def load_bench():
     spec = importlib.util.spec_from_file_location("hook_cost_split",
-                                                  ROOT / "bench" / "hook_cost_split.py")
+                                                  ROOT / "bench" / "hooks" / "hook_cost_split.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

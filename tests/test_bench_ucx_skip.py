@@ -1,4 +1,4 @@
-"""bench/ucx_side_by_side.py without UCX: it must say why and exit 0, so
+"""bench/ucx/ucx_side_by_side.py without UCX: it must say why and exit 0, so
 that a machine without the libucx-cu13 wheel runs the bench suite through.
 (The comparison itself needs UCX and a GPU: tools/gpu/ucx_side_by_side.sh.)"""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "ucx_side_by_side.py"
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "ucx" / "ucx_side_by_side.py"
 
 
 def _run(tmp_path: Path, ucx: Path) -> subprocess.CompletedProcess[str]:

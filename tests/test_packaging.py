@@ -40,7 +40,8 @@ def test_wheel_contains_native_parts(wheel: Path) -> None:
                      "memhook/sim/lib/libcudart.so.13", "memhook/sim/lib/libcudart.so",
                      "memhook/sim/lib/libcudart_static.a", "memhook/sim/lib/cudart_sim.h",
                      "memhook/__init__.py", "memhook/sim/__init__.py",
-                     "memhook/cli/__init__.py", "memhook/cli/demo_workload.py"):
+                     "memhook/cli/__init__.py", "memhook/cli/demo_workload.py",
+                     "memhook/tracing/__init__.py", "memhook/tracing/writers/__init__.py"):
         assert required in names, f"{required} missing from {wheel.name}"
     assert any(n.startswith("memhook/_native.") and n.endswith(".so") for n in names)
 

@@ -2,8 +2,8 @@
 """Run bistro's x86-64 relocator over every function of a library.
 
 Input is either an ELF shared library (every STT_FUNC symbol of .dynsym and
-.symtab with a size, its bytes read from the file) or the prologue vectors
-``shared/data/nvidia-prologues.json`` (library -> symbol -> [symbol size,
+.symtab with a size, its bytes read from the file) or a JSON file of prologue vectors
+(recorded from NVIDIA's libraries, not shipped: library -> symbol -> [symbol size,
 hex of the first 32 bytes]).  Each function is judged with
 ``memhook_bistro_analyze`` for both patch forms: the 5-byte ``jmp rel32``
 and the 12-byte ``movabs rax; jmp rax``, with the hypothetical trampoline
@@ -13,12 +13,12 @@ trampoline mapped within +-2 GiB would see them.  For the JSON vectors only
 
 Output: per library the figures and the refusals grouped by reason (with
 examples, which name the function, library and bytes), the allocation/free
-entry points of DESIGN.md section 3 that are not patchable, and, as the last
+entry points of csrc/cuda/hook_table.def that are not patchable, and, as the last
 line, the totals::
 
     patchable 5-byte: X/Y, 12-byte: X/Y
 
-    python tools/bistro_census.py ../shared/data/nvidia-prologues.json
+    python tools/bistro_census.py PROLOGUES.json
     python tools/bistro_census.py /lib/x86_64-linux-gnu/libc.so.6
 """
 
@@ -38,7 +38,7 @@ DEFAULT_JSON = ROOT.parent / "shared" / "data" / "nvidia-prologues.json"
 GIB = 1 << 30
 JUMP_SIZES = (5, 12)
 
-# DESIGN.md section 3: the allocation / free entry points (and their _ptsz
+# csrc/cuda/hook_table.def: the allocation / free entry points (and their _ptsz
 # variants) that bistro must be able to patch.
 DRIVER_ENTRY_POINTS = (
     "cuMemAlloc", "cuMemAlloc_v2", "cuMemAllocPitch", "cuMemAllocPitch_v2", "cuMemAllocManaged",

@@ -8,13 +8,13 @@
 # 2. the nvcc-built program (-cudart static and shared) and module (-cubin)
 #    of tools/gpu/cuda/;
 # 3. the bistro census over the loaded libcuda.so.1 and libcudart.so.13, both
-#    jump forms: every DESIGN.md section 3 entry point must be patchable;
+#    jump forms: every hook_table.def entry point must be patchable;
 # 4. pytest -m gpu tests/gpu (every case in every mode, each a fresh
 #    process), junit in $OUT/gpu-junit.xml, one JSON line per (case, mode)
 #    in $OUT/gpu-results.jsonl and the (case x mode) table;
 # 5. the figures: hook overhead per cuMemAllocAsync+cuMemFreeAsync pair
-#    (bench/hook_bench.py --real --no-stub --api async), memory_type single and
-#    batch against cuda-python's cuPointerGetAttribute (bench/cache_vs_driver.py),
+#    (bench/hooks/hook_bench.py --real --no-stub --api async), memory_type single and
+#    batch against cuda-python's cuPointerGetAttribute (bench/queries/cache_vs_driver.py),
 #    install time per mode (tools/gpu/install_time.py).
 # Everything printed also lands in $OUT/gpu-run.log.  Exit status 0 only when
 # the census and every test pass.
@@ -44,10 +44,10 @@ HOOKS_ON_GPU_RESULTS="$out/gpu-results.jsonl" timeout 300 python3 -m pytest -m g
 stamp "(case x mode)"
 python3 tests/gpu/hooks_on_gpu.py --summarize "$out/gpu-results.jsonl" || rc=1
 stamp "figure: hook overhead per cuMemAllocAsync+cuMemFreeAsync pair, real driver"
-timeout 120 python3 bench/hook_bench.py --real --no-stub --api async \
+timeout 120 python3 bench/hooks/hook_bench.py --real --no-stub --api async \
     --json "$out/hook_bench_real_async.json" || echo "hook_bench failed"
 stamp "figure: memory_type vs cuPointerGetAttribute"
-timeout 90 python3 bench/cache_vs_driver.py || echo "cache_vs_driver failed"
+timeout 90 python3 bench/queries/cache_vs_driver.py || echo "cache_vs_driver failed"
 stamp "figure: install time per mode"
 timeout 90 python3 tools/gpu/install_time.py 7 || echo "install_time failed"
 stamp "done, exit $rc"

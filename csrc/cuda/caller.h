@@ -39,7 +39,7 @@ typedef struct mh_text_range {
 } mh_text_range;
 /* Entry 0 of each buffer bounds all the others: an address outside it -
  * nearly every caller - costs one compare (the loop over two ranges cost
- * ~3 ns more per event in bench/caller_bench.py). */
+ * ~3 ns more per event in bench/hooks/caller_bench.py). */
 MH_HIDDEN extern mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
 MH_HIDDEN extern _Atomic uint32_t mh_cuda_text_state;
 

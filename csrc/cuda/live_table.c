@@ -8,6 +8,21 @@
  * table answers in a few loads.  When it cannot (allocation made before
  * install, or the table is crowded), the FREE falls back to the driver.
  *
+ * Why in the hook, not in the drain (issue 26 item 5 asked): the drain
+ * could fill a FREE's size from the ALLOCs it handed out, but the hook
+ * needs the record itself.  (1) Whether memhook saw the allocation decides
+ * whether the FREE is published before the real free (event_drain.c, P)
+ * and whether the driver must be asked for the size before it is gone
+ * (DESIGN.md section 3: "query the range before freeing"); only a table
+ * the hook reads can say so without asking the driver on every free.
+ * (2) rec.id is the FREE's link to its ALLOC, which makes "a FREE after
+ * its ALLOC" exact across threads; the address chain's word can be
+ * overwritten by another address hashing the same.  (3) The trace's area
+ * gets the event as the hook wrote it (mh_trace_copy); a traced process
+ * may have no drain at all.  (4) A refused free puts the record back, and
+ * the FREE's precise stamp is placed after rec.stamp instead of fencing.
+ * (5) Its CASes are the fences mh_lane_announce needs anyway.
+ *
  * Lock-free open addressing with linear probing over a fixed array mapped
  * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
  * EMPTY, TOMB (deleted), BUSY (being written) or an address; an insert

@@ -1,6 +1,6 @@
 /*
- * wrap_driver.c - wrappers of the driver API entry points of DESIGN.md
- * section 3.  Sizes: the requested bytes; pitched: pitch * height; globals:
+ * wrap_driver.c - wrappers of the driver API entry points of
+ * hook_table.def.  Sizes: the requested bytes; pitched: pitch * height; globals:
  * the global's size; IPC: the mapped allocation's size.  Types: what the
  * call decides (VMM maps: where their handle's memory lives; UNKNOWN for
  * explicit pools, which may be host-located: memory_type() asks the driver).

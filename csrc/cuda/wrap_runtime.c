@@ -1,6 +1,6 @@
 /*
- * wrap_runtime.c - wrappers of the runtime API entry points of DESIGN.md
- * section 3.  reloc routes calls here (GOT slots of objects that link
+ * wrap_runtime.c - wrappers of the runtime API entry points of
+ * hook_table.def.  reloc routes calls here (GOT slots of objects that link
  * libcudart dynamically, and dlsym answers).  The runtime reaches the driver
  * through entry points that are hooked too; those inner calls pass through
  * unrecorded (mh_hook_depth), so one runtime call is one event, named after

@@ -6,7 +6,7 @@
  * its thread's order; the drain interleaves them and numbers the result:
  * that is the event order (`seq`).
  *
- * WHAT THE ORDER MUST GET RIGHT (DESIGN.md section 3) is causality per
+ * WHAT THE ORDER MUST GET RIGHT (the event contract) is causality per
  * address range: a FREE after the ALLOC that made its range, and before any
  * later ALLOC overlapping it; a marker (driver unloaded, context reset)
  * after everything recorded before it, and before everything after it.
@@ -93,7 +93,7 @@
  * holds never cycle in a true history (a cycle of them is logged once, as
  * a native recorder's malformed events).
  *
- * What this guarantees, as DESIGN.md section 3 states it: every FREE after
+ * What this guarantees, as the event contract states it: every FREE after
  * its ALLOC; markers after what was recorded before them; an ALLOC after
  * the FREE that made its range free - exactly where the ALLOC reuses an
  * address (the chain), and for overlapping reuse wherever it is the last
@@ -137,6 +137,15 @@
  * look once (its H is the last G); beyond that the drain reads only
  * published events: those it hands out and, where several lanes have
  * events, the newly visible ones (the closer set, the index).
+ *
+ * Background reads (memhook_events_drain_background, the trace's tee)
+ * owe nothing to the moment they are called, so they read each lane's
+ * `published` once: their H is the last look's G (whole events, published
+ * before that read, so the argument above holds as it stands), and of a
+ * lane whose count moved since, they take only what lies DRAIN_BEHIND
+ * events behind it, off the lines its producer is about to write (issue
+ * 26 item 4).  A query's or a flush's run is never behind: it hands out
+ * everything recorded before it began, as above.
  *
  * The trace's tee (mh_queue_tee) takes one look with the same rules and
  * numbers what it reads; the drain later hands those out first, in that
@@ -622,11 +631,30 @@ static void find_markers(look *lk)
     }
 }
 
+/* Where a background read of a lane stops (look_open's `behind`): short of
+ * the producer's write position g by DRAIN_BEHIND events, at an even index.
+ * The lines a producer writes next are the ones after the last it
+ * published; a reader that takes everything up to g reads the line pair
+ * (the adjacent-line prefetcher's 128 bytes) and, streaming, the lines
+ * after it, and the producer's next stores must take them back from the
+ * reader's core.  16 events: a KiB, past the pair and the first lines a
+ * stream prefetcher runs ahead. */
+#define DRAIN_BEHIND 16u
+
+static uint64_t behind_point(uint64_t start, uint64_t g)
+{
+    return g >= start + DRAIN_BEHIND ? (g - DRAIN_BEHIND) & ~1ull : start;
+}
+
 /* Read every lane's `published` (G; first once more for H when fresh_h),
  * and open a cursor over each lane with events visible and not handed out.
- * `run_start`: this look's snapshot is a new run's cut. */
+ * `run_start`: this look's snapshot is a new run's cut.  `behind` (a
+ * background reader: memhook_events_drain_background, the trace's tee):
+ * H is the last look's G (one read of each count per call), and a lane
+ * whose count moved since then - its producer is writing - is read only up
+ * to behind_point; an idle lane (count unchanged) is read whole. */
 static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fresh_h,
-                      bool run_start)
+                      bool run_start, bool behind)
 {
     *lk = (look){.cur = cur, .run = run};
     if (fresh_h)
@@ -647,6 +675,10 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
         if (g == start || lk->n == cap)
             continue;
         uint64_t end = h > start ? h : start;
+        if (behind && g != h) {
+            uint64_t stop = behind_point(start, g);
+            end = end < stop ? end : stop;
+        }
         if (run != 0) {
             uint64_t cut = l->run == run ? l->run_g : start;
             end = end < cut ? end : (cut > start ? cut : start);
@@ -1250,11 +1282,12 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         atomic_store(&g_consumer_seen, true);  /* the trace keeps its events for us now */
     /* Nothing published since the last drain: the common case of a
      * query-heavy process, answered with one load. */
-    if (capacity == 0 || atomic_load_explicit(&mh_events_pending, memory_order_acquire) == 0)
+    if (capacity == 0 ||
+        atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
         return 0;
     pthread_mutex_lock(&g_lock);
     /* Before reading the lanes: a push after this sets it again. */
-    atomic_exchange(&mh_events_pending, 0);
+    atomic_exchange(&mh_events_pending.flag, 0);
     size_t cap, n = 0;
     bool looked = false;
     cursor *cur = cursors(&cap);
@@ -1291,7 +1324,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         for (int look_no = 0; look_no < 4 && n < capacity && *mark != 0; look_no++) {
             look lk;
             bool first = start && look_no == 0;
-            look_open(&lk, cur, cap, *mark, first, first);
+            look_open(&lk, cur, cap, *mark, first, first, false);
             looked = true;
             size_t got = look_merge(&lk, out + n, capacity - n, false);
             look_close(&lk, false);
@@ -1304,7 +1337,48 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         lanes_tidy();
     }
     if (cur == NULL || any_unconsumed(looked))
-        atomic_store(&mh_events_pending, 1);  /* the next drain goes on */
+        atomic_store(&mh_events_pending.flag, 1);  /* the next drain goes on */
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
+{
+    if (out == NULL && capacity != 0)
+        return 0;
+    if (!atomic_load_explicit(&g_consumer_seen, memory_order_relaxed))
+        atomic_store(&g_consumer_seen, true);
+    if (capacity == 0 ||
+        atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    atomic_exchange(&mh_events_pending.flag, 0);
+    size_t cap, n = 0;
+    cursor *cur = cursors(&cap);
+    if (cur != NULL) {
+        size_t nc = open_teed(cur, cap);
+        n = merge_by_seq(cur, nc, out, capacity);
+        mh_clock_convert(out, n);
+        for (size_t i = 0; i < nc; i++)
+            cur[i].lane->consumed = cur[i].at;
+        if (n < capacity) {
+            /* One look, no run: nothing is owed to this call, so no second
+             * read of any count (run 0 has no cut, as the tee's look). */
+            look lk;
+            look_open(&lk, cur, cap, 0, false, false, true);
+            size_t got = look_merge(&lk, out + n, capacity - n, false);
+            look_close(&lk, false);
+            mh_clock_convert(out + n, got);
+            sink_batch(out + n, got);
+            n += got;
+        }
+        lanes_tidy();
+    }
+    /* What it left (the last look's G beyond what it handed out, the
+     * active lanes' tails) keeps the flag set: a query's drain, or this
+     * drainer's next call, takes it. */
+    if (cur == NULL || any_unconsumed(true))
+        atomic_store(&mh_events_pending.flag, 1);
     pthread_mutex_unlock(&g_lock);
     return n;
 }
@@ -1340,7 +1414,7 @@ int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms)
 
 const volatile uint32_t *memhook_events_pending_flag(void)
 {
-    return (const volatile uint32_t *)&mh_events_pending;
+    return (const volatile uint32_t *)&mh_events_pending.flag;
 }
 
 void mh_queue_set_sink(mh_queue_sink_fn sink)
@@ -1355,7 +1429,7 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
         look lk;
-        look_open(&lk, cur, cap, 0, true, false);
+        look_open(&lk, cur, cap, 0, false, false, true);
         n = look_merge(&lk, out, capacity, true);
         look_close(&lk, true);
         mh_clock_convert(out, n);
@@ -1421,5 +1495,5 @@ void mh_queue_fork_child(void)
     pthread_mutex_init(&g_lock, NULL);
     mh_lanes_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
-    atomic_store(&mh_events_pending, 1);
+    atomic_store(&mh_events_pending.flag, 1);
 }

@@ -36,7 +36,7 @@ _Atomic(mh_lane *) mh_lanes;
 __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
 /* Process-wide: one flag for "some lane has news", read before every
  * query (see event_lane.h). */
-_Atomic uint32_t mh_events_pending;
+struct mh_pending_line mh_events_pending;
 /* Process-wide, as the addresses it is keyed by (event_lane.h); 512 KiB of
  * zero pages until addresses land on them. */
 _Atomic uint64_t mh_addr_chain[1u << MH_ADDR_CHAIN_BITS];

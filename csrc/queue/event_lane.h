@@ -8,7 +8,7 @@
  * writes: with one shared queue, the claim (fetch_add), the reclamation
  * epochs and the slot lines other threads had just written cost a hooked
  * alloc+free pair ~100-200 ns, most of it waiting on lines moving between
- * cores (bench/hook_bench.py; README, "What the hooks cost").
+ * cores (bench/hooks/hook_bench.py; README, "What the hooks cost").
  *
  * The single order events leave the queue in is made by the consumer
  * (event_drain.c), which merges the lanes.  What makes that order right -
@@ -100,7 +100,16 @@ MH_HIDDEN extern __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-
  * Set after a push (mh_lane_announce); exchanged for 0 by the drain before
  * it looks at the lanes, so an event published after that exchange leaves
  * it set. */
-MH_HIDDEN extern _Atomic uint32_t mh_events_pending;
+MH_HIDDEN extern struct mh_pending_line mh_events_pending;
+/* On a line of its own: every fenced event reads it (mh_lane_announce),
+ * and the variables the linker put beside it were written by producers
+ * and the drain (the segment counts, on every segment mapped or
+ * unmapped: each write cost every producer thread a miss on its next
+ * event). */
+struct mh_pending_line {
+    _Alignas(64) _Atomic uint32_t flag;
+};
+_Static_assert(sizeof(struct mh_pending_line) == 64, "the pending flag has a line of its own");
 
 /* Lane ids fit 16 bits of an event's identity (mh_lane_slot_id); a lane
  * made past that many has id 0, and its events carry no identity (the
@@ -206,8 +215,8 @@ static inline void mh_addr_chain_note(uint64_t addr, uint64_t id)
  * a LOCK-prefixed instruction is a full barrier.) */
 static inline void mh_lane_announce(bool fenced)
 {
-    if (!fenced || !atomic_load_explicit(&mh_events_pending, memory_order_relaxed))
-        atomic_store_explicit(&mh_events_pending, 1, memory_order_release);
+    if (!fenced || !atomic_load_explicit(&mh_events_pending.flag, memory_order_relaxed))
+        atomic_store_explicit(&mh_events_pending.flag, 1, memory_order_release);
 }
 
 #endif

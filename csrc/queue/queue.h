@@ -145,7 +145,11 @@ MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
 /* The trace's reader: copy up to capacity pending events it has not read
  * yet into out and hand them to the sink, WITHOUT consuming them (the
  * process's own consumer still drains them; the sink does not see them
- * twice).  Returns how many. */
+ * twice).  Returns how many.  A background reader (event_drain.c,
+ * look_open's `behind`): it reads what the last look saw published, and of
+ * a lane being written only what lies a KiB behind its producer, so it
+ * never takes the lines the producer writes next; the rest waits for the
+ * next call. */
 MH_HIDDEN size_t mh_queue_tee(memhook_event *out, size_t capacity);
 /* While nothing ever called memhook_events_drain, consume (drop) the
  * events the tee has read except the newest `keep`: a traced process with

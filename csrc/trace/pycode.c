@@ -17,7 +17,7 @@
  * length, kind and 64-bit hash with other characters is a 2^-64 chance;
  * without one they are compared byte for byte, as the line table always
  * is.  What a hit costs is those loads and compares: the walk is bound by
- * the cache lines it touches (bench/pyframes_bench.py --walk).
+ * the cache lines it touches (bench/hooks/pyframes_bench.py --walk).
  *
  * Lock-free: records are claimed with one fetch_add on codes_used and
  * written by their thread alone; `len` is stored last (release), and a

@@ -4,7 +4,7 @@
  * (code, instruction) pairs into the ALLOC's Python record; each code
  * object's identity goes into a code record once (pycode.c), and the
  * collector turns both into file, line and function
- * (memhook/cli/pyframes.py).  Layouts: trace_proto.h.
+ * (memhook/tracing/pyframes.py).  Layouts: trace_proto.h.
  */
 #ifndef MEMHOOK_PYFRAMES_H
 #define MEMHOOK_PYFRAMES_H

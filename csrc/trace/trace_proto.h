@@ -1,6 +1,6 @@
 /*
  * trace_proto.h - the wire format between a traced process and the
- * `memhook trace` collector (memhook/cli/protocol.py mirrors it; a test
+ * `memhook trace` collector (memhook/tracing/protocol.py mirrors it; a test
  * compares the two).
  *
  * Events do not travel on the socket.  Each traced process image writes

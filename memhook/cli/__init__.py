@@ -1,9 +1,8 @@
-"""The ``memhook`` command's larger subcommands.
+"""The ``memhook`` command's larger subcommands, each a front end:
 
 * :mod:`memhook.cli.trace` - ``memhook trace``: run a command with the hooks
-  preloaded and collect every process's events (:mod:`.collector`,
-  :mod:`.protocol`), account for them (:mod:`.ledger`) and write them
-  (:mod:`.formats`);
+  preloaded; the machinery that collects every process's events, accounts
+  for them and writes them is :mod:`memhook.tracing`;
 * :mod:`memhook.cli.info` - ``memhook info``: what a bug report needs;
 * :mod:`memhook.cli.demo` - ``memhook demo``: :mod:`.demo_workload` under trace.
 """

@@ -19,7 +19,7 @@ __all__ = ["add_parser", "gpu_present", "have_cuda_bindings", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from .formats import FORMATS
+    from ..tracing.writers import FORMATS
     from .trace import PYTHON_DEFAULT, PYTHON_MAX, STACKS_DEFAULT, STACKS_MAX
 
     p = sub.add_parser(

@@ -59,7 +59,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ probing
 
 def _driver_info() -> tuple[dict, ctypes.CDLL | None]:
-    from .cuda_errors import error_name
+    from .._cuda_errors import error_name
 
     try:
         cuda = ctypes.CDLL(LIBCUDA_SONAME)

@@ -4,7 +4,7 @@ Runs CMD with the core (``libmemhook.so``) in ``LD_PRELOAD``, so the trace
 is the same whether or not CMD is a Python program; its children (fork,
 exec, subprocesses) inherit it.  Every traced process connects to this
 command's socket and streams its events (csrc/trace/trace.c); this process
-collects them (:mod:`memhook.cli.collector`), writes them in the chosen
+collects them (:mod:`memhook.tracing.collector`), writes them in the chosen
 format as they come, and ends with a summary.
 
 Where things go:
@@ -12,7 +12,7 @@ Where things go:
 * ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
   interleaved with CMD's own output; each line shows pid and tid, and the
   lines of all processes are merged in timestamp order
-  (:mod:`memhook.cli.reorder`: held 250 ms);
+  (:mod:`memhook.tracing.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
   CMD's stdout is sent to stderr so the stream stays parseable;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
@@ -40,7 +40,7 @@ CMD because of its own trouble:
   and the trace goes on into the summary and the other outputs; an output
   closed by its reader (``| head``: EPIPE) likewise;
 * a malformed or hostile HELLO or trace area, or a failure reading one
-  area, costs that area alone (:mod:`memhook.cli.collector`);
+  area, costs that area alone (:mod:`memhook.tracing.collector`);
 * an exception of the collector itself stops the reading (its traceback
   goes to stderr); memhook then only waits for CMD, still relaying
   signals, and writes the summary of what it had.  The processes' trace
@@ -85,7 +85,8 @@ DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
-USAGE = "memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] -- CMD [ARGS...]"
+USAGE = ("memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] "
+         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] -- CMD [ARGS...]")
 
 
 class UsageError(Exception):
@@ -93,7 +94,7 @@ class UsageError(Exception):
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from .formats import FORMATS
+    from ..tracing.writers import FORMATS
 
     p = sub.add_parser(
         "trace", usage=USAGE,
@@ -157,7 +158,7 @@ def _resolve(command: list[str], env: dict[str, str]) -> str | None:
 def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
     """(stream, is our stdout, shown name).  Text goes out with
     formats.TEXT_ERRORS: a name that is not UTF-8 is written as its bytes."""
-    from .formats import TEXT_ERRORS
+    from ..tracing.writers import TEXT_ERRORS
 
     if path is None:
         path = DEFAULT_FILES.get(fmt, "-")
@@ -225,7 +226,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     (0: none)."""
     from .. import library_path
     from .._modes import HookMode
-    from .formats import FORMATS
+    from ..tracing.writers import FORMATS
 
     if fmt not in FORMATS:
         return _fail(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
@@ -281,7 +282,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
 def _tell_outer_trace(warnings: list[str]) -> None:
     """Inside a traced program (MEMHOOK_TRACE_SOCKET is an outer trace's):
     tell that trace that this one's command reports here, and say it."""
-    from .protocol import nested_message
+    from ..tracing.protocol import nested_message
 
     outer = os.environ.get("MEMHOOK_TRACE_SOCKET")
     if not outer:
@@ -328,10 +329,10 @@ def _function_table() -> tuple[list[str], list[bool]]:
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
            memviz_entries: int, warnings: list[str]) -> int:
-    from .collector import Collector
-    from .formats import make_writer
-    from .ledger import Ledger, Process, format_summary
-    from .reorder import WINDOW_MS, Reorder
+    from ..tracing.collector import Collector
+    from ..tracing.writers import make_writer
+    from ..tracing.ledger import Ledger, Process, format_summary
+    from ..tracing.reorder import WINDOW_MS, Reorder
 
     names, runtime = _function_table()
     ledger = Ledger(names, runtime)

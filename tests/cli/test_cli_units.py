@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from memhook_testing import CSRC
 
-from memhook.cli import cuda_errors, protocol
-from memhook.cli.ledger import HOST_KEY, Ledger, Process, human_size
+from memhook import _cuda_errors as cuda_errors
+from memhook.tracing import protocol
+from memhook.tracing.ledger import HOST_KEY, Ledger, Process, human_size
 
 
 def _defines(path: Path) -> dict[str, int]:
@@ -114,13 +115,13 @@ def test_human_size() -> None:
 
 
 def test_a_peer_is_who_the_kernel_says() -> None:
-    """memhook.cli.peers on a connected pair: the pid is SO_PEERCRED's, the
+    """memhook.tracing.peers on a connected pair: the pid is SO_PEERCRED's, the
     pidfd is that process's, and a claim is checked against its pids in
     every PID namespace."""
     import os
     import socket
 
-    from memhook.cli.peers import identify
+    from memhook.tracing.peers import identify
 
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with a, b:

@@ -1,4 +1,4 @@
-"""The reorder window (memhook/cli/reorder.py) on its own, with a fake clock:
+"""The reorder window (memhook/tracing/reorder.py) on its own, with a fake clock:
 rows of several processes come out in timestamp order, held no longer than
 the window, marks in their place, memory bounded, late rows counted."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 import types
 
-from memhook.cli.ledger import Process
-from memhook.cli.reorder import Reorder
+from memhook.tracing.ledger import Process
+from memhook.tracing.reorder import Reorder
 
 MS = 1_000_000
 

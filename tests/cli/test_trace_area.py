@@ -1,5 +1,5 @@
 """The trace area's two halves agree: trace_proto.h's constants and layout
-(what csrc/trace/trace_lane.c writes) and memhook/cli/area.py's reading of
+(what csrc/trace/trace_lane.c writes) and memhook/tracing/area.py's reading of
 them, checked on an area made by Python as the producer would fill it."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from memhook_testing import CSRC
 
-from memhook.cli import area
-from memhook.cli.protocol import EVENT_DTYPE, VERSION, ProtocolError
+from memhook.tracing import area
+from memhook.tracing.protocol import EVENT_DTYPE, VERSION, ProtocolError
 
 PROTO = (CSRC / "trace" / "trace_proto.h").read_text()
 
@@ -33,7 +33,7 @@ def test_constants_match_trace_proto_h() -> None:
         area.SEG_OWNED, area.SEG_CLOSED)
     assert area.AREA_HEADER.size == 128  # the fields before the producers' line
     # The bounds the collector holds an area's records to are the traced side's.
-    from memhook.cli import pyframes
+    from memhook.tracing import pyframes
 
     assert _define("MH_TRACE_STACKS_MB") << 20 == area._STACKS_MAX
     assert _define("MH_TRACE_PY_MB") << 20 == area._PY_MAX
@@ -332,8 +332,8 @@ def test_the_traced_side_seals_its_area(programs) -> None:  # noqa: ANN001
     import subprocess
 
     import memhook
-    from memhook.cli.collector import Collector
-    from memhook.cli.ledger import Ledger
+    from memhook.tracing.collector import Collector
+    from memhook.tracing.ledger import Ledger
 
     collector = Collector(Ledger([], []))
     seals: list[int] = []
@@ -389,7 +389,7 @@ def _python_area(events_first: bool = False, codes_bytes: int = CODES_BYTES,
 
 
 def _code(file: str, name: str, first: int = 10, table: bytes = LINE_2, **lies: int) -> bytes:
-    from memhook.cli.pyframes import CODE
+    from memhook.tracing.pyframes import CODE
 
     def pad(b: bytes) -> bytes:
         return b + b"\0" * (-len(b) % 8)
@@ -462,7 +462,7 @@ def test_python_records_are_read_with_bounded_preads_and_lies_name_question_mark
     records that claim a GiB of name, a table past any, a length past the
     section or a bad width name ``?``; what is read stays near what the
     sections hold, whatever the records claim."""
-    from memhook.cli.pyframes import LOST, PyFrame
+    from memhook.tracing.pyframes import LOST, PyFrame
 
     fd, offs = _python_area()
     a = area.TraceArea(os.dup(fd))
@@ -539,7 +539,7 @@ def test_long_line_tables_are_decoded_a_budget_at_a_time() -> None:
     of them).  A read decodes at most its budget; a frame past it keeps its
     file and function with line 0 (unknown, never another line), is not
     remembered so, and the next reads name it in full."""
-    from memhook.cli import pyframes
+    from memhook.tracing import pyframes
 
     table = bytes([0x80, 0x00]) * (pyframes.LINES_MAX // 2)  # one unit an entry, all line 7
     fd, offs = _python_area(codes_bytes=4 << 20)

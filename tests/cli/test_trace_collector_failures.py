@@ -16,7 +16,7 @@ import pytest
 from cli_testing import DEGRADED, memhook, read_jsonl, warnings_of
 
 from memhook.cli import trace
-from memhook.cli.formats import FORMATS
+from memhook.tracing.writers import FORMATS
 
 
 def test_the_degraded_status_and_the_rule() -> None:
@@ -81,7 +81,7 @@ def test_a_collector_exception_leaves_cmd_running(programs, monkeypatch: pytest.
     poll that fails on its 5th turn): memhook stops reading, waits for CMD
     (relaying signals), and CMD finishes.  Before: `finally: child.kill()`
     SIGKILLed it, and the exception came out of run_trace."""
-    from memhook.cli import collector
+    from memhook.tracing import collector
 
     real_poll = collector.Collector.poll
     turns = {"n": 0}
@@ -110,7 +110,7 @@ def test_a_failure_reading_one_area_costs_that_area_alone(
     """Reading one process's area raises (stood in for by a _deliver that
     fails for `event_storm 3000`): that area is closed, said, and the other
     process keeps every event."""
-    from memhook.cli import collector
+    from memhook.tracing import collector
 
     real = collector.Collector._deliver
 

@@ -1,5 +1,5 @@
 """Events of all processes come out in timestamp order (the reorder window,
-memhook/cli/reorder.py), and the text format names each event's pid and tid.
+memhook/tracing/reorder.py), and the text format names each event's pid and tid.
 
 scripts/interleave.py runs two children at once, each allocating on two
 threads every ~1 ms; each child's streamer sends its own batches, so in

@@ -46,3 +46,17 @@ def test_pending_flag_never_hides_an_event(native, tmp_path: Path) -> None:
                                 f"-Wl,-rpath,{native.core.parent}", "-lpthread", "-ldl"])
     out = native.run([str(exe), str(native.libcuda)], timeout=240).stdout
     assert out.startswith("ok events 120000 bursts 300"), out
+
+
+def test_a_background_drain_leaves_the_producers_lines_and_loses_nothing(
+        native, tmp_path: Path) -> None:
+    """fixtures/drain_behind.c: memhook_events_drain_background takes none
+    of the 16 newest events of a lane written since the last look (the
+    lines its producer writes next: issue 26 item 4), takes an idle lane
+    whole, keeps a thread's order while it records, and what it leaves a
+    complete drain (a query's, a flush's) hands out - every event once."""
+    exe = native.compile(FIXTURES / "drain_behind.c", tmp_path / "drain_behind",
+                         extra=[f"-L{native.core.parent}", "-lmemhook",
+                                f"-Wl,-rpath,{native.core.parent}", "-lpthread"])
+    out = native.run([str(exe)], timeout=240).stdout
+    assert out.startswith("ok background "), out

@@ -1,5 +1,5 @@
 """The collector computes a frame's line from its code record's line table
-(memhook/cli/pyframes.py: line_for) as the traced interpreter would: for
+(memhook/tracing/pyframes.py: line_for) as the traced interpreter would: for
 every code object of a few sources and every instruction offset, each
 CPython 3.9-3.13 on this machine says the same line (its own
 PyCode_Addr2Line, the function a frame's line comes from)."""
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from pyframes_testing import SCRIPTS, interpreters
 
-from memhook.cli.pyframes import line_for
+from memhook.tracing.pyframes import line_for
 
 
 @pytest.mark.parametrize("python", interpreters())

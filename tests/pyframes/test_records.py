@@ -1,4 +1,4 @@
-"""The collector's side of --python on its own (memhook/cli/pyframes.py):
+"""The collector's side of --python on its own (memhook/tracing/pyframes.py):
 Python and code records as a process writes them (trace_proto.h) become
 frames; records that are cut short, point outside the area or hold
 nonsense name ``?`` and never raise; the user frame skips the library's;
@@ -15,9 +15,9 @@ import pytest
 from memhook_testing import CSRC, HAVE_CC
 from pyframes_testing import HERE
 
-from memhook.cli.area import AreaTruncated
-from memhook.cli.modules import MODULE_LOAD, Module, ModuleMap
-from memhook.cli.pyframes import CODE, LOST, PyFrame, PyRecords, PyStack, SiteLedger
+from memhook.tracing.area import AreaTruncated
+from memhook.tracing.modules import MODULE_LOAD, Module, ModuleMap
+from memhook.tracing.pyframes import CODE, LOST, PyFrame, PyRecords, PyStack, SiteLedger
 
 PY_OFF, PY_CAP, CODES_OFF, CODES_CAP, VERSION_AT = 4096, 4096, 8192, 4096, 64
 LOCATIONS_LINE_2 = bytes([0x80, 0x00, 0xD8, 0x04, 0x08])  # unit 0: first line, unit 1: +1
@@ -173,10 +173,10 @@ def test_a_fork_childs_parent_is_found_by_kernel_pid() -> None:
     parent (the kernel's PPid), never from the other pid 1; a child whose
     parent is outside its namespace (ppid 0: ``unshare -fp``) too; a reaper
     that took a child over is not its parent."""
-    from memhook.cli.collector import Collector, _Image
-    from memhook.cli.ledger import Ledger, Process
-    from memhook.cli.peers import Peer
-    from memhook.cli.protocol import Hello
+    from memhook.tracing.collector import Collector, _Image
+    from memhook.tracing.ledger import Ledger, Process
+    from memhook.tracing.peers import Peer
+    from memhook.tracing.protocol import Hello
 
     def hello(pid: int, ppid: int, forked: bool = False) -> Hello:
         return Hello(pid, ppid, 0, 0, 0, 1 if forked else 0, 0, "/bin/x", ["x"], "")
@@ -214,7 +214,7 @@ def test_a_fork_childs_parent_is_found_by_kernel_pid() -> None:
 def test_the_readers_match_trace_proto_h(tmp_path) -> None:
     """area.py's RECORDS and pyframes.py's CODE are trace_proto.h's
     layouts, field for field (offset and size)."""
-    from memhook.cli import area
+    from memhook.tracing import area
 
     exe = tmp_path / "proto_probe"
     subprocess.run(["cc", "-std=c11", f"-I{CSRC / 'trace'}", str(HERE / "c" / "proto_probe.c"),

@@ -7,7 +7,7 @@ Loads libcuda.so.1 (cuInit) and NVIDIA's libcudart.so.13, and judges every
 exported function from the bytes mapped in this process (the code bistro
 would patch, at its real address; the trampoline 1 GiB above), in both patch
 forms (5-byte jmp rel32, 12-byte movabs+jmp), with bistro_census.census().
-Exit status 1 unless every entry point of DESIGN.md section 3 present in
+Exit status 1 unless every entry point of csrc/cuda/hook_table.def present in
 these libraries is patchable in both forms (and the driver's are present).
 Needs memhook built (cffi), not pyelftools: the exports come from `nm -D`.
 """

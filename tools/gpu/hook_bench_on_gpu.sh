@@ -3,8 +3,8 @@
 #   bash tools/gpu/hook_bench_on_gpu.sh [OUTDIR]      (OUTDIR default: $OUT)
 #
 # Needs only python3 and cc there (no cffi): the native tree - libmemhook and
-# the simulator - is built with csrc/build_native.py, and bench/hook_bench.py
-# compiles bench/hook_bench.c, which dlopens libcuda and libmemhook itself.
+# the simulator - is built with csrc/build_native.py, and bench/hooks/hook_bench.py
+# compiles bench/hooks/hook_bench.c, which dlopens libcuda and libmemhook itself.
 #   1. the real driver (system libcuda.so.1): cuMemAllocAsync+cuMemFreeAsync
 #      (goal: at most 10% added) and cuMemAlloc_v2+cuMemFree_v2, modes
 #      bistro, reloc, bistro+reloc, 1 and 2 threads; then bistro with the
@@ -26,14 +26,14 @@ echo "== host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) c
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 rc=0
 echo "== 1. real driver: cuMemAllocAsync+cuMemFreeAsync"
-python3 bench/hook_bench.py --core "$core" --real --no-stub --api async \
+python3 bench/hooks/hook_bench.py --core "$core" --real --no-stub --api async \
     $(json hook_bench_real_async.json) || rc=1
 echo "== 1b. real driver: cuMemAlloc_v2+cuMemFree_v2 (slower pairs: fewer of them)"
-python3 bench/hook_bench.py --core "$core" --real --no-stub --api sync --pairs 2000 \
+python3 bench/hooks/hook_bench.py --core "$core" --real --no-stub --api sync --pairs 2000 \
     $(json hook_bench_real_sync.json) || rc=1
 echo "== 1c. real driver, bistro with the 12-byte jump forced"
-MEMHOOK_BISTRO_FAR_JUMP=1 python3 bench/hook_bench.py --core "$core" --real --no-stub \
+MEMHOOK_BISTRO_FAR_JUMP=1 python3 bench/hooks/hook_bench.py --core "$core" --real --no-stub \
     --api async --modes bistro $(json hook_bench_real_far.json) || rc=1
 echo "== 2. simulator and stub driver on this host"
-python3 bench/hook_bench.py --core "$core" $(json hook_bench_sim.json) || rc=1
+python3 bench/hooks/hook_bench.py --core "$core" $(json hook_bench_sim.json) || rc=1
 exit $rc

@@ -87,7 +87,8 @@ def check_memviz(name: str, path: str) -> bool:
         except TypeError:  # an older signature
             text.append(fn(snap))
     entries = [e for t in snap["device_traces"] for e in t]
-    text.append("\n".join(mv._frames_fmt(e["frames"], full_filename=True) if
+    # _frames_fmt gives one string per frame.
+    text.append("\n".join("\n".join(mv._frames_fmt(e["frames"], full_filename=True)) if
                           hasattr(mv, "_frames_fmt") else str(e["frames"]) for e in entries))
     blob = "\n".join(str(t) for t in text)
     known = sites()

@@ -9,7 +9,7 @@
 # check.txt (tools/gpu/pyframes_check.py: which ALLOCs got Python frames and
 # which did not and why, and torch.cuda._memory_viz reading the memviz
 # files: the workload's lines must be there), bench.txt
-# (bench/pyframes_bench.py: the cost per allocation, with and without
+# (bench/hooks/pyframes_bench.py: the cost per allocation, with and without
 # --python, and the capture alone).  Exit status: the checker's.
 set -u
 out=${1:?usage: pyframes_on_gpu.sh OUTDIR}
@@ -40,6 +40,6 @@ python3 tools/gpu/pyframes_check.py "$out" 2>&1 | tee "$out/check.txt"
 status=${PIPESTATUS[0]}
 # The cost: through the simulator (the path is the hooks' and the trace's,
 # the driver's own cost left out), then the capture alone.
-timeout 300 python3 bench/pyframes_bench.py --rounds 3 2>&1 | tee "$out/bench.txt"
-timeout 120 python3 bench/pyframes_bench.py --walk --depths 1,10,40 2>&1 | tee -a "$out/bench.txt"
+timeout 300 python3 bench/hooks/pyframes_bench.py --rounds 3 2>&1 | tee "$out/bench.txt"
+timeout 120 python3 bench/hooks/pyframes_bench.py --walk --depths 1,10,40 2>&1 | tee -a "$out/bench.txt"
 exit "$status"

@@ -3,15 +3,15 @@
 # call:
 #     bash tools/gpu/ucx_side_by_side.sh [OUTDIR [BENCH-ARGS...]]   (OUTDIR default: $OUT)
 #
-# BENCH-ARGS go to both runs of bench/ucx_side_by_side.py (e.g. --quick,
+# BENCH-ARGS go to both runs of bench/ucx/ucx_side_by_side.py (e.g. --quick,
 # --procs 7).
-# UCX: the libucx-cu13 wheel, found by bench/ucx_side_by_side.py (first hit):
+# UCX: the libucx-cu13 wheel, found by bench/ucx/ucx_side_by_side.py (first hit):
 # $MEMHOOK_UCX (an unzipped wheel, or the .whl), .ucx/ in the repository root
 # (an unzipped wheel, or a libucx*.whl inside it), an installed libucx, or
 # .whl/libucx*.whl.  The wheel's .so files match .gitignore's *.so, so an
 # unzipped copy travels to the device only when carried.  Simplest, before
 # the device call (here, in the checkout that travels):
-#     python3 bench/ucx_side_by_side.py --slim-wheel PATH/libucx_cu13-1.22.0-*.whl
+#     python3 bench/ucx/ucx_side_by_side.py --slim-wheel PATH/libucx_cu13-1.22.0-*.whl
 # writes .ucx/libucx_cu13-1.22.0-slim.whl (2.4 MB: libucs, libucm,
 # libucm_cuda, the wheel's libcudart), untracked and not ignored, so it
 # travels.  The whole wheel (43 MB) works too, in .ucx/ or in .whl/ (carried;
@@ -43,10 +43,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
     echo "(tools/gpu/device_setup.sh failed: memhook.memory_type is not asked)"
 rc=0
 echo "== 1. real driver: cuMemAllocAsync+cuMemFreeAsync, memhook beside UCX"
-python3 bench/ucx_side_by_side.py --real --core "$core" $(json ucx_side_by_side_real.json) "$@" ||
+python3 bench/ucx/ucx_side_by_side.py --real --core "$core" $(json ucx_side_by_side_real.json) "$@" ||
     rc=1
 echo "== 2. stub driver on this host (the hooks' own cost)"
-python3 bench/ucx_side_by_side.py --driver stub --core "$core" \
+python3 bench/ucx/ucx_side_by_side.py --driver stub --core "$core" \
     $(json ucx_side_by_side_stub.json) "$@" || rc=1
 rm -rf "$tmp"
 exit $rc

@@ -184,7 +184,7 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 
 /* ---- the CUDA hook layer (csrc/cuda/) ----
  *
- * The functions of DESIGN.md section 3, each with a wrapper that turns one
+ * The functions of csrc/cuda/hook_table.def, each with a wrapper that turns one
  * user call into one event.  bistro patches the driver's exported entries;
  * reloc points GOT slots, dlsym and cuGetProcAddress answers at the same
  * wrappers.  Events go into one lock-free multi-producer queue that grows
@@ -322,7 +322,7 @@ MEMHOOK_API int memhook_hook_index(const char *name);
 /* What the wrapper of hook-table function `name` calls: bistro's trampoline
  * when the entry is patched (the original code, relocated), else the real
  * definition; NULL when unknown.  Calling it bypasses the hook - no event,
- * no bookkeeping (bench/hook_bench.c times it against the hooked entry). */
+ * no bookkeeping (bench/hooks/hook_bench.c times it against the hooked entry). */
 MEMHOOK_API void *memhook_hooks_original(const char *name);
 
 /* Move up to capacity pending events, in event order, into out.  Returns
@@ -347,6 +347,18 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
  * so it still ends only once everything pending when it began is out. */
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
+
+/* A background drainer's step (a thread that drains every so often, as
+ * Python's feeder does): memhook_events_drain's order, but it promises
+ * nothing about what was pending when it was called - it hands out what
+ * the previous call (any drain's) saw published, and of a lane whose
+ * thread recorded since, only events some way behind the newest (the
+ * lines that thread writes next stay in its core: issue 26).  It reads
+ * each thread's count once.  What it leaves, a later call or any
+ * memhook_events_drain / _bounded run takes (those hand out everything
+ * recorded before they began: use them for a flush or before a query).
+ * May return fewer than capacity, or 0, while events are pending. */
+MEMHOOK_API size_t memhook_events_drain_background(memhook_event *out, size_t capacity);
 
 /* Precise timestamps.  Events carry CLOCK_MONOTONIC_COARSE (the clock as
  * of its last tick, 1-4 ms) unless something needs precise time: the trace

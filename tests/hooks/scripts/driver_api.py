@@ -84,7 +84,7 @@ def main() -> int:
 
     with cases.case("original entry"):
         # memhook_hooks_original: what the wrapper calls, bypassing the hook
-        # (bench/hook_bench.c times it against the hooked entry).
+        # (bench/hooks/hook_bench.c times it against the hooked entry).
         from memhook._core import ffi, lib
         orig_alloc = lib.memhook_hooks_original(b"cuMemAlloc_v2")
         orig_free = lib.memhook_hooks_original(b"cuMemFree_v2")

@@ -1,6 +1,6 @@
 /* Prints the offsets of trace_proto.h's area header fields from
  * modules_off on, and of mh_trace_pycode's, for test_records.py to hold
- * memhook/cli/area.py and pyframes.py to them. */
+ * memhook/tracing/area.py and pyframes.py to them. */
 #include <stddef.h>
 #include <stdio.h>
 

@@ -1,0 +1,14 @@
+"""The machinery behind ``memhook trace`` (whose front end, the command
+line, is :mod:`memhook.cli.trace`), bottom up:
+
+* :mod:`.protocol` - the messages a traced process sends (mirrors
+  ``csrc/trace/trace_proto.h``); :mod:`.peers` - who sent them, by the
+  kernel's word;
+* :mod:`.area` - reading a traced process's trace area (its memfd);
+  :mod:`.pyframes` - naming the Python frames recorded there;
+  :mod:`.modules` - which object was loaded where, for callers;
+* :mod:`.ledger` - the summary's figures, bounded by what is live;
+* :mod:`.reorder` - all processes' events merged into timestamp order;
+* :mod:`.writers` - the output formats, one module each;
+* :mod:`.collector` - the loop that ties them together.
+"""
