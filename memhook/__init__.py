@@ -31,7 +31,8 @@ from ._core import library_path
 from ._modes import HookMode
 from ._types import MemoryType, Region
 from ._version import __version__
-from .cache import MemtypeCache, lookup, memory_type, memory_types
+from ._query import lookup, memory_type, memory_types
+from .cache import MemtypeCache
 from ._drain import flush
 from .events import Caller, Event, EventKind, Subscription, subscribe
 from .hooks import HookInfo, HookReport, install, status, uninstall

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from . import _control
 from ._core import lib
+from ._fastpath import FAST
 
 __all__ = ["coverage_complete", "invalidate"]
 
@@ -29,12 +30,17 @@ _epoch = 0
 # the core) moves with the mode, the loader's object count and the queue's
 # first trim; the epoch with every install() and uninstall().
 _memo: tuple[int, int, bool] = (-1, -1, False)
+# memory_type's C fast path answers HOST from its copy of the memo (and
+# checks the token itself): each store of the memo or the epoch goes there too.
+_note_memo = FAST.coverage_memo if FAST is not None else (lambda token, epoch, answer: None)
+_note_epoch = FAST.coverage_epoch if FAST is not None else (lambda epoch: None)
 
 
 def invalidate() -> None:
     """Forget the remembered answer (the hooks were installed or removed)."""
     global _epoch
     _epoch += 1
+    _note_epoch(_epoch)
 
 
 def coverage_complete() -> bool:
@@ -47,8 +53,10 @@ def coverage_complete() -> bool:
         return memo[2]
     if not token & 3:  # mode none: nothing is vouched for
         _memo = (token, _epoch, False)
+        _note_memo(token, _epoch, False)
         return False
     epoch = _epoch
     answer = bool(_ask())
     _memo = (token, epoch, answer)
+    _note_memo(token, epoch, answer)
     return answer

@@ -79,7 +79,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _apply, _control, _hook_table
-from . import cache as _cache
+from . import _query
 from ._core import ffi, lib
 from ._event_layout import EVENT_DTYPE
 from ._types import MemoryType
@@ -493,7 +493,7 @@ def _apply_rows(rows: Any) -> int:
         rows = np.array(rows, dtype=EVENT_DTYPE)
     progress = [0]
     try:
-        _apply.apply_rows(_cache.process_cache(), rows, progress)
+        _apply.apply_rows(_query.process_cache(), rows, progress)
     except BaseException:
         with _take_lock:
             _backlog[:0] = [rows[progress[0]:].copy()]
@@ -673,10 +673,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
-# What memhook.cache needs of this drain besides draining: set_hook_layer
+# What memhook._query needs of this drain besides draining: set_hook_layer
 # finds it on the function, so that saving (drain, coverage) and setting
 # them again keeps it.
-query_drain.applier = _cache.Applier(  # type: ignore[attr-defined]
+query_drain.applier = _query.Applier(  # type: ignore[attr-defined]
     settle=settle, generation=generation, remember=remember, applying=applying,
     unapplied=unapplied)
 
@@ -688,5 +688,5 @@ def attach() -> bool:
     feeder sits above the drain: it imports this module, not the reverse)."""
     from ._coverage import coverage_complete
 
-    _cache.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
+    _query.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
     return bool(_pending[0] or lib.memhook_hooks_mode())

@@ -14,6 +14,9 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
+# memory_type's fast path: a CPython builtin built into this extension
+# (csrc/pyext/query_fast.c says why; memhook/_query.py takes it).
+QUERY_FAST = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query_fast.c")
 
 CDEF = """
 const char *memhook_version(void);
@@ -172,10 +175,19 @@ typedef CUresult (*mh_cuMemGetAddressRange_fn)(CUdeviceptr *, size_t *, CUdevice
 """
 
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF + DRIVER_CDEF)
+QUERY_FAST_CDEF = """
+uintptr_t memhook_query_fast_functions(void);
+"""
+
+QUERY_FAST_SOURCE = """
+uintptr_t memhook_query_fast_functions(void);
+"""
+
+ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
 ffibuilder.set_source(
     "memhook._native",
-    '#include "memhook/memhook.h"\n' + DRIVER_SOURCE,
+    '#include "memhook/memhook.h"\n' + DRIVER_SOURCE + QUERY_FAST_SOURCE,
+    sources=[QUERY_FAST],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34
     # library_dirs is filled in by setup.py's build_ext, which builds the core

@@ -54,46 +54,32 @@ How it is built (and why it is fast):
   ``searchsorted`` on a sorted snapshot (starts, last bytes, type codes),
   rebuilt only when the cache has changed since the last batch.
 
-The module-level :func:`memory_type`, :func:`lookup` and :func:`memory_types`
-query one process-wide cache, because a process has one address space: every
-library in it allocates from, and asks about, the same pointers, so one cache
-fed by the hooks serves them all (and a second would only be a second,
-staler copy).  Before answering they drain the hooks' pending events - or,
-when that would mean waiting for another thread (it is applying a batch),
-they answer from the cache where no event it lacks touches the range, and
-through the driver where one does (not remembering that answer: see
-_remember) - and they resolve through the CUDA driver what the cache cannot vouch for: UNKNOWN
-regions and straddling ranges always, and - while the hook layer does not say
-it covers every allocation entry point of the loaded driver, which today it
-never does - pointers the cache does not know.  The driver is asked only if
-the process has already loaded and initialised it (see :mod:`memhook._driver`);
-its answer is remembered as a region (a "not CUDA's" answer is not: without
-hooks such a pointer is asked about again, with one ``cuPointerGetAttributes``
-call).  Without hooks nothing tells the cache about frees, so a remembered
-region stays until the cache is told otherwise
-(``memhook.cache.process_cache().remove(...)`` or ``.clear()``).
-
-The hook layer plugs in with :func:`set_hook_layer`.
+The process-wide cache and the module-level queries over it
+(:func:`memory_type`, :func:`lookup`, :func:`memory_types`,
+:func:`process_cache`, :func:`set_hook_layer`) live in :mod:`memhook._query`;
+they are named here too, as they always were.
 """
 
 from __future__ import annotations
 
 import enum
-import os
 import threading
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from collections.abc import Iterator
 from itertools import chain, cycle
 from operator import attrgetter
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 from sortedcontainers import SortedKeyList
 
-from . import _driver, _inputs
+from . import _inputs
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
+
+if TYPE_CHECKING:
+    from ._query import (CACHE_WAIT_S, Applier, lookup, memory_type, memory_types,
+                         process_cache, set_hook_layer)
 
 __all__ = [
     "HOT_LIMIT",
@@ -940,417 +926,19 @@ class MemtypeCache:
         return out, ~inside
 
 
-# ---------------------------------------------------------------------------
-# the process-wide cache and the module-level queries
-
-_process_cache = MemtypeCache()
-
-
-def _after_fork_in_child() -> None:
-    # A writer thread of the parent may have held the lock at fork(); it is
-    # gone, and every published state is whole (writers publish one tuple).
-    _process_cache._lock = threading.Lock()
+# The process-wide cache and its queries live in memhook._query; these names
+# were always this module's too (the public API names them here).  Looked up there at
+# each access (not copied at import), so that the hook layer's current
+# state reads the same through either module, and so that importing either
+# module first works (memhook._query imports this one).
+_QUERY_NAMES = frozenset({"CACHE_WAIT_S", "Applier", "lookup", "memory_type", "memory_types",
+                          "process_cache", "set_hook_layer", "_process_cache", "_drain",
+                          "_coverage_complete", "_applier"})
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
-_drain: Callable[[], object] | None = None
-_coverage_complete: Callable[[], bool] | None = None
+def __getattr__(name: str) -> Any:
+    if name in _QUERY_NAMES:
+        from . import _query
 
-
-@dataclass(frozen=True)
-class Applier:
-    """What the hook layer's drain offers the module-level queries besides
-    draining (memhook._drain provides it; see :func:`set_hook_layer`).
-
-    ``settle()`` waits until the cache holds every event published before
-    the call (for a query the driver cannot answer); ``generation()``
-    counts the drain's applies; ``remember(since, write)`` runs ``write``
-    (storing a driver answer) only if no apply happened since
-    ``generation()`` returned ``since``, and says whether it did;
-    ``applying()`` is True on a thread inside an apply, which may hold the
-    cache's lock (a signal handler there must not wait for it);
-    ``unapplied(start, size, closed)`` is, of the events the cache lacks
-    yet, the last that can change its answer for the range
-    (memhook._apply.last_touch), UNTOUCHED, or UNSURE."""
-
-    settle: Callable[[], object]
-    generation: Callable[[], int]
-    remember: Callable[[int, Callable[[], None]], bool]
-    applying: Callable[[], bool]
-    unapplied: Callable[[int, int, bool], Any]
-
-
-_applier: Applier | None = None
-
-CACHE_WAIT_S = 0.002
-"""How long a module-level query waits for the cache's lock while another
-thread writes (a write takes microseconds, unless its thread lost the CPU
-or the GIL mid-write); past that it resolves through the driver."""
-
-
-def process_cache() -> MemtypeCache:
-    """The one cache of this process, that the hooks feed and the module-level
-    queries read.  Writing to it by hand is allowed (a transport that knows of
-    memory the hooks cannot see may record it); the hooks keep writing too.
-
-    Runtime complexity: O(1).
-
-    >>> import memhook
-    >>> from memhook.cache import process_cache
-    >>> process_cache() is process_cache()
-    True
-    >>> isinstance(process_cache(), memhook.MemtypeCache)
-    True
-    """
-    return _process_cache
-
-
-def set_hook_layer(drain: Callable[[], object] | None,
-                   coverage_complete: Callable[[], bool] | None,
-                   applier: Applier | None = None) -> None:
-    """The seam for the hook layer.
-
-    ``drain()`` is called before every module-level query; it must apply the
-    pending events to :func:`process_cache` (``update`` on ALLOC, ``remove`` on
-    FREE) in order, and return False - exactly False - when it could not
-    do so without waiting for another thread: the query then answers
-    through the driver (``applier.settle()`` first when the driver cannot
-    answer).  ``coverage_complete()`` returns True while the hooks cover
-    every allocation entry point of the loaded driver; only then does a
-    pointer the cache does not know count as HOST without asking the driver.
-    ``applier``: see :class:`Applier` (None: the drain's own ``applier``
-    attribute if it has one - so a layer saved as ``(drain,
-    coverage_complete)`` and set again keeps it - else driver answers are
-    remembered at once and the cache's lock is waited for).  Pass None to
-    detach any of them.  ``import memhook`` attaches the hooks' own layer
-    (:mod:`memhook._drain`); this is for tests and benchmarks that stand in
-    for it, so it has no example here.
-
-    Runtime complexity: O(1)."""
-    global _drain, _coverage_complete, _applier
-    if applier is None:
-        applier = getattr(drain, "applier", None)
-    _drain = drain
-    _coverage_complete = coverage_complete
-    _applier = applier
-
-
-def _vouched() -> bool:
-    predicate = _coverage_complete
-    return predicate is not None and bool(predicate())
-
-
-def _classify(start: int, n: int) -> tuple[int, Region | None]:
-    """What the process cache holds for ``[start, start + n)`` - or
-    ``(_BLOCKED, None)`` rather than wait long for a write under way: at
-    most CACHE_WAIT_S, and not at all on a thread inside the drain's apply
-    (a signal handler there: the interrupted write may hold the lock)."""
-    applier = _applier
-    if applier is None:
-        return _process_cache._classify_checked(start, n)
-    return _process_cache._classify_checked(start, n, 0.0 if applier.applying() else CACHE_WAIT_S)
-
-
-def _remember(answer: _driver.DriverAnswer, since: int) -> bool:
-    """Store a driver answer in the process cache, unless the drain applied
-    an event since ``since`` (its generation before the driver was asked):
-    the answer may predate that event - a FREE of the range applied
-    between the driver's answer and this write would leave a freed range
-    recorded as CUDA for good.  True when stored."""
-    def write() -> None:
-        _process_cache.update(answer.start, answer.size, answer.mem_type, answer.device)
-
-    applier = _applier
-    if applier is None:
-        write()
-        return True
-    return applier.remember(since, write)
-
-
-def _since() -> int:
-    applier = _applier
-    return 0 if applier is None else applier.generation()
-
-
-def _answer_type(answer: _driver.DriverAnswer, start: int, n: int) -> MemoryType:
-    """The type the driver's answer gives ``[start, start + n)``."""
-    if answer.mem_type is HOST:
-        return HOST
-    if answer.start <= start and start + n <= answer.start + answer.size:
-        return answer.mem_type
-    return UNKNOWN
-
-
-def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
-    """Resolve ``[start, start + n)`` through the driver and remember a CUDA
-    answer (see _remember); None when the driver gives no answer."""
-    since = _since()
-    answer = _driver.query(start, n)
-    if answer is None:
-        return None
-    if answer.mem_type is HOST:
-        # The driver does not know the pointer.  A range that starts in host
-        # memory and runs into a region is still mixed.
-        return UNKNOWN if kind is _MIXED else HOST
-    _remember(answer, since)
-    return _answer_type(answer, start, n)
-
-
-def _driver_only(start: int, n: int) -> _driver.DriverAnswer | None:
-    """The driver's answer for ``[start, start + n)``, for a query that
-    cannot read the cache without waiting for another thread (the drain is
-    busy elsewhere, or the cache is being written).  Not remembered: the
-    thread applying events may be writing this very range.  A range whose
-    first byte the driver does not know but whose last byte it does gets
-    UNKNOWN, as the cache would give it."""
-    answer = _driver.query(start, 1)
-    if answer is None or answer.mem_type is not HOST or n == 1:
-        return answer
-    last = _driver.query(start + n - 1, 1)
-    if last is not None and last.mem_type is not HOST:
-        return _driver.DriverAnswer(UNKNOWN, -1, start, n)
-    return answer
-
-
-_UNTOUCHED, _UNSURE = 0, 1  # memhook._apply.UNTOUCHED / UNSURE (no import: no native core here)
-
-
-def _allocated_type(row: tuple[Any, ...], start: int, n: int) -> MemoryType | None:
-    from ._apply import allocated_type
-
-    return allocated_type(row, start, n)
-
-
-def _memory_type_undrained(start: int, n: int) -> MemoryType:
-    """memory_type when the drain could not bring the cache up to date
-    without waiting for another thread: the cache as it stands where no
-    event it lacks touches the range (Applier.touched); else the driver's
-    answer, which is the truth for every pointer the hooks would have told
-    the cache about; only where there is no driver to ask (events recorded
-    by a native recorder alone), the cache once it is up to date."""
-    applier = _applier
-    if applier is not None:
-        last = applier.unapplied(start, n, False)
-        if last == _UNTOUCHED:
-            return _memory_type_slow(start, n)  # what the cache says there is final
-        if last != _UNSURE:  # the last event over the range: a new allocation?
-            t = _allocated_type(last, start, n)
-            if t is not None:
-                return t
-    answer = _driver_only(start, n)
-    if answer is not None:
-        return _answer_type(answer, start, n)
-    if applier is not None:
-        applier.settle()
-    return _memory_type_slow(start, n)
-
-
-def _memory_type_slow(start: int, n: int) -> MemoryType:
-    kind, region = _classify(start, n)
-    if kind is _FOUND or kind is _RUN:
-        t = region.mem_type  # type: ignore[union-attr]
-        if t is not UNKNOWN:
-            return t
-        answer = _ask_driver(start, n, kind)
-        return UNKNOWN if answer is None else answer
-    if kind is _MIXED:
-        answer = None if _vouched() else _ask_driver(start, n, kind)
-        return UNKNOWN if answer is None else answer
-    if kind is _BLOCKED:
-        found = _driver_only(start, n)
-        return UNKNOWN if found is None else _answer_type(found, start, n)
-    if _vouched():
-        return HOST
-    answer = _ask_driver(start, n, kind)
-    return HOST if answer is None else answer
-
-
-def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
-    """The memory type of ``[ptr, ptr + size)``, or of an object's whole
-    extent (``__cuda_array_interface__``, ``__array_interface__``, DLPack,
-    buffer protocol).  Pending hook events are applied first; UNKNOWN regions,
-    and ranges the hooks cannot vouch for, are resolved through the driver.
-    ``ptr`` takes every form :meth:`MemtypeCache.memory_type` does: a ctypes
-    integer or pointer, or a ``CUdeviceptr``, is the address it holds; an
-    empty object gets the type at its data pointer (HOST for a NULL one).
-
-    The answer comes from the process-wide cache (:func:`process_cache`) as
-    :meth:`MemtypeCache.memory_type` gives it, except that the driver - only
-    one this process has already loaded and initialised; memhook never
-    loads one - is asked about UNKNOWN regions, ranges that straddle
-    regions, and (unless ``status().coverage_complete``) pointers in no
-    region; a CUDA answer is remembered as a region.
-
-    Runtime complexity: O(1) for a recently asked pointer, else O(log n)
-    for n regions, plus the drain of e pending events, O(e log n); plus one
-    driver call where the driver is asked.
-
-    >>> import numpy as np
-    >>> import memhook
-    >>> memhook.memory_type(np.zeros(4))            # host memory
-    <MemoryType.HOST: 0>
-    >>> cache = memhook.cache.process_cache()
-    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA, 0)  # as the hooks would
-    >>> memhook.memory_type(0x7000_0000_0000 + 64)
-    <MemoryType.CUDA: 1>
-    >>> cache.remove(0x7000_0000_0000, 1 << 20)
-    """
-    drain = _drain
-    if drain is not None and drain() is False:
-        return _memory_type_undrained(*byte_range(ptr, size))
-    if size is _ONE and type(ptr) is int:
-        # MemtypeCache.memory_type's fast path, inlined (a call less).
-        cache = _process_cache
-        flat = cache._flat
-        bounds, types, hot, limit = flat
-        t = hot.get(ptr)
-        if t is None:
-            if bounds is not None:
-                t = types[bisect_right(bounds, ptr)]  # type: ignore[index]
-                if t is not None and next(_memo_turn):
-                    if len(hot) >= limit:
-                        hot.clear()
-                    hot[ptr] = t
-            else:
-                try:
-                    maxes = cache._maxes
-                    pos = bisect_right(maxes, ptr)
-                    if pos != len(maxes):
-                        r = cache._lists[pos][bisect_right(cache._keys[pos], ptr)]
-                        t = r.mem_type if r.start <= ptr else HOST
-                    else:
-                        t = HOST
-                except IndexError:  # a write got in the way
-                    t = None
-                else:
-                    if cache._flat is not flat or (t is HOST and not 0 <= ptr <= _ADDRESS_MAX):
-                        t = None
-                    elif next(_memo_turn):
-                        if len(hot) >= limit:
-                            cache._memo_full(flat)
-                        hot[ptr] = t
-        if t is not None:
-            if t is not HOST:
-                if t is not UNKNOWN:
-                    return t  # a region's type: what the hooks (or the driver) recorded
-            else:
-                vouched = _coverage_complete
-                if (vouched is not None and vouched()) or not _driver.is_cuda(ptr):
-                    return t  # in no region, and the hooks or the driver say so
-    return _memory_type_slow(*byte_range(ptr, size))
-
-
-def lookup(ptr: Any, size: Any = 1) -> Region | None:
-    """The region holding ``[ptr, ptr + size)`` (or an object's extent), as
-    :meth:`MemtypeCache.lookup` answers it, after applying pending hook events
-    and resolving through the driver what the cache cannot vouch for (as
-    :func:`memory_type` does).  None for host memory.
-
-    Runtime complexity: O(log n + k) for n regions, k of them touched, plus
-    the drain and any driver call, as for :func:`memory_type`.
-
-    >>> import memhook
-    >>> cache = memhook.cache.process_cache()
-    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA_MANAGED, 0)
-    >>> memhook.lookup(0x7000_0000_0000 + 4096, 4096)
-    Region(start=0x700000000000, size=1048576, mem_type=CUDA_MANAGED, device=0)
-    >>> memhook.lookup(bytearray(16)) is None     # a host buffer
-    True
-    >>> cache.remove(0x7000_0000_0000, 1 << 20)
-    """
-    start, n = byte_range(ptr, size)
-    drain = _drain
-    applier = _applier
-    if drain is not None and drain() is False and (
-            applier is None or applier.unapplied(start, n, True) != _UNTOUCHED):
-        answer = _driver_only(start, n)
-        if answer is not None:
-            return _answer_region(answer, start, n)
-        if applier is not None:
-            applier.settle()
-    kind, region = _classify(start, n)
-    if kind is _BLOCKED:
-        answer = _driver_only(start, n)
-        return _make_region(start, n, UNKNOWN, -1) if answer is None else \
-            _answer_region(answer, start, n)
-    if kind is _FOUND or kind is _RUN:
-        if region.mem_type is not UNKNOWN:  # type: ignore[union-attr]
-            return region
-    elif _vouched():
-        return None if kind is _ABSENT else _make_region(start, n, UNKNOWN, -1)
-    since = _since()
-    answer = _driver.query(start, n)
-    if answer is None:  # no answer: what the cache has
-        return _make_region(start, n, UNKNOWN, -1) if kind is _MIXED else region
-    if answer.mem_type is HOST:  # the driver does not know it: host memory
-        return _make_region(start, n, UNKNOWN, -1) if kind is _MIXED else None
-    if _remember(answer, since):
-        kind, region = _classify(start, n)  # the remembered region (merged, maybe)
-        if kind is _FOUND or kind is _RUN:
-            return region
-        if kind is _MIXED:
-            return _make_region(start, n, UNKNOWN, -1)
-    return _answer_region(answer, start, n)
-
-
-def _answer_region(answer: _driver.DriverAnswer, start: int, n: int) -> Region | None:
-    """lookup's answer from the driver's alone: None for host memory, the
-    driver's allocation when it holds the whole range, else UNKNOWN."""
-    if answer.mem_type is HOST:
-        return None
-    if answer.mem_type is not UNKNOWN and answer.start <= start and \
-            start + n <= answer.start + answer.size:
-        return _make_region(answer.start, answer.size, answer.mem_type, answer.device)
-    return _make_region(start, n, UNKNOWN, -1)
-
-
-def memory_types(ptrs: Any) -> np.ndarray:
-    """:func:`memory_type` of many single-byte addresses, as ``uint8``
-    :class:`MemoryType` codes shaped like ``ptrs`` (a numpy integer array or
-    a sequence of addresses, as :meth:`MemtypeCache.memory_types` takes).
-
-    Runtime complexity: O(m log n) for m addresses and n regions (as
-    :meth:`MemtypeCache.memory_types`), plus the drain, plus one driver call
-    per distinct address the cache cannot vouch for.
-
-    >>> import numpy as np
-    >>> import memhook
-    >>> cache = memhook.cache.process_cache()
-    >>> cache.update(0x7000_0000_0000, 1 << 20, memhook.MemoryType.CUDA, 0)
-    >>> ptrs = np.array([[0x7000_0000_0000, 0x7000_0010_0000]], dtype=np.uint64)
-    >>> memhook.memory_types(ptrs)                  # the second is one past the end
-    array([[1, 0]], dtype=uint8)
-    >>> cache.remove(0x7000_0000_0000, 1 << 20)
-    """
-    drain = _drain
-    undrained = drain is not None and drain() is False
-    arr = address_array(ptrs)
-    applier = _applier
-    if undrained or (applier is not None and applier.applying()):
-        # Pointer by pointer, as memory_type answers without the drain (a
-        # thread inside the drain's apply must not wait for the cache's
-        # lock either, which the snapshot below takes).
-        out = np.empty(arr.shape, dtype=np.uint8)
-        answers: dict[int, MemoryType] = {}
-        for i, p in enumerate(arr.tolist()):
-            t = answers.get(p)
-            if t is None:
-                t = answers[p] = _memory_type_undrained(p, 1)
-            out[i] = t
-        shape = getattr(ptrs, "shape", None)
-        return out.reshape(shape) if shape is not None and len(shape) != 1 else out
-    out, absent = _process_cache._memory_types(arr, True)
-    need = out == UNKNOWN
-    if not _vouched():
-        need |= absent
-    if need.any() and _driver.driver_loaded():
-        todo = np.flatnonzero(need)
-        answers = {}
-        for i in todo.tolist():
-            p = int(arr[i])
-            t = answers.get(p)
-            if t is None:
-                t = answers[p] = _memory_type_slow(p, 1)
-            out[i] = t
-    shape = getattr(ptrs, "shape", None)
-    return out.reshape(shape) if shape is not None and len(shape) != 1 else out
+        return getattr(_query, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ from typing import Any
 from . import _control, _coverage, _feeder, _hook_table, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
-from .cache import process_cache
+from ._query import process_cache
 from .events import EventKind
 
 __all__ = ["HookInfo", "HookReport", "QueueStats", "hook_index", "install", "status", "uninstall"]

@@ -45,6 +45,9 @@ LAYERS: dict[str, int] = {
     "reloc": 2,
     "trace": 3,
     "cuda": 4,
+    # memory_type's fast path, built into the Python extension (not the core
+    # library): it may use every layer's public header, nothing includes it.
+    "pyext": 5,
 }
 SOURCE_SUFFIXES = {".c", ".h", ".S", ".def"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)

@@ -25,7 +25,9 @@ own so that one mode's install cannot colour another's figures:
   which is its answer "not CUDA's");
 * an extra column labelled "stub": ``memory_type`` with the hook layer
   swapped for ``set_hook_layer(None, lambda: True)`` (no drain check, no
-  coverage check) - what the cache itself costs, not what a user gets.
+  coverage check) - not what a user gets.  (Its HOST answers take the
+  Python path: the C fast path reads the hooks' own coverage memo, and
+  cannot call a stand-in predicate.)
 
 With ``--pieces``, the parts ``memory_type`` is made of are timed alone too
 (the drain check, the coverage check and its C call, the cache's own
@@ -67,6 +69,8 @@ SEED = 25
 
 PIECES = {
     "noop": "a Python function of one argument (the harness and call cost)",
+    "fast_dev_cold": "the C fast path alone (memhook._query._fast_type), dev cold",
+    "fast_host": "same, host (with its coverage check)",
     "query_drain": "the drain check before every query (memhook._drain.query_drain)",
     "pending_flag": "its load of the core's pending flag (_pending[0], through cffi)",
     "coverage_complete": "the coverage check on a HOST answer (_coverage.coverage_complete)",
@@ -92,6 +96,7 @@ def _pieces(cache: Any, cold: list[int], host: list[int], hot: int, consume: Any
 
     from memhook import _coverage, _driver
     from memhook import _drain as drain_mod
+    from memhook import _query as query_mod
     from memhook import cache as cache_mod
 
     def noop(p: int) -> int:
@@ -107,10 +112,19 @@ def _pieces(cache: Any, cold: list[int], host: list[int], hot: int, consume: Any
     token = getattr(_coverage, "_token", None)
     is_cuda = getattr(_driver, "is_cuda", None)
     memo_turn = getattr(cache_mod, "_memo_turn", None)
+    fast = getattr(query_mod, "_fast_type", None)
+    memory_type = query_mod.memory_type
+    # The C path answers once the Python path has handed it a snapshot of
+    # the cache's state (FAST_AFTER answers from it): ask that often first.
+    again = [cold[0]] * (getattr(query_mod, "FAST_AFTER", 0) + 1)
     flat = getattr(cache, "_flat", None)
     bounds, memo = (flat[0], flat[2]) if isinstance(flat, tuple) and len(flat) == 4 else (None, None)
     candidates: dict[str, Any] = {
         "noop": lambda: consume(map(noop, cold)),
+        "fast_dev_cold": fast and (lambda: (consume(map(memory_type, again)),
+                                            consume(map(fast, cold)))),
+        "fast_host": fast and (lambda: (consume(map(memory_type, again)),
+                                        consume(map(fast, host)))),
         "query_drain": query_drain and (lambda: consume(starmap(query_drain, nothing * n))),
         "pending_flag": pending is not None and (
             lambda: consume(map(getitem, same(pending, n), same(0, n)))),
@@ -145,6 +159,7 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
 
     import memhook
     from memhook import MemoryType
+    from memhook import _query as query_mod
     from memhook import cache as cache_mod
 
     report = memhook.install(mode)  # before cuda-python resolves the driver's entry points
@@ -201,12 +216,12 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
     def stubbed(fn: Any) -> Any:
         """``fn`` run with the hook layer swapped for a stub that vouches."""
         def run() -> None:
-            layer = (cache_mod._drain, cache_mod._coverage_complete)
-            cache_mod.set_hook_layer(None, lambda: True)
+            layer = (query_mod._drain, query_mod._coverage_complete)
+            query_mod.set_hook_layer(None, lambda: True)
             try:
                 fn()
             finally:
-                cache_mod.set_hook_layer(*layer)
+                query_mod.set_hook_layer(*layer)
         return run
 
     work: dict[str, tuple[Any, int]] = {

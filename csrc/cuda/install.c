@@ -320,7 +320,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (!(mode & MEMHOOK_MODE_RELOC))
         reloc_remove();
     unsigned g_mode_before = g_mode;
-    g_mode = mode;
+    __atomic_store_n(&g_mode, mode, __ATOMIC_RELEASE); /* (read unlocked: the token) */
     if (mode != 0)
         mh_driver_calls_prepare();
     mh_objects_changed();  /* CUDA's text, for events' callers (caller.h) */
@@ -341,7 +341,7 @@ int memhook_hooks_uninstall(void)
     mh_live_new_generation(false);  /* after recording stopped: live_table.c */
     bistro_remove_all();
     reloc_remove();
-    g_mode = 0;
+    __atomic_store_n(&g_mode, 0u, __ATOMIC_RELEASE); /* (read unlocked: the token) */
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return 0;
@@ -397,7 +397,12 @@ int memhook_hooks_coverage_complete(void)
 unsigned long long memhook_coverage_token(void)
 {
     unsigned long long adds = memhook_loader_generation();
-    unsigned mode = memhook_hooks_mode();
+    /* Not memhook_hooks_mode(): no install lock.  memory_type's C fast path
+     * (csrc/pyext/query_fast.c) asks for the token on every HOST answer,
+     * with the GIL held; a mode read mid-install is the old one (the memo's:
+     * an answer as of just before the install) or the new one (no match:
+     * the Python path asks memhook_hooks_coverage_complete, which waits). */
+    unsigned mode = __atomic_load_n(&g_mode, __ATOMIC_ACQUIRE);
     return adds << 3 | (unsigned long long)mh_queue_trimmed() << 2 | (mode & 3u);
 }
 

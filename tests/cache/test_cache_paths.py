@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import memhook._query as query_module
 import memhook.cache as cache_module
 from memhook import MemoryType, MemtypeCache, Region
 
@@ -142,7 +143,7 @@ def test_module_level_fast_path(n: int, vouched: bool, hook_layer: None,
     cache, asks the coverage (then the driver: none is loaded here) for a
     pointer in no region, and resolves an UNKNOWN region (no driver: stays
     UNKNOWN)."""
-    monkeypatch.setattr(cache_module, "_process_cache", MemtypeCache())
+    monkeypatch.setattr(query_module, "_process_cache", MemtypeCache())
     cache = cache_module.process_cache()
     regions = layout(n)
     for r in regions:
@@ -176,7 +177,7 @@ def test_module_level_fast_path(n: int, vouched: bool, hook_layer: None,
 def test_module_level_fast_path_on_a_flat_copy_of_a_large_cache(
         hook_layer: None, monkeypatch: pytest.MonkeyPatch, memo_always: None) -> None:
     monkeypatch.setattr(cache_module, "HOT_LIMIT", 8)
-    monkeypatch.setattr(cache_module, "_process_cache", MemtypeCache())
+    monkeypatch.setattr(query_module, "_process_cache", MemtypeCache())
     cache = cache_module.process_cache()
     regions = layout(200)
     for r in regions:
