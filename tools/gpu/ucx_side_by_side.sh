@@ -28,6 +28,7 @@
 set -u
 out=${1:-${OUT:-}}
 shift $(( $# > 0 ? 1 : 0 ))
+[ -z "$out" ] || mkdir -p "$out" || exit 1
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 export PYTHONUNBUFFERED=1
