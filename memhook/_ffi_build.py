@@ -17,6 +17,8 @@ INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 # memory_type's fast path: a CPython builtin built into this extension
 # (csrc/pyext/query_fast.c says why; memhook/_query.py takes it).
 QUERY_FAST = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query_fast.c")
+# memory_types's search over a cache snapshot (csrc/pyext/batch_search.c says why).
+BATCH_SEARCH = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "batch_search.c")
 
 CDEF = """
 const char *memhook_version(void);
@@ -177,17 +179,21 @@ typedef CUresult (*mh_cuMemGetAddressRange_fn)(CUdeviceptr *, size_t *, CUdevice
 ffibuilder = FFI()
 QUERY_FAST_CDEF = """
 uintptr_t memhook_query_fast_functions(void);
+void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
+                          int64_t *out);
 """
 
 QUERY_FAST_SOURCE = """
 uintptr_t memhook_query_fast_functions(void);
+void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
+                          int64_t *out);
 """
 
 ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
 ffibuilder.set_source(
     "memhook._native",
     '#include "memhook/memhook.h"\n' + DRIVER_SOURCE + QUERY_FAST_SOURCE,
-    sources=[QUERY_FAST],
+    sources=[QUERY_FAST, BATCH_SEARCH],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34
     # library_dirs is filled in by setup.py's build_ext, which builds the core

@@ -74,6 +74,7 @@ import numpy as np
 from sortedcontainers import SortedKeyList
 
 from . import _inputs
+from ._search import lower_bounds
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
 
@@ -915,7 +916,7 @@ class MemtypeCache:
             snap = self._build_snapshot()
         _, starts, lasts, types = snap
         n = len(types) - 1
-        idx = lasts.searchsorted(arr)  # first region whose last byte >= ptr
+        idx = lower_bounds(lasts, arr)  # first region whose last byte >= ptr
         out = types.take(idx)
         inside = starts.take(idx) <= arr
         if not want_absent:

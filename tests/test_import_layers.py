@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
      ("tracing.collector",)),
     # The library proper.
     ("the core's control calls, the driver's answers, the simulator",
-     ("_control", "_driver", "sim", "_fastpath")),
+     ("_control", "_driver", "sim", "_fastpath", "_search")),
     ("coverage, the hook table, the memory-type cache, events and subscriptions",
      ("_coverage", "_hook_table", "cache", "events")),
     ("applying events to the cache; what was allocated before the hooks",
