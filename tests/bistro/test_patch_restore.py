@@ -33,10 +33,13 @@ def test_bytes_and_protections_restored(bistro):
             assert bistro.remove(n) == 0
         assert {n: bistro.code(n, 48) for n in NAMES} == before_code
         after_maps = perms_by_range()
-        # Every mapping that existed before is there with the same
-        # protection; the only new ones are island pages (r-x).
+        # Every file mapping that existed before is there with the same
+        # protection; the only new ones are island pages (r-x).  Anonymous
+        # memory is left out: the process's allocators grow and trim it on
+        # their own (a 13 MB anonymous range changed shape once in CI),
+        # and bistro writes only code pages, which are file-backed here.
         for rng, (perm, path) in before_maps.items():
-            if path.startswith("[stack") or path == "[heap]":
+            if path.startswith("[") or not path:
                 continue
             assert rng in after_maps, f"mapping {rng} changed shape"
             assert after_maps[rng][0] == perm, f"{path} {rng}: {perm} -> {after_maps[rng][0]}"
