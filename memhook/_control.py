@@ -40,27 +40,26 @@ __all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "hook_ro
 
 _held = ctypes.PyDLL(None, handle=_core_handle._handle)
 
-_install = _held.memhook_hooks_install
-_install.argtypes = [ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t]
-_install.restype = ctypes.c_int
-_uninstall = _held.memhook_hooks_uninstall
-_uninstall.argtypes = []
-_uninstall.restype = ctypes.c_int
-_rows = _held.memhook_hook_get_range
-_rows.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
-_rows.restype = ctypes.c_size_t
-_coverage = _held.memhook_hooks_coverage_complete
-_coverage.argtypes = []
-_coverage.restype = ctypes.c_int
-_queue_stats = _held.memhook_queue_stats_get
-_queue_stats.argtypes = [ctypes.c_void_p]
-_queue_stats.restype = None
-_drain = _held.memhook_events_drain_bounded
-_drain.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_drain.restype = ctypes.c_size_t
-_reserved = _held.memhook_cuda_reserved_ranges
-_reserved.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
-_reserved.restype = ctypes.c_longlong
+
+def _function(name: str, argtypes: list[Any], restype: Any) -> Any:
+    """One of the core's functions, called with the GIL held."""
+    fn = getattr(_held, name)
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
+_install = _function("memhook_hooks_install", [ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t],
+                     ctypes.c_int)
+_uninstall = _function("memhook_hooks_uninstall", [], ctypes.c_int)
+_rows = _function("memhook_hook_get_range", [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p],
+                  ctypes.c_size_t)
+_coverage = _function("memhook_hooks_coverage_complete", [], ctypes.c_int)
+_queue_stats = _function("memhook_queue_stats_get", [ctypes.c_void_p], None)
+_drain = _function("memhook_events_drain_bounded",
+                   [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_size_t)
+_reserved = _function("memhook_cuda_reserved_ranges",
+                      [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t], ctypes.c_longlong)
 
 
 def install(mode: int) -> tuple[int, str]:

@@ -27,6 +27,7 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Peer", "identify"]
 
@@ -109,15 +110,9 @@ def _pidfd(conn: socket.socket, pid: int, accepted_ns: int) -> int | None:
 
 def _nspids(pidfd: int | None, pid: int) -> tuple[int, ...] | None:
     if pidfd is not None:
-        try:
-            with open(f"/proc/self/fdinfo/{pidfd}") as f:
-                info = f.read()
-        except OSError:
-            info = ""
-        for line in info.splitlines():
-            if line.startswith("NSpid:"):
-                nums = _numbers(line)
-                return nums if nums and nums[0] > 0 else None  # -1: reaped
+        nums = _fdinfo_field(pidfd, "NSpid:")
+        if nums is not _ABSENT:
+            return nums if nums and nums[0] > 0 else None  # -1: reaped
     # A kernel whose pidfd fdinfo has no NSpid (< 5.11): the pid's status,
     # trusted if the pidfd shows the process still there after the read.
     if pidfd is None or pid <= 0:
@@ -138,15 +133,9 @@ def _nspids(pidfd: int | None, pid: int) -> tuple[int, ...] | None:
 def _unreaped(pidfd: int) -> bool:
     """Whether the pidfd's process still holds its pid (running, or a
     zombie not yet reaped): then ``/proc/PID`` is still that process."""
-    try:
-        with open(f"/proc/self/fdinfo/{pidfd}") as f:
-            info = f.read()
-    except OSError:
-        info = ""
-    for line in info.splitlines():
-        if line.startswith("Pid:"):
-            nums = _numbers(line)
-            return nums is not None and len(nums) > 0 and nums[0] > 0  # -1: reaped
+    nums = _fdinfo_field(pidfd, "Pid:")
+    if nums is not _ABSENT:
+        return nums is not None and len(nums) > 0 and nums[0] > 0  # -1: reaped
     return not _ended(pidfd)  # a kernel whose fdinfo has no Pid (< 5.3)
 
 
@@ -168,6 +157,24 @@ def _ppid(pidfd: int | None, pid: int) -> int:
             nums = _numbers(line)
             return nums[0] if nums else 0
     return 0
+
+
+_ABSENT: Any = object()  # (_fdinfo_field: the kernel writes no such line)
+
+
+def _fdinfo_field(pidfd: int, key: str) -> Any:
+    """The numbers of the pidfd's fdinfo line starting with ``key`` (None
+    when they do not parse), or _ABSENT when there is no such line (an
+    older kernel) or no fdinfo."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            info = f.read()
+    except OSError:
+        return _ABSENT
+    for line in info.splitlines():
+        if line.startswith(key):
+            return _numbers(line)
+    return _ABSENT
 
 
 def _numbers(line: str) -> tuple[int, ...] | None:
