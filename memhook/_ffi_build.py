@@ -17,7 +17,7 @@ INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 # memory_type's fast path: a CPython builtin built into this extension
 # (csrc/pyext/query_fast.c says why; memhook/_query.py takes it).
 QUERY_FAST = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query_fast.c")
-# memory_types's search over a cache snapshot (csrc/pyext/batch_search.c says why).
+# memory_types over a cache snapshot (csrc/pyext/batch_search.c says why).
 BATCH_SEARCH = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "batch_search.c")
 
 CDEF = """
@@ -181,12 +181,18 @@ QUERY_FAST_CDEF = """
 uintptr_t memhook_query_fast_functions(void);
 void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
                           int64_t *out);
+void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const uint8_t *types,
+                          size_t regions, const uint64_t *keys, size_t m, uint8_t *codes,
+                          uint8_t *absent);
 """
 
 QUERY_FAST_SOURCE = """
 uintptr_t memhook_query_fast_functions(void);
 void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
                           int64_t *out);
+void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const uint8_t *types,
+                          size_t regions, const uint64_t *keys, size_t m, uint8_t *codes,
+                          uint8_t *absent);
 """
 
 ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)

@@ -1,5 +1,6 @@
-"""The first bound at or above each of many pointers: numpy's
-``searchsorted(side="left")`` over a sorted uint64 array, done by
+"""Searches over a cache snapshot: numpy's ``searchsorted(side="left")``
+over a sorted uint64 array (:func:`lower_bounds`), and memory types of many
+pointers at once (:func:`snapshot_memory_types`), done by
 csrc/pyext/batch_search.c where the native extension has it (a branchless
 search of many keys in lockstep: it says why that is faster), else by
 numpy."""
@@ -8,14 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["lower_bounds"]
+__all__ = ["lower_bounds", "snapshot_memory_types"]
 
 try:
     from ._core import ffi, lib
 
     _c_lower_bounds = lib.memhook_lower_bounds
+    _c_memory_types = lib.memhook_memory_types
 except (ImportError, AttributeError):  # pragma: no cover - an unbuilt or older extension
-    _c_lower_bounds = None
+    _c_lower_bounds = _c_memory_types = None
 
 
 def lower_bounds(sorted_bounds: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -37,3 +39,42 @@ def lower_bounds(sorted_bounds: np.ndarray, keys: np.ndarray) -> np.ndarray:
                     ffi.from_buffer("uint64_t[]", flat), len(flat),
                     ffi.from_buffer("int64_t[]", out))
     return out
+
+
+def snapshot_memory_types(starts: np.ndarray, lasts: np.ndarray, types: np.ndarray,
+                          keys: np.ndarray, want_absent: bool,
+                          native: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """Memory type codes (uint8) of the flat uint64 ``keys`` in a snapshot of
+    ``len(types) - 1`` sorted, disjoint regions and a sentinel: ``starts``
+    and ``lasts`` (uint64 first and last bytes, the sentinel's start past
+    every region) and ``types`` (uint8 codes).  A key no region holds is
+    HOST (0); with ``want_absent``, also a bool mask of those keys, else
+    None.  ``native=False`` takes numpy's path (what tests compare with).
+
+    >>> import numpy as np
+    >>> starts = np.array([10, 30, 2**64 - 1], dtype=np.uint64)
+    >>> lasts = np.array([19, 39, 2**64 - 1], dtype=np.uint64)
+    >>> types = np.array([1, 3, 0], dtype=np.uint8)
+    >>> keys = np.array([9, 10, 19, 20, 35], dtype=np.uint64)
+    >>> codes, absent = snapshot_memory_types(starts, lasts, types, keys, True)
+    >>> codes.tolist(), absent.tolist()
+    ([0, 1, 1, 0, 3], [True, False, False, True, False])
+    """
+    regions = len(types) - 1
+    if native and _c_memory_types is not None:
+        flat = np.ascontiguousarray(keys, dtype=np.uint64)
+        codes = np.empty(flat.shape, dtype=np.uint8)
+        absent = np.empty(flat.shape, dtype=np.uint8) if want_absent else None
+        _c_memory_types(ffi.from_buffer("uint64_t[]", starts), ffi.from_buffer("uint64_t[]", lasts),
+                        ffi.from_buffer("uint8_t[]", types), regions,
+                        ffi.from_buffer("uint64_t[]", flat), len(flat),
+                        ffi.from_buffer("uint8_t[]", codes),
+                        ffi.from_buffer("uint8_t[]", absent) if absent is not None else ffi.NULL)
+        return codes, absent.view(np.bool_) if absent is not None else None
+    idx = lasts.searchsorted(keys)  # first region whose last byte >= key
+    codes = types.take(idx)
+    inside = starts.take(idx) <= keys
+    if want_absent:
+        inside &= idx != regions
+    np.multiply(codes, inside, out=codes)  # HOST is 0
+    return codes, ~inside if want_absent else None

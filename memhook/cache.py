@@ -74,7 +74,7 @@ import numpy as np
 from sortedcontainers import SortedKeyList
 
 from . import _inputs
-from ._search import lower_bounds
+from ._search import snapshot_memory_types
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
 
@@ -915,16 +915,7 @@ class MemtypeCache:
         if snap is None or snap[0] != self._version or self._flat is _BUSY:
             snap = self._build_snapshot()
         _, starts, lasts, types = snap
-        n = len(types) - 1
-        idx = lower_bounds(lasts, arr)  # first region whose last byte >= ptr
-        out = types.take(idx)
-        inside = starts.take(idx) <= arr
-        if not want_absent:
-            np.multiply(out, inside, out=out)  # HOST is 0
-            return out, None
-        inside &= idx != n
-        np.multiply(out, inside, out=out)
-        return out, ~inside
+        return snapshot_memory_types(starts, lasts, types, arr, want_absent)
 
 
 # The process-wide cache and its queries live in memhook._query; these names
