@@ -17,6 +17,7 @@ class FastPath(NamedTuple):
     """csrc/pyext/query_fast.c's methods[], in its order."""
 
     fast_type: Callable[[Any], Any]
+    fast_region: Callable[[Any, Any], Any]
     configure: Callable[..., None]
     publish: Callable[..., None]
     coverage_memo: Callable[[int, int, bool], None]

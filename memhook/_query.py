@@ -39,7 +39,10 @@ an immutable list pair tied to one published ``_flat`` tuple: every cache
 write replaces that tuple, so a snapshot never outlives the state it was
 made from.  It is made after :data:`FAST_AFTER` answers from one published
 state, so that a cache written between every pair of queries does not pay
-for a copy per write.
+for a copy per write.  ``lookup(p, size)`` of ints has its own builtin over
+the same snapshot: it answers with the cache's Region object for the
+interval that holds the whole range (the snapshot carries them), or None
+for vouched-for host memory, and declines as ``memory_type``'s does.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Callable
 
 import numpy as np
@@ -125,8 +129,15 @@ def _unarmed(ptr: Any) -> MemoryType | None:
     return None
 
 
+def _unarmed_region(ptr: Any, size: Any) -> Region | None | bool:
+    return False
+
+
 _fast = FAST
 _fast_type: Callable[[Any], MemoryType | None] = _fast.fast_type if _fast else _unarmed
+# (False: not answered there; None: host memory)
+_fast_region: Callable[[Any, Any], Region | None | bool] = \
+    _fast.fast_region if _fast else _unarmed_region
 # The published state the C snapshot was made from (None: none), and the
 # one the Python path is counting answers for (see FAST_AFTER).
 _fast_flat: _State | None = None
@@ -221,7 +232,10 @@ def _publish_fast(flat: _State) -> None:
     process cache with a flat copy) once the Python path has answered
     FAST_AFTER times from it.  The bounds become one uint64 array (without
     the 0 and 2**64 that frame them) and the types one byte each; a region
-    ending at 2**64, which a uint64 cannot hold, gets no snapshot."""
+    ending at 2**64, which a uint64 cannot hold, gets no snapshot.  The
+    regions come with it, for lookup: taken while ``flat`` is the cache's
+    state before and after (no write began meanwhile, so they are the very
+    regions ``flat`` was copied from - a write replaces ``_flat`` first)."""
     global _fast_flat, _candidate, _candidate_count
     if flat is not _candidate:
         _candidate, _candidate_count = flat, 1
@@ -236,7 +250,13 @@ def _publish_fast(flat: _State) -> None:
     inner = bounds[1:-1]
     # (the types between the frame's two Nones: MemoryType codes, no None)
     codes = bytes(types[1:-1])  # type: ignore[arg-type]
-    _fast.publish(flat, array("Q", inner).tobytes() + codes, len(inner))
+    cache = _process_cache
+    if cache._flat is not flat:
+        return
+    regions = tuple(chain.from_iterable(cache._lists))
+    if cache._flat is not flat or 2 * len(regions) != len(inner):
+        return  # (written meanwhile: the next state gets its own snapshot)
+    _fast.publish(flat, array("Q", inner).tobytes() + codes, len(inner), regions)
     _fast_flat = flat
 
 
@@ -469,6 +489,9 @@ def lookup(ptr: Any, size: Any = 1) -> Region | None:
     True
     >>> cache.remove(0x7000_0000_0000, 1 << 20)
     """
+    found = _fast_region(ptr, size)  # (C: memory_type's checks; False: not answered there)
+    if found is not False:
+        return found  # type: ignore[return-value]
     start, n = byte_range(ptr, size)
     drain = _drain
     applier = _applier
@@ -479,6 +502,9 @@ def lookup(ptr: Any, size: Any = 1) -> Region | None:
             return _answer_region(answer, start, n)
         if applier is not None:
             applier.settle()
+    flat = _process_cache._flat
+    if flat[0] is not None and flat is not _fast_flat:
+        _publish_fast(flat)  # (the C path did not answer: it has no snapshot of this state)
     kind, region = _classify(start, n)
     if kind is _BLOCKED:
         answer = _driver_only(start, n)

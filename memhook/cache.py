@@ -869,11 +869,14 @@ class MemtypeCache:
             except IndexError:
                 found = None
             if found is not None and self._flat is flat:
-                if size == 1:
-                    _, _, hot, limit = flat
+                if size == 1 and next(_memo_turn):  # (sampled, as memory_type's answers)
+                    bounds, _, hot, limit = flat
                     region = found[1]
                     if len(hot) >= limit:
-                        hot.clear()
+                        if bounds is None:  # (counts towards a flat copy, as memory_type's do)
+                            self._memo_full(flat)
+                        else:
+                            hot.clear()
                     hot[ptr] = HOST if region is None else region.mem_type
                 return found
         if wait_s is None:

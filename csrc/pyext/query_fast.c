@@ -22,6 +22,11 @@
  * which drains, asks the driver, or waits, as before.  So this path never
  * answers what the Python path would not.
  *
+ * memhook.lookup's fast path (fast_region) makes the same checks and
+ * answers with the cache's own Region object for the interval found (a
+ * tuple of them, in address order, comes with the snapshot), None for
+ * host memory the coverage memo vouches for, False where it declines.
+ *
  * Built into the cffi extension (memhook._native), but called as a
  * CPython builtin: cffi would release the GIL around each call, which both
  * costs and lets another thread in between the checks.  Only the stable
@@ -76,6 +81,7 @@ static struct {
     PyObject *types;                  /* MemoryType members by code */
     PyObject *flat;                   /* the cache's _flat the snapshot was made from */
     PyObject *snap;                   /* bytes: n uint64 bounds, then n + 1 type codes */
+    PyObject *regions;                /* the n / 2 Regions between those bounds, in order */
     const uint64_t *bounds;
     const uint8_t *codes;
     Py_ssize_t n;
@@ -86,20 +92,23 @@ static struct {
 static PyObject *s_flat, *s_quiet, *s_cache;
 
 /* The index of the first of bounds[0..n) greater than v (n when none):
- * without a branch on the comparison (a conditional move), because the
- * comparisons of a random pointer mispredict half the time - that, more
- * than the memory, was the cost of a branching search. */
+ * without a branch on the comparison, because the comparisons of a random
+ * pointer mispredict half the time - that, more than the memory, was the
+ * cost of a branching search.  A step adds (bound <= v) * half to an index:
+ * compilers keep that arithmetic branchless, where a choice between two
+ * pointers became a branch at gcc -O2 and -O3 (csrc/pyext/batch_search.c
+ * has the figures). */
 static Py_ssize_t upper_bound(const uint64_t *bounds, Py_ssize_t n, uint64_t v)
 {
     if (n == 0)
         return 0;
-    const uint64_t *base = bounds;
+    Py_ssize_t pos = 0;
     while (n > 1) {
         Py_ssize_t half = n >> 1;
-        base = base[half] <= v ? base + half : base;
+        pos += (Py_ssize_t)(bounds[pos + half] <= v) * half;
         n -= half;
     }
-    return (base - bounds) + (*base <= v);
+    return pos + (bounds[pos] <= v);
 }
 
 /* bisect_right(bounds, v): the index of the first bound greater than v. */
@@ -120,42 +129,94 @@ static int vouched(void)
            q.memo_token == memhook_coverage_token();
 }
 
-static PyObject *fast_type(PyObject *self, PyObject *ptr)
+/* An address of the process cache's state now, which the snapshot is of:
+ * the checks of the header's steps 1 and 2, and ptr a plain int in
+ * [0, 2**64).  0 (and *v unset) when any fails. */
+static int current_address(PyObject *ptr, uint64_t *v)
 {
-    (void)self;
     if (Py_TYPE(ptr) != &PyLong_Type || q.flat == NULL || q.query_ns == NULL)
-        Py_RETURN_NONE;
+        return 0;
     if (q.idle_ns != NULL) {
         if (*q.pending != 0)
-            Py_RETURN_NONE;
+            return 0;
         if (PyDict_GetItem(q.idle_ns, s_quiet) != Py_True)
-            Py_RETURN_NONE;
+            return 0;
     }
     /* (read from the module each time: a test may swap the process cache) */
     PyObject *cache = PyDict_GetItem(q.query_ns, s_cache);
     if (cache == NULL)
-        Py_RETURN_NONE;
+        return 0;
     PyObject *flat = PyObject_GetAttr(cache, s_flat);
     if (flat == NULL) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return 0;
     }
     Py_DECREF(flat); /* (the cache holds it; only its identity matters) */
     if (flat != q.flat)
-        Py_RETURN_NONE;
+        return 0;
     /* (unsigned long is 64 bits here, and cheaper to convert to than
      * unsigned long long, which goes through a byte array) */
-    unsigned long v = PyLong_AsUnsignedLong(ptr);
-    if (v == (unsigned long)-1 && PyErr_Occurred()) {
+    unsigned long a = PyLong_AsUnsignedLong(ptr);
+    if (a == (unsigned long)-1 && PyErr_Occurred()) {
         PyErr_Clear(); /* negative, or past 2**64: the Python path says why */
-        Py_RETURN_NONE;
+        return 0;
     }
+    *v = a;
+    return 1;
+}
+
+static PyObject *fast_type(PyObject *self, PyObject *ptr)
+{
+    (void)self;
+    uint64_t v;
+    if (!current_address(ptr, &v))
+        Py_RETURN_NONE;
     unsigned code = q.codes[find(v)];
     if (code >= TYPE_CODES || code == UNKNOWN_CODE || (code == HOST_CODE && !vouched()))
         Py_RETURN_NONE;
     PyObject *t = PyTuple_GetItem(q.types, (Py_ssize_t)code);
     Py_XINCREF(t);
     return t;
+}
+
+/* fast_region(ptr, size): lookup(ptr, size)'s answer - the Region holding
+ * [ptr, ptr + size), None for host memory - or False where the Python path
+ * must answer: a range not inside one interval of the snapshot (it
+ * straddles regions, or a region and a gap), an UNKNOWN region (the driver
+ * is asked), host memory not vouched for, or any check of fast_type's. */
+static PyObject *fast_region(PyObject *self, PyObject *args)
+{
+    (void)self;
+    uint64_t v;
+    if (PyTuple_Size(args) != 2 || q.regions == NULL ||
+        !current_address(PyTuple_GetItem(args, 0), &v))
+        Py_RETURN_FALSE;
+    PyObject *size = PyTuple_GetItem(args, 1);
+    if (Py_TYPE(size) != &PyLong_Type)
+        Py_RETURN_FALSE;
+    unsigned long n = PyLong_AsUnsignedLong(size);
+    if (n == 0 || (n == (unsigned long)-1 && PyErr_Occurred()) || n - 1 > UINT64_MAX - v) {
+        PyErr_Clear(); /* (no byte, or past 2**64: the Python path says why) */
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t k = find(v);
+    if (n > 1 && find(v + (n - 1)) != k)
+        Py_RETURN_FALSE;
+    unsigned code = q.codes[k];
+    if ((k & 1) == 0) { /* a gap between regions: host memory, if vouched */
+        if (code == HOST_CODE && vouched())
+            Py_RETURN_NONE;
+        Py_RETURN_FALSE;
+    }
+    if (code >= TYPE_CODES || code == UNKNOWN_CODE)
+        Py_RETURN_FALSE;
+    PyObject *r = PyTuple_GetItem(q.regions, k >> 1);
+    if (r == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_INCREF(r);
+    return r;
 }
 
 static void set(PyObject **slot, PyObject *value)
@@ -189,6 +250,7 @@ static PyObject *configure(PyObject *self, PyObject *args)
     }
     set(&q.flat, Py_None);
     set(&q.snap, Py_None);
+    set(&q.regions, Py_None);
     q.pending = (const volatile uint32_t *)(uintptr_t)pending;
     set(&q.idle_ns, idle_ns);
     q.cov_armed = cov_armed;
@@ -197,32 +259,37 @@ static PyObject *configure(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* publish(flat, snapshot, n): answer from `snapshot` (bytes: n native
- * uint64 bounds in order, then n + 1 type codes) while the cache's _flat
- * is `flat`; publish(None, None, 0) drops it. */
+/* publish(flat, snapshot, n, regions): answer from `snapshot` (bytes: n
+ * native uint64 bounds in order, then n + 1 type codes) and `regions` (a
+ * tuple of the n / 2 Regions the bounds are the starts and ends of) while
+ * the cache's _flat is `flat`; publish(None, None, 0, None) drops it. */
 static PyObject *publish(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *flat, *snap;
+    PyObject *flat, *snap, *regions;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &flat, &snap, &n))
+    if (!PyArg_ParseTuple(args, "OOnO", &flat, &snap, &n, &regions))
         return NULL;
     if (flat == Py_None || q.query_ns == NULL) {
         set(&q.flat, Py_None);
         set(&q.snap, Py_None);
+        set(&q.regions, Py_None);
         Py_RETURN_NONE;
     }
-    if (!PyBytes_Check(snap) || n < 0 || PyBytes_Size(snap) != n * 9 + 1) {
+    if (!PyBytes_Check(snap) || n < 0 || (n & 1) != 0 || PyBytes_Size(snap) != n * 9 + 1 ||
+        !PyTuple_Check(regions) || PyTuple_Size(regions) != n / 2) {
         PyErr_SetString(PyExc_ValueError, "publish: the snapshot must be n * 8 bytes of "
-                                          "bounds and n + 1 type codes");
+                                          "bounds and n + 1 type codes, n even, and a tuple "
+                                          "of the n / 2 regions");
         return NULL;
     }
     Py_ssize_t ntop = (n + TOP_STEP - 1) / TOP_STEP;
     uint64_t *top = PyMem_Malloc((size_t)(ntop ? ntop : 1) * sizeof *top);
     if (top == NULL)
         return PyErr_NoMemory();
-    set(&q.flat, Py_None); /* (no answer while the pair is half-set) */
+    set(&q.flat, Py_None); /* (no answer while the state is half-set) */
     set(&q.snap, snap);
+    set(&q.regions, regions);
     const char *data = PyBytes_AsString(snap);
     q.bounds = (const uint64_t *)(const void *)data; /* (bytes data is aligned to 8) */
     q.codes = (const uint8_t *)data + n * 8;
@@ -263,6 +330,7 @@ static PyObject *coverage_epoch(PyObject *self, PyObject *epoch)
 
 static PyMethodDef methods[] = {
     {"fast_type", fast_type, METH_O, "memory_type(ptr)'s fast path, or None"},
+    {"fast_region", fast_region, METH_VARARGS, "lookup(ptr, size)'s fast path, or False"},
     {"configure", configure, METH_VARARGS, "what fast_type reads"},
     {"publish", publish, METH_VARARGS, "the snapshot fast_type answers from"},
     {"coverage_memo", coverage_memo, METH_VARARGS, "memhook._coverage's memo"},
