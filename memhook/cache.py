@@ -50,9 +50,11 @@ How it is built (and why it is fast):
   ``FLAT_AFTER`` lookups per region since their last write (counted as the
   memo fills): then a reader makes the flat copy - outside the lock - and
   publishes it with the same memo, until the next write drops it.
-* :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers with
-  ``searchsorted`` on a sorted snapshot (starts, last bytes, type codes),
-  rebuilt only when the cache has changed since the last batch.
+* :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers in
+  one C pass over a sorted snapshot (starts, last bytes, type codes:
+  memhook._search, csrc/pyext/batch_search.c; numpy's ``searchsorted``
+  without the extension), rebuilt only when the cache has changed since the
+  last batch.
 
 The process-wide cache and the module-level queries over it
 (:func:`memory_type`, :func:`lookup`, :func:`memory_types`,
