@@ -265,13 +265,12 @@ def test_installed_hooks_host_answers_and_hand_over(native, tmp_path: Path,  # t
         f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
 
 
-@pytest.mark.parametrize("n", [1, 3, 17, 64, 65, 1000])
-def test_the_c_search_agrees_with_the_cache_at_every_bound(n: int) -> None:
-    """Regions of every kind with gaps and touching neighbours: at each
-    region's first and last byte, one byte either side and a random byte
-    inside, the C path's answer (where it gives one) is the sorted list's.
-    The counts straddle the search's block of 16 bounds and FLAT_LIMIT."""
-    rnd = random.Random(n)
+def cache_of_every_kind(n: int, rnd: random.Random) -> tuple[memhook.MemtypeCache,
+                                                               list[tuple[int, int]]]:
+    """The process cache with n regions of every kind, sizes 1 byte to 64 KiB,
+    with gaps and touching neighbours (a region every fourth is UNKNOWN); a
+    large one (past FLAT_LIMIT) given its flat copy.  The cache and the
+    (start, size) of each region as written."""
     cache = process_cache()
     kinds = [M.CUDA, M.CUDA_MANAGED, M.CUDA_HOST, M.UNKNOWN]
     addr, regions = A, []
@@ -280,11 +279,22 @@ def test_the_c_search_agrees_with_the_cache_at_every_bound(n: int) -> None:
         regions.append((addr, size))
         cache.update(addr, size, kinds[i % len(kinds)], i % 3)
         addr += size + rnd.choice([0, 1, 64, 1 << 20])
-    if n > 64:  # a large cache: the Python path makes its flat copy once read-mostly
+    if n > memhook.cache.FLAT_LIMIT:  # the Python path makes its flat copy once read-mostly
         # (as if it had answered FLAT_AFTER lookups a region since its last write)
         cache._quiet = (cache._version, memhook.cache.FLAT_AFTER * len(cache))
         cache._memo_full(cache._flat)
         assert cache._flat[0] is not None
+    return cache, regions
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 64, 65, 1000])
+def test_the_c_search_agrees_with_the_cache_at_every_bound(n: int) -> None:
+    """Regions of every kind with gaps and touching neighbours: at each
+    region's first and last byte, one byte either side and a random byte
+    inside, the C path's answer (where it gives one) is the sorted list's.
+    The counts straddle the search's block of 16 bounds and FLAT_LIMIT."""
+    rnd = random.Random(n)
+    cache, regions = cache_of_every_kind(n, rnd)
     warm(regions[0][0], cache.memory_type(regions[0][0]))
     answered = 0
     for start, size in regions:
@@ -348,20 +358,10 @@ def test_lookups_alone_hand_a_large_cache_to_the_c_path() -> None:
 
 @pytest.mark.parametrize("n", [1, 3, 17, 64, 65, 1000])
 def test_the_c_lookup_agrees_with_the_cache_at_every_bound(n: int) -> None:
-    """As the search test below, for lookup: single bytes and ranges around
+    """As the search test above, for lookup: single bytes and ranges around
     every region's ends, where the C path answers, answer as the cache's."""
     rnd = random.Random(1000 + n)
-    cache = process_cache()
-    kinds = [M.CUDA, M.CUDA_MANAGED, M.CUDA_HOST, M.UNKNOWN]
-    addr, regions = A, []
-    for i in range(n):
-        size = rnd.choice([1, 2, 4096, 1 << 16])
-        regions.append((addr, size))
-        cache.update(addr, size, kinds[i % len(kinds)], i % 3)
-        addr += size + rnd.choice([0, 1, 64, 1 << 20])
-    if n > 64:
-        cache._quiet = (cache._version, memhook.cache.FLAT_AFTER * len(cache))
-        cache._memo_full(cache._flat)
+    cache, regions = cache_of_every_kind(n, rnd)
     first = next(s for (s, _), k in zip(regions, range(n)) if k % 4 != 3)
     warm_region(first)
     answered = 0
