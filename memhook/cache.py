@@ -707,11 +707,21 @@ class MemtypeCache:
     def _memo_full(self, state: _State) -> None:
         """A reader found the memo of ``state`` (a cache without a flat copy)
         full: empty it, and give the cache a flat copy once it has answered
-        ``FLAT_AFTER`` lookups per region since its last write."""
-        with self._lock:
+        ``FLAT_AFTER`` lookups per region since its last write.
+
+        Never waits for the lock: a reader may be a signal handler that
+        interrupted its own thread inside a write (which holds the lock
+        before it stores ``_BUSY`` and after it publishes), and a plain lock
+        does not let its owner in again.  When the lock is taken, the memo is
+        emptied and the count and copy wait for the next fill."""
+        _, _, hot, limit = state
+        lock = self._lock
+        if not lock.acquire(False):
+            hot.clear()  # (a dict's clear is one step for other threads)
+            return
+        try:
             if self._flat is not state:
                 return  # written meanwhile: that memo is gone anyway
-            _, _, hot, limit = state
             hot.clear()
             quiet = self._quiet  # (version, lookups since that version was published)
             count = (quiet[1] if quiet[0] == self._version else 0) + limit * MEMO_SAMPLE
@@ -720,10 +730,16 @@ class MemtypeCache:
                 return
             regions = list(chain.from_iterable(self._lists))
             ends = list(chain.from_iterable(self._keys))
+        finally:
+            lock.release()
         flat = _flat_copy(regions, ends)  # (outside the lock: O(regions))
-        with self._lock:
+        if not lock.acquire(False):
+            return  # (the count stands: the next fill makes the copy)
+        try:
             if self._flat is state:  # no write since: the memo's answers stay valid
                 self._flat = (*flat, hot, limit)
+        finally:
+            lock.release()
 
     def _flat_snapshot(self) -> tuple[list[int], list[MemoryType | None]]:
         """:func:`_flat_copy` of the regions (caller holds the lock)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -108,6 +109,46 @@ def test_a_read_mostly_large_cache_gets_a_flat_copy_and_drops_it_at_a_write(
     regions.insert(7, (start, size, MemoryType.CUDA_MANAGED, 3))
     for p in ptrs:
         assert c.memory_type(p) is expected(regions, p), hex(p)
+
+
+@pytest.mark.parametrize("query", ["memory_type", "lookup"])
+def test_a_full_memo_never_waits_for_the_lock(monkeypatch: pytest.MonkeyPatch,
+                                              memo_always: None, query: str) -> None:
+    """A reader whose memo fills while the lock is held - by another thread,
+    or by its own thread's write a signal handler interrupted (a plain lock:
+    its owner cannot take it again) - goes on: the memo is emptied, the flat
+    copy waits for a fill when the lock is free."""
+    monkeypatch.setattr(cache_module, "HOT_LIMIT", 16)
+    regions = layout(300)
+    c = MemtypeCache()
+    for r in regions:
+        c.update(*r)
+    ask = getattr(c, query)
+    ptrs = probes(regions)
+    wrong: list[int] = []
+
+    def reader() -> None:  # (a plain lock: another thread stands for the owner too)
+        for p in ptrs * 3:  # (past the fills that would make a flat copy)
+            got = ask(p)
+            if (got if query == "memory_type" else
+                    (MemoryType.HOST if got is None else got.mem_type)) is not expected(regions, p):
+                wrong.append(p)
+            if len(c._flat[2]) > 16:
+                wrong.append(-1)
+
+    assert c._lock.acquire(False)
+    try:
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "a reader waited for the cache's lock"
+        assert not wrong, wrong[:5]
+        assert c._flat[0] is None  # (no copy while the lock is held)
+    finally:
+        c._lock.release()
+    for p in ptrs:
+        ask(p)
+    assert c._flat[0] is not None  # the copy, at the next fill
 
 
 def test_the_memo_is_sampled_and_a_repeated_pointer_gets_there() -> None:
