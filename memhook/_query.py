@@ -563,10 +563,15 @@ def memory_types(ptrs: Any) -> np.ndarray:
     undrained = drain is not None and drain() is False
     arr = address_array(ptrs)
     applier = _applier
-    if undrained or (applier is not None and applier.applying()):
+    got = None
+    if not (undrained or (applier is not None and applier.applying())):
+        # (at most CACHE_WAIT_S for a write's lock: on a signal handler that
+        # interrupted its own thread's write, the wait would be forever)
+        got = _process_cache._memory_types(arr, True, CACHE_WAIT_S)
+    if got is None:
         # Pointer by pointer, as memory_type answers without the drain (a
         # thread inside the drain's apply must not wait for the cache's
-        # lock either, which the snapshot below takes).
+        # lock either, which the snapshot takes).
         out = np.empty(arr.shape, dtype=np.uint8)
         answers: dict[int, MemoryType] = {}
         for i, p in enumerate(arr.tolist()):
@@ -576,7 +581,7 @@ def memory_types(ptrs: Any) -> np.ndarray:
             out[i] = t
         shape = getattr(ptrs, "shape", None)
         return out.reshape(shape) if shape is not None and len(shape) != 1 else out
-    out, absent = _process_cache._memory_types(arr, True)
+    out, absent = got
     need = out == UNKNOWN
     if not _vouched():
         need |= absent

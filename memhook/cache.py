@@ -469,7 +469,7 @@ class MemtypeCache:
         ['CUDA', 'CUDA_HOST', 'HOST']
         """
         arr = address_array(ptrs)
-        out, _ = self._memory_types(arr, False)
+        out, _ = self._memory_types(arr, False)  # type: ignore[misc]  # (waits: never None)
         shape = getattr(ptrs, "shape", None)
         return out.reshape(shape) if shape is not None and len(shape) != 1 else out
 
@@ -908,11 +908,21 @@ class MemtypeCache:
         finally:
             lock.release()
 
-    def _build_snapshot(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        with self._lock:  # only long enough to copy the references
+    def _build_snapshot(self, wait_s: float | None = None) \
+            -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The batch snapshot of the cache now (kept for the next batch);
+        None when a write holds the lock past ``wait_s`` seconds (None: wait)."""
+        lock = self._lock
+        if wait_s is None:
+            lock.acquire()
+        elif not (lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(False)):
+            return None
+        try:  # only long enough to copy the references
             version = self._version
             regions = list(chain.from_iterable(self._lists))
             keys = list(chain.from_iterable(self._keys))
+        finally:
+            lock.release()
         n = len(regions)
         starts = np.empty(n + 1, dtype=np.uint64)
         starts[:n] = np.fromiter(map(_get_start, regions), dtype=np.uint64, count=n)
@@ -929,12 +939,17 @@ class MemtypeCache:
         self._snapshot = snap
         return snap
 
-    def _memory_types(self, arr: np.ndarray, want_absent: bool) -> tuple[np.ndarray, Any]:
+    def _memory_types(self, arr: np.ndarray, want_absent: bool, wait_s: float | None = None) \
+            -> tuple[np.ndarray, Any] | None:
         """Codes for a flat uint64 array; with ``want_absent``, also a mask of
-        the pointers that no region holds (their code is HOST)."""
+        the pointers that no region holds (their code is HOST).  None when
+        the snapshot must be remade and a write holds the lock past
+        ``wait_s`` seconds (None: wait)."""
         snap = self._snapshot
         if snap is None or snap[0] != self._version or self._flat is _BUSY:
-            snap = self._build_snapshot()
+            snap = self._build_snapshot(wait_s)
+            if snap is None:
+                return None
         _, starts, lasts, types = snap
         return snapshot_memory_types(starts, lasts, types, arr, want_absent)
 

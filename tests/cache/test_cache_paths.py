@@ -228,3 +228,37 @@ def test_module_level_fast_path_on_a_flat_copy_of_a_large_cache(
         for p in probes(regions):
             assert cache_module.memory_type(p) is expected(regions, p), hex(p)
     assert cache._flat[0] is not None  # the module-level path made the copy too
+
+
+def test_module_level_batch_never_waits_long_for_a_writes_lock(
+        hook_layer: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """memhook.memory_types while a write holds the process cache's lock
+    (another thread here; a signal handler's own interrupted thread is the
+    case that would wait forever): the batch snapshot is not remade, the
+    pointers are answered one by one, right, in bounded time."""
+    import numpy as np
+
+    monkeypatch.setattr(query_module, "_process_cache", MemtypeCache())
+    cache = cache_module.process_cache()
+    regions = layout(50)
+    for r in regions:
+        cache.update(*r)
+    cache_module.set_hook_layer(None, lambda: True)
+    ptrs = probes(regions)
+    arr = np.array(ptrs, dtype=np.uint64)
+    want = [int(expected(regions, p)) for p in ptrs]
+    assert cache_module.memory_types(arr).tolist() == want  # (a snapshot of this version)
+    cache.update(regions[0][0], 1, MemoryType.CUDA_MANAGED, 2)  # a new version: remade next
+    want = [int(cache.memory_type(p)) for p in ptrs]
+    got: list[list[int]] = []
+    assert cache._lock.acquire(False)
+    try:
+        thread = threading.Thread(target=lambda: got.append(
+            cache_module.memory_types(arr).tolist()), daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "memory_types waited for the cache's lock"
+    finally:
+        cache._lock.release()
+    assert got == [want]
+    assert cache_module.memory_types(arr).tolist() == want  # (and the snapshot, lock free)
