@@ -122,18 +122,30 @@ class _Driver:
             self._get_attributes = _ffi.cast("mh_cuPointerGetAttributes_fn", fn)
             return True
 
-    def _buffers(self) -> tuple[Any, Any, Any, Any]:
-        """Per-thread argument blocks, so concurrent queries never share memory."""
-        bufs = getattr(self._local, "bufs", None)
-        if bufs is None:
-            attrs = _ffi.new("CUpointer_attribute[7]",
-                             [_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL, _RANGE_START_ADDR,
-                              _RANGE_SIZE, _MAPPING_BASE_ADDR, _MAPPING_SIZE])
-            values = _ffi.new("uint64_t[7]")
-            data = _ffi.new("void *[7]", [values + i for i in range(7)])
-            pair = (_ffi.new("CUdeviceptr *"), _ffi.new("size_t *"))
-            bufs = self._local.bufs = (attrs, values, data, pair)
-        return bufs  # type: ignore[no-any-return]
+    def _buffers(self) -> tuple[tuple[Any, Any, Any, Any], list[Any]]:
+        """An argument block for one call, and the list to give it back to
+        when done: taken off this thread's free list, or made.  Per thread,
+        so concurrent queries never share memory; one per call, because a
+        query in a signal handler that interrupted a query on the same
+        thread must not write into the block the interrupted one is about
+        to read (it would read the handler's answer: HOST for a live
+        allocation, seen under load).  The handler's call takes another
+        block (made the first time), so a thread has as many as its
+        deepest nesting.  A block lost to an exception between take and
+        give-back is only memory."""
+        try:
+            free = self._local.free
+        except AttributeError:
+            free = self._local.free = []
+        if free:
+            return free.pop(), free
+        attrs = _ffi.new("CUpointer_attribute[7]",
+                         [_MEMORY_TYPE, _IS_MANAGED, _DEVICE_ORDINAL, _RANGE_START_ADDR,
+                          _RANGE_SIZE, _MAPPING_BASE_ADDR, _MAPPING_SIZE])
+        values = _ffi.new("uint64_t[7]")
+        data = _ffi.new("void *[7]", [values + i for i in range(7)])
+        pair = (_ffi.new("CUdeviceptr *"), _ffi.new("size_t *"))
+        return (attrs, values, data, pair), free
 
     def is_cuda(self, ptr: int) -> bool:
         """True when the driver knows ``ptr`` as CUDA memory (one attribute,
@@ -143,12 +155,12 @@ class _Driver:
             if not self.bind():
                 return False
             fn = self._get_attributes
-        try:
-            attrs, values, data, _ = self._local.bufs
-        except AttributeError:
-            attrs, values, data, _ = self._buffers()
+        bufs, free = self._buffers()
+        attrs, values, data, _ = bufs
         values[0] = 0
-        return fn(1, attrs, data, ptr) == _CUDA_SUCCESS and values[0] & 0xFFFFFFFF != 0
+        known = fn(1, attrs, data, ptr) == _CUDA_SUCCESS and values[0] & 0xFFFFFFFF != 0
+        free.append(bufs)
+        return known
 
     def query(self, ptr: int, size: int) -> DriverAnswer | None:
         """The driver's answer for ``ptr``, or None when there is no answer
@@ -157,7 +169,15 @@ class _Driver:
         if fn is None and not self.bind():
             return None
         fn = self._get_attributes
-        attrs, values, data, pair = self._buffers()
+        bufs, free = self._buffers()
+        try:
+            return self._query(fn, bufs, ptr, size)
+        finally:
+            free.append(bufs)
+
+    def _query(self, fn: Any, bufs: tuple[Any, Any, Any, Any], ptr: int, size: int) \
+            -> DriverAnswer | None:
+        attrs, values, data, pair = bufs
         # First only MEMORY_TYPE: most pointers asked about are not CUDA's.
         values[0] = 0
         if fn(1, attrs, data, ptr) != _CUDA_SUCCESS:
