@@ -44,6 +44,7 @@ from __future__ import annotations
 import ctypes
 import numbers
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -448,8 +449,14 @@ def address_array(ptrs: object) -> np.ndarray:
     array's mask is ignored: every stored value is an address to look up
     (a masked value must be a valid address too), so the cache's and the
     module-level queries see the same plain array."""
-    if isinstance(ptrs, np.ma.MaskedArray):
-        ptrs = np.ma.getdata(ptrs)
+    # (numpy.ma through sys.modules, never np.ma: that attribute imports
+    # numpy.ma on first use, and a query in a signal handler that lands
+    # inside that import - its own first query's - would import it again,
+    # into a recursion.  Without numpy.ma imported there is no masked array.)
+    ma = sys.modules.get("numpy.ma")
+    masked = getattr(ma, "MaskedArray", None) if ma is not None else None
+    if masked is not None and isinstance(ptrs, masked):
+        ptrs = ptrs.data
     arr = ptrs if isinstance(ptrs, np.ndarray) else None
     if arr is None:
         if isinstance(ptrs, (str, bytes, bytearray)) or not hasattr(ptrs, "__len__"):

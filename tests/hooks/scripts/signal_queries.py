@@ -2,8 +2,8 @@
 
     python signal_queries.py MODE SECONDS
 
-A SIGALRM handler (setitimer, every 5 ms) asks memory_type() and lookup()
-of an allocation it knows and of a host buffer, and now and then calls
+A SIGALRM handler (setitimer, every 5 ms) asks memory_type(), lookup() and
+memory_types() of an allocation it knows and of a host buffer, and now and then calls
 flush(), while the main thread allocates and frees through the hooks,
 flushes, and queries - so the signal lands anywhere in the drain,
 including on the thread that holds its locks (a subscriber makes the
@@ -44,6 +44,9 @@ def main() -> int:
         state["calls"] += 1
         answers = (memhook.memory_type(known), memhook.memory_type(host_ptr))
         region = memhook.lookup(known + 64, 64)
+        batch = tuple(memhook.memory_types([known + 8, host_ptr + 8]).tolist())
+        if batch != (MemoryType.CUDA, MemoryType.HOST):
+            state["wrong"].append(f"call {state['calls']}: memory_types {batch}")
         if answers != (MemoryType.CUDA, MemoryType.HOST) or region is None or not (
                 region.start <= known and known + 128 <= region.start + region.size):
             state["wrong"].append(f"call {state['calls']}: {answers} {region}")
