@@ -186,14 +186,9 @@ void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const u
                           uint8_t *absent);
 """
 
-QUERY_FAST_SOURCE = """
-uintptr_t memhook_query_fast_functions(void);
-void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
-                          int64_t *out);
-void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const uint8_t *types,
-                          size_t regions, const uint64_t *keys, size_t m, uint8_t *codes,
-                          uint8_t *absent);
-"""
+# (defined in the two sources below, outside the generated module: the
+# module's own C needs the same prototypes, so the cdef text serves as both)
+QUERY_FAST_SOURCE = QUERY_FAST_CDEF
 
 ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
 ffibuilder.set_source(

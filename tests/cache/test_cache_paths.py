@@ -215,15 +215,24 @@ def test_module_level_fast_path(n: int, vouched: bool, hook_layer: None,
     assert cache_module.memory_type(start) is MemoryType.CUDA_MANAGED
 
 
-def test_module_level_fast_path_on_a_flat_copy_of_a_large_cache(
-        hook_layer: None, monkeypatch: pytest.MonkeyPatch, memo_always: None) -> None:
-    monkeypatch.setattr(cache_module, "HOT_LIMIT", 8)
+def vouched_process_cache(monkeypatch: pytest.MonkeyPatch, n: int) \
+        -> tuple[MemtypeCache, list[tuple[int, int, MemoryType, int]]]:
+    """A fresh process cache holding layout(n), with a hook layer that has no
+    drain and vouches for every pointer (the caller's hook_layer fixture
+    restores the real one)."""
     monkeypatch.setattr(query_module, "_process_cache", MemtypeCache())
     cache = cache_module.process_cache()
-    regions = layout(200)
+    regions = layout(n)
     for r in regions:
         cache.update(*r)
     cache_module.set_hook_layer(None, lambda: True)
+    return cache, regions
+
+
+def test_module_level_fast_path_on_a_flat_copy_of_a_large_cache(
+        hook_layer: None, monkeypatch: pytest.MonkeyPatch, memo_always: None) -> None:
+    monkeypatch.setattr(cache_module, "HOT_LIMIT", 8)
+    cache, regions = vouched_process_cache(monkeypatch, 200)
     for _ in range(3):
         for p in probes(regions):
             assert cache_module.memory_type(p) is expected(regions, p), hex(p)
@@ -238,12 +247,7 @@ def test_module_level_batch_never_waits_long_for_a_writes_lock(
     pointers are answered one by one, right, in bounded time."""
     import numpy as np
 
-    monkeypatch.setattr(query_module, "_process_cache", MemtypeCache())
-    cache = cache_module.process_cache()
-    regions = layout(50)
-    for r in regions:
-        cache.update(*r)
-    cache_module.set_hook_layer(None, lambda: True)
+    cache, regions = vouched_process_cache(monkeypatch, 50)
     ptrs = probes(regions)
     arr = np.array(ptrs, dtype=np.uint64)
     want = [int(expected(regions, p)) for p in ptrs]
