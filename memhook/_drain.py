@@ -220,6 +220,9 @@ _handoff: collections.deque[list[Any]] = collections.deque()
 _deliver_lock = threading.RLock()
 _delivering: Callable[[], bool] = _deliver_lock._is_owned  # type: ignore[attr-defined]
 _fork_held = (False, False)
+# Set by the background feeder while it sleeps with nothing to do
+# (memhook._feeder): what wakes it when a query leaves work behind.
+wake_feeder: Callable[[], object] | None = None
 
 QUERY_DELIVERY_S = 0.005
 """How long a query may spend handing waiting events to the subscribers
@@ -335,6 +338,9 @@ def query_drain() -> bool:
     _, complete = _take(QUERY_EVENTS, False)
     if _handoff:
         _hand_out(QUERY_DELIVERY_S, 1)
+    wake = wake_feeder
+    if wake is not None and (_handoff or not complete or backlogged()):
+        wake()  # (a parked feeder finishes what this query left)
     return complete
 
 
