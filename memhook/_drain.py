@@ -688,14 +688,19 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
         marks.append((entry, 1, (i + 1, 0)))
         call = operator.methodcaller("__call__", event)
         while True:
+            steps = zip(map(call, callbacks), starmap(_setitem, marks))
             try:
-                _consume(zip(map(call, callbacks), starmap(_setitem, marks)))
+                _consume(steps)  # (the only call in this try: see below)
                 break
             except BaseException as exc:
                 row_at, served = entry[1]
-                if row_at != i:  # pragma: no cover - (the store after the last ran)
-                    break
-                entry[1] = (i, served + 1) if served + 1 < last else (i + 1, 0)
+                # From the subscriber (it counts as served), or - an exception
+                # from a signal handler - raised here as _consume returned,
+                # after the last store, or before it called anything.
+                tb = exc.__traceback__
+                if row_at == i and (isinstance(exc, Exception) or
+                                    (tb is not None and tb.tb_next is not None)):
+                    entry[1] = (i, served + 1) if served + 1 < last else (i + 1, 0)
                 if not isinstance(exc, Exception):
                     raise
                 _log.exception("memhook: subscriber %r raised on %r",
