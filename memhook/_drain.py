@@ -549,7 +549,8 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
     return int(np.count_nonzero(part["flags"] & (_SKIPPED | _UNLOADED) == 0))
 
 
-def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+def unapplied(start: int, size: int, closed: bool, take: bool = True) \
+        -> int | tuple[Any, ...]:
     """For a query that cannot drain (another thread is applying, or this
     one is, in a signal handler): of the events published before the call
     that the cache lacks yet, the last that can change its answer for
@@ -561,17 +562,20 @@ def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
     It takes what is still in the core's queue out itself (at most
     :data:`UNAPPLIED_CALLS` times :data:`QUERY_EVENTS` events, into the
     backlog the applier applies next, in order) - not on the applier's own
-    thread, and not past :data:`UNAPPLIED_ROWS` waiting rows - and looks
-    at those rows, the backlog's and the applier's batch."""
-    global _quiet
+    thread, not past :data:`UNAPPLIED_ROWS` waiting rows, and not when
+    ``take`` is False (the later pointers of one memory_types() call: what
+    was published before the call was taken for its first) - and looks at
+    those rows, the backlog's and the applier's batch: through a summary
+    made once for as long as they stay the same (_Digest), so that a query
+    costs O(log r) for r rows where none of them touches its range."""
+    global _quiet, _digest
     if _take_owned() and held_here(_TAKE_CODES):
         return _apply.UNSURE  # (this thread was interrupted taking)
-    views: list[np.ndarray] = []
     try:
         if not _take_owned() and not _take_lock.acquire(False):
             return _apply.UNSURE  # (another thread is taking)
         _park_query_rows()
-        if _pending[0]:
+        if _pending[0] and take:
             if _is_owned() or _taken_rows() >= UNAPPLIED_ROWS:
                 return _apply.UNSURE  # (more would only lengthen the applier's work)
             _quiet = False  # before the C drain clears the pending flag
@@ -583,17 +587,74 @@ def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
                     break
             else:
                 return _apply.UNSURE  # more than a query's share is pending
-        if _taken_rows() > UNAPPLIED_ROWS + BATCH:
-            return _apply.UNSURE
         f = int(_filled[0])
-        if _buf[0] < f:
-            views.append(_rows[_buf[0]:f].copy())  # (the applier may refill _buffer)
-        for i, chunk in enumerate(_backlog):  # oldest first; the applier's batch is older still
-            views.append(chunk[_head[0]:] if i == 0 else chunk)
+        token = (len(_backlog), id(_backlog[-1]) if _backlog else 0, _head[0], _buf[0], f)
+        digest = _digest
+        if digest is None or digest.token != token:
+            if _taken_rows() > UNAPPLIED_ROWS + BATCH:
+                return _apply.UNSURE
+            views: list[np.ndarray] = []
+            if _buf[0] < f:
+                views.append(_rows[_buf[0]:f])
+            for i, chunk in enumerate(_backlog):  # oldest first; the applier's batch older still
+                views.append(chunk[_head[0]:] if i == 0 else chunk)
+            digest = _digest = _Digest(token, views)  # (copies: the applier refills _buffer)
     finally:
         if _take_owned():
             _take_lock.release()
-    return _apply.last_touch(views, start, size, closed)
+    return digest.last_touch(start, size, closed)
+
+
+class _Digest:
+    """The rows a query looks through (taken out, not yet applied), summed
+    up for the queries that come while they stay the same: the relevant
+    rows (successful, sized), in event order, with their ranges - scanned
+    by numpy per query, until enough queries came to pay for an index by
+    address (a running maximum of the ends: "does any row touch this
+    range" is then one binary search, as for memory_types' pointers)."""
+
+    __slots__ = ("address", "ends", "index", "rows", "token", "unsure", "uses")
+
+    SORT_AFTER = 8
+
+    def __init__(self, token: tuple[Any, ...], views: list[np.ndarray]) -> None:
+        self.token = token
+        rows = np.concatenate(views) if views else np.empty(0, dtype=EVENT_DTYPE)
+        self.unsure = _apply.last_touch([rows], 0, 0, False) == _apply.UNSURE
+        keep = ((rows["flags"] & _SKIPPED) == 0) & (rows["result"] == 0) & (rows["size"] != 0)
+        self.rows = rows[keep]
+        self.address = self.rows["address"]
+        self.ends = self.address + self.rows["size"]
+        self.index: tuple[np.ndarray, np.ndarray] | None = None
+        self.uses = 0
+
+    def last_touch(self, start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+        """memhook._apply.last_touch of the rows, for ``[start, start + size)``."""
+        if self.unsure:
+            return _apply.UNSURE
+        lo, hi = np.uint64(start), np.uint64(min(start + size, _ADDRESS_LAST))
+        self.uses += 1
+        if self.index is None and self.uses >= self.SORT_AFTER and len(self.address):
+            order = np.argsort(self.address, kind="stable")
+            self.index = (self.address[order], np.maximum.accumulate(self.ends[order]))
+        if self.index is not None:
+            starts, reach = self.index
+            k = int(np.searchsorted(starts, hi, "right" if closed else "left"))
+            if k == 0 or reach[k - 1] < lo or (reach[k - 1] == lo and not closed):
+                return _apply.UNTOUCHED
+        if closed:
+            hit = (self.address <= hi) & (self.ends >= lo)
+        else:
+            hit = (self.address < hi) & (self.ends > lo)
+        where = np.flatnonzero(hit)
+        if not len(where):
+            return _apply.UNTOUCHED
+        row: tuple[Any, ...] = self.rows[int(where[-1])].tolist()
+        return row
+
+
+_digest: _Digest | None = None
+_ADDRESS_LAST = (1 << 64) - 1
 
 
 def backlogged() -> bool:
