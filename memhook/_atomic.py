@@ -35,7 +35,7 @@ from typing import Any
 
 __all__ = ["commit", "held_here"]
 
-_consume = deque(maxlen=0).extend  # (runs an iterator to its end, in C)
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # (runs an iterator out, in C)
 
 
 def commit(steps: Iterable[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:

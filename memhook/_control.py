@@ -36,8 +36,7 @@ from typing import Any
 from ._core import _core_handle, ffi
 
 __all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "events_drain_into",
-           "hook_rows", "install",
-           "queue_stats", "uninstall"]
+           "hook_rows", "install", "queue_stats", "uninstall"]
 
 _held = ctypes.PyDLL(None, handle=_core_handle._handle)
 

@@ -177,7 +177,7 @@ _pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
 _clock = time.perf_counter
 _setitem = operator.setitem
-_consume = collections.deque(maxlen=0).extend  # (runs an iterator to its end, in C)
+_consume: Callable[[Any], None] = collections.deque(maxlen=0).extend  # (runs an iterator out)
 
 # Two stages, two locks.  _lock (the apply lock) serialises applying taken
 # rows to the cache, so the cache sees them in order; the rows then wait in

@@ -737,8 +737,9 @@ class MemtypeCache:
             sub = lists[pos]
             if self._half_load <= len(sub) - count + len(adds) <= self._load2:
                 keys = keys_l[pos]  # in place: the usual write
-                steps = [(_setitem, (sub, slice(idx, last), adds)),
-                         (_setitem, (keys, slice(idx, last), add_keys))]
+                steps: list[tuple[Any, tuple[Any, ...]]] = [
+                    (_setitem, (sub, slice(idx, last), adds)),
+                    (_setitem, (keys, slice(idx, last), add_keys))]
                 if last == len(sub):
                     steps.append((_setitem, (maxes, pos, add_keys[-1] if adds else keys[idx - 1])))
                 self._commit(steps, n_after, (None, None, {}, HOT_LIMIT))
