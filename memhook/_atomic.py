@@ -9,8 +9,9 @@ changes two lists, or a drain that takes rows out of the core and then
 notes that it holds them, is torn in two by it.  No bytecode runs inside
 a call into C that calls only C, so:
 
-* :func:`commit` runs a list of prepared ``(function, args)`` steps in one
-  C-level loop (``deque(maxlen=0)`` consuming ``itertools`` iterators):
+* :func:`commit` runs a list of prepared ``(function, *args)`` steps in
+  one C-level loop (``deque(maxlen=0)`` consuming ``itertools.starmap``
+  over ``operator.call``):
   with functions implemented in C (``operator.setitem``, ``setattr``,
   ``list.append``, a cffi pointer's item store), either every step runs or
   none does.  Everything a write computes beforehand only reads.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, starmap
 from types import CodeType
 from typing import Any
@@ -38,12 +39,22 @@ __all__ = ["commit", "held_here"]
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # (runs an iterator out, in C)
 
 
-def commit(steps: Iterable[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
-    """Call each ``function(*args)`` of ``steps`` in order, in one call into
-    C: every function must be implemented in C, so that no bytecode - and
-    so no signal handler - runs between the first and the last."""
-    iterators = [starmap(fn, (args,)) for fn, args in steps]  # (prepared: nothing runs yet)
-    _consume(chain.from_iterable(iterators))
+def commit(steps: Iterable[tuple[Any, ...]]) -> None:
+    """Make each step ``(function, *args)`` of ``steps``, in order, in one
+    call into C: every function must be implemented in C, so that no
+    bytecode - and so no signal handler - runs between the first and the
+    last."""
+    _consume(_calls(steps))
+
+
+if sys.version_info >= (3, 11):
+    from operator import call as _call
+
+    def _calls(steps: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
+        return starmap(_call, steps)
+else:  # pragma: no cover - Python 3.9 and 3.10: no operator.call
+    def _calls(steps: Iterable[tuple[Any, ...]]) -> Iterator[Any]:
+        return chain.from_iterable([starmap(step[0], (step[1:],)) for step in steps])
 
 
 def held_here(codes: frozenset[CodeType]) -> bool:

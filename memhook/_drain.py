@@ -441,7 +441,7 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
     held by the call that takes them out (``_filled``), marked applied and
     handed on in single commits (memhook._atomic), and whatever an
     exception interrupts, the next drain finishes first, in order."""
-    global _quiet, _generation
+    global _quiet, _generation, _refills
     if not _pending[0] and _quiet:
         return 0, True
     if _is_owned() and held_here(_APPLY_CODES):
@@ -472,8 +472,9 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
                     n = -1  # a query took rows out meanwhile: they go first
                 else:
                     _quiet = False  # before the C drain clears the pending flag
-                    commit(((_setitem, (_filled, 0, 0)), (_setitem, (_buf, 0, 0)),
-                            (_setitem, (_buf, 1, 0))))
+                    _refills += 1  # (before: a digest of the old rows is never taken for the new)
+                    commit(((_setitem, _filled, 0, 0), (_setitem, _buf, 0, 0),
+                            (_setitem, _buf, 1, 0)))
                     n = _c_take(_buffer, cap, _mark, _filled)
             _generation += 1
             done += _apply_taken()
@@ -503,10 +504,12 @@ def _taken_rows() -> int:
 def _park_query_rows() -> None:
     """Move the rows a query took into its buffer to the backlog (caller
     holds _take_lock): one commit, so they are in exactly one place."""
+    global _refills
     n = int(_query_filled[0])
     if n:
         chunk = _query_rows[:n].copy()
-        commit(((_backlog.append, (chunk,)), (_setitem, (_query_filled, 0, 0))))
+        _refills += 1
+        commit(((_backlog.append, chunk), (_setitem, _query_filled, 0, 0)))
 
 
 def _apply_taken() -> int:
@@ -526,8 +529,8 @@ def _apply_taken() -> int:
         done += _apply_part(chunk, len(chunk), _head)
         with _take_lock:
             if _backlog and _backlog[0] is chunk:
-                commit(((_backlog.pop, (0,)), (_setitem, (_head, 0, 0)),
-                        (_setitem, (_head, 1, 0))))
+                commit(((_backlog.pop, 0), (_setitem, _head, 0, 0),
+                        (_setitem, _head, 1, 0)))
 
 
 def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
@@ -543,7 +546,7 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
     part = rows[handed:end]
     if _registry.current:
         entry = [part.copy(), (0, 0)]
-        commit(((_handoff.append, (entry,)), (_setitem, (marks, 1, end))))
+        commit(((_handoff.append, entry), (_setitem, marks, 1, end)))
         return 0
     marks[1] = end
     return int(np.count_nonzero(part["flags"] & (_SKIPPED | _UNLOADED) == 0))
@@ -588,7 +591,7 @@ def unapplied(start: int, size: int, closed: bool, take: bool = True) \
             else:
                 return _apply.UNSURE  # more than a query's share is pending
         f = int(_filled[0])
-        token = (len(_backlog), id(_backlog[-1]) if _backlog else 0, _head[0], _buf[0], f)
+        token = (_refills, len(_backlog), _head[0], _buf[0], f)
         digest = _digest
         if digest is None or digest.token != token:
             if _taken_rows() > UNAPPLIED_ROWS + BATCH:
@@ -654,6 +657,9 @@ class _Digest:
 
 
 _digest: _Digest | None = None
+# Bumped (under _take_lock) before _buffer is refilled and before a chunk
+# joins the backlog: with the marks, it names the rows a _Digest summed up.
+_refills = 0
 _ADDRESS_LAST = (1 << 64) - 1
 
 

@@ -648,7 +648,7 @@ class MemtypeCache:
         """
         with self._lock:
             regions = self._regions
-            self._commit([(_setitem, (part, _ALL, ())) for part in
+            self._commit([(_setitem, part, _ALL, ()) for part in
                           (self._lists, self._keys, self._maxes, regions._index)], 0,
                          self._empty_state())
 
@@ -737,11 +737,11 @@ class MemtypeCache:
             sub = lists[pos]
             if self._half_load <= len(sub) - count + len(adds) <= self._load2:
                 keys = keys_l[pos]  # in place: the usual write
-                steps: list[tuple[Any, tuple[Any, ...]]] = [
-                    (_setitem, (sub, slice(idx, last), adds)),
-                    (_setitem, (keys, slice(idx, last), add_keys))]
+                steps: list[tuple[Any, ...]] = [
+                    (_setitem, sub, slice(idx, last), adds),
+                    (_setitem, keys, slice(idx, last), add_keys)]
                 if last == len(sub):
-                    steps.append((_setitem, (maxes, pos, add_keys[-1] if adds else keys[idx - 1])))
+                    steps.append((_setitem, maxes, pos, add_keys[-1] if adds else keys[idx - 1]))
                 self._commit(steps, n_after, (None, None, {}, HOT_LIMIT))
                 return
         stop = min(hi + 1, nlists)
@@ -760,12 +760,12 @@ class MemtypeCache:
             new_key_lists = [new_keys[c:c + load] for c in cuts]
         else:
             new_lists, new_key_lists = ([new], [new_keys]) if new else ([], [])
-        steps = [(_setitem, (lists, slice(pos, stop), new_lists)),
-                 (_setitem, (keys_l, slice(pos, stop), new_key_lists)),
-                 (_setitem, (maxes, slice(pos, stop), [k[-1] for k in new_key_lists]))]
+        steps = [(_setitem, lists, slice(pos, stop), new_lists),
+                 (_setitem, keys_l, slice(pos, stop), new_key_lists),
+                 (_setitem, maxes, slice(pos, stop), [k[-1] for k in new_key_lists])]
         index = self._regions._index
         if index:
-            steps.append((_setitem, (index, _ALL, ())))
+            steps.append((_setitem, index, _ALL, ()))
         if n_after > FLAT_LIMIT:
             state: _State = (None, None, {}, HOT_LIMIT)
         else:
@@ -776,14 +776,14 @@ class MemtypeCache:
                            chain.from_iterable(keys_l[stop:])))), {}, FLAT_HOT_LIMIT)
         self._commit(steps, n_after, state)
 
-    def _commit(self, steps: list[tuple[Any, tuple[Any, ...]]], length: int,
+    def _commit(self, steps: list[tuple[Any, ...]], length: int,
                 state: _State) -> None:
         """Make ``steps`` (C-level calls that change the sorted list) and
         publish ``state`` for ``length`` regions, all in one step (caller
         holds the lock)."""
-        steps.append((setattr, (self._regions, "_len", length)))
-        steps.append((setattr, (self, "_version", self._version + 1)))
-        steps.append((setattr, (self, "_flat", state)))
+        steps.append((setattr, self._regions, "_len", length))
+        steps.append((setattr, self, "_version", self._version + 1))
+        steps.append((setattr, self, "_flat", state))
         commit(steps)
 
     def _empty_state(self) -> _State:

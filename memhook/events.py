@@ -210,22 +210,22 @@ class _Registry:
     # registered, active and counted for precise time, or none of these.
 
     def add(self, sub: Subscription) -> None:
-        steps: list[tuple[Any, tuple[Any, ...]]] = []
+        steps: list[tuple[Any, ...]] = []
         if sub.precise_time:
-            steps.append((lib.memhook_events_precise_time, (1,)))
+            steps.append((lib.memhook_events_precise_time, 1))
         with self.lock:
-            steps.append((setattr, (self, "current", (*self.current, sub))))
+            steps.append((setattr, self, "current", (*self.current, sub)))
             commit(steps)
 
     def remove(self, sub: Subscription) -> None:
         with self.lock:
             if not sub._active:
                 return
-            steps: list[tuple[Any, tuple[Any, ...]]] = [
-                (setattr, (sub, "_active", False)),
-                (setattr, (self, "current", tuple(s for s in self.current if s is not sub)))]
+            steps: list[tuple[Any, ...]] = [
+                (setattr, sub, "_active", False),
+                (setattr, self, "current", tuple(s for s in self.current if s is not sub))]
             if sub.precise_time:
-                steps.append((lib.memhook_events_precise_time, (0,)))
+                steps.append((lib.memhook_events_precise_time, 0))
             commit(steps)
 
     def after_fork_in_child(self) -> None:
