@@ -370,8 +370,8 @@ def remember(since: int, write: Callable[[], None]) -> bool:
     ``since`` and the lock is free: an answer the driver gave before an
     event of its range was applied must not be written after it.  True
     when it was written."""
-    if _is_owned():
-        return False  # (this thread applies, or left the lock behind: its next drain takes it back)
+    if _is_owned() or _in_cache():
+        return False  # (this thread applies, or left the lock behind, or is inside the cache)
     try:
         # (inside the try: an exception as acquire() returns still reaches the finally)
         if not _acquire(False) or _generation != since:
@@ -381,6 +381,12 @@ def remember(since: int, write: Callable[[], None]) -> bool:
     finally:
         if _is_owned():
             _release()
+
+
+def _in_cache() -> bool:
+    """Whether this thread holds the process cache's lock (a signal handler
+    that interrupted a read or write of it): no apply may start here."""
+    return bool(_query.process_cache()._lock._is_owned())  # type: ignore[attr-defined]
 
 
 def applying() -> bool:
@@ -444,8 +450,8 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
     global _quiet, _generation, _refills
     if not _pending[0] and _quiet:
         return 0, True
-    if _is_owned() and held_here(_APPLY_CODES):
-        return 0, False  # this thread applies already (a signal handler here)
+    if _is_owned() and held_here(_APPLY_CODES) or _in_cache():
+        return 0, False  # this thread applies, or is inside the cache (a signal handler here)
     try:
         # (a lock still owned here was left behind by an exception: ours again)
         if not _is_owned():

@@ -85,7 +85,7 @@ _process_cache = MemtypeCache()
 def _after_fork_in_child() -> None:
     # A writer thread of the parent may have held the lock at fork(); it is
     # gone, and every published state is whole (writers publish one tuple).
-    _process_cache._lock = threading.Lock()
+    _process_cache._lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

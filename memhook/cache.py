@@ -311,7 +311,8 @@ class MemtypeCache:
     )
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # An RLock for _is_owned (a write never takes it twice: _writing).
+        self._lock = threading.RLock()
         self._regions = SortedKeyList(key=_end_of)
         self._regions._reset(LOAD)
         # sortedcontainers mutates these three lists in place, never rebinds them.
@@ -557,6 +558,7 @@ class MemtypeCache:
             mem_type = _as_memory_type(mem_type)
         if type(device) is not int or device < -1:
             device = _as_device(device)
+        self._writing()
         with self._lock:
             maxes = self._maxes
             pos = bisect_left(maxes, start)  # first sublist with an end >= start
@@ -609,6 +611,7 @@ class MemtypeCache:
                 and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
             end = start + size
+        self._writing()
         with self._lock:
             maxes = self._maxes
             pos = bisect_right(maxes, start)  # first sublist with an end > start
@@ -646,6 +649,7 @@ class MemtypeCache:
         >>> len(cache), cache.lookup(0x10000)
         (0, None)
         """
+        self._writing()
         with self._lock:
             regions = self._regions
             self._commit([(_setitem, part, _ALL, ()) for part in
@@ -653,6 +657,16 @@ class MemtypeCache:
                          self._empty_state())
 
     # -------------------------------------------------------------- internals
+
+    def _writing(self) -> None:
+        """Refuse a write on a thread inside this cache already: a signal
+        handler that interrupted a write (or a read holding the lock) and
+        writes would otherwise wait for its own thread for ever, or make
+        the interrupted write's plan stale."""
+        if self._lock._is_owned():  # type: ignore[attr-defined]
+            raise RuntimeError("memhook: a write to a MemtypeCache from a signal handler that "
+                               "interrupted this thread inside the same cache; write from "
+                               "outside the handler (the process-wide cache's drain waits)")
 
     def _published(self) -> None:
         """End a write (caller holds the lock): publish, in one store, the new

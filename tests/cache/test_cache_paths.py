@@ -266,3 +266,20 @@ def test_module_level_batch_never_waits_long_for_a_writes_lock(
         cache._lock.release()
     assert got == [want]
     assert cache_module.memory_types(arr).tolist() == want  # (and the snapshot, lock free)
+
+
+def test_a_write_on_a_thread_inside_the_cache_is_refused_not_deadlocked() -> None:
+    """A signal handler that interrupted this thread inside a cache (its
+    lock held: a snapshot being copied, a write being planned) and writes
+    to the same cache gets a RuntimeError, not a wait for its own thread for
+    ever (the process cache's drain does not apply there at all)."""
+    cache = MemtypeCache()
+    cache.update(0x10000, 0x1000, MemoryType.CUDA)
+    with cache._lock:  # as the interrupted frame holds it
+        for write in (lambda: cache.update(0x20000, 0x1000, MemoryType.CUDA),
+                      lambda: cache.remove(0x10000, 0x1000), cache.clear):
+            with pytest.raises(RuntimeError, match="signal handler"):
+                write()
+        assert cache.lookup(0x10000) is not None  # reads still answer
+    cache.remove(0x10000, 0x1000)
+    assert len(cache) == 0
