@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 
@@ -272,14 +275,26 @@ def test_a_write_on_a_thread_inside_the_cache_is_refused_not_deadlocked() -> Non
     """A signal handler that interrupted this thread inside a cache (its
     lock held: a snapshot being copied, a write being planned) and writes
     to the same cache gets a RuntimeError, not a wait for its own thread for
-    ever (the process cache's drain does not apply there at all)."""
-    cache = MemtypeCache()
-    cache.update(0x10000, 0x1000, MemoryType.CUDA)
-    with cache._lock:  # as the interrupted frame holds it
-        for write in (lambda: cache.update(0x20000, 0x1000, MemoryType.CUDA),
-                      lambda: cache.remove(0x10000, 0x1000), cache.clear):
-            with pytest.raises(RuntimeError, match="signal handler"):
-                write()
-        assert cache.lookup(0x10000) is not None  # reads still answer
-    cache.remove(0x10000, 0x1000)
-    assert len(cache) == 0
+    ever (the process cache's drain does not apply there at all).  In a
+    child, so that the old deadlock fails the test instead of hanging it."""
+    script = textwrap.dedent("""
+        import pytest
+        from memhook import MemoryType, MemtypeCache
+        cache = MemtypeCache()
+        cache.update(0x10000, 0x1000, MemoryType.CUDA)
+        with cache._lock:  # as the interrupted frame holds it
+            for write in (lambda: cache.update(0x20000, 0x1000, MemoryType.CUDA),
+                          lambda: cache.remove(0x10000, 0x1000), cache.clear):
+                with pytest.raises(RuntimeError, match="signal handler"):
+                    write()
+            assert cache.lookup(0x10000) is not None  # reads still answer
+        cache.remove(0x10000, 0x1000)
+        assert len(cache) == 0
+        print("ALL OK")
+        """)
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a write nested in the same cache waited for its own thread")
+    assert proc.returncode == 0 and "ALL OK" in proc.stdout, proc.stdout + proc.stderr
