@@ -86,7 +86,8 @@ DEGRADED_STATUS = 70
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
 USAGE = ("memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] "
-         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] -- CMD [ARGS...]")
+         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] [--no-wait-orphans] "
+         "-- CMD [ARGS...]")
 
 
 class UsageError(Exception):
@@ -122,6 +123,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    metavar="DEPTH",
                    help=f"record up to DEPTH Python frames of each allocation, innermost "
                         f"first (default {PYTHON_DEFAULT}; 1-{PYTHON_MAX}); use --python=N")
+    p.add_argument("--no-wait-orphans", dest="wait_orphans", action="store_false",
+                   help="stop when CMD ends (after a 1 s grace), not when the last traced "
+                        "process it started does; one still running is named, and the exit "
+                        f"status is {DEGRADED_STATUS}")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -215,15 +220,17 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
                      output=args.output, memviz_entries=args.memviz_entries, stacks=stacks,
-                     python=python)
+                     python=python, wait_orphans=args.wait_orphans)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
-              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0) -> int:
+              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0,
+              wait_orphans: bool = True) -> int:
     """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
     native frames recorded per ALLOC (0: none); ``python``: Python frames
-    (0: none)."""
+    (0: none); ``wait_orphans``: wait for traced processes that outlive
+    CMD (False: ``--no-wait-orphans``)."""
     from .. import library_path
     from .._modes import HookMode
     from ..tracing.writers import FORMATS
@@ -267,7 +274,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     status = 1
     try:
         status = _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                        library_path(), memviz_entries, warnings)
+                        library_path(), memviz_entries, warnings, wait_orphans)
     finally:
         if not to_stdout:
             try:
@@ -328,7 +335,7 @@ def _function_table() -> tuple[list[str], list[bool]]:
 
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
-           memviz_entries: int, warnings: list[str]) -> int:
+           memviz_entries: int, warnings: list[str], wait_orphans: bool) -> int:
     from ..tracing.collector import Collector
     from ..tracing.writers import make_writer
     from ..tracing.ledger import Ledger, Process, format_summary
@@ -366,6 +373,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         failures: list[str] = []
         writer: _Guarded | None = None
         reorder = None
+        broke = False
         try:
             inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
                                 memviz_entries=memviz_entries)
@@ -374,13 +382,14 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             reorder = Reorder(inner) if fmt != "chrome" else None
             writer = _Guarded(reorder or inner, fmt, out_name, ledger)
             collector.writers.append(writer)  # type: ignore[arg-type]
-            status = collector.run(child, stop=relay.stopping)
+            status = collector.run(child, stop=relay.stopping, wait_orphans=wait_orphans)
         except Exception:  # noqa: BLE001 - CMD goes on; we say what broke
             sys.stderr.write("memhook trace: the collector failed; CMD runs on, no longer "
                              "traced:\n" + traceback.format_exc())
             failures.append("the collector failed (its traceback is above): events from "
                             "then on were not read; CMD ran on untraced")
             collector.close_listener()
+            broke = True
             status = _wait(child, relay)
         if status is None:
             failures.append(relay.abandoned(child))
@@ -388,6 +397,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             ended = [p for p in ledger.processes if p.pid == child.pid and p.events_sent is None]
             if ended:
                 ended[-1].signal = -status
+        if status is not None and collector.open and not broke:  # orphans left running
+            failures += _orphans_left([i.proc for i in collector.open],
+                                      "a second signal" if relay.stopping()
+                                      else "--no-wait-orphans")
         try:
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held
@@ -399,6 +412,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             text = "== memhook trace summary: (none: see below)\n"
         if reorder is not None and writer is not None:
             writer.flush()  # all of it out, so the count below is whole
+        if not to_stdout:
+            gone = _output_gone(out, out_name)
+            if gone:
+                failures.append(gone)
         late = reorder.out_of_order if reorder is not None else 0
         if late:
             warnings.append(f"{late} events reached the collector more than {WINDOW_MS} ms "
@@ -420,11 +437,19 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # The terminal always gets the summary: on stderr, unless it is
         # already there inline (text to stdout, while that still worked).
         written = writer is not None and not (writer.failed or writer.broken)
+        gone = None if to_stdout else _output_gone(out, out_name)  # (again, after the summary)
+        if gone:
+            written = False
+            if gone not in failures:
+                failures.append(gone)
+                text += f"warning: {gone}\n"  # (not to_stdout: the terminal gets text)
         if not (written and writer is not None and writer.summary_inline and to_stdout):
             _say(text)
-        if not to_stdout:
-            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n" if written else
-                 f"memhook trace: the {fmt} trace in {out_name} is incomplete (see above)\n")
+        if not to_stdout and written:
+            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
+        elif not to_stdout:
+            _say(f"memhook trace: the {fmt} trace in {out_name} is incomplete or gone "
+                 f"(see above)\n")
         if status is None:
             return 128 + relay.last
         return _exit_status(status, degraded=bool(failures))
@@ -433,6 +458,33 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def _orphans_left(procs: list[Any], why: str) -> list[str]:
+    """The failure lines for traced processes still running at the end."""
+    return [f"pid {p.pid} ({p.hello.command if p.hello else '?'}) outlived CMD and was "
+            f"still running when the trace stopped waiting for it ({why}): what it records "
+            f"from then on is not traced" for p in procs]
+
+
+def _output_gone(out: IO[Any], name: str) -> str | None:
+    """Why the file the trace is written to is no longer at ``name`` (it
+    was removed, or its folder was, or another file took its name), or
+    None while it is there.  What was written to an unlinked file is lost
+    with its last descriptor: never report it as written."""
+    try:
+        mine = os.fstat(out.fileno())
+    except (OSError, ValueError):
+        return None  # closed by a failed writer: that failure says it
+    try:
+        there = os.stat(name)
+    except OSError as exc:
+        return (f"the output {name} was removed while the trace ran "
+                f"({exc.strerror or exc}): the trace written there is gone")
+    if mine.st_nlink == 0 or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+        return (f"the output {name} was removed or replaced while the trace ran (the file "
+                f"there now is another one): the trace written to it is gone")
+    return None
 
 
 def _say(text: str) -> None:

@@ -166,6 +166,9 @@ class Collector:
                     f"pid {peer.pid} runs a nested `memhook trace`: the events of the "
                     f"command it traces go to that trace, not to this one")
                 return
+            if kind == protocol.ESCAPE and not fds:
+                self._escape(peer, protocol.parse_escape(data))
+                return
             if kind != protocol.HELLO or len(fds) != 1:
                 raise protocol.ProtocolError(f"expected HELLO with one descriptor, got type "
                                              f"{kind} with {len(fds)}")
@@ -216,6 +219,12 @@ class Collector:
         self.ledger.process_started(proc)
         for w in self.writers:
             w.process_started(proc)
+
+    def _escape(self, peer: Peer, escape: protocol.Escape) -> None:
+        """A traced process starts a program the trace cannot follow."""
+        how = "spawned" if escape.spawned else "exec'd"
+        self.failures.append(f"pid {peer.pid} {how} {escape.path}, which is not traced: "
+                             f"{escape.reason}")
 
     def _parent(self, peer: Peer, hello: protocol.Hello) -> _Image | None:
         """The image a fork child was forked from, by kernel pid.
@@ -392,24 +401,27 @@ class Collector:
     # ------------------------------------------------------------------ run
 
     def run(self, child: subprocess.Popen, grace_s: float = 1.0,
-            stop: Callable[[], bool] | None = None) -> int | None:
+            stop: Callable[[], bool] | None = None, wait_orphans: bool = True) -> int | None:
         """Collect until ``child`` has exited and every process image it
-        made is read to its end (or ``grace_s`` after the child's exit, for
-        processes it left running), or until ``stop()`` says so.  Returns
-        the child's return code (None: stopped while it ran)."""
+        made is read to its end, or until ``stop()`` says so.  A process
+        that outlives ``child`` (an orphan: a background job, a daemon) is
+        waited for, as ``strace -f`` waits for every descendant; with
+        ``wait_orphans`` False, only ``grace_s`` after the child's exit.
+        What is still running then is in :attr:`open`, read up to now.
+        Returns the child's return code (None: stopped while it ran)."""
         _more_descriptors()
         # Every batch makes ~1000s of tuples and no cycles: the cyclic GC
         # would only rescan them.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._run(child, grace_s, stop or (lambda: False))
+            return self._run(child, grace_s, stop or (lambda: False), wait_orphans)
         finally:
             if gc_was_enabled:
                 gc.enable()
 
     def _run(self, child: subprocess.Popen, grace_s: float,
-             stop: Callable[[], bool]) -> int | None:
+             stop: Callable[[], bool], wait_orphans: bool) -> int | None:
         status: int | None = None
         deadline = 0.0
         while True:
@@ -424,7 +436,7 @@ class Collector:
             if not self.images and not self.pending:
                 if not self.poll(0):  # a last look for connections not yet accepted
                     break
-            elif time.monotonic() > deadline:
+            elif stop() or (not wait_orphans and time.monotonic() > deadline):
                 break
         for image in list(self.images):  # still running: what they wrote so far
             try:
