@@ -337,6 +337,8 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
            memviz_entries: int, warnings: list[str], wait_orphans: bool) -> int:
     from ..tracing.collector import Collector
+    from ..tracing.escape import escape_of
+    from ..tracing.protocol import Escape
     from ..tracing.writers import make_writer
     from ..tracing.ledger import Ledger, Process, format_summary
     from ..tracing.reorder import WINDOW_MS, Reorder
@@ -369,6 +371,9 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
         relay.started(child)
+        escaped = escape_of(program)
+        if escaped is not None:  # (every later program is checked where it starts)
+            collector.note_escape(child.pid, Escape(escaped[1], escaped[0], spawned=False))
         # From here on, nothing of ours may end CMD (see the module's doc).
         failures: list[str] = []
         writer: _Guarded | None = None

@@ -167,7 +167,7 @@ class Collector:
                     f"command it traces go to that trace, not to this one")
                 return
             if kind == protocol.ESCAPE and not fds:
-                self._escape(peer, protocol.parse_escape(data))
+                self.note_escape(peer.pid, protocol.parse_escape(data))
                 return
             if kind != protocol.HELLO or len(fds) != 1:
                 raise protocol.ProtocolError(f"expected HELLO with one descriptor, got type "
@@ -220,10 +220,11 @@ class Collector:
         for w in self.writers:
             w.process_started(proc)
 
-    def _escape(self, peer: Peer, escape: protocol.Escape) -> None:
-        """A traced process starts a program the trace cannot follow."""
+    def note_escape(self, pid: int, escape: protocol.Escape) -> None:
+        """Process ``pid`` starts a program the trace cannot follow into
+        (its ESCAPE message; or CMD itself, by :mod:`memhook.cli.trace`)."""
         how = "spawned" if escape.spawned else "exec'd"
-        self.failures.append(f"pid {peer.pid} {how} {escape.path}, which is not traced: "
+        self.failures.append(f"pid {pid} {how} {escape.path}, which is not traced: "
                              f"{escape.reason}")
 
     def _parent(self, peer: Peer, hello: protocol.Hello) -> _Image | None:

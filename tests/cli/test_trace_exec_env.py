@@ -195,3 +195,41 @@ def test_a_static_program_without_cuda_is_no_loss(programs, static_programs: tup
     assert "static_cuda: ok" in proc.stdout
     assert warnings_of(proc.stderr) == [], proc.stderr
     assert len(events) == 2 * PAIRS
+
+
+def test_cmd_itself_static_with_cuda_is_named(static_programs: tuple[Path, Path],
+                                              tmp_path: Path) -> None:
+    """CMD is started by memhook, not by a traced process: checked there."""
+    cuda, plain = static_programs
+    proc, _ = _run(tmp_path, str(cuda))
+    assert proc.returncode == DEGRADED, proc.stderr
+    said = warnings_of(proc.stderr)
+    assert len(said) == 1 and said[0].endswith(
+        f"exec'd {cuda}, which is not traced: a statically linked program that names a CUDA "
+        f"library: no loader runs for it, so nothing reads LD_PRELOAD"), proc.stderr
+    proc, _ = _run(tmp_path, str(plain))
+    assert proc.returncode == 0 and warnings_of(proc.stderr) == [], proc.stderr
+
+
+def test_cmd_itself_setuid_is_named(programs, tmp_path: Path) -> None:
+    target = _setuid_copy(programs, tmp_path)
+    proc, events = _run(tmp_path, str(target), str(PAIRS))
+    assert proc.returncode == DEGRADED, proc.stderr
+    assert events == []
+    assert any(w.endswith(f"exec'd {target}, which is not traced: a set-user-ID or "
+                          f"set-group-ID program (or one with file capabilities): the kernel "
+                          f"runs it in secure mode, where the loader ignores LD_PRELOAD")
+               for w in warnings_of(proc.stderr)), proc.stderr
+
+
+def test_a_script_is_its_interpreter(static_programs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A "#!" script whose interpreter is a static program with CUDA: the
+    interpreter is what runs untraced, and is named."""
+    cuda, _ = static_programs
+    script = tmp_path / "run-me"
+    script.write_text(f"#!{cuda}\n")
+    script.chmod(0o755)
+    proc, _ = _run(tmp_path, "sh", "-c", f"{script}; true")
+    assert proc.returncode == DEGRADED, proc.stderr
+    said = warnings_of(proc.stderr)
+    assert len(said) == 1 and f"exec'd {cuda}, which is not traced" in said[0], proc.stderr
