@@ -150,7 +150,7 @@ static unsigned program_escape(int dirfd, const char *path, int at_flags, char *
     for (int depth = 0; depth <= SHEBANG_DEPTH; depth++) {
         int fd = (at_flags & AT_EMPTY_PATH) && path[0] == '\0'
                      ? dup(dirfd)
-                     : openat(dirfd, path, O_RDONLY | O_CLOEXEC |
+                     : openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |  /* a FIFO */
                                   ((at_flags & AT_SYMLINK_NOFOLLOW) ? O_NOFOLLOW : 0));
         if (fd < 0)
             return 0;

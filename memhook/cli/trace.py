@@ -356,6 +356,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     sys.stdout.flush()
     sys.stderr.flush()
     relay = _SignalRelay()
+    escaped = escape_of(program)  # before it runs, as a traced process checks its children
     child: subprocess.Popen | None = None
     try:
         try:
@@ -371,7 +372,6 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
         relay.started(child)
-        escaped = escape_of(program)
         if escaped is not None:  # (every later program is checked where it starts)
             collector.note_escape(child.pid, Escape(escaped[1], escaped[0], spawned=False))
         # From here on, nothing of ours may end CMD (see the module's doc).

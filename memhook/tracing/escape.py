@@ -84,7 +84,10 @@ def escape_of(path: str) -> tuple[int, str] | None:
     read: the exec then fails or runs it through a shell, traced)."""
     for depth in range(5):  # the kernel's limit of interpreter levels
         try:
-            with open(path, "rb") as f:
+            # O_NONBLOCK: a FIFO at the path must not hold us (a regular
+            # file's reads ignore it).
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            with open(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 if not stat.S_ISREG(st.st_mode):
                     return None

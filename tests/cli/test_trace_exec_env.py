@@ -233,3 +233,14 @@ def test_a_script_is_its_interpreter(static_programs: tuple[Path, Path], tmp_pat
     assert proc.returncode == DEGRADED, proc.stderr
     said = warnings_of(proc.stderr)
     assert len(said) == 1 and f"exec'd {cuda}, which is not traced" in said[0], proc.stderr
+
+
+@pytest.mark.parametrize("how", ["execve", "posix_spawn"])
+def test_exec_of_a_fifo_fails_as_it_does_untraced(programs, tmp_path: Path, how: str) -> None:
+    """The check of the program opens it: a FIFO there must not block the
+    exec (which then fails with EACCES, as untraced)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc, _ = _run(tmp_path, str(programs.spawn_env), how, "drop", str(fifo))
+    assert proc.returncode == 127, proc.stderr
+    assert "Permission denied" in proc.stderr, proc.stderr
