@@ -46,12 +46,22 @@ CMD because of its own trouble:
   signals, and writes the summary of what it had.  The processes' trace
   areas cannot block them: they only fill.
 
+Children: every process CMD starts stays traced, whatever environment it
+is given (csrc/trace/trace_exec.c puts the trace back into it); a program
+the core cannot follow into (set-ID, static or foreign with CUDA) is named
+(:mod:`memhook.tracing.escape` checks CMD itself).  The trace ends when CMD
+and every traced process after it have ended (orphans: background jobs,
+daemons), saying so while it waits; ``--no-wait-orphans`` (1 s after CMD)
+or a second signal stops the wait, and names what still runs.
+
 Exit status: CMD's (128+N when a signal N ended it), whatever the trace
 did.  Only when CMD succeeded (0) does the trace's own state show: 70
 (:data:`DEGRADED_STATUS`, sysexits' EX_SOFTWARE) when the trace is
 incomplete - events lost (an area full, a raw-fork child, a refused HELLO,
-an area that failed), an output that failed (not one its reader closed),
-or the collector's own failure; the lines under the summary say what and
+an area that failed), a program that escaped the trace, traced processes
+still running when the trace stopped waiting, an output that failed (not
+one its reader closed) or that was removed or replaced under ``-o``, or
+the collector's own failure; the lines under the summary say what and
 why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
 a usage error (bad flag, missing CMD, unknown format or mode, unwritable
 output).  A second signal: see :class:`_SignalRelay` (128+N, CMD left
@@ -387,6 +397,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             reorder = Reorder(inner) if fmt != "chrome" else None
             writer = _Guarded(reorder or inner, fmt, out_name, ledger)
             collector.writers.append(writer)  # type: ignore[arg-type]
+            collector.on_orphans = _say_waiting
             status = collector.run(child, stop=relay.stopping, wait_orphans=wait_orphans)
         except Exception:  # noqa: BLE001 - CMD goes on; we say what broke
             sys.stderr.write("memhook trace: the collector failed; CMD runs on, no longer "
@@ -463,6 +474,14 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def _say_waiting(procs: list[Any]) -> None:
+    """CMD ended, traced processes it started run on: say why we wait."""
+    shown = ", ".join(f"pid {p.pid} ({p.hello.command if p.hello else '?'})" for p in procs[:3])
+    more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
+    _say(f"memhook trace: CMD has ended; waiting for the traced processes it left running: "
+         f"{shown}{more} (^C twice, or --no-wait-orphans, stops the wait)\n")
 
 
 def _orphans_left(procs: list[Any], why: str) -> list[str]:
@@ -576,7 +595,9 @@ class _SignalRelay:
     ignored, for us and for CMD.
 
     A second one of these signals (any of the four) while CMD still runs
-    means "stop now": it is passed on like the first, CMD gets
+    (or while the trace waits for processes CMD left running: then it stops
+    that wait, names them, and the status is CMD's, or 70 for a 0) means
+    "stop now": it is passed on like the first, CMD gets
     :data:`GRACE_S` more to end, and then we stop collecting, write the
     summary of what we have (saying CMD was left running, with its pid) and
     exit 128+N, N the last signal.  CMD is never killed or signalled by us

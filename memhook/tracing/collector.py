@@ -95,6 +95,9 @@ class Collector:
         trace then exits nonzero after CMD (unless CMD's own status is)."""
         self.warnings: list[str] = []
         """What else the summary should say (no event lost)."""
+        self.on_orphans: Callable[[list[Process]], None] | None = None
+        """Called once when the run starts waiting for processes that
+        outlived the child (those still running, read up to now)."""
         self._next_id = 0
         self._behind = False
 
@@ -439,6 +442,10 @@ class Collector:
                     break
             elif stop() or (not wait_orphans and time.monotonic() > deadline):
                 break
+            elif deadline and time.monotonic() > deadline and self.images:
+                deadline = 0.0  # (once)
+                if self.on_orphans is not None:
+                    self.on_orphans([i.proc for i in self.images])
         for image in list(self.images):  # still running: what they wrote so far
             try:
                 while self._deliver(image, final=False):

@@ -47,6 +47,10 @@ def test_a_child_that_outlives_cmd_is_waited_for(programs, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert sorted(_counts(out).values()) == [10, 20], proc.stderr
     assert warnings_of(proc.stderr) == [], proc.stderr
+    # Said while it waits, so a trace that seems to hang says why.
+    assert re.search(r"^memhook trace: CMD has ended; waiting for the traced processes it left "
+                     r"running: pid \d+ \(sh -c .*\(\^C twice, or --no-wait-orphans, stops the "
+                     r"wait\)$", proc.stderr, re.M), proc.stderr
 
 
 def test_no_wait_orphans_names_what_runs_on_and_exits_70(programs, tmp_path: Path) -> None:
