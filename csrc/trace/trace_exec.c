@@ -127,6 +127,8 @@ static int run(const struct call *c, char *const envp[])
 /* The program the call will run, checked for an escape. */
 static void check(const struct call *c)
 {
+    if (c->path == NULL)
+        return;  /* the real call says EFAULT, or crashes as it would untraced */
     unsigned spawned = c->how == SPAWN || c->how == SPAWNP ? MH_TRACE_ESCAPE_SPAWNED : 0;
     switch (c->how) {
     case EXECVE:
@@ -165,7 +167,8 @@ static int traced(const struct call *c, char *const envp[])
         return run(c, envp);
     if (!fits) {
         unsigned spawned = c->how == SPAWN || c->how == SPAWNP ? MH_TRACE_ESCAPE_SPAWNED : 0;
-        mh_trace_escape_report(MH_TRACE_ESCAPE_ENV | spawned, c->path[0] ? c->path : "?");
+        mh_trace_escape_report(MH_TRACE_ESCAPE_ENV | spawned,
+                               c->path != NULL && c->path[0] != '\0' ? c->path : "?");
         errno = saved;
         return run(c, envp);
     }

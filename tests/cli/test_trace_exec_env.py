@@ -244,3 +244,20 @@ def test_exec_of_a_fifo_fails_as_it_does_untraced(programs, tmp_path: Path, how:
     proc, _ = _run(tmp_path, str(programs.spawn_env), how, "drop", str(fifo))
     assert proc.returncode == 127, proc.stderr
     assert "Permission denied" in proc.stderr, proc.stderr
+
+
+def test_an_environment_too_large_to_mend_is_named(programs, tmp_path: Path) -> None:
+    """The mended environment is built on the stack (a vfork child's is its
+    parent's), up to 32 KiB: one of 5,000 entries without the trace is
+    not mended, and the summary says which program ran untraced."""
+    script = ("import os, subprocess, sys\n"
+              "e = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n"
+              "e.update((f'FILLER_{i}', 'x') for i in range(5000))\n"
+              "subprocess.run([sys.argv[1], sys.argv[2]], env=e, check=True)\n")
+    proc, events = _run(tmp_path, sys.executable, "-c", script, str(programs.pairs), str(PAIRS))
+    assert proc.returncode == DEGRADED, proc.stderr
+    assert [t for _, t, _ in _pairs_lines(proc.stdout)] == [0], proc.stdout
+    said = warnings_of(proc.stderr)
+    assert len(said) == 1 and re.fullmatch(
+        rf"pid \d+ exec'd {re.escape(str(programs.pairs))}, which is not traced: its "
+        rf"environment was too large .*", said[0]), proc.stderr
