@@ -4,11 +4,14 @@
  * (trace_exec.h says when and why).
  *
  * The trace's own entries are made once, at load, from the environment
- * this image was started with (mh_opts): "LD_PRELOAD=<core>" is built per
- * child (the child's own preload follows the core), the socket and the
- * knobs are fixed "NAME=value" strings.  Planning and building run in a
- * vfork child too: they read those strings and the child's envp, and
- * write only into the caller's buffers.
+ * this image was started with (mh_opts).  Two are lists the child may have
+ * its own entries in, kept after the trace's: LD_PRELOAD (the core first)
+ * and, under `memhook trace --sim`, LD_LIBRARY_PATH (the simulator's
+ * folder first, so the child's dlopen("libcuda.so.1") finds it).  The
+ * socket and the knobs are fixed "NAME=value" strings; a knob the child
+ * set itself is its own choice and kept.  Planning and building run in a
+ * vfork child too: they read those strings and the child's envp, and write
+ * only into the caller's buffers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,42 +21,45 @@
 #include "mh_options.h"
 #include "trace_exec.h"
 
-#define PRELOAD_KEY "LD_PRELOAD="
 #define SOCKET_KEY "MEMHOOK_TRACE_SOCKET="
 
-/* The knobs a traced child needs to be traced as its parent is; one the
- * child sets itself is its own choice and kept. */
-enum { KNOB_MODE, KNOB_POLL, KNOB_BUFFER, KNOB_STACKS, KNOB_PYTHON, KNOBS };
+enum { KNOB_MODE, KNOB_POLL, KNOB_BUFFER, KNOB_STACKS, KNOB_PYTHON, KNOB_LIBPATH, KNOBS };
 static const char *const knob_key[KNOBS] = {
     "MEMHOOK_CUDA_MODE=", "MEMHOOK_TRACE_POLL_MS=", "MEMHOOK_TRACE_BUFFER_MB=",
-    "MEMHOOK_TRACE_STACKS=", "MEMHOOK_TRACE_PYTHON=",
+    "MEMHOOK_TRACE_STACKS=", "MEMHOOK_TRACE_PYTHON=", "MEMHOOK_TRACE_LIBRARY_PATH=",
 };
+
+/* The two lists, in mh_env_plan.own's order: the variable, the characters
+ * its reader splits it at (the loader's), and the trace's first entry. */
+enum { LIST_PRELOAD, LIST_LIBPATH, LISTS };
+static const char *const list_key[LISTS] = {"LD_PRELOAD=", "LD_LIBRARY_PATH="};
+static const char *const list_sep[LISTS] = {" :", ":;"};
 
 /* Made once at load, read-only after (see the top); process-wide because
  * the environment they come from is. */
 static struct {
     bool ready;
-    const char *core;      /* the core's path, as LD_PRELOAD gives it */
-    size_t core_len;
-    dev_t core_dev;
+    const char *first[LISTS];  /* the trace's entry of each list, NULL: none */
+    size_t first_len[LISTS];
+    dev_t core_dev;            /* the core's file, however LD_PRELOAD names it */
     ino_t core_ino;
-    char *socket_kv;       /* "MEMHOOK_TRACE_SOCKET=<path>" */
-    char *knob_kv[KNOBS];  /* "NAME=value", NULL where this image had none */
+    char *socket_kv;           /* "MEMHOOK_TRACE_SOCKET=<path>" */
+    char *knob_kv[KNOBS];      /* "NAME=value", NULL where this image had none */
 } g;
 
-static bool has_key(const char *entry, const char *key, size_t key_len)
+static bool has_key(const char *entry, const char *key)
 {
-    return strncmp(entry, key, key_len) == 0;
+    return strncmp(entry, key, strlen(key)) == 0;
 }
 
-/* Whether one LD_PRELOAD entry (len bytes, not NUL-ended) is this core:
- * its path, or a path to the same file. */
-static bool is_core(const char *entry, size_t len)
+/* Whether one entry (len bytes, not NUL-ended) of list i is the trace's:
+ * its text, or for LD_PRELOAD a path to the core's file. */
+static bool is_first(int i, const char *entry, size_t len)
 {
-    if (len == g.core_len && memcmp(entry, g.core, len) == 0)
+    if (len == g.first_len[i] && memcmp(entry, g.first[i], len) == 0)
         return true;
     char path[4096];
-    if (len == 0 || len >= sizeof path || memchr(entry, '/', len) == NULL)
+    if (i != LIST_PRELOAD || len == 0 || len >= sizeof path || memchr(entry, '/', len) == NULL)
         return false;
     memcpy(path, entry, len);
     path[len] = '\0';
@@ -61,15 +67,15 @@ static bool is_core(const char *entry, size_t len)
     return stat(path, &st) == 0 && st.st_dev == g.core_dev && st.st_ino == g.core_ino;
 }
 
-/* The loader splits LD_PRELOAD at spaces and colons. */
-static bool preload_has_core(const char *value)
+static bool list_has_first(int i, const char *value)
 {
+    value += strspn(value, list_sep[i]);
     while (*value != '\0') {
-        size_t len = strcspn(value, " :");
-        if (is_core(value, len))
+        size_t len = strcspn(value, list_sep[i]);
+        if (is_first(i, value, len))
             return true;
         value += len;
-        value += strspn(value, " :");
+        value += strspn(value, list_sep[i]);
     }
     return false;
 }
@@ -80,66 +86,74 @@ bool mh_trace_env_plan(char *const envp[], mh_env_plan *plan)
     const char *ours = mh_trace_socket_path();
     if (ours == NULL || !g.ready)
         return true;
-    const size_t pk = strlen(PRELOAD_KEY), sk = strlen(SOCKET_KEY);
     size_t n = 0;
-    const char *preload = NULL, *sock = NULL;
+    const char *list[LISTS] = {NULL, NULL}, *sock = NULL;
     unsigned have = 0;
     for (char *const *e = envp; e != NULL && *e != NULL; e++, n++) {
-        if (has_key(*e, PRELOAD_KEY, pk))
-            preload = *e + pk;  /* the last one: the loader's */
-        else if (has_key(*e, SOCKET_KEY, sk))
-            sock = sock != NULL ? sock : *e + sk;  /* the first one: getenv's */
-        else
-            for (int i = 0; i < KNOBS; i++)
-                if (has_key(*e, knob_key[i], strlen(knob_key[i])))
-                    have |= 1u << i;
+        for (int i = 0; i < LISTS; i++)
+            if (has_key(*e, list_key[i]))
+                list[i] = *e + strlen(list_key[i]);  /* the last one: the loader's */
+        if (has_key(*e, SOCKET_KEY) && sock == NULL)
+            sock = *e + strlen(SOCKET_KEY);  /* the first one: getenv's */
+        for (int i = 0; i < KNOBS; i++)
+            if (has_key(*e, knob_key[i]))
+                have |= 1u << i;
     }
     if (sock != NULL && *sock != '\0' && strcmp(sock, ours) != 0)
         return true;  /* another trace's child (a nested memhook trace): its own */
-    bool core_in = preload != NULL && preload_has_core(preload);
     plan->add_socket = sock == NULL || *sock == '\0';
     for (int i = 0; i < KNOBS; i++)
         if (g.knob_kv[i] != NULL && !(have & (1u << i)))
             plan->add_knobs |= 1u << i;
-    if (core_in && !plan->add_socket && plan->add_knobs == 0)
+    for (int i = 0; i < LISTS; i++) {
+        if (g.first[i] == NULL || (list[i] != NULL && list_has_first(i, list[i])))
+            continue;
+        plan->own[i] = list[i] != NULL ? list[i] : "";
+        plan->bytes += strlen(list_key[i]) + g.first_len[i] + 1 + strlen(plan->own[i]) + 1;
+    }
+    if (plan->own[LIST_PRELOAD] == NULL && plan->own[LIST_LIBPATH] == NULL &&
+        !plan->add_socket && plan->add_knobs == 0)
         return true;
     plan->need = true;
-    if (!core_in) {
-        plan->preload = preload != NULL ? preload : "";
-        plan->bytes = pk + g.core_len + 1 + strlen(plan->preload) + 1;
-    }
-    plan->slots = n + 2 + KNOBS + 1;
+    plan->slots = n + LISTS + 1 + KNOBS + 1;
     return plan->slots <= MH_ENV_STACK_MAX / sizeof(char *) &&
            plan->slots * sizeof(char *) + plan->bytes <= MH_ENV_STACK_MAX;
+}
+
+/* "KEY=<first>[:<own>]" at p; returns the end of it, past its NUL. */
+static char *list_entry(int i, const char *own, char *p)
+{
+    size_t k = strlen(list_key[i]), o = strlen(own);
+    memcpy(p, list_key[i], k);
+    p += k;
+    memcpy(p, g.first[i], g.first_len[i]);
+    p += g.first_len[i];
+    if (o != 0) {
+        *p++ = ':';
+        memcpy(p, own, o);
+        p += o;
+    }
+    *p++ = '\0';
+    return p;
 }
 
 char *const *mh_trace_env_build(const mh_env_plan *plan, char *const envp[], char **vec,
                                 char *str)
 {
-    const size_t pk = strlen(PRELOAD_KEY), sk = strlen(SOCKET_KEY);
     size_t k = 0;
     for (char *const *e = envp; e != NULL && *e != NULL; e++) {
-        if (plan->preload != NULL && has_key(*e, PRELOAD_KEY, pk))
-            continue;
-        if (plan->add_socket && has_key(*e, SOCKET_KEY, sk))
-            continue;  /* (an empty one) */
+        bool rebuilt = false;
+        for (int i = 0; i < LISTS; i++)
+            rebuilt = rebuilt || (plan->own[i] != NULL && has_key(*e, list_key[i]));
+        if (rebuilt || (plan->add_socket && has_key(*e, SOCKET_KEY)))
+            continue;  /* (a socket entry here is an empty one) */
         vec[k++] = *e;
     }
-    if (plan->preload != NULL) {
-        char *p = str;
-        memcpy(p, PRELOAD_KEY, pk);
-        p += pk;
-        memcpy(p, g.core, g.core_len);
-        p += g.core_len;
-        size_t own = strlen(plan->preload);
-        if (own != 0) {
-            *p++ = ':';
-            memcpy(p, plan->preload, own);
-            p += own;
+    for (int i = 0; i < LISTS; i++)
+        if (plan->own[i] != NULL) {
+            vec[k++] = str;
+            str = list_entry(i, plan->own[i], str);
         }
-        *p = '\0';
-        vec[k++] = str;
-    }
     if (plan->add_socket)
         vec[k++] = g.socket_kv;
     for (int i = 0; i < KNOBS; i++)
@@ -168,11 +182,14 @@ __attribute__((constructor)) static void trace_env_init(void)
     struct stat st;
     if (mh_opts.trace_socket == NULL || core == NULL || stat(core, &st) != 0)
         return;
-    const char *knob[KNOBS] = {mh_opts.cuda_mode, mh_opts.trace_poll_ms,
+    const char *knob[KNOBS] = {mh_opts.cuda_mode,       mh_opts.trace_poll_ms,
                                mh_opts.trace_buffer_mb, mh_opts.trace_stacks,
-                               mh_opts.trace_python};
-    g.core = core;
-    g.core_len = strlen(core);
+                               mh_opts.trace_python,    mh_opts.trace_library_path};
+    g.first[LIST_PRELOAD] = core;
+    const char *libpath = mh_opts.trace_library_path;
+    g.first[LIST_LIBPATH] = libpath != NULL && *libpath != '\0' ? libpath : NULL;
+    for (int i = 0; i < LISTS; i++)
+        g.first_len[i] = g.first[i] != NULL ? strlen(g.first[i]) : 0;
     g.core_dev = st.st_dev;
     g.core_ino = st.st_ino;
     g.socket_kv = joined(SOCKET_KEY, mh_opts.trace_socket);

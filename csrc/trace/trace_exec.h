@@ -10,8 +10,9 @@
  * and posix_spawn family (trace_exec.c: the core is first in LD_PRELOAD,
  * so its definitions win) and, when the environment a child is given
  * lacks the trace, puts it back (trace_env.c): the core first in
- * LD_PRELOAD, the child's own entries after it, the socket, and each knob
- * the child did not set itself.  An environment naming another trace's
+ * LD_PRELOAD, the child's own entries after it, the socket, each knob
+ * the child did not set itself, and under `--sim` the simulator's folder
+ * first in LD_LIBRARY_PATH.  An environment naming another trace's
  * socket (a nested `memhook trace`) is left as it is.
  *
  * What no environment can fix - a set-user-ID program (the kernel runs it
@@ -45,11 +46,13 @@ MH_HIDDEN const char *mh_trace_socket_path(void);
  * build it in.  need == false: the environment is used as it is. */
 typedef struct mh_env_plan {
     bool need;
-    size_t slots;       /* char * entries of the new vector, its NULL included */
-    size_t bytes;       /* bytes of the new LD_PRELOAD entry */
-    const char *preload; /* the child's own LD_PRELOAD value, or NULL */
-    bool add_socket;    /* MEMHOOK_TRACE_SOCKET is not ours: replace it */
-    unsigned add_knobs; /* bit i: knob i is missing and ours is set */
+    size_t slots;        /* char * entries of the new vector, its NULL included */
+    size_t bytes;        /* bytes of the rebuilt lists' entries, together */
+    const char *own[2];  /* LD_PRELOAD's, LD_LIBRARY_PATH's value in the child's
+                          * environment ("" if none) when that entry is rebuilt
+                          * with the trace's first; NULL: kept as it is */
+    bool add_socket;     /* MEMHOOK_TRACE_SOCKET is not set: add ours */
+    unsigned add_knobs;  /* bit i: knob i is missing and ours is set */
 } mh_env_plan;
 
 /* The most stack a mended environment may take: a thread's stack may be

@@ -261,6 +261,8 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             env = _sim.environ(env)
         except _sim.SimulatorError as exc:
             return _fail(str(exc))
+        # For a child given an environment of its own (csrc/trace/trace_env.c).
+        env["MEMHOOK_TRACE_LIBRARY_PATH"] = _sim.library_dir()
     program = _resolve(command, env)
     if program is None:
         return _fail(f"{command[0]}: command not found", 127)

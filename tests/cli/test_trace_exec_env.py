@@ -261,3 +261,27 @@ def test_an_environment_too_large_to_mend_is_named(programs, tmp_path: Path) -> 
     assert len(said) == 1 and re.fullmatch(
         rf"pid \d+ exec'd {re.escape(str(programs.pairs))}, which is not traced: its "
         rf"environment was too large .*", said[0]), proc.stderr
+
+
+CUDA_PAIRS = ("from cuda.bindings import driver as cu\n"
+              "assert cu.cuInit(0)[0] == cu.CUresult.CUDA_SUCCESS, 'no driver'\n"
+              "_, dev = cu.cuDeviceGet(0)\n"
+              "_, ctx = cu.cuDevicePrimaryCtxRetain(dev)\n"
+              "cu.cuCtxSetCurrent(ctx)\n"
+              "for _ in range(7):\n"
+              "    err, p = cu.cuMemAlloc(4096)\n"
+              "    assert err == cu.CUresult.CUDA_SUCCESS, err\n"
+              "    cu.cuMemFree(p)\n")
+
+
+def test_env_i_under_sim_runs_on_the_simulator(tmp_path: Path) -> None:
+    """--sim puts the simulator's folder first in LD_LIBRARY_PATH; a child
+    given no environment gets it back with the trace (before: no driver,
+    or the host's), and its own entries stay after it."""
+    pytest.importorskip("cuda.bindings")
+    proc, events = _run(tmp_path, "env", "-i", "LD_LIBRARY_PATH=/opt/theirs", sys.executable,
+                        "-c", CUDA_PAIRS + "import os; print('libpath', "
+                        "os.environ['LD_LIBRARY_PATH'])")
+    assert proc.returncode == 0, proc.stderr
+    assert f"libpath {memhook_pkg.sim.library_dir()}:/opt/theirs\n" in proc.stdout
+    assert [e["function"] for e in events] == ["cuMemAlloc_v2", "cuMemFree_v2"] * 7, proc.stderr
