@@ -58,6 +58,7 @@ __all__ = ["Collector"]
 _SUN_PATH_MAX = 107
 _POLL_S = 0.02
 _BATCH = 4096  # events an area a read: the most the collector holds at once
+_ESCAPES_SHOWN = 32  # programs that escaped the trace named one by one; the rest counted
 
 
 @dataclasses.dataclass(eq=False)
@@ -95,6 +96,8 @@ class Collector:
         trace then exits nonzero after CMD (unless CMD's own status is)."""
         self.warnings: list[str] = []
         """What else the summary should say (no event lost)."""
+        self._escapes_shown = 0
+        self._escapes_unshown = 0
         self.on_orphans: Callable[[list[Process]], None] | None = None
         """Called once when the run starts waiting for processes that
         outlived the child (those still running, read up to now)."""
@@ -227,8 +230,12 @@ class Collector:
         """Process ``pid`` starts a program the trace cannot follow into
         (its ESCAPE message; or CMD itself, by :mod:`memhook.cli.trace`)."""
         how = "spawned" if escape.spawned else "exec'd"
-        self.failures.append(f"pid {pid} {how} {escape.path}, which is not traced: "
-                             f"{escape.reason}")
+        if self._escapes_shown < _ESCAPES_SHOWN:
+            self._escapes_shown += 1
+            self.failures.append(f"pid {pid} {how} {escape.path}, which is not traced: "
+                                 f"{escape.reason}")
+        else:  # a loop of them: one line in the end (_run) counts the rest
+            self._escapes_unshown += 1
 
     def _parent(self, peer: Peer, hello: protocol.Hello) -> _Image | None:
         """The image a fork child was forked from, by kernel pid.
@@ -446,6 +453,10 @@ class Collector:
                 deadline = 0.0  # (once)
                 if self.on_orphans is not None:
                     self.on_orphans([i.proc for i in self.images])
+        if self._escapes_unshown:
+            self.failures.append(f"{self._escapes_unshown} more programs were started that "
+                                 f"are not traced (not named: only the first "
+                                 f"{_ESCAPES_SHOWN} are)")
         for image in list(self.images):  # still running: what they wrote so far
             try:
                 while self._deliver(image, final=False):

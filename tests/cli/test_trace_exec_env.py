@@ -285,3 +285,17 @@ def test_env_i_under_sim_runs_on_the_simulator(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"libpath {memhook_pkg.sim.library_dir()}:/opt/theirs\n" in proc.stdout
     assert [e["function"] for e in events] == ["cuMemAlloc_v2", "cuMemFree_v2"] * 7, proc.stderr
+
+
+def test_a_loop_of_escapes_is_named_32_times_then_counted(static_programs: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """A traced program that starts the same untraced program 100 times
+    (or sends ESCAPE messages of its own) cannot grow the summary without
+    bound."""
+    cuda, _ = static_programs
+    proc, _ = _run(tmp_path, "sh", "-c", f"for i in $(seq 100); do {cuda} >/dev/null; done")
+    assert proc.returncode == DEGRADED, proc.stderr
+    said = warnings_of(proc.stderr)
+    assert len(said) == 33, proc.stderr
+    assert said[-1] == ("68 more programs were started that are not traced (not named: only "
+                        "the first 32 are)"), proc.stderr
