@@ -20,14 +20,15 @@
  *
  * What cannot be read (an execute-only file) or is no program (the exec
  * fails, or execvp hands it to /bin/sh, which is traced) is not reported:
- * the report is for a program known to run untraced.  An exec that fails
- * after the check (E2BIG, a race) leaves a report of a program that never
- * ran; the summary's word is then "was to run".
+ * a report names a program that is about to run untraced.  The check must
+ * come before the exec (after it, this code is gone), so an exec that
+ * fails after it (E2BIG, a file replaced in between) leaves a report of a
+ * program that did not start: a false alarm, never a silent loss.
  *
  * The report is one SOCK_SEQPACKET message on a connection of its own, as
  * HELLO is.  It is the one place the traced side waits on the collector:
- * up to ESCAPE_WAIT_MS while its listen queue is full, then it gives up
- * (the escape then goes unsaid, as it did before this check existed).
+ * up to ESCAPE_WAIT_MS while its listen queue is full; then it gives up,
+ * and that escape goes unsaid.
  * Everything is a plain system call on the caller's stack: it runs in a
  * vfork child too (trace_exec.h).
  */

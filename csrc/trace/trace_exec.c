@@ -44,9 +44,9 @@ typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t 
                         const posix_spawnattr_t *, char *const[], char *const[]);
 
 /* libc's functions, found at load (dlsym may allocate: never in a vfork
- * child) and read-only after; process-wide, as the functions are.  One
- * still missing then (another preload's constructor exec'd before ours)
- * is looked up at its first call. */
+ * child) and read-only after; process-wide, as the functions are.  A call
+ * before then (another preload's constructor that execs) looks its
+ * function up itself and keeps nothing. */
 static struct {
     execve_fn execve, execvpe;
     fexecve_fn fexecve;
@@ -93,32 +93,31 @@ static int missing(void)
 static int run(const struct call *c, char *const envp[])
 {
     switch (c->how) {
-    case EXECVE:
-        if (real.execve == NULL && (real.execve = (execve_fn)(uintptr_t)next("execve")) == NULL)
-            return (int)syscall(SYS_execve, c->path, c->argv, envp);
-        return real.execve(c->path, c->argv, envp);
-    case EXECVPE:
-        if (real.execvpe == NULL &&
-            (real.execvpe = (execve_fn)(uintptr_t)next("execvpe")) == NULL)
-            return missing();
-        return real.execvpe(c->path, c->argv, envp);
-    case FEXECVE:
-        if (real.fexecve == NULL &&
-            (real.fexecve = (fexecve_fn)(uintptr_t)next("fexecve")) == NULL)
-            return missing();
-        return real.fexecve(c->fd, c->argv, envp);
-    case EXECVEAT:
-        if (real.execveat == NULL)
-            return (int)syscall(SYS_execveat, c->fd, c->path, c->argv, envp, c->flags);
-        return real.execveat(c->fd, c->path, c->argv, envp, c->flags);
-    case SPAWN:
+    case EXECVE: {
+        execve_fn f = real.execve ? real.execve : (execve_fn)(uintptr_t)next("execve");
+        return f ? f(c->path, c->argv, envp) : (int)syscall(SYS_execve, c->path, c->argv, envp);
+    }
+    case EXECVPE: {
+        execve_fn f = real.execvpe ? real.execvpe : (execve_fn)(uintptr_t)next("execvpe");
+        return f ? f(c->path, c->argv, envp) : missing();
+    }
+    case FEXECVE: {
+        fexecve_fn f = real.fexecve ? real.fexecve : (fexecve_fn)(uintptr_t)next("fexecve");
+        return f ? f(c->fd, c->argv, envp) : missing();
+    }
+    case EXECVEAT: {
+        execveat_fn f = real.execveat ? real.execveat
+                                      : (execveat_fn)(uintptr_t)next("execveat");
+        return f ? f(c->fd, c->path, c->argv, envp, c->flags)
+                 : (int)syscall(SYS_execveat, c->fd, c->path, c->argv, envp, c->flags);
+    }
+    case SPAWN: {
+        spawn_fn f = real.spawn ? real.spawn : (spawn_fn)(uintptr_t)next("posix_spawn");
+        return f ? f(c->pid, c->path, c->actions, c->attr, c->argv, envp) : ENOSYS;
+    }
     case SPAWNP: {
-        spawn_fn *fn = c->how == SPAWN ? &real.spawn : &real.spawnp;
-        if (*fn == NULL &&
-            (*fn = (spawn_fn)(uintptr_t)next(c->how == SPAWN ? "posix_spawn" : "posix_spawnp")) ==
-                NULL)
-            return ENOSYS;
-        return (*fn)(c->pid, c->path, c->actions, c->attr, c->argv, envp);
+        spawn_fn f = real.spawnp ? real.spawnp : (spawn_fn)(uintptr_t)next("posix_spawnp");
+        return f ? f(c->pid, c->path, c->actions, c->attr, c->argv, envp) : ENOSYS;
     }
     }
     return missing();
