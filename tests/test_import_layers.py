@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",
-     ("tracing.reorder", "tracing.writers.base")),
+     ("tracing.reorder", "tracing.writers.base", "tracing.writers.pickle_stream")),
     ("trace: one writer per format",
      ("tracing.writers.text", "tracing.writers.jsonl", "tracing.writers.chrome",
       "tracing.writers.memviz")),

@@ -79,7 +79,7 @@ from typing import IO, Any
 
 from .._sonames import LIBCUDA_SONAME
 
-__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
+__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "peak_rss", "run", "run_trace"]
 
 DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
@@ -392,8 +392,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held
                 writer.process_ended(Process(conn_id=-1), changes)
+            if writer is not None:
+                writer.finish()  # (memviz writes its snapshot: its memory counts below)
             text = format_summary(ledger.summary(), str(mode), time.monotonic() - started,
-                                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+                                  peak_rss())
         except Exception as exc:  # noqa: BLE001
             failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
             text = "== memhook trace summary: (none: see below)\n"
@@ -433,6 +435,22 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def peak_rss() -> int:
+    """This process's peak resident bytes so far: the kernel's VmHWM, the
+    high-water mark of this image's memory alone.  (ru_maxrss is not: exec
+    keeps the larger of it and the exec'ing image's, and a ``vfork`` child
+    execs with its parent's memory - a test runner's or a shell's figure,
+    not the collector's.)"""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _say(text: str) -> None:
