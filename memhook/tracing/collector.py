@@ -288,6 +288,15 @@ class Collector:
         """What the image's area says it could not hold."""
         proc, area = image.proc, image.area
         pid = proc.pid
+        corrupt = area.header_problem()
+        if corrupt is not None:
+            # Its counters (and its exit flag) are whatever was written over
+            # them: say what was read, never a loss the area cannot vouch for.
+            self.failures.append(
+                f"pid {pid}: the area's header is corrupt ({corrupt}): the program wrote "
+                f"over its own trace area. {area.taken} events were read from it; how many "
+                f"more it recorded and lost is unknown")
+            return
         if area.exited:
             proc.events_sent = area.taken
         if area.lost:
