@@ -91,7 +91,7 @@ class Padded(dict):
         super().__init__()
         self.fmt, self.width, self.right, self.limit = fmt, width, right, limit
 
-    def __missing__(self, key: int) -> str:
+    def __missing__(self, key: Any) -> str:
         text = self.fmt(key)
         text = text.rjust(self.width) if self.right else text.ljust(self.width)
         if len(self) >= self.limit:
