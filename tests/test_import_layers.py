@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The trace's machinery (memhook trace's collector side) needs nothing of
     # the library but the leaves above; ranking it here holds it to that.
     ("trace: the wire, the peer, Python frames",
-     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol")),
+     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir")),
     ("trace: a process's trace area and its loaded objects",
      ("tracing.area", "tracing.modules")),
     ("trace: the ledger (the summary's figures)",
