@@ -294,9 +294,9 @@ class Collector:
             # Its counters (and its exit flag) are whatever was written over
             # them: say what was read, never a loss the area cannot vouch for.
             self.failures.append(
-                f"pid {pid}: the area's header is corrupt ({corrupt}): the program wrote "
-                f"over its own trace area. {area.taken} events were read from it; how many "
-                f"more it recorded and lost is unknown")
+                f"pid {pid}: the area's header is corrupt, so the program wrote over its "
+                f"own trace area ({corrupt}); {area.taken} events were read from it, and how "
+                f"many more it recorded and lost is unknown")
             return
         if area.exited:
             proc.events_sent = area.taken
