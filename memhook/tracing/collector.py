@@ -294,7 +294,7 @@ class Collector:
             # Its counters (and its exit flag) are whatever was written over
             # them: say what was read, never a loss the area cannot vouch for.
             self.failures.append(
-                f"pid {pid}: the area's header is corrupt, so the program wrote over its "
+                f"pid {pid}: the area's header is corrupt: the program wrote over its "
                 f"own trace area ({corrupt}); {area.taken} events were read from it, and how "
                 f"many more it recorded and lost is unknown")
             return
