@@ -77,9 +77,10 @@ import time
 import traceback
 from typing import IO, Any
 
+from .._printable import printable
 from .._sonames import LIBCUDA_SONAME
 
-__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
+__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "peak_rss", "run", "run_trace"]
 
 DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
@@ -143,7 +144,8 @@ def mode_error(mode: str | None) -> str | None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    print(f"memhook trace: {message}", file=sys.stderr)
+    # (A message may quote CMD or a path: see memhook._printable.)
+    print(f"memhook trace: {printable(message)}", file=sys.stderr)
     return status
 
 
@@ -261,7 +263,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             hint = (f"no CUDA driver here ({problem}); CMD's CUDA calls will fail. "
                     f"To run it on memhook's CUDA simulator, add --sim: "
                     f"memhook trace --sim ... -- {command[0]} ...")
-            print(f"memhook trace: {hint}", file=sys.stderr)
+            print(f"memhook trace: {printable(hint)}", file=sys.stderr)
             warnings.append(hint)
     _tell_outer_trace(warnings)
     status = 1
@@ -289,7 +291,7 @@ def _tell_outer_trace(warnings: list[str]) -> None:
         return
     note = (f"this trace runs inside another `memhook trace` (its socket {outer}): the "
             f"events of this command are in this trace only, and the outer one says so")
-    print(f"memhook trace: {note}", file=sys.stderr)
+    print(f"memhook trace: {printable(note)}", file=sys.stderr)
     warnings.append(note)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK) as s:
@@ -392,8 +394,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held
                 writer.process_ended(Process(conn_id=-1), changes)
+            if writer is not None:
+                writer.finish()  # (memviz writes its snapshot: its memory counts below)
             text = format_summary(ledger.summary(), str(mode), time.monotonic() - started,
-                                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+                                  peak_rss())
         except Exception as exc:  # noqa: BLE001
             failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
             text = "== memhook trace summary: (none: see below)\n"
@@ -408,12 +412,12 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             failures.append(writer.failed)
         failures = [*collector.failures, *failures]
         for problem in [*failures, *collector.warnings, *warnings]:
-            text += f"warning: {problem}\n"
+            text += f"warning: {printable(problem)}\n"  # (they quote the program's names)
         if writer is not None:
             writer.close(text)
             if writer.failed and writer.failed not in failures:  # (it failed in close)
                 failures.append(writer.failed)
-                text += f"warning: {writer.failed}\n"
+                text += f"warning: {printable(writer.failed)}\n"
             if writer.broken:
                 _say("memhook trace: the output was closed early (broken pipe); "
                      "CMD ran on, traced but not written\n")
@@ -423,8 +427,9 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         if not (written and writer is not None and writer.summary_inline and to_stdout):
             _say(text)
         if not to_stdout:
-            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n" if written else
-                 f"memhook trace: the {fmt} trace in {out_name} is incomplete (see above)\n")
+            shown = printable(out_name)
+            _say(f"memhook trace: wrote the {fmt} trace to {shown}\n" if written else
+                 f"memhook trace: the {fmt} trace in {shown} is incomplete (see above)\n")
         if status is None:
             return 128 + relay.last
         return _exit_status(status, degraded=bool(failures))
@@ -433,6 +438,22 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def peak_rss() -> int:
+    """This process's peak resident bytes so far: the kernel's VmHWM, the
+    high-water mark of this image's memory alone.  (ru_maxrss is not: exec
+    keeps the larger of it and the exec'ing image's, and a ``vfork`` child
+    execs with its parent's memory - a test runner's or a shell's figure,
+    not the collector's.)"""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _say(text: str) -> None:
