@@ -35,19 +35,19 @@ PACKAGE = ROOT / "memhook"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: values, layouts, names and parsers that import nothing of memhook",
      ("_version", "_types", "_modes", "_inputs", "_event_layout", "_procmaps", "_sonames",
-      "_cuda_errors")),
+      "_cuda_errors", "_printable")),
     ("the native core's binding, and symbolizing addresses from maps",
      ("_core", "_symbolize")),
     # The trace's machinery (memhook trace's collector side) needs nothing of
     # the library but the leaves above; ranking it here holds it to that.
     ("trace: the wire, the peer, Python frames",
-     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol")),
+     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir")),
     ("trace: a process's trace area and its loaded objects",
      ("tracing.area", "tracing.escape", "tracing.modules")),
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",
-     ("tracing.reorder", "tracing.writers.base")),
+     ("tracing.reorder", "tracing.writers.base", "tracing.writers.pickle_stream")),
     ("trace: one writer per format",
      ("tracing.writers.text", "tracing.writers.jsonl", "tracing.writers.chrome",
       "tracing.writers.memviz")),

@@ -87,9 +87,10 @@ import time
 import traceback
 from typing import IO, Any
 
+from .._printable import printable
 from .._sonames import LIBCUDA_SONAME
 
-__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
+__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "peak_rss", "run", "run_trace"]
 
 DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
@@ -158,7 +159,8 @@ def mode_error(mode: str | None) -> str | None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    print(f"memhook trace: {message}", file=sys.stderr)
+    # (A message may quote CMD or a path: see memhook._printable.)
+    print(f"memhook trace: {printable(message)}", file=sys.stderr)
     return status
 
 
@@ -280,7 +282,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             hint = (f"no CUDA driver here ({problem}); CMD's CUDA calls will fail. "
                     f"To run it on memhook's CUDA simulator, add --sim: "
                     f"memhook trace --sim ... -- {command[0]} ...")
-            print(f"memhook trace: {hint}", file=sys.stderr)
+            print(f"memhook trace: {printable(hint)}", file=sys.stderr)
             warnings.append(hint)
     _tell_outer_trace(warnings)
     status = 1
@@ -308,7 +310,7 @@ def _tell_outer_trace(warnings: list[str]) -> None:
         return
     note = (f"this trace runs inside another `memhook trace` (its socket {outer}): the "
             f"events of this command are in this trace only, and the outer one says so")
-    print(f"memhook trace: {note}", file=sys.stderr)
+    print(f"memhook trace: {printable(note)}", file=sys.stderr)
     warnings.append(note)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK) as s:
@@ -423,8 +425,10 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held
                 writer.process_ended(Process(conn_id=-1), changes)
+            if writer is not None:
+                writer.finish()  # (memviz writes its snapshot: its memory counts below)
             text = format_summary(ledger.summary(), str(mode), time.monotonic() - started,
-                                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+                                  peak_rss())
         except Exception as exc:  # noqa: BLE001
             failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
             text = "== memhook trace summary: (none: see below)\n"
@@ -443,12 +447,12 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             failures.append(writer.failed)
         failures = [*collector.failures, *failures]
         for problem in [*failures, *collector.warnings, *warnings]:
-            text += f"warning: {problem}\n"
+            text += f"warning: {printable(problem)}\n"  # (they quote the program's names)
         if writer is not None:
             writer.close(text)
             if writer.failed and writer.failed not in failures:  # (it failed in close)
                 failures.append(writer.failed)
-                text += f"warning: {writer.failed}\n"
+                text += f"warning: {printable(writer.failed)}\n"
             if writer.broken:
                 _say("memhook trace: the output was closed early (broken pipe); "
                      "CMD ran on, traced but not written\n")
@@ -460,13 +464,13 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             written = False
             if gone not in failures:
                 failures.append(gone)
-                text += f"warning: {gone}\n"  # (not to_stdout: the terminal gets text)
+                text += f"warning: {printable(gone)}\n"  # (not to_stdout: the terminal gets text)
         if not (written and writer is not None and writer.summary_inline and to_stdout):
             _say(text)
-        if not to_stdout and written:
-            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n")
-        elif not to_stdout:
-            _say(f"memhook trace: the {fmt} trace in {out_name} is incomplete or gone "
+        if not to_stdout:
+            shown = printable(out_name)
+            _say(f"memhook trace: wrote the {fmt} trace to {shown}\n" if written else
+                 f"memhook trace: the {fmt} trace in {shown} is incomplete or gone "
                  f"(see above)\n")
         if status is None:
             return 128 + relay.last
@@ -480,7 +484,8 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
 
 def _say_waiting(procs: list[Any]) -> None:
     """CMD ended, traced processes it started run on: say why we wait."""
-    shown = ", ".join(f"pid {p.pid} ({p.hello.command if p.hello else '?'})" for p in procs[:3])
+    shown = ", ".join(f"pid {p.pid} ({printable(p.hello.command) if p.hello else '?'})"
+                      for p in procs[:3])
     more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
     _say(f"memhook trace: CMD has ended; waiting for the traced processes it left running: "
          f"{shown}{more} (^C twice, or --no-wait-orphans, stops the wait)\n")
@@ -511,6 +516,22 @@ def _output_gone(out: IO[Any], name: str) -> str | None:
         return (f"the output {name} was removed or replaced while the trace ran (the file "
                 f"there now is another one): the trace written to it is gone")
     return None
+
+
+def peak_rss() -> int:
+    """This process's peak resident bytes so far: the kernel's VmHWM, the
+    high-water mark of this image's memory alone.  (ru_maxrss is not: exec
+    keeps the larger of it and the exec'ing image's, and a ``vfork`` child
+    execs with its parent's memory - a test runner's or a shell's figure,
+    not the collector's.)"""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _say(text: str) -> None:

@@ -3,7 +3,9 @@ line, is :mod:`memhook.cli.trace`), bottom up:
 
 * :mod:`.protocol` - the messages a traced process sends (mirrors
   ``csrc/trace/trace_proto.h``); :mod:`.peers` - who sent them, by the
-  kernel's word; :mod:`.escape` - whether CMD will run without the core;
+  kernel's word; :mod:`.sockdir` - the socket's folder, and the removal
+  of those killed traces left behind;
+  :mod:`.escape` - whether CMD will run without the core;
 * :mod:`.area` - reading a traced process's trace area (its memfd);
   :mod:`.pyframes` - naming the Python frames recorded there;
   :mod:`.modules` - which object was loaded where, for callers;

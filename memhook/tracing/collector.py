@@ -39,10 +39,8 @@ import os
 import resource
 import select
 import selectors
-import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -52,6 +50,7 @@ from .writers.base import Writer
 from .ledger import Ledger, Process
 from .modules import parse_modules
 from .peers import Peer, identify
+from .sockdir import SocketFolder
 
 __all__ = ["Collector"]
 
@@ -77,12 +76,14 @@ class Collector:
     def __init__(self, ledger: Ledger, writers: list[Writer] | None = None) -> None:
         self.ledger = ledger
         self.writers: list[Writer] = writers or []
-        self.folder = tempfile.mkdtemp(prefix="memhook-trace-")
-        self.path = os.path.join(self.folder, "sock")
-        if len(os.fsencode(self.path)) > _SUN_PATH_MAX:  # a long TMPDIR
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = tempfile.mkdtemp(prefix="memhook-trace-", dir="/tmp")
-            self.path = os.path.join(self.folder, "sock")
+        # (Locked while this trace lives: the next trace removes it if a
+        # kill -9 left it behind; see memhook.tracing.sockdir.)
+        self._folder = SocketFolder()
+        if len(os.fsencode(self._folder.socket_path)) > _SUN_PATH_MAX:  # a long TMPDIR
+            self._folder.close()
+            self._folder = SocketFolder("/tmp")
+        self.folder = self._folder.path
+        self.path = self._folder.socket_path
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.listener.bind(self.path)
         self.listener.listen(4096)
@@ -308,6 +309,15 @@ class Collector:
         """What the image's area says it could not hold."""
         proc, area = image.proc, image.area
         pid = proc.pid
+        corrupt = area.header_problem()
+        if corrupt is not None:
+            # Its counters (and its exit flag) are whatever was written over
+            # them: say what was read, never a loss the area cannot vouch for.
+            self.failures.append(
+                f"pid {pid}: the area's header is corrupt: the program wrote over its "
+                f"own trace area ({corrupt}); {area.taken} events were read from it, and how "
+                f"many more it recorded and lost is unknown")
+            return
         if area.exited:
             proc.events_sent = area.taken
         if area.lost:
@@ -492,7 +502,7 @@ class Collector:
         self.images.clear()
         self.selector.close()
         self.listener.close()  # (again: harmless)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._folder.close()
 
 
 def _more_descriptors() -> None:
