@@ -235,54 +235,54 @@ MH_INTERPOSE int posix_spawnp(pid_t *pid, const char *file,
 
 /* The l-forms: count the arguments, copy them into an array on the stack
  * (as glibc does; too many for any exec is E2BIG), run the v-form.  With
- * `env`, the array of pointers after the terminating NULL is the
+ * `with_env`, the array of pointers after the terminating NULL is the
  * environment (execle). */
 #define ARGS_MAX (INT_MAX / (int)sizeof(char *))
 
-static int count_args(const char *arg, va_list ap)
+static int l_form(enum how how, const char *path, const char *arg, va_list ap, bool with_env)
 {
-    int n = 1;
-    while (arg != NULL && n < ARGS_MAX) {
-        arg = va_arg(ap, const char *);
-        n++;
+    va_list count;
+    va_copy(count, ap);
+    int n = 1;  /* the array's length, its NULL included */
+    for (const char *a = arg; a != NULL && n < ARGS_MAX; n++)
+        a = va_arg(count, const char *);
+    va_end(count);
+    if (n >= ARGS_MAX) {
+        errno = E2BIG;
+        return -1;
     }
-    return arg == NULL ? n : -1;
+    char *argv[n];
+    argv[0] = (char *)arg;
+    for (int i = 1; i < n; i++)
+        argv[i] = va_arg(ap, char *);
+    char *const *envp = with_env ? va_arg(ap, char *const *) : environ;
+    struct call c = {.how = how, .path = path, .argv = argv};
+    return traced(&c, envp);
 }
-
-#define L_FORM(how_, path_, arg_, with_env_)                          \
-    do {                                                              \
-        va_list ap;                                                   \
-        va_start(ap, arg_);                                           \
-        int n = count_args(arg_, ap);                                 \
-        va_end(ap);                                                   \
-        if (n < 0) {                                                  \
-            errno = E2BIG;                                            \
-            return -1;                                                \
-        }                                                             \
-        char *argv[n];                                                \
-        argv[0] = (char *)(arg_);                                     \
-        va_start(ap, arg_);                                           \
-        for (int i = 1; i < n; i++)                                   \
-            argv[i] = va_arg(ap, char *);                             \
-        char *const *envp = environ;                                  \
-        if (with_env_)                                                \
-            envp = va_arg(ap, char *const *);                         \
-        va_end(ap);                                                   \
-        struct call c = {.how = (how_), .path = (path_), .argv = argv}; \
-        return traced(&c, envp);                                      \
-    } while (0)
 
 MH_INTERPOSE int execl(const char *path, const char *arg, ...)
 {
-    L_FORM(EXECVE, path, arg, false);
+    va_list ap;
+    va_start(ap, arg);
+    int rc = l_form(EXECVE, path, arg, ap, false);
+    va_end(ap);
+    return rc;
 }
 
 MH_INTERPOSE int execlp(const char *file, const char *arg, ...)
 {
-    L_FORM(EXECVPE, file, arg, false);
+    va_list ap;
+    va_start(ap, arg);
+    int rc = l_form(EXECVPE, file, arg, ap, false);
+    va_end(ap);
+    return rc;
 }
 
 MH_INTERPOSE int execle(const char *path, const char *arg, ...)
 {
-    L_FORM(EXECVE, path, arg, true);
+    va_list ap;
+    va_start(ap, arg);
+    int rc = l_form(EXECVE, path, arg, ap, true);
+    va_end(ap);
+    return rc;
 }
