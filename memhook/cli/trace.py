@@ -52,7 +52,8 @@ the core cannot follow into (set-ID, static or foreign with CUDA) is named
 (:mod:`memhook.tracing.escape` checks CMD itself).  The trace ends when CMD
 and every traced process after it have ended (orphans: background jobs,
 daemons), saying so while it waits; ``--no-wait-orphans`` (1 s after CMD)
-or a second signal stops the wait, and names what still runs.
+or a signal (SIGTERM, SIGHUP, SIGQUIT; ^C twice) stops the wait, and names
+what still runs.
 
 Exit status: CMD's (128+N when a signal N ended it), whatever the trace
 did.  Only when CMD succeeded (0) does the trace's own state show: 70
@@ -419,7 +420,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
                 ended[-1].signal = -status
         if status is not None and collector.open and not broke:  # orphans left running
             failures += _orphans_left([i.proc for i in collector.open],
-                                      "a second signal" if relay.stopping()
+                                      relay.name() if relay.stopping()
                                       else "--no-wait-orphans")
         try:
             changes = ledger.finish()
@@ -617,10 +618,13 @@ class _SignalRelay:
     inherited as ignored (``nohup``, a background job of a script) stays
     ignored, for us and for CMD.
 
+    Once CMD has ended, while the trace waits for the traced processes CMD
+    left running, SIGTERM, SIGHUP or SIGQUIT (there is no CMD to pass it
+    to), or a second ^C (the first reached them in the group), stops that
+    wait: they are named, and the status is CMD's, or 70 for a 0.
+
     A second one of these signals (any of the four) while CMD still runs
-    (or while the trace waits for processes CMD left running: then it stops
-    that wait, names them, and the status is CMD's, or 70 for a 0) means
-    "stop now": it is passed on like the first, CMD gets
+    means "stop now": it is passed on like the first, CMD gets
     :data:`GRACE_S` more to end, and then we stop collecting, write the
     summary of what we have (saying CMD was left running, with its pid) and
     exit 128+N, N the last signal.  CMD is never killed or signalled by us
@@ -657,10 +661,18 @@ class _SignalRelay:
             self.stop_at = time.monotonic() + self.GRACE_S
         if signum == signal.SIGINT:
             return  # CMD, in our foreground group, had it from the terminal too
-        if self.child is None:
+        if self.child is not None and self.child.returncode is not None:
+            # CMD is gone: nobody to pass it on to, so it is for us (a
+            # supervisor's SIGTERM): stop waiting for what CMD left running.
+            self.stop_at = self.stop_at or time.monotonic()
+        elif self.child is None:
             self.pending.append(signum)
         else:
             self._send(signum)
+
+    def name(self) -> str:
+        """The last signal's name."""
+        return signal.Signals(self.last).name if self.last else "a signal"
 
     def stopping(self) -> bool:
         """A second signal came, and CMD had its grace."""

@@ -1,6 +1,6 @@
 """A traced process that outlives CMD (issue 33, item 2): the trace waits
 for it, as ``strace -f`` waits for every descendant; ``--no-wait-orphans``
-or a second signal stops the wait, and the summary names what was left
+or a signal to memhook (SIGTERM once, ^C twice) stops the wait, and the summary names what was left
 running, with status 70.
 
 Before: the trace ended 1 s after CMD; a child that allocated later was
@@ -96,5 +96,37 @@ def test_a_second_signal_stops_waiting_for_orphans(programs, tmp_path: Path) -> 
             proc.kill()
         _kill(left)
     assert proc.returncode == DEGRADED, stderr
-    assert left and "(a second signal)" in stderr, stderr
+    assert left and "(SIGINT)" in stderr, stderr
+    assert sorted(_counts(out).values()) == [10], stderr
+
+
+def test_sigterm_to_memhook_stops_waiting_for_orphans(programs, tmp_path: Path) -> None:
+    """With CMD gone there is nobody to pass SIGTERM on to: it is for the
+    trace (a supervisor, `timeout`), which stops waiting at once and writes
+    its summary, rather than wait for a daemon until a SIGKILL."""
+    out = tmp_path / "trace.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memhook", "trace", "--sim", "-f", "jsonl", "-o", str(out), "--",
+         "sh", "-c", f"{programs.pairs} 5; (trap '' INT TERM; sleep 60; {programs.pairs} 10) "
+                     f">/dev/null 2>&1 & echo ready; exit 0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    left: list[int] = []
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[1] == "ready\n", lines
+        time.sleep(1.5)
+        assert proc.poll() is None  # waiting for the orphan
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+        left = _orphans_named(stderr)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _kill(left)
+    assert proc.returncode == DEGRADED, stderr
+    assert took < 25, took  # not the orphan's 60 s
+    assert left and "(SIGTERM)" in stderr, stderr
     assert sorted(_counts(out).values()) == [10], stderr
