@@ -63,7 +63,11 @@ static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int
     e->result = result;
     /* A marker brings its own epoch (mh_marker_flags). */
     e->flags = flags | stamp.flags | ((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags());
-    mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
+    /* memhook trace's own copy (csrc/trace/trace_lane.h).  A marker of no
+     * call (kind 0: the driver unloaded, a gap in the hooks) is the
+     * consumers' business only: the collector counts calls and live bytes. */
+    if (kind != 0)
+        mh_trace_copy(e);
     mh_lane_publish();
     if (addr != 0 && self != 0)
         mh_addr_chain_note(addr, self);
