@@ -60,8 +60,8 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _driver
-from ._driver import _core_lib
 from . import cache as _cache
+from ._driver import _core_lib
 from ._fastpath import FAST
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
@@ -295,9 +295,10 @@ def _remember(answer: _driver.DriverAnswer, since: int) -> bool:
     cache, so a stored answer would outlive its allocation, and the only
     way to trust it again would be a driver call per query (comparing the
     range and buffer id), which costs about what asking does.  So the
-    driver is simply asked again.  A store that races an uninstall lands
-    before the gap marker (the core sets the mode to none first), or
-    after the marker's apply, which ``since`` refuses."""
+    driver is simply asked again.  A store that races an uninstall comes
+    before the gap marker's apply, which marks it (the core sets the mode
+    to none before it emits the marker), or after, which ``since``
+    refuses."""
     if not _hooks_record():
         return False
 
@@ -423,7 +424,8 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     one this process has already loaded and initialised; memhook never
     loads one - is asked about UNKNOWN regions, ranges that straddle
     regions, and (unless ``status().coverage_complete``) pointers in no
-    region; a CUDA answer is remembered as a region.
+    region; a CUDA answer is remembered as a region while the hooks record
+    (without them no FREE would ever undo it).
 
     Runtime complexity: O(1) for a recently asked pointer, else O(log n)
     for n regions, plus the drain of e pending events, O(e log n); plus one

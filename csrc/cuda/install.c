@@ -374,8 +374,10 @@ int memhook_hooks_uninstall(void)
     reloc_remove();
     bool was_on = g_mode != 0;
     __atomic_store_n(&g_mode, 0u, __ATOMIC_RELEASE); /* (read unlocked: the token) */
-    /* After the mode reads none: a query that sees hooks on and remembers
-     * a driver answer then does so before the marker (memhook/_query.py). */
+    /* The marker after the mode reads none: a query that still read the
+     * hooks on, and so stores a driver answer, read it before the marker
+     * existed - its store is then marked by the marker's apply, or refused
+     * for coming after it (memhook/_query.py, _remember). */
     if (was_on)
         hooks_gap(true);
     dl_clear();
