@@ -330,7 +330,12 @@ def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
     """Resolve ``[start, start + n)`` through the driver and remember a CUDA
     answer (see _remember); None when the driver gives no answer."""
     since = _since()
-    answer = _driver.query(start, n)
+    if n == 1 and not _hooks_record():
+        # Nothing will be remembered (see _remember), so the extent that
+        # remembering needs is not asked for: one call says the byte's type.
+        answer = _driver.type_at(start)
+    else:
+        answer = _driver.query(start, n)
     if answer is None:
         return None
     if answer.mem_type is HOST:
@@ -489,6 +494,10 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
                 vouched = _coverage_complete
                 if (vouched is not None and vouched()) or not _driver.is_cuda(ptr):
                     return t  # in no region, and the hooks or the driver say so
+                if not _hooks_record():  # (nothing to remember: the byte's type, one call)
+                    found = _driver.type_at(ptr)
+                    if found is not None and found.mem_type is not HOST:
+                        return found.mem_type
     return _memory_type_slow(*byte_range(ptr, size))
 
 
