@@ -39,3 +39,10 @@ def test_no_hooks_remember_nothing_stale(scenario, how: str, kind: str) -> None:
 @pytest.mark.parametrize("mode", (*MODES, "none"))
 def test_scenario_clean(scenario, mode: str) -> None:
     scenario("hooks_gap.py", mode, timeout=240).check_all_clean()
+
+
+@pytest.mark.parametrize("mode", ("bistro", "reloc", "bistro,reloc"))
+def test_churn_across_install_cycles(scenario, mode: str) -> None:
+    """Four threads allocating and freeing while the hooks go out and back
+    40 times: FREE sizes stay each thread's own, nothing freed answers CUDA."""
+    scenario("hooks_gap.py", mode, "churn", timeout=240).check("churn")

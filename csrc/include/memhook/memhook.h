@@ -231,7 +231,10 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_EVENT_HOOKS_GAP 0x10u  /* kind 0, no call: the hooks stopped
                                           recording here (uninstall, or mode
                                           none), or started again after such
-                                          a stop.  Calls made meanwhile were
+                                          a stop, or an ALLOC just before it
+                                          was in flight across one (or a
+                                          context teardown, or an unload).
+                                          Calls made meanwhile were
                                           not seen, so nothing known of the
                                           memory before it can be vouched
                                           for: the cache marks every region

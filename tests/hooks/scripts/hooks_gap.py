@@ -25,6 +25,16 @@ process exported) - goes through:
 The functions are looked up while the hooks are in (with reloc, the
 wrappers), as a program that resolved them once would hold them.
 
+    python hooks_gap.py MODE churn
+
+  churn
+      four threads allocate and free device memory (each its own size) as
+      fast as they can while the main thread uninstalls and reinstalls the
+      hooks again and again, so calls run across every switch and frees
+      go by unseen: every FREE a subscriber gets carries its thread's size,
+      and once all is freed and the hooks are back, no address any thread
+      had answers CUDA's.
+
     python hooks_gap.py none
 
   no hooks KIND never|none
@@ -224,8 +234,74 @@ def no_hooks(cases: Cases, kind: Kind) -> None:
     expect_gone(cases, x + MiB - 1, "freed, its last byte")
 
 
+def churn(cases: Cases, mode: str, cu, ctx: c_void_p) -> None:
+    import threading
+    import time
+
+    sizes = [4 * KiB * (i + 1) for i in range(4)]
+    seen: list[set[int]] = [set() for _ in sizes]
+    tids: dict[int, int] = {}
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        tids[threading.get_native_id()] = sizes[i]
+        p = c_uint64()
+        try:
+            if cu.cuCtxSetCurrent(ctx) != 0:
+                raise RuntimeError("cuCtxSetCurrent failed")
+            while not stop.is_set():
+                if cu.cuMemAlloc_v2(byref(p), sizes[i]) != 0:
+                    raise RuntimeError("cuMemAlloc_v2 failed")
+                seen[i].add(p.value)
+                if cu.cuMemFree_v2(p.value) != 0:
+                    raise RuntimeError("cuMemFree_v2 failed")
+        except Exception as exc:  # noqa: BLE001 - reported as the case's problem
+            errors.append(f"thread {i}: {exc!r}")
+
+    rec = Recorder()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(sizes))]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(40):
+            memhook.uninstall()
+            time.sleep(0.002)
+            install(mode)
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    cases.check(not errors, f"the threads failed: {errors}")
+    events = rec.take()
+    wrong = [e for e in events if e.kind == EventKind.FREE and e.tid in tids
+             and e.size != tids[e.tid]]
+    cases.check(not wrong, f"{len(wrong)} FREEs with another size than their thread's: "
+                           f"{fmt_all(wrong[:5])}")
+    frees = sum(e.kind == EventKind.FREE for e in events)
+    cases.check(frees > 100, f"only {frees} FREEs seen: the threads did not churn")
+    addresses = sorted(set().union(*seen))
+    cases.note(f"{frees} FREEs seen, {len(addresses)} addresses")
+    for p in addresses[:500]:
+        got = answers(p)
+        if any(t in GPU for t in got.values()):
+            cases.check(False, f"{p:#x}, freed by its thread, answers {got}")
+            break
+
+
 def main() -> int:
     mode = mode_arg()
+    if sys.argv[2:] == ["churn"]:
+        cases = Cases()
+        cu = load_driver()
+        install(mode)
+        ctx = primary_context(cu)
+        cu.cuMemAlloc_v2, cu.cuMemFree_v2  # (looked up under the hooks)
+        with cases.case("churn"):
+            churn(cases, mode, cu, ctx)
+        memhook.uninstall()
+        return 0
     cases = Cases()
     exporter = subprocess.Popen([sys.executable, "-c", EXPORTER], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
