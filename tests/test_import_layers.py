@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("trace: the wire, the peer, Python frames",
      ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir")),
     ("trace: a process's trace area and its loaded objects",
-     ("tracing.area", "tracing.modules")),
+     ("tracing.area", "tracing.escape", "tracing.modules")),
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",

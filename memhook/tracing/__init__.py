@@ -5,6 +5,7 @@ line, is :mod:`memhook.cli.trace`), bottom up:
   ``csrc/trace/trace_proto.h``); :mod:`.peers` - who sent them, by the
   kernel's word; :mod:`.sockdir` - the socket's folder, and the removal
   of those killed traces left behind;
+  :mod:`.escape` - whether CMD will run without the core;
 * :mod:`.area` - reading a traced process's trace area (its memfd);
   :mod:`.pyframes` - naming the Python frames recorded there;
   :mod:`.modules` - which object was loaded where, for callers;
