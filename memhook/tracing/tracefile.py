@@ -1,0 +1,229 @@
+"""Reading a ``memhook trace -f jsonl`` file back, one line at a time, for
+``memhook diff`` and ``memhook merge``: nothing of a file is kept but the
+line being read, so a trace of any size streams through.
+
+A file is taken as a trace only if its first line is a header record
+(:func:`memhook.tracing.runinfo.header_record`) or an event (a file from a
+memhook that wrote no header); anything else is a :class:`TraceError` that
+says what the file is not and what is read.  A line that is not an event
+in the middle of a file is an error too; a last line cut short (the writer
+was killed mid-line) is not: the events before it are used and
+:attr:`TraceFile.cut` says what was left out, for the command to report.
+Records of other kinds (a later memhook's) are passed over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from .runinfo import HEADER_FORMAT, ClockAnchor
+
+__all__ = ["Event", "TraceError", "TraceFile", "TraceHeader", "printable"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters as escapes (``\\n``, ``\\x1b``), so
+    a name read from a trace cannot move the cursor or forge a line."""
+    def esc(m: re.Match[str]) -> str:
+        ch = m.group()
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or (
+            f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+    return _CONTROL.sub(esc, text)
+
+
+class TraceError(Exception):
+    """A file that cannot be read as a trace; the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceHeader:
+    """What a file says about itself; for a file without a header (an
+    older memhook's) all but ``path`` are None."""
+
+    path: str
+    version: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    command_pid: int | None = None
+    anchor: ClockAnchor | None = None
+
+    @property
+    def label(self) -> str:
+        """How the file's process track is named: rank and host where known."""
+        rank = f"rank {self.rank}" if self.rank is not None else f"{os.path.basename(self.path)}"
+        return f"{rank} @ {self.host}" if self.host else rank
+
+
+class Event(NamedTuple):
+    """One alloc or free record, as read (``caller``: the calling object's
+    path, ``""`` unknown; ``site``: see :meth:`TraceFile.events`)."""
+
+    alloc: bool
+    function: str
+    address: int
+    size: int
+    mem_type: str
+    device: int
+    pid: int
+    tid: int
+    ts_ns: int
+    result: int
+    caller: str
+    caller_short: str
+    python: list | None
+    line: bytes
+
+
+def _short(caller: dict) -> str:
+    obj = os.path.basename(caller.get("object") or "") or "?"
+    symbol = caller.get("symbol") or ""
+    offset = caller.get("offset") or 0
+    return f"{obj}!{symbol}+{offset:#x}" if symbol else f"{obj}+{offset:#x}"
+
+
+def _describe(line: bytes) -> str:
+    text = line[:60].decode("utf-8", "replace")
+    return repr(text + ("..." if len(line) > 60 else ""))
+
+
+class TraceFile:
+    """One jsonl trace, opened and its first line checked (a
+    :class:`TraceError` if it is not a trace); :meth:`events` streams the rest.
+
+    ``progress``: called with the bytes read since its last call, now and
+    then (a progress bar's feed)."""
+
+    def __init__(self, path: str, progress: Callable[[int], None] | None = None) -> None:
+        self.path = path
+        self.progress = progress
+        self.cut: str | None = None
+        self.events_read = 0
+        if os.path.isdir(path):
+            raise TraceError(f"{printable(path)} is a directory, not a jsonl trace")
+        try:
+            self._file = open(path, "rb")  # noqa: SIM115 - closed by close()/events()
+        except OSError as exc:
+            raise TraceError(f"cannot read {printable(path)}: {exc.strerror or exc}") from None
+        try:
+            self.size = os.fstat(self._file.fileno()).st_size
+            self._lineno = 0
+            self._pending: bytes | None = None
+            self.header = self._first()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _not_trace(self, why: str) -> TraceError:
+        return TraceError(f"{printable(self.path)} is not a memhook jsonl trace ({why}); "
+                          f"diff and merge read what `memhook trace -f jsonl -o FILE` writes")
+
+    def _first(self) -> TraceHeader:
+        try:
+            line = self._file.readline()
+        except OSError as exc:
+            raise TraceError(f"cannot read {printable(self.path)}: {exc.strerror or exc}") \
+                from None
+        self._lineno = 1
+        if not line:
+            raise self._not_trace("it is empty: even a trace of nothing has a header line")
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            if not line.endswith(b"\n"):
+                raise self._not_trace("its only line is cut short or is not JSON") from None
+            raise self._not_trace(f"line 1 is not JSON: {_describe(line)}") from None
+        if not isinstance(record, dict) or record.get("kind") not in ("header", "alloc", "free"):
+            raise self._not_trace(f"line 1 is neither a header nor an event: {_describe(line)}")
+        if record["kind"] != "header":
+            self._pending = line  # an older memhook's file: no header, events from line 1
+            return TraceHeader(self.path)
+        return self._header(record)
+
+    def _header(self, record: dict) -> TraceHeader:
+        fmt = record.get("format")
+        if not isinstance(fmt, int):
+            raise self._not_trace("its header has no format number")
+        if fmt > HEADER_FORMAT:
+            raise TraceError(f"{printable(self.path)} was written by memhook "
+                             f"{printable(str(record.get('memhook')))} in jsonl format {fmt}; "
+                             f"this memhook reads format {HEADER_FORMAT} and older: use that "
+                             f"version's memhook to read it")
+        try:
+            clock = record.get("clock")
+            anchor = None
+            if isinstance(clock, dict):
+                anchor = ClockAnchor(int(clock["realtime_ns"]), int(clock["monotonic_ns"]),
+                                     int(clock.get("uncertainty_ns", 0)))
+            rank = record.get("rank")
+            pid = record.get("pid")
+            command_pid = record.get("command_pid")
+            return TraceHeader(self.path, str(record.get("memhook")),
+                               None if record.get("host") is None else str(record["host"]),
+                               None if rank is None else int(rank),
+                               None if pid is None else int(pid),
+                               None if command_pid is None else int(command_pid), anchor)
+        except (KeyError, TypeError, ValueError):
+            raise self._not_trace("its header's fields are not what memhook writes") from None
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _lines(self) -> Iterator[bytes]:
+        if self._pending is not None:
+            yield self._pending
+            self._pending = None
+        unreported = 0
+        for line in self._file:
+            self._lineno += 1
+            unreported += len(line)
+            if unreported >= 1 << 20 and self.progress is not None:
+                self.progress(unreported)
+                unreported = 0
+            yield line
+        if self.progress is not None and unreported:
+            self.progress(unreported)
+
+    def events(self) -> Iterator[Event]:
+        """The file's alloc and free records, in file order; the file is
+        closed at the end.  A malformed line before the last raises
+        :class:`TraceError`; a cut last line ends the events and sets :attr:`cut`."""
+        lineno = self._lineno if self._pending is None else 0
+        try:
+            for line in self._lines():
+                lineno += 1
+                try:
+                    r = json.loads(line)
+                    kind = r["kind"]
+                    if kind != "alloc" and kind != "free":
+                        continue  # a header, or a later memhook's record kind
+                    caller = r["caller"] or {}
+                    event = Event(kind == "alloc", str(r["function"]), int(r["address"]),
+                                  int(r["size"]), str(r["mem_type"]), int(r["device"]),
+                                  int(r["pid"]), int(r["tid"]), int(r["ts_ns"]),
+                                  int(r["result"]), str(caller.get("object") or ""),
+                                  _short(caller) if caller else "?", r.get("python"), line)
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+                    if not line.endswith(b"\n"):  # (only the last line can lack one)
+                        self.cut = (f"{printable(self.path)}: its last line (line {lineno}, "
+                                    f"{len(line)} bytes) is cut short and was left out: the "
+                                    f"trace was not finished")
+                        return
+                    what = "not JSON" if isinstance(exc, json.JSONDecodeError) else \
+                        f"not an event ({type(exc).__name__}: {printable(str(exc))})"
+                    raise TraceError(f"{printable(self.path)}: line {lineno} is {what}: "
+                                     f"{_describe(line)}") from None
+                self.events_read += 1
+                yield event
+        except OSError as exc:
+            raise TraceError(f"cannot read {printable(self.path)}: {exc.strerror or exc}") \
+                from None
+        finally:
+            self._file.close()
