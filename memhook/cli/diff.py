@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from ..tracing.tracefile import TraceError, TraceFile, printable
 
-__all__ = ["DATA_ERROR", "add_parser", "check_versions", "run"]
+__all__ = ["DATA_ERROR", "add_parser", "check_versions", "run", "write_stdout"]
 
 DATA_ERROR = 65
 """The status for input that is not (whole, compatible) traces: EX_DATAERR."""
@@ -64,6 +65,15 @@ def _fail(message: str, status: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.top < 0:
+        return _fail(f"--top {args.top}: give a count, or 0 for every row", 2)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..tracing.diff import Profile, diff_rows, format_diff
     from ..tracing.progress import Progress
 
@@ -95,18 +105,31 @@ def run(args: argparse.Namespace) -> int:
             f.close()
     notes = [f.cut for f in files if f.cut]
     if args.json:
-        json.dump({"a": {"path": args.a, "events": profiles[0].events,
-                         "memhook": files[0].header.version},
-                   "b": {"path": args.b, "events": profiles[1].events,
-                         "memhook": files[1].header.version},
-                   "libraries": [r.as_dict() for r in diff_rows(profiles[0].libraries,
-                                                                profiles[1].libraries)],
-                   "sites": [r.as_dict() for r in diff_rows(profiles[0].sites,
-                                                            profiles[1].sites)],
-                   "warnings": notes}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        text = json.dumps({
+            "a": {"path": args.a, "events": profiles[0].events,
+                  "memhook": files[0].header.version},
+            "b": {"path": args.b, "events": profiles[1].events,
+                  "memhook": files[1].header.version},
+            "libraries": [r.as_dict() for r in diff_rows(profiles[0].libraries,
+                                                         profiles[1].libraries)],
+            "sites": [r.as_dict() for r in diff_rows(profiles[0].sites, profiles[1].sites)],
+            "warnings": notes}, indent=1) + "\n"
     else:
-        sys.stdout.write(format_diff((args.a, args.b), profiles, args.top, notes))
+        text = format_diff((args.a, args.b), profiles, args.top, notes)
+    write_stdout(text)
     for note in notes:
         print(f"memhook diff: warning: {note}", file=sys.stderr)
     return DATA_ERROR if notes else 0
+
+
+def write_stdout(text: str) -> None:
+    """``text`` to stdout; a reader that stopped reading (``| head``:
+    EPIPE) chose to, and is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

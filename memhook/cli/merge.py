@@ -122,6 +122,13 @@ def _open_output(fmt: str, path: str, binary: bool) -> tuple[IO[Any], str | None
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # (the partial output is gone: _run's finally)
+        return _fail("interrupted; nothing was written", 130)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..tracing.merge import MergeSummary, make_tracks, merged
     from ..tracing.merge_writers import make_merge_writer
     from ..tracing.progress import Progress

@@ -86,6 +86,7 @@ class Profile:
         # (pid, address) -> (library's, site's figures, size, device)
         self._live: dict[tuple[int, int], tuple[Figures, Figures, int, int]] = {}
         self._sites_cache: dict = {}
+        self._basenames: dict[str, str] = {}
         self._finished = False
 
     def add(self, e: Event) -> None:
@@ -95,7 +96,11 @@ class Profile:
         if e.alloc:
             if not e.address or e.function in GLOBAL_FUNCTIONS:
                 return
-            lib_name = os.path.basename(e.caller) or "?"
+            lib_name = self._basenames.get(e.caller)
+            if lib_name is None:
+                if len(self._basenames) > _SITE_CACHE_MAX:
+                    self._basenames.clear()
+                lib_name = self._basenames[e.caller] = os.path.basename(e.caller) or "?"
             lib = self.libraries.get(lib_name)
             if lib is None:
                 lib = self.libraries[lib_name] = Figures()

@@ -29,7 +29,7 @@ from .tracefile import Event, TraceError, TraceFile, TraceHeader, printable
 
 __all__ = ["REORDER_EVENTS", "MergeSummary", "Track", "TrackPeak", "make_tracks", "merged"]
 
-REORDER_EVENTS = 65_536
+REORDER_EVENTS = 1024
 """Events of one file held to put late ones back in time order."""
 
 

@@ -45,7 +45,7 @@ class Progress:
         filled = int(frac * _WIDTH)
         rate = self.read / max(now - self.started, 1e-6) / (1 << 20)
         text = (f"\r{self.label} [{'#' * filled}{'.' * (_WIDTH - filled)}] {frac:6.1%} "
-                f"{self.read / (1 << 20):,.0f}/{self.total / (1 << 20):,.0f} MiB "
+                f"{self.read / (1 << 20):,.1f}/{self.total / (1 << 20):,.1f} MiB "
                 f"{rate:,.0f} MiB/s")
         self._write(text)
         self.drawn = True

@@ -89,6 +89,38 @@ def _short(caller: dict) -> str:
     return f"{obj}!{symbol}+{offset:#x}" if symbol else f"{obj}+{offset:#x}"
 
 
+# An event line as memhook's jsonl writer lays it out, up to its caller.
+_EVENT = re.compile(rb'\{"kind":"(alloc|free)","function":"(\w+)","address":(\d+),"size":(\d+),'
+                    rb'"mem_type":"(\w+)","device":(-?\d+),"pid":(\d+),"tid":(\d+),'
+                    rb'"ts_ns":(\d+),"result":(-?\d+),"caller":')
+_TAILS_MAX = 65_536          # distinct (caller, frames) tails kept parsed...
+_TAIL_BYTES_MAX = 64 << 20   # ...and the bytes of them
+
+
+def _tail(tail: bytes, decode: Callable, callers: dict) -> tuple[str, str, list | None] | None:
+    """(caller object, caller short, Python frames) of a line's tail - its
+    ``caller`` and what follows - or None when it is not what memhook writes
+    (the line then takes the general path, which says what is wrong)."""
+    try:
+        text = '{"caller":' + tail.decode("utf-8")
+        r, end = decode(text)
+        if text[end:].strip():
+            return None
+        c = r["caller"]
+        key = (c["object"], c["symbol"], c["offset"]) if c else None
+        caller = callers.get(key)
+        if caller is None:
+            caller = (str(c["object"] or ""), _short(c))
+            if len(callers) < 100_000:
+                callers[key] = caller
+        python = r.get("python")
+        if python is not None and not isinstance(python, list):
+            return None
+        return caller[0], caller[1], python
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+
+
 def _describe(line: bytes) -> str:
     text = line[:60].decode("utf-8", "replace")
     return repr(text + ("..." if len(line) > 60 else ""))
@@ -191,35 +223,91 @@ class TraceFile:
         if self.progress is not None and unreported:
             self.progress(unreported)
 
+    def _cut(self, line: bytes, lineno: int) -> bool:
+        """A bad line that is the last and lacks its newline: the writer
+        was stopped mid-line.  Said in :attr:`cut`; True."""
+        if line.endswith(b"\n"):  # (only the last line can lack one)
+            return False
+        self.cut = (f"{printable(self.path)}: its last line (line {lineno}, {len(line)} bytes) "
+                    f"is cut short and was left out: the trace was not finished")
+        return True
+
+    def _bad_line(self, lineno: int, line: bytes, what: str) -> TraceError:
+        return TraceError(f"{printable(self.path)}: line {lineno} is {what}: {_describe(line)}")
+
     def events(self) -> Iterator[Event]:
         """The file's alloc and free records, in file order; the file is
         closed at the end.  A malformed line before the last raises
         :class:`TraceError`; a cut last line ends the events and sets :attr:`cut`."""
         lineno = self._lineno if self._pending is None else 0
+        decode = json.JSONDecoder().raw_decode  # (json.loads would sniff each line's encoding)
+        callers: dict[tuple | None, tuple[str, str]] = {None: ("", "?")}
+        tails: dict[bytes, tuple[str, str, list | None]] = {}
+        tail_bytes = 0
+        names: dict[bytes, str] = {}
+        match = _EVENT.match
         try:
             for line in self._lines():
                 lineno += 1
+                # The fast path: a line as memhook writes it, whose caller and
+                # frames (the same for every call from one place) were seen.
+                m = match(line)
+                if m is not None:
+                    tail = line[m.end():]
+                    known = tails.get(tail)
+                    if known is None:
+                        known = _tail(tail, decode, callers)
+                        if known is not None:
+                            if len(tails) >= _TAILS_MAX or tail_bytes > _TAIL_BYTES_MAX:
+                                tails.clear()
+                                tail_bytes = 0
+                            tails[tail] = known
+                            tail_bytes += len(tail)
+                    if known is not None:
+                        kind, fn, address, size, mem_type, device, pid, tid, ts, result = \
+                            m.groups()
+                        fn_name = names.get(fn)
+                        if fn_name is None:
+                            fn_name = names[fn] = fn.decode()
+                        type_name = names.get(mem_type)
+                        if type_name is None:
+                            type_name = names[mem_type] = mem_type.decode()
+                        self.events_read += 1
+                        yield Event(kind == b"alloc", fn_name, int(address), int(size), type_name,
+                                    int(device), int(pid), int(tid), int(ts), int(result),
+                                    known[0], known[1], known[2], line)
+                        continue
+                if line.isspace():
+                    continue
                 try:
-                    r = json.loads(line)
+                    text = line.decode("utf-8")
+                    r, end = decode(text)
+                    if end < len(text) and text[end:].strip():
+                        raise ValueError("more after the object")
+                except (ValueError, RecursionError):
+                    if self._cut(line, lineno):
+                        return
+                    raise self._bad_line(lineno, line, "not JSON") from None
+                try:
                     kind = r["kind"]
                     if kind != "alloc" and kind != "free":
                         continue  # a header, or a later memhook's record kind
-                    caller = r["caller"] or {}
+                    c = r["caller"]
+                    key = (c["object"], c["symbol"], c["offset"]) if c else None
+                    caller = callers.get(key)
+                    if caller is None:
+                        if len(callers) > 100_000:
+                            callers.clear()
+                        caller = callers[key] = (str(c["object"] or ""), _short(c))
                     event = Event(kind == "alloc", str(r["function"]), int(r["address"]),
                                   int(r["size"]), str(r["mem_type"]), int(r["device"]),
                                   int(r["pid"]), int(r["tid"]), int(r["ts_ns"]),
-                                  int(r["result"]), str(caller.get("object") or ""),
-                                  _short(caller) if caller else "?", r.get("python"), line)
-                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-                    if not line.endswith(b"\n"):  # (only the last line can lack one)
-                        self.cut = (f"{printable(self.path)}: its last line (line {lineno}, "
-                                    f"{len(line)} bytes) is cut short and was left out: the "
-                                    f"trace was not finished")
+                                  int(r["result"]), caller[0], caller[1], r.get("python"), line)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    if self._cut(line, lineno):
                         return
-                    what = "not JSON" if isinstance(exc, json.JSONDecodeError) else \
-                        f"not an event ({type(exc).__name__}: {printable(str(exc))})"
-                    raise TraceError(f"{printable(self.path)}: line {lineno} is {what}: "
-                                     f"{_describe(line)}") from None
+                    raise self._bad_line(lineno, line, f"not an event ({type(exc).__name__}: "
+                                         f"{printable(str(exc))})") from None
                 self.events_read += 1
                 yield event
         except OSError as exc:

@@ -5,6 +5,7 @@ and only that site, as grown - in JSON and in the text table."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,55 @@ def test_names_from_a_trace_are_printed_escaped(runs: tuple[Path, Path], tmp_pat
     proc = memhook("diff", str(runs[0]), str(hostile))
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\\x1b[2Jevil\\nfake line.py" in proc.stdout
+
+
+def _on_a_terminal(*args: str) -> tuple[int, bytes]:
+    """``memhook ARGS`` with stderr on a pseudo-terminal (stdout piped):
+    (status, what the terminal got)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "memhook", *args], stdout=subprocess.DEVNULL,
+                            stderr=slave)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    return proc.wait(timeout=60), got
+
+
+def test_a_progress_bar_on_a_terminal_only(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    status, terminal = _on_a_terminal("diff", str(runs[0]), str(runs[1]))
+    assert status == 0, terminal
+    assert re.search(rb"\rmemhook diff \[[#.]{30}\] +[\d.]+% [\d.]+/[\d.]+ MiB", terminal), \
+        terminal
+    assert terminal.endswith(b"\r\x1b[K")  # and wiped when done
+    status, terminal = _on_a_terminal("merge", str(runs[0]), str(runs[1]), "-o",
+                                      str(tmp_path / "m.json"))
+    assert status == 0 and b"memhook merge [" in terminal, terminal
+    piped = memhook("diff", str(runs[0]), str(runs[1]))
+    assert piped.returncode == 0 and piped.stderr == ""
+    piped = memhook("merge", str(runs[0]), str(runs[1]), "-o", str(tmp_path / "m.json"))
+    assert piped.returncode == 0 and "[" not in piped.stderr.split("\n")[0]
+
+
+def test_a_reader_that_stops_early_is_not_an_error(runs: tuple[Path, Path]) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "memhook", "diff", str(runs[0]), str(runs[1]),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # `| head -0`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and b"Traceback" not in err, err
