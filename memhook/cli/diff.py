@@ -49,14 +49,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def check_versions(files: list[TraceFile]) -> str | None:
     """Why these files must not be read together, or None."""
-    versions = {f.header.version for f in files}
-    if len(versions) <= 1:
+    by_version: dict[str | None, list[str]] = {}
+    for f in files:
+        by_version.setdefault(f.header.version, []).append(f.path)
+    if len(by_version) <= 1:
         return None
-    listed = "; ".join(f"{printable(f.path)}: "
-                       f"{printable(f.header.version) if f.header.version else 'no header (older)'}"
-                       for f in files)
-    return (f"the traces come from different memhook versions ({listed}); their figures "
-            f"may not compare: retrace with one version, or pass --mixed-versions")
+    listed = []
+    for version, paths in by_version.items():
+        names = ", ".join(printable(p) for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
+        shown = f"memhook {printable(version)}" if version else "no header (an older memhook)"
+        listed.append(f"{shown}: {len(paths)} file{'s' if len(paths) > 1 else ''} ({names})")
+    return (f"the traces come from different memhook versions ({'; '.join(listed)}); their "
+            f"figures may not compare: retrace with one version, or pass --mixed-versions")
 
 
 def _fail(message: str, status: int) -> int:

@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "merge", help="join jsonl traces (a job's ranks) into one view, clocks aligned",
         description="Join traces made with `memhook trace -f jsonl` (one per rank: "
-                    "-o t-%%h-%%r.jsonl) into one view: a process track per rank, labelled "
+                    "-o t-%h-%r.jsonl) into one view: a process track per rank, labelled "
                     "with its host and rank, clocks aligned by each file's anchor; the "
                     "summary gives peak bytes per rank and device and which rank peaked first.")
     p.add_argument("files", nargs="+", metavar="FILE",

@@ -14,7 +14,11 @@ Where things go:
   lines of all processes are merged in timestamp order
   (:mod:`memhook.tracing.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
-  CMD's stdout is sent to stderr so the stream stays parseable;
+  CMD's stdout is sent to stderr so the stream stays parseable; the first
+  line is a header record (host, rank, clock anchor:
+  :mod:`memhook.tracing.runinfo`), which ``memhook merge`` aligns by;
+* ``-o`` is a template: ``%p`` (this memhook's pid), ``%h`` (the host),
+  ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
 * the summary goes to stderr - except for text to stdout, where it ends

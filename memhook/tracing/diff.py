@@ -23,7 +23,7 @@ import enum
 import os
 from collections.abc import Iterable
 
-from .ledger import GLOBAL_FUNCTIONS, human_size
+from .ledger import GLOBAL_FUNCTIONS, HOST_KEY, human_size
 from .pyframes import PyFrame, PyStack
 from .tracefile import Event, printable
 
@@ -83,7 +83,7 @@ class Profile:
         self.libraries: dict[str, Figures] = {}
         self.sites: dict[str, Figures] = {}
         self.events = 0
-        # (pid, address) -> (library's, site's figures, size, device)
+        # (pid, address) -> (library's, site's figures, size, device key)
         self._live: dict[tuple[int, int], tuple[Figures, Figures, int, int]] = {}
         self._sites_cache: dict = {}
         self._basenames: dict[str, str] = {}
@@ -111,7 +111,8 @@ class Profile:
             old = self._live.pop((e.pid, e.address), None)
             if old is not None:  # its FREE was not seen (an exec between): never freed
                 self._leave(old, freed=False)
-            self._live[(e.pid, e.address)] = (lib, site, e.size, e.device)
+            key = HOST_KEY if e.mem_type == "CUDA_HOST" else e.device
+            self._live[(e.pid, e.address)] = (lib, site, e.size, key)
             for f in (lib, site):
                 f.allocations += 1
                 f.bytes += e.size
@@ -120,7 +121,7 @@ class Profile:
                     f.peak_bytes = f.live
         elif e.function.startswith(CONTEXT_TEARDOWNS):
             gone = [k for k, v in self._live.items()
-                    if k[0] == e.pid and (e.device < 0 or v[3] in (e.device, -1))]
+                    if k[0] == e.pid and (e.device < 0 or v[3] in (e.device, -1, HOST_KEY))]
             for k in gone:
                 self._leave(self._live.pop(k), freed=True)
         else:

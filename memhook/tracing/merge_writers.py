@@ -57,6 +57,7 @@ class ChromeMerge(MergeWriter):
     def __init__(self, out: IO[Any], tracks: list[Track], start_ns: int) -> None:
         super().__init__(out, tracks, start_ns)
         self.items: list[str] = []
+        self.quoted: dict[str, str] = {}
         self.first = True
         out.write('{"displayTimeUnit":"ns","otherData":{"tool":"memhook merge","version":%s},'
                   '"traceEvents":[\n' % json.dumps(__version__))
@@ -69,16 +70,26 @@ class ChromeMerge(MergeWriter):
         self.first = False
         self.items.clear()
 
+    def _json(self, text: str) -> str:
+        """``json.dumps(text)``, once per distinct name (bounded)."""
+        quoted = self.quoted.get(text)
+        if quoted is None:
+            if len(self.quoted) >= 65_536:
+                self.quoted.clear()
+            quoted = self.quoted[text] = json.dumps(text)
+        return quoted
+
     def event(self, wall_ns: int, track: Track, e: Event, changes: list[tuple[int, int]]) -> None:
         d = max(wall_ns - self.start_ns, 0)
         cat = ("alloc" if e.alloc else "free") + (",failed" if e.result else "")
         append = self.items.append
+        quote = self._json
         append('{"name":%s,"cat":"%s","ph":"i","s":"t","ts":%d.%03d,"pid":%d,"tid":%d,'
                '"args":{"pid":%d,"address":"%#x","size":%d,"mem_type":%s,"device":%d,'
                '"result":%d,"caller":%s}}' % (
-                   json.dumps(e.function), cat, d // 1000, d % 1000, track.index + 1, e.tid,
-                   e.pid, e.address, e.size, json.dumps(e.mem_type), e.device, e.result,
-                   json.dumps(e.caller_short)))
+                   quote(e.function), cat, d // 1000, d % 1000, track.index + 1, e.tid,
+                   e.pid, e.address, e.size, quote(e.mem_type), e.device, e.result,
+                   quote(e.caller_short)))
         for key, live in changes:
             append('{"name":"live bytes %s","ph":"C","ts":%d.%03d,"pid":%d,'
                    '"args":{"bytes":%d}}' % (device_label(key), d // 1000, d % 1000,

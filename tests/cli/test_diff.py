@@ -141,3 +141,18 @@ def test_a_reader_that_stops_early_is_not_an_error(runs: tuple[Path, Path]) -> N
     proc.stdout.close()  # `| head -0`
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0 and b"Traceback" not in err, err
+
+
+def test_the_fast_path_reads_what_the_general_path_reads(runs: tuple[Path, Path],
+                                                         tmp_path: Path) -> None:
+    """Lines as memhook writes them take a fast path; the same records laid
+    out otherwise (other spacing) take json's: the events are the same."""
+    from memhook.tracing.tracefile import TraceFile
+
+    other = tmp_path / "respaced.jsonl"
+    other.write_text("".join(json.dumps(r, separators=(", ", ": ")) + "\n"
+                             for r in records(runs[1])))
+    fast = [e._replace(line=b"") for e in TraceFile(str(runs[1])).events()]
+    general = [e._replace(line=b"") for e in TraceFile(str(other)).events()]
+    assert fast == general and len(fast) == 11
+    assert any(e.python for e in fast) and all(e.caller for e in fast)

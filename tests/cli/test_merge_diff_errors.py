@@ -79,7 +79,8 @@ def test_traces_of_different_versions(good, tmp_path: Path) -> None:
         assert proc.returncode == DATA_ERROR
         version = records(good[0])[0]["memhook"]
         assert "different memhook versions" in proc.stderr
-        assert f"{good[0]}: {version}" in proc.stderr and f"{old}: 0.0.9" in proc.stderr
+        assert f"memhook {version}: 1 file ({good[0]})" in proc.stderr
+        assert f"memhook 0.0.9: 1 file ({old})" in proc.stderr
         assert "--mixed-versions" in proc.stderr
     assert not out.exists()
     for proc in _both(good[0], old, out, "--mixed-versions"):
