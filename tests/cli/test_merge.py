@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_testing import memhook
+from memhook import __version__
 from trace_files_testing import finished, records, rewrite, trace_sites
 
 RANKS = 4
@@ -51,7 +52,6 @@ def test_each_rank_wrote_its_file_with_a_header(ranks: Path) -> None:
         assert header["kind"] == "header" and header["format"] == 1
         assert (header["rank"], header["rank_from"]) == (rank, "RANK")
         assert header["host"] == socket.gethostname()
-        from memhook import __version__
         assert header["memhook"] == __version__
         clock = header["clock"]
         # The anchor is one instant on both clocks: now minus then agrees on both.
@@ -60,7 +60,7 @@ def test_each_rank_wrote_its_file_with_a_header(ranks: Path) -> None:
         assert 0 < since_mono < 600e9 and abs(since_real - since_mono) < 1e9
         assert 0 <= clock["uncertainty_ns"] < 1e8
         events = _events(ranks / f"t-{rank}.jsonl")
-        assert len(events) == 14 if rank != 2 else 11  # 7 allocs (+ 7 or 4 frees)
+        assert len(events) == (14 if rank != 2 else 11)  # 7 allocs (+ 7 or 4 frees)
         assert all(e["ts_ns"] >= clock["monotonic_ns"] for e in events)
 
 
