@@ -22,7 +22,8 @@ import os
 import sys
 from typing import Any
 
-from ..tracing.tracefile import TraceError, TraceFile, printable
+from .._printable import printable
+from ..tracing.tracefile import TraceError, TraceFile
 
 __all__ = ["DATA_ERROR", "add_parser", "check_versions", "run", "write_stdout"]
 

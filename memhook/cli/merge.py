@@ -29,7 +29,8 @@ import resource
 import sys
 from typing import IO, Any
 
-from ..tracing.tracefile import TraceError, TraceFile, printable
+from .._printable import printable
+from ..tracing.tracefile import TraceError, TraceFile
 from .diff import DATA_ERROR, check_versions
 
 __all__ = ["DEFAULT_FILES", "add_parser", "input_files", "run"]

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 
 from .ledger import GLOBAL_FUNCTIONS, HOST_KEY, human_size
 from .pyframes import PyFrame, PyStack
-from .tracefile import Event, printable
+from .._printable import printable
+from .tracefile import Event
 
 __all__ = ["CONTEXT_TEARDOWNS", "DiffRow", "Figures", "Profile", "Status", "diff_rows",
            "format_diff", "site_of"]

@@ -21,22 +21,10 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from .._printable import printable
 from .runinfo import HEADER_FORMAT, ClockAnchor
 
-__all__ = ["Event", "TraceError", "TraceFile", "TraceHeader", "printable"]
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters as escapes (``\\n``, ``\\x1b``), so
-    a name read from a trace cannot move the cursor or forge a line."""
-    def esc(m: re.Match[str]) -> str:
-        ch = m.group()
-        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or (
-            f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-    return _CONTROL.sub(esc, text)
-
+__all__ = ["Event", "TraceError", "TraceFile", "TraceHeader"]
 
 class TraceError(Exception):
     """A file that cannot be read as a trace; the message says which and why."""
