@@ -146,3 +146,40 @@ def test_a_trace_without_a_header_diffs_but_does_not_merge(good, tmp_path: Path)
                    "--mixed-versions")
     _no_traceback(proc)
     assert proc.returncode == DATA_ERROR and f"{old} has no clock anchor" in proc.stderr
+
+
+def _long_trace(src: Path, dst: Path, copies: int) -> Path:
+    """``src``'s events again and again, later each time, at fresh addresses."""
+    header, *events = records(src)
+    span = events[-1]["ts_ns"] - events[0]["ts_ns"] + 1
+    with dst.open("w") as out:
+        out.write(json.dumps(header) + "\n")
+        for n in range(copies):
+            for e in events:
+                e = dict(e, ts_ns=e["ts_ns"] + n * span, address=e["address"] + (n << 32))
+                out.write(json.dumps(e) + "\n")
+    return dst
+
+
+def test_an_interrupt_leaves_no_half_written_view(good, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    big = _long_trace(good[1], tmp_path / "big.jsonl", 20_000)
+    out = tmp_path / "m.json"
+    proc = subprocess.Popen([sys.executable, "-m", "memhook", "merge", str(good[0]), str(big),
+                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    partial = tmp_path / "m.json.partial"
+    deadline = time.monotonic() + 120
+    while not (partial.exists() and partial.stat().st_size > 0) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the merge wrote nothing in 120 s"
+        time.sleep(0.01)
+    assert proc.poll() is None, "the merge ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)  # ^C, mid-merge
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted; nothing was written" in err, err
+    assert "Traceback" not in err
+    assert not out.exists() and not partial.exists()
