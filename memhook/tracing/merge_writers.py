@@ -57,7 +57,9 @@ class ChromeMerge(MergeWriter):
     def __init__(self, out: IO[Any], tracks: list[Track], start_ns: int) -> None:
         super().__init__(out, tracks, start_ns)
         self.items: list[str] = []
-        self.quoted: dict[str, str] = {}
+        self.heads: dict[tuple, str] = {}
+        self.tails: dict[tuple, str] = {}
+        self.counters: dict[tuple[int, int], str] = {}
         self.first = True
         out.write('{"displayTimeUnit":"ns","otherData":{"tool":"memhook merge","version":%s},'
                   '"traceEvents":[\n' % json.dumps(__version__))
@@ -70,30 +72,38 @@ class ChromeMerge(MergeWriter):
         self.first = False
         self.items.clear()
 
-    def _json(self, text: str) -> str:
-        """``json.dumps(text)``, once per distinct name (bounded)."""
-        quoted = self.quoted.get(text)
-        if quoted is None:
-            if len(self.quoted) >= 65_536:
-                self.quoted.clear()
-            quoted = self.quoted[text] = json.dumps(text)
-        return quoted
-
     def event(self, wall_ns: int, track: Track, e: Event, changes: list[tuple[int, int]]) -> None:
+        # A line is its head (name, category, track, thread), its time, its
+        # address and size, and its tail (the rest of args): heads and tails
+        # repeat, so each is made once (a bounded cache).
         d = max(wall_ns - self.start_ns, 0)
-        cat = ("alloc" if e.alloc else "free") + (",failed" if e.result else "")
+        head_key = (track.index, e.tid, e.function, e.alloc, e.result)
+        head = self.heads.get(head_key)
+        if head is None:
+            cat = ("alloc" if e.alloc else "free") + (",failed" if e.result else "")
+            head = '{"name":%s,"cat":"%s","ph":"i","s":"t","pid":%d,"tid":%d,"ts":' % (
+                json.dumps(e.function), cat, track.index + 1, e.tid)
+            if len(self.heads) >= 65_536:
+                self.heads.clear()
+            self.heads[head_key] = head
+        tail_key = (e.pid, e.mem_type, e.device, e.result, e.caller_short)
+        tail = self.tails.get(tail_key)
+        if tail is None:
+            tail = '"pid":%d,"mem_type":%s,"device":%d,"result":%d,"caller":%s}}' % (
+                e.pid, json.dumps(e.mem_type), e.device, e.result, json.dumps(e.caller_short))
+            if len(self.tails) >= 65_536:
+                self.tails.clear()
+            self.tails[tail_key] = tail
         append = self.items.append
-        quote = self._json
-        append('{"name":%s,"cat":"%s","ph":"i","s":"t","ts":%d.%03d,"pid":%d,"tid":%d,'
-               '"args":{"pid":%d,"address":"%#x","size":%d,"mem_type":%s,"device":%d,'
-               '"result":%d,"caller":%s}}' % (
-                   quote(e.function), cat, d // 1000, d % 1000, track.index + 1, e.tid,
-                   e.pid, e.address, e.size, quote(e.mem_type), e.device, e.result,
-                   quote(e.caller_short)))
+        append('%s%d.%03d,"args":{"address":"%#x","size":%d,%s' % (
+            head, d // 1000, d % 1000, e.address, e.size, tail))
         for key, live in changes:
-            append('{"name":"live bytes %s","ph":"C","ts":%d.%03d,"pid":%d,'
-                   '"args":{"bytes":%d}}' % (device_label(key), d // 1000, d % 1000,
-                                             track.index + 1, live))
+            counter = self.counters.get((track.index, key))
+            if counter is None:
+                counter = self.counters[(track.index, key)] = (
+                    '{"name":"live bytes %s","ph":"C","pid":%d,"ts":' % (device_label(key),
+                                                                         track.index + 1))
+            append('%s%d.%03d,"args":{"bytes":%d}}' % (counter, d // 1000, d % 1000, live))
         if len(self.items) >= 4096:
             self._flush_items()
 
