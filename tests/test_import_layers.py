@@ -41,9 +41,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The trace's machinery (memhook trace's collector side) needs nothing of
     # the library but the leaves above; ranking it here holds it to that.
     ("trace: the wire, the peer, Python frames",
-     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir")),
-    ("trace: a process's trace area and its loaded objects",
-     ("tracing.area", "tracing.escape", "tracing.modules")),
+     ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir",
+      "tracing.runinfo", "tracing.progress")),
+    ("trace: a process's trace area and its loaded objects; a jsonl trace read back",
+     ("tracing.area", "tracing.escape", "tracing.modules", "tracing.tracefile")),
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",
@@ -55,6 +56,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
      ("tracing.writers",)),
     ("trace: the collector",
      ("tracing.collector",)),
+    ("traces read back: diff's figures",
+     ("tracing.diff",)),
+    ("traces read back: merge's alignment and summary",
+     ("tracing.merge",)),
+    ("traces read back: merge's outputs",
+     ("tracing.merge_writers",)),
     # The library proper.
     ("the core's control calls, the driver's answers, the simulator",
      ("_control", "_driver", "sim", "_fastpath", "_search")),
@@ -75,10 +82,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The command line: front ends over the API and the trace's machinery.
     ("the subcommands' package and the demo's workload (a script run under trace)",
      ("cli", "cli.demo_workload")),
-    ("memhook trace, memhook info",
-     ("cli.trace", "cli.info")),
-    ("memhook demo (runs trace)",
-     ("cli.demo",)),
+    ("memhook trace, memhook info, memhook diff",
+     ("cli.trace", "cli.info", "cli.diff")),
+    ("memhook demo (runs trace), memhook merge (shares diff's checks)",
+     ("cli.demo", "cli.merge")),
     ("python -m memhook / the console script",
      ("__main__",)),
 ]

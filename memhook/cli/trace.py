@@ -14,7 +14,11 @@ Where things go:
   lines of all processes are merged in timestamp order
   (:mod:`memhook.tracing.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
-  CMD's stdout is sent to stderr so the stream stays parseable;
+  CMD's stdout is sent to stderr so the stream stays parseable; the first
+  line is a header record (host, rank, clock anchor:
+  :mod:`memhook.tracing.runinfo`), which ``memhook merge`` aligns by;
+* ``-o`` is a template: ``%p`` (this memhook's pid), ``%h`` (the host),
+  ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
 * the summary goes to stderr - except for text to stdout, where it ends
@@ -77,6 +81,7 @@ the inner trace, not the outer one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -124,7 +129,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="output format (default text)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write the trace here ('-' = stdout; default stdout for text and "
-                        "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz)")
+                        "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz); "
+                        "%%p, %%h, %%r become this memhook's pid, the host and the rank (from "
+                        "RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID, "
+                        "LOCAL_RANK: the first set), %%%% a percent sign")
     p.add_argument("--memviz-entries", type=int, default=100_000, metavar="N",
                    help="memviz keeps the last N trace entries (default 100000)")
     p.add_argument("--stacks", nargs="?", const=str(STACKS_DEFAULT), default=None,
@@ -246,6 +254,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     CMD (False: ``--no-wait-orphans``)."""
     from .. import library_path
     from .._modes import HookMode
+    from ..tracing.runinfo import expand_output
     from ..tracing.writers import FORMATS
 
     if fmt not in FORMATS:
@@ -270,8 +279,10 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     if program is None:
         return _fail(f"{command[0]}: command not found", 127)
     try:
+        if output is not None:
+            output = expand_output(output)  # %p %h %r %%: one file per rank
         out, to_stdout, out_name = _open_output(fmt, output)
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         return _fail(str(exc))
     warnings: list[str] = []
     if not sim and os.access(program, os.X_OK):  # (not: Popen's error comes alone)
@@ -357,6 +368,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     from ..tracing.writers import make_writer
     from ..tracing.ledger import Ledger, Process, format_summary
     from ..tracing.reorder import WINDOW_MS, Reorder
+    from ..tracing.runinfo import header_record, read_anchor
 
     names, runtime = _function_table()
     ledger = Ledger(names, runtime)
@@ -366,6 +378,7 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     env["MEMHOOK_TRACE_SOCKET"] = collector.path
     env["MEMHOOK_CUDA_MODE"] = str(mode)
     child_stdout = sys.stderr.fileno() if (to_stdout and fmt != "text") else None
+    anchor = read_anchor()
     t0 = time.monotonic_ns()
     started = time.monotonic()
     sys.stdout.flush()
@@ -394,6 +407,11 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         writer: _Guarded | None = None
         reorder = None
         broke = False
+        if fmt == "jsonl":  # who wrote it and its clock's anchor, for merge
+            try:
+                out.write(json.dumps(header_record(anchor, child.pid)) + "\n")
+            except (OSError, ValueError) as exc:
+                failures.append(f"the jsonl header could not be written ({exc})")
         try:
             inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
                                 memviz_entries=memviz_entries)

@@ -12,5 +12,10 @@ line, is :mod:`memhook.cli.trace`), bottom up:
 * :mod:`.ledger` - the summary's figures, bounded by what is live;
 * :mod:`.reorder` - all processes' events merged into timestamp order;
 * :mod:`.writers` - the output formats, one module each;
-* :mod:`.collector` - the loop that ties them together.
+* :mod:`.collector` - the loop that ties them together;
+* :mod:`.runinfo` - who wrote a trace (host, rank, ``-o``'s template) and
+  its clock's anchor, the jsonl header;
+* traces read back: :mod:`.tracefile` (a jsonl trace, line by line),
+  :mod:`.progress`, :mod:`.diff` (``memhook diff``), :mod:`.merge` and
+  :mod:`.merge_writers` (``memhook merge``).
 """

@@ -59,6 +59,7 @@ def test_output_closed_early(programs) -> None:
                              "sh", "-c", f"{programs.event_storm} 200000 && exit 5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith('{"kind": "header"')
     assert proc.stdout.readline().startswith('{"kind":"alloc"')
     proc.stdout.close()
     stderr = proc.stderr.read()
