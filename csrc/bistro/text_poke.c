@@ -11,7 +11,10 @@
  *      forced signal gets the default action), so then the barrier is
  *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
  *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
- *      line) are refused naming the thread.  The probe signal is the highest
+ *      line) are refused naming the thread.  patch.c asks first
+ *      (mh_text_poke_spin_needed) and then places a 5-byte jump after the
+ *      entry's one-byte pushes, where the spin barrier fits; the argument
+ *      is docs/design/live-patching.md.  The probe signal is the highest
  *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
  *      (default action: ignore) if no thread blocks it; interior windows
  *      are refused when a runnable thread blocks whichever we use.  The
@@ -31,6 +34,13 @@
  *      is not running user code (a running thread is interrupted at once to
  *      take the signal), and it takes the probe before its next user
  *      instruction, so it is moved before it could execute the new bytes.
+ *      A thread that cannot hear the probe (it blocks every candidate, as
+ *      faulthandler's watchdog does) refuses nothing when the kernel shows
+ *      it parked with its resume pc outside every window
+ *      (/proc/self/task/<tid>/syscall, read after the barriers are in):
+ *      it runs no user code before that pc, and from there a way into a
+ *      window crosses a barrier.  Running, unreadable, or parked inside:
+ *      the interior windows are refused.
  *   4. store bytes 1.. of every window; sync; store every byte 0; sync.
  *   5. put every page's protection back.
  *
@@ -230,8 +240,7 @@ static bool move_out(ucontext_t *uc)
     uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     uint64_t rax = (uint64_t)uc->uc_mcontext.gregs[REG_RAX];
     int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
-    uint64_t to_tramp = 0;
-    int best = 0;
+    uint64_t to_tramp = 0, best = 0;
     bool inside = false;
     /* Every form a window was ever patched with has its entry: a thread
      * may have stopped in a form that is no longer the current one. */
@@ -254,11 +263,12 @@ static bool move_out(ucontext_t *uc)
         uint64_t w = atomic_load_explicit(off < 8 ? &t->map_lo : &t->map_hi,
                                           memory_order_relaxed);
         uint8_t to = (uint8_t)(w >> (8 * (off % 8)));
-        /* The widest form's trampoline: it jumps back past every window of
-         * this entry (a narrower one returns inside the wider window). */
-        if (to != 0xFF && len > best) {
+        /* The trampoline of the form whose window ends last: it jumps back
+         * past every window of this entry (a shorter one returns inside the
+         * longer window). */
+        if (to != 0xFF && at + (uint64_t)len > best) {
             to_tramp = atomic_load_explicit(&t->tramp, memory_order_relaxed) + to;
-            best = len;
+            best = at + (uint64_t)len;
         }
     }
     if (!inside)
@@ -323,16 +333,20 @@ static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     if (si->si_code == SI_KERNEL) { /* int3 */
-        /* The widest form's trampoline (see move_out). */
-        int n = atomic_load_explicit(&g_nsites, memory_order_acquire), best = 0;
-        uint64_t to = 0;
+        /* The trampoline's copy of the window's first byte (map[0]: the
+         * body's start for a window at the entry, later for one placed
+         * after the entry's pushes), in the form whose window ends last
+         * (see move_out). */
+        int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
+        uint64_t to = 0, best = 0;
         for (int i = 0; i < n; i++) {
             int len = atomic_load_explicit(&g_sites[i].len, memory_order_acquire);
-            if (atomic_load_explicit(&g_sites[i].at, memory_order_acquire) == rip - 1 &&
-                len > best) {
-                to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) +
-                     MH_TRAMP_BODY;
-                best = len;
+            uint64_t at = atomic_load_explicit(&g_sites[i].at, memory_order_acquire);
+            uint8_t first = (uint8_t)atomic_load_explicit(&g_sites[i].map_lo,
+                                                          memory_order_relaxed);
+            if (at == rip - 1 && first != 0xFF && at + (uint64_t)len > best) {
+                to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) + first;
+                best = at + (uint64_t)len;
             }
         }
         if (to) {
@@ -371,7 +385,15 @@ typedef struct thread_info {
     char state;
     uint64_t blocked;        /* SigBlk: bit sig-1 */
     char name[20];
+    /* Where it resumes in user mode (mh_task_resume_pc): pc_err 0 when
+     * known, EAGAIN "running", else unreadable; read only when asked. */
+    int pc_err;
+    uint64_t pc;
 } thread_info;
+
+/* The windows of the batch being written: which threads stand inside one. */
+struct poke_batch;
+static bool parked_outside(thread_info *t, const struct poke_batch *b);
 
 static bool blocks(const thread_info *t, int sig)
 {
@@ -379,8 +401,9 @@ static bool blocks(const thread_info *t, int sig)
 }
 
 /* 'R' (running/runnable) or 'D' (e.g. a page fault): the states in which a
- * thread's user RIP can be anywhere.  A thread asleep in a system call sits
- * at a syscall instruction, not in a patch window, and is not disturbed. */
+ * thread's user RIP can be anywhere.  A thread asleep in a system call is
+ * not disturbed unless the pc it resumes at (parked_outside) lies inside a
+ * window. */
 static bool may_be_inside(const thread_info *t)
 {
     return t->state == 'R' || t->state == 'D' || t->state == '?';
@@ -484,11 +507,12 @@ static int probe_signal_choose(const thread_info *th, int nth)
 
 /* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
  * re-read the thread every 100 us for up to DEAF_WAIT_NS. */
-static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const thread_info *, int))
+static bool holds_past_transient(thread_info *t, int sig, const struct poke_batch *b,
+                                 bool (*holds)(thread_info *, int, const struct poke_batch *))
 {
     uint64_t end = 0;
     for (;;) {
-        if (!holds(t, sig))
+        if (!holds(t, sig, b))
             return false;
         uint64_t now = mh_monotonic_ns();
         if (end == 0)
@@ -501,25 +525,30 @@ static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const th
     }
 }
 
-static bool inside_and_blocking(const thread_info *t, int psig)
+/* A thread that cannot hear the probe is harmless when the kernel shows it
+ * parked with its resume pc outside every window (parked_outside): it runs
+ * no user code before it resumes there, and once the barriers are in, a
+ * way back into a window passes a barrier first (docs/design/live-patching.md). */
+static bool inside_and_blocking(thread_info *t, int psig, const struct poke_batch *b)
 {
-    return may_be_inside(t) && (psig == 0 || blocks(t, psig));
+    return t->state != 'X' && (psig == 0 || blocks(t, psig)) && !parked_outside(t, b);
 }
 
-static bool alive_and_blocking(const thread_info *t, int sig)
+static bool alive_and_blocking(thread_info *t, int sig, const struct poke_batch *b)
 {
+    (void)b;
     return t->state != 'X' && blocks(t, sig);
 }
 
-static bool deaf(thread_info *t, int psig)
+static bool deaf(thread_info *t, int psig, const struct poke_batch *b)
 {
-    return holds_past_transient(t, psig, inside_and_blocking);
+    return holds_past_transient(t, psig, b, inside_and_blocking);
 }
 
 /* Does t block SIGTRAP for longer than the glibc transients (see deaf)? */
 static bool blocks_trap(thread_info *t)
 {
-    return holds_past_transient(t, SIGTRAP, alive_and_blocking);
+    return holds_past_transient(t, SIGTRAP, NULL, alive_and_blocking);
 }
 
 /* ---- the protocol ---------------------------------------------------------- */
@@ -615,6 +644,47 @@ typedef struct poke_batch {
     char why[200];
 } poke_batch;
 
+/* Whether the kernel shows t parked (off its CPU, not run since it looked)
+ * with its resume pc outside every window still to be written: at +0 it
+ * meets the barrier, strictly inside it would run bytes we change.  A
+ * thread that is running, or whose /proc file cannot be read, is not. */
+static bool parked_outside(thread_info *t, const struct poke_batch *b)
+{
+    t->pc_err = mh_task_resume_pc((int)t->tid, &t->pc);
+    if (t->pc_err == ESRCH)
+        return true; /* gone */
+    if (t->pc_err)
+        return false;
+    for (size_t i = 0; b && i < b->n; i++) {
+        const mh_poke *w = &b->s[i];
+        if (!w->err && t->pc > w->at && t->pc < w->at + w->len)
+            return false;
+    }
+    return true;
+}
+
+/* "is running", "stands at +3 of the window at 0x...": why a thread that
+ * cannot hear the probe may be inside a window. */
+static void where_text(const thread_info *t, const poke_batch *b, char *buf, size_t len)
+{
+    if (t->pc_err == EAGAIN) {
+        snprintf(buf, len, "is running (where it resumes is unknown)");
+        return;
+    }
+    if (t->pc_err) {
+        snprintf(buf, len, "has no readable /proc/.../syscall (errno %d)", t->pc_err);
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (t->pc > b->s[i].at && t->pc < b->s[i].at + b->s[i].len) {
+            snprintf(buf, len, "is parked at +%llu of a window",
+                     (unsigned long long)(t->pc - b->s[i].at));
+            return;
+        }
+    }
+    snprintf(buf, len, "may stand inside a window");
+}
+
 static void poke_batch_free(poke_batch *b)
 {
     free(b->page);
@@ -664,14 +734,16 @@ static void probe_choose(poke_batch *b)
     b->psig = probe_signal_choose(b->th, b->nth);
     const thread_info *dth = NULL;
     for (int i = 0; i < b->nth && !dth; i++)
-        if (deaf(&b->th[i], b->psig))
+        if (deaf(&b->th[i], b->psig, b))
             dth = &b->th[i];
     if (!dth)
         return;
+    char where[56];
+    where_text(dth, b, where, sizeof where);
     if (b->psig)
-        snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d (and every other "
-                 "free probe signal), so the threads cannot be moved out of a window "
-                 "with an instruction boundary inside", (int)dth->tid, dth->name, b->psig);
+        snprintf(b->why, sizeof b->why, "thread %d (%s) blocks every free probe signal "
+                 "(%d too) and %s: it cannot be moved out of a window with a boundary inside",
+                 (int)dth->tid, dth->name, b->psig, where);
     else
         snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
                  "real-time signal, SIGURG and SIGWINCH have handlers)");
@@ -805,10 +877,12 @@ static bool threads_recheck(poke_batch *b)
     for (size_t i = 0; i < b->n; i++)
         probe |= s[i].interior && !s[i].err;
     for (int i = 0; i < b->nth && probe; i++) {
-        if (deaf(&b->th[i], b->psig)) {
-            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, so "
-                     "it cannot be moved out of a window with an instruction boundary inside",
-                     (int)b->th[i].tid, b->th[i].name, b->psig);
+        if (deaf(&b->th[i], b->psig, b)) {
+            char where[56];
+            where_text(&b->th[i], b, where, sizeof where);
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, and "
+                     "%s: it cannot be moved out of a window with a boundary inside",
+                     (int)b->th[i].tid, b->th[i].name, b->psig, where);
             refuse_unrefused_interiors(s, b->n, b->why);
             probe = false;
         }
@@ -824,7 +898,7 @@ static int probes_send(poke_batch *b, uint32_t round)
     pid_t pid = getpid();
     int sent = 0;
     for (int i = 0; i < b->nth; i++) {
-        if (!may_be_inside(&b->th[i]))
+        if (!may_be_inside(&b->th[i]) && parked_outside(&b->th[i], b))
             continue;
         siginfo_t si;
         memset(&si, 0, sizeof si);
@@ -919,6 +993,19 @@ static void pages_restore(poke_batch *b)
                              "writable: %s", (unsigned long long)b->page[j], strerror(errno));
         }
     }
+}
+
+bool mh_text_poke_spin_needed(void)
+{
+    thread_info *th = malloc(sizeof *th * MAX_THREADS);
+    if (!th)
+        return false; /* the batch itself will say "out of memory" */
+    int n = list_threads(th, MAX_THREADS);
+    bool spin = false;
+    for (int i = 0; i < n && !spin; i++)
+        spin = blocks_trap(&th[i]);
+    free(th);
+    return spin;
 }
 
 /* The steps of the file comment, in order. */

@@ -1,9 +1,10 @@
-/* procfs.c - the /proc/self/maps walk (procfs.h says who needs it and why
- * it must not allocate). */
+/* procfs.c - the /proc/self/maps walk and the resume-pc reader (procfs.h
+ * says who needs them and why they must not allocate). */
 #include "procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -102,4 +103,40 @@ int mh_maps_each(mh_maps_fn fn, void *ctx)
     }
     close(fd);
     return err;
+}
+
+int mh_task_resume_pc(int tid, uint64_t *pc)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? ESRCH : errno;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof buf - 1);
+    while (n < 0 && errno == EINTR);
+    int err = n < 0 ? errno : 0;
+    close(fd);
+    if (err)
+        return err;
+    if (n <= 0)
+        return EIO;
+    buf[n] = '\0';
+    if (strncmp(buf, "running", 7) == 0)
+        return EAGAIN;
+    /* "nr [6 args] sp pc" (nr -1: blocked outside a system call, then
+     * only "sp pc"): the last field is the pc. */
+    char *end = buf + n;
+    while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
+        *--end = '\0';
+    char *last = strrchr(buf, ' ');
+    if (!last || strncmp(last + 1, "0x", 2) != 0)
+        return EIO;
+    const char *s = last + 3;
+    uintptr_t v;
+    if (!parse_hex(&s, &v) || *s != '\0')
+        return EIO;
+    *pc = (uint64_t)v;
+    return 0;
 }
