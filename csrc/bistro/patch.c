@@ -246,6 +246,7 @@ static int plan_target(pending *e)
     if (site && memcmp(site->orig, now, e->keep) != 0) {
         site->tramp[0] = site->tramp[1] = 0;
         site->wide_tried = false;
+        site->stub = 0; /* its pops were the old pushes */
         memcpy(site->orig, now, e->keep);
     }
     return 0;
