@@ -663,6 +663,17 @@ static bool parked_outside(thread_info *t, const struct poke_batch *b)
     return true;
 }
 
+/* Whether a thread found asleep may stand inside a window after all: it
+ * woke since (the kernel says "running"), or it sleeps at a pc inside one
+ * (a page fault served by userfaultfd sleeps interruptibly).  Unreadable:
+ * taken as asleep at its system call, as every sleeping thread was before
+ * this file was read (probing them all would interrupt system calls that
+ * do not restart); a thread no probe reaches gets no such benefit. */
+static bool asleep_inside(thread_info *t, const poke_batch *b)
+{
+    return !parked_outside(t, b) && (t->pc_err == EAGAIN || t->pc_err == 0);
+}
+
 /* "is running", "stands at +3 of the window at 0x...": why a thread that
  * cannot hear the probe may be inside a window. */
 static void where_text(const thread_info *t, const poke_batch *b, char *buf, size_t len)
@@ -898,7 +909,7 @@ static int probes_send(poke_batch *b, uint32_t round)
     pid_t pid = getpid();
     int sent = 0;
     for (int i = 0; i < b->nth; i++) {
-        if (!may_be_inside(&b->th[i]) && parked_outside(&b->th[i], b))
+        if (!may_be_inside(&b->th[i]) && !asleep_inside(&b->th[i], b))
             continue;
         siginfo_t si;
         memset(&si, 0, sizeof si);
