@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "x86.h"
 
@@ -116,10 +117,11 @@ MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t tramp, int len, const uint8
 /* Make sure our SIGTRAP handler is the installed one (chains to others). */
 MH_HIDDEN int mh_trap_handler_ensure(void);
 
-/* Whether a thread of the process blocks SIGTRAP now (past glibc's
- * transient all-blocked masks): the next batch will use the spin barrier,
- * which needs windows whose first instruction is longer than a byte. */
-MH_HIDDEN bool mh_text_poke_spin_needed(void);
+/* A thread of the process that blocks SIGTRAP now (past glibc's transient
+ * all-blocked masks), 0 when none does: then the next batch uses the spin
+ * barrier, which needs windows whose first instruction is longer than a
+ * byte.  Pass it to that batch (it is looked at once more, not waited on). */
+MH_HIDDEN pid_t mh_text_poke_trap_blocker(void);
 
 /* One window of a batch for mh_text_poke_batch. */
 typedef struct mh_poke {
@@ -144,10 +146,11 @@ typedef struct mh_poke {
  * int3 protocol (text_poke.c describes it), in bounded time: threads found
  * inside a window are moved, never waited for.  Every window must be
  * registered with mh_trap_register first.  A window is either fully
- * written or left as it was (err and why say why).  Returns how many were
- * written.
+ * written or left as it was (err and why say why).  trap_blocker: what
+ * mh_text_poke_trap_blocker answered just before, or 0.  Returns how many
+ * were written.
  */
-MH_HIDDEN size_t mh_text_poke_batch(mh_poke *sites, size_t n);
+MH_HIDDEN size_t mh_text_poke_batch(mh_poke *sites, size_t n, pid_t trap_blocker);
 /* One window: returns 0 or the errno, the reason in why. */
 MH_HIDDEN int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interior,
                            char *why, size_t why_len);

@@ -186,7 +186,6 @@ typedef struct pending {
     memhook_bistro_patch *p;
     bool spin;               /* a thread blocks SIGTRAP: no window may start
                                 with a one-byte instruction */
-    size_t shift;            /* the jump goes this far after `at` (pushes) */
     bool published;          /* *original holds our trampoline */
     void *previous;          /* *original before we published the trampoline */
     uint64_t fail_at;        /* the failure: where its bytes are shown from, */
@@ -463,7 +462,6 @@ static int shift_past_pushes(pending *e, memhook_bistro_patch *p)
     int err = undo_stub(e, (size_t)b, &stub);
     if (err)
         return err;
-    e->shift = (size_t)b;
     p->at = e->at + (uint64_t)b;
     p->dest = stub;
     p->tramp = site->tramp[1];
@@ -476,26 +474,23 @@ static int shift_past_pushes(pending *e, memhook_bistro_patch *p)
  * (where a thread stopped in the window continues) before it is written. */
 static int place_jump(pending *e)
 {
-    uint64_t dest;
-    int err = jump_destination(e, &dest);
-    if (err)
-        return err;
     memhook_bistro_patch *p = calloc(1, sizeof *p);
     if (!p)
         return fail(e, ENOMEM, e->at, e->avail, "out of memory");
     e->p = p;
     p->site = e->site;
     p->hook = e->hook;
-    p->dest = dest;
     p->jump_size = e->size;
     p->at = e->at;
     p->tramp = e->tramp;
     memcpy(p->map, e->plan.map, MH_PLAN_MAP);
-    if (e->spin && e->size == 5 && e->plan.map[1] != MH_PLAN_NO_BOUNDARY) {
-        err = shift_past_pushes(e, p);
-        if (err)
-            return err;
-    }
+    int err;
+    if (e->spin && e->size == 5 && e->plan.map[1] != MH_PLAN_NO_BOUNDARY)
+        err = shift_past_pushes(e, p); /* the stub jumps on to the hook */
+    else
+        err = jump_destination(e, &p->dest);
+    if (err)
+        return err;
     mh_patch_jump_build(p->at, p->dest, e->size, p->bytes);
     err = mh_trap_register(p->at, p->tramp, e->size, p->map, e->size == 12 ? p->dest : 0);
     if (err)
@@ -540,9 +535,9 @@ static mh_poke publish_original(pending *e)
 
 /* Step 4b: every prepared jump is written in one live-write pass; a
  * written one makes its patch live. */
-static size_t publish(pending *e, mh_poke *pk, const size_t *idx, size_t np)
+static size_t publish(pending *e, mh_poke *pk, const size_t *idx, size_t np, pid_t blocker)
 {
-    mh_text_poke_batch(pk, np);
+    mh_text_poke_batch(pk, np, blocker);
     size_t done = 0;
     for (size_t k = 0; k < np; k++) {
         pending *x = &e[idx[k]];
@@ -573,14 +568,14 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
         return 0;
     }
     size_t np = 0;
-    bool spin = mh_text_poke_spin_needed();
+    pid_t blocker = mh_text_poke_trap_blocker();
     for (size_t i = 0; i < n; i++) {
         req[i].patch = NULL;
         req[i].err = 0;
         req[i].why[0] = '\0';
         pending *x = &e[i];
         x->req = &req[i];
-        x->spin = spin;
+        x->spin = blocker != 0;
         int err = plan_target(x);
         if (!err)
             err = place_trampoline(x);
@@ -593,7 +588,7 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
         pk[np] = publish_original(x);
         idx[np++] = i;
     }
-    size_t done = publish(e, pk, idx, np);
+    size_t done = publish(e, pk, idx, np, blocker);
     free(e);
     free(pk);
     free(idx);
@@ -684,7 +679,7 @@ size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, si
             }
         }
     }
-    mh_text_poke_batch(pk, np);
+    mh_text_poke_batch(pk, np, 0);
     for (size_t k = 0; k < np; k++) {
         size_t i = idx[k];
         errs[i] = pk[k].err;

@@ -12,7 +12,7 @@
  *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
  *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
  *      line) are refused naming the thread.  patch.c asks first
- *      (mh_text_poke_spin_needed) and then places a 5-byte jump after the
+ *      (mh_text_poke_trap_blocker) and then places a 5-byte jump after the
  *      entry's one-byte pushes, where the spin barrier fits; the argument
  *      is docs/design/live-patching.md.  The probe signal is the highest
  *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
@@ -391,7 +391,7 @@ typedef struct thread_info {
     uint64_t pc;
 } thread_info;
 
-/* The windows of the batch being written: which threads stand inside one. */
+/* Needs the batch's windows; defined after the batch. */
 struct poke_batch;
 static bool parked_outside(thread_info *t, const struct poke_batch *b);
 
@@ -641,6 +641,7 @@ typedef struct poke_batch {
     uint64_t *page;    /* sorted, distinct pages of the windows not refused */
     int *prot;         /* their protections before step 1 */
     int npages;
+    pid_t known_blocker; /* the caller found it blocking SIGTRAP (0: none) */
     char why[200];
 } poke_batch;
 
@@ -674,8 +675,8 @@ static bool asleep_inside(thread_info *t, const poke_batch *b)
     return !parked_outside(t, b) && (t->pc_err == EAGAIN || t->pc_err == 0);
 }
 
-/* "is running", "stands at +3 of the window at 0x...": why a thread that
- * cannot hear the probe may be inside a window. */
+/* "is running ...", "is parked at +3 of a window": why a thread that
+ * cannot hear the probe may be inside a window (after parked_outside). */
 static void where_text(const thread_info *t, const poke_batch *b, char *buf, size_t len)
 {
     if (t->pc_err == EAGAIN) {
@@ -711,6 +712,11 @@ static void poke_batch_free(poke_batch *b)
 static void barrier_choose(poke_batch *b)
 {
     const thread_info *trap_blocker = NULL;
+    /* The caller's blocker first: it held past the transients already, so
+     * one look that finds it still blocking settles it. */
+    for (int i = 0; i < b->nth && !trap_blocker && b->known_blocker; i++)
+        if (b->th[i].tid == b->known_blocker && alive_and_blocking(&b->th[i], SIGTRAP, NULL))
+            trap_blocker = &b->th[i];
     for (int i = 0; i < b->nth && !trap_blocker; i++)
         if (blocks_trap(&b->th[i]))
             trap_blocker = &b->th[i];
@@ -1006,21 +1012,22 @@ static void pages_restore(poke_batch *b)
     }
 }
 
-bool mh_text_poke_spin_needed(void)
+pid_t mh_text_poke_trap_blocker(void)
 {
     thread_info *th = malloc(sizeof *th * MAX_THREADS);
     if (!th)
-        return false; /* the batch itself will say "out of memory" */
+        return 0; /* the batch itself will say "out of memory" */
     int n = list_threads(th, MAX_THREADS);
-    bool spin = false;
-    for (int i = 0; i < n && !spin; i++)
-        spin = blocks_trap(&th[i]);
+    pid_t found = 0;
+    for (int i = 0; i < n && !found; i++)
+        if (blocks_trap(&th[i]))
+            found = th[i].tid;
     free(th);
-    return spin;
+    return found;
 }
 
 /* The steps of the file comment, in order. */
-size_t mh_text_poke_batch(mh_poke *s, size_t n)
+size_t mh_text_poke_batch(mh_poke *s, size_t n, pid_t trap_blocker)
 {
     for (size_t i = 0; i < n; i++) {
         s[i].err = 0;
@@ -1028,7 +1035,7 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     }
     if (n == 0)
         return 0;
-    poke_batch b = {.s = s, .n = n};
+    poke_batch b = {.s = s, .n = n, .known_blocker = trap_blocker};
     int err = mh_trap_handler_ensure();
     if (err) {
         snprintf(b.why, sizeof b.why, "cannot install the SIGTRAP handler: %s", strerror(err));
@@ -1059,7 +1066,7 @@ int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interio
                  char *why, size_t why_len)
 {
     mh_poke p = {.at = at, .bytes = new_bytes, .len = len, .interior = interior};
-    mh_text_poke_batch(&p, 1);
+    mh_text_poke_batch(&p, 1, 0);
     if (p.err && why && why_len)
         snprintf(why, why_len, "%s", p.why);
     return p.err;
