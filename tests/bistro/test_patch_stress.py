@@ -70,10 +70,11 @@ def test_stress_beside_a_blocked_thread_that_wakes_and_calls(native, build_drive
 
 
 def test_stress_beside_a_busy_thread_that_blocks_every_signal(native, build_driver):
-    """A thread that blocks every signal and spins (it is never parked): a
-    window with an instruction boundary inside cannot be proven clear of it,
-    so those installs are refused with EAGAIN - cleanly, the process lives
-    and every call is right."""
+    """A thread that blocks every signal and spins is never parked (the
+    kernel says "running" for it, preempted or not): a window with an
+    instruction boundary inside - every one of the five families - cannot
+    be proven clear of it, so each install is refused with EAGAIN, cleanly:
+    the process lives and every call is right."""
     stats = _stress_beside(native, build_driver, "busy", 20)
     assert stats["errors"] == 0 and stats["fails"] == 0, stats
-    assert stats["installs"] + stats["refused"] == 5 * 20
+    assert stats["refused"] == 5 * 20 and stats["installs"] == 0, stats
