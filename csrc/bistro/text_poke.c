@@ -386,9 +386,11 @@ typedef struct thread_info {
     uint64_t blocked;        /* SigBlk: bit sig-1 */
     char name[20];
     /* Where it resumes in user mode (mh_task_resume_pc): pc_err 0 when
-     * known, EAGAIN "running", else unreadable; read only when asked. */
+     * known, EAGAIN "running", else unreadable; read only when asked.
+     * frame: a pc strictly inside a window found on its stack (a signal
+     * handler interrupted it there), else 0. */
     int pc_err;
-    uint64_t pc;
+    uint64_t pc, sp, frame;
 } thread_info;
 
 /* Needs the batch's windows; defined after the batch. */
@@ -645,21 +647,97 @@ typedef struct poke_batch {
     char why[200];
 } poke_batch;
 
-/* Whether the kernel shows t parked (off its CPU, not run since it looked)
- * with its resume pc outside every window still to be written: at +0 it
- * meets the barrier, strictly inside it would run bytes we change.  A
- * thread that is running, or whose /proc file cannot be read, is not. */
-static bool parked_outside(thread_info *t, const struct poke_batch *b)
+static bool in_a_window(const struct poke_batch *b, uint64_t pc)
 {
-    t->pc_err = mh_task_resume_pc((int)t->tid, &t->pc);
-    if (t->pc_err == ESRCH)
-        return true; /* gone */
-    if (t->pc_err)
-        return false;
     for (size_t i = 0; b && i < b->n; i++) {
         const mh_poke *w = &b->s[i];
-        if (!w->err && t->pc > w->at && t->pc < w->at + w->len)
+        if (!w->err && pc > w->at && pc < w->at + w->len)
+            return true;
+    }
+    return false;
+}
+
+/* The end of the mapping that holds a stack pointer. */
+typedef struct stack_find {
+    uint64_t sp, end;
+} stack_find;
+
+static bool stack_line(const mh_map_entry *e, void *ctx)
+{
+    stack_find *f = ctx;
+    if (f->sp >= e->start && f->sp < e->end) {
+        f->end = e->end;
+        return false;
+    }
+    return e->start <= f->sp;
+}
+
+/* How much of a parked thread's stack (from its sp up) is searched for a
+ * saved pc inside a window; a deeper stack leaves the thread unlocated. */
+#define STACK_SCAN_MAX ((uint64_t)1 << 20)
+
+/* A thread parked in a signal handler resumes, when the handler returns,
+ * at the pc the signal interrupted - saved in the signal frame on its
+ * stack, above its sp.  So every word of the used stack is compared with
+ * the windows (a call's return address never lies strictly inside one:
+ * the planner refuses such calls, so a hit is a saved pc, or a stray value
+ * that refuses for nothing worse than caution).  The stack is the mapping
+ * that holds the sp (a thread's stack, the main stack, or the sigaltstack
+ * the handler runs on, which holds its frame).  Returns false when it
+ * cannot be searched whole.  Another thread's stack holds a sanitizer's
+ * poisoned redzones: reading them is the point here. */
+__attribute__((no_sanitize_address))
+static bool stack_clear(thread_info *t, const struct poke_batch *b)
+{
+    stack_find f = {t->sp, 0};
+    if (mh_maps_each(stack_line, &f) != 0 || f.end == 0 || f.end - t->sp > STACK_SCAN_MAX) {
+        t->pc_err = E2BIG;
+        return false;
+    }
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->s[i].err) {
+            lo = b->s[i].at < lo ? b->s[i].at : lo;
+            hi = b->s[i].at + b->s[i].len > hi ? b->s[i].at + b->s[i].len : hi;
+        }
+    }
+    for (uint64_t a = t->sp & ~(uint64_t)7; a + 8 <= f.end; a += 8) {
+        uint64_t v = *(const volatile uint64_t *)(uintptr_t)a;
+        if (v > lo && v < hi && in_a_window(b, v)) {
+            t->frame = v;
             return false;
+        }
+    }
+    return true;
+}
+
+/* Whether the kernel shows t parked (off its CPU, not run since it looked)
+ * with nothing that would resume strictly inside a window still to be
+ * written: neither its pc nor a pc a signal handler it sleeps in would
+ * return to (stack_clear).  At +0 it meets the barrier.  The context
+ * switch count, equal before the first look and after the second, says it
+ * did not run meanwhile, so its stack held still while it was searched.  A
+ * thread that is running, or whose /proc files cannot be read, is not. */
+static bool parked_outside(thread_info *t, const struct poke_batch *b)
+{
+    t->frame = 0;
+    long long before = mh_task_switches((int)t->tid);
+    t->pc_err = mh_task_resume_pc((int)t->tid, &t->pc, &t->sp);
+    if (t->pc_err == ESRCH)
+        return true; /* gone */
+    if (t->pc_err == 0 && before < 0)
+        t->pc_err = EIO;
+    if (t->pc_err || in_a_window(b, t->pc))
+        return false;
+    if (!stack_clear(t, b))
+        return false;
+    uint64_t pc2 = 0, sp2 = 0;
+    int again = mh_task_resume_pc((int)t->tid, &pc2, &sp2);
+    if (again == ESRCH)
+        return true;
+    if (again || pc2 != t->pc || sp2 != t->sp || mh_task_switches((int)t->tid) != before) {
+        t->pc_err = EAGAIN; /* it ran while we looked */
+        return false;
     }
     return true;
 }
@@ -683,8 +761,16 @@ static void where_text(const thread_info *t, const poke_batch *b, char *buf, siz
         snprintf(buf, len, "is running (where it resumes is unknown)");
         return;
     }
+    if (t->pc_err == E2BIG) {
+        snprintf(buf, len, "has a stack too deep to search");
+        return;
+    }
     if (t->pc_err) {
         snprintf(buf, len, "has no readable /proc/.../syscall (errno %d)", t->pc_err);
+        return;
+    }
+    if (t->frame) {
+        snprintf(buf, len, "has a pc inside a window saved on its stack");
         return;
     }
     for (size_t i = 0; i < b->n; i++) {
@@ -695,6 +781,25 @@ static void where_text(const thread_info *t, const poke_batch *b, char *buf, siz
         }
     }
     snprintf(buf, len, "may stand inside a window");
+}
+
+/* A thread that cannot hear the probe, located (parked) with its pc or a
+ * signal frame's saved pc strictly inside a window: only the windows that
+ * hold that pc are refused, with b->why.  False when it is not located
+ * (then every interior window must be). */
+static bool refuse_where_located(poke_batch *b, const thread_info *t)
+{
+    uint64_t hit = t->frame ? t->frame : t->pc;
+    if (t->pc_err != 0 || !in_a_window(b, hit))
+        return false;
+    for (size_t k = 0; k < b->n; k++) {
+        mh_poke *w = &b->s[k];
+        if (!w->err && hit > w->at && hit < w->at + w->len) {
+            w->err = EAGAIN;
+            snprintf(w->why, sizeof w->why, "%s", b->why);
+        }
+    }
+    return true;
 }
 
 static void poke_batch_free(poke_batch *b)
@@ -749,27 +854,29 @@ static void probe_choose(poke_batch *b)
     if (!any_interior)
         return;
     b->psig = probe_signal_choose(b->th, b->nth);
-    const thread_info *dth = NULL;
-    for (int i = 0; i < b->nth && !dth; i++)
-        if (deaf(&b->th[i], b->psig, b))
-            dth = &b->th[i];
-    if (!dth)
-        return;
-    char where[56];
-    where_text(dth, b, where, sizeof where);
-    if (b->psig)
-        snprintf(b->why, sizeof b->why, "thread %d (%s) blocks every free probe signal "
-                 "(%d too) and %s: it cannot be moved out of a window with a boundary inside",
-                 (int)dth->tid, dth->name, b->psig, where);
-    else
-        snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
-                 "real-time signal, SIGURG and SIGWINCH have handlers)");
-    /* Every interior window, refused already or not: this reason wins. */
-    for (size_t i = 0; i < b->n; i++) {
-        if (s[i].interior) {
-            s[i].err = EAGAIN;
-            snprintf(s[i].why, sizeof s[i].why, "%s", b->why);
+    for (int i = 0; i < b->nth; i++) {
+        thread_info *t = &b->th[i];
+        if (!deaf(t, b->psig, b))
+            continue;
+        char where[56];
+        where_text(t, b, where, sizeof where);
+        if (b->psig)
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks every free probe signal "
+                     "(%d too) and %s: it cannot be moved out of a window with a boundary "
+                     "inside", (int)t->tid, t->name, b->psig, where);
+        else
+            snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
+                     "real-time signal, SIGURG and SIGWINCH have handlers)");
+        if (b->psig && refuse_where_located(b, t))
+            continue;
+        /* Every interior window, refused already or not: this reason wins. */
+        for (size_t k = 0; k < b->n; k++) {
+            if (s[k].interior) {
+                s[k].err = EAGAIN;
+                snprintf(s[k].why, sizeof s[k].why, "%s", b->why);
+            }
         }
+        return;
     }
 }
 
@@ -900,8 +1007,11 @@ static bool threads_recheck(poke_batch *b)
             snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, and "
                      "%s: it cannot be moved out of a window with a boundary inside",
                      (int)b->th[i].tid, b->th[i].name, b->psig, where);
-            refuse_unrefused_interiors(s, b->n, b->why);
+            if (!refuse_where_located(b, &b->th[i]))
+                refuse_unrefused_interiors(s, b->n, b->why);
             probe = false;
+            for (size_t k = 0; k < b->n; k++)
+                probe |= s[k].interior && !s[k].err;
         }
     }
     return probe;

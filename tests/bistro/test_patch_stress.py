@@ -78,3 +78,14 @@ def test_stress_beside_a_busy_thread_that_blocks_every_signal(native, build_driv
     stats = _stress_beside(native, build_driver, "busy", 20)
     assert stats["errors"] == 0 and stats["fails"] == 0, stats
     assert stats["refused"] == 5 * 20 and stats["installs"] == 0, stats
+
+
+def test_stress_beside_a_blocked_thread_parked_in_a_signal_frame(native, build_driver):
+    """A thread parked outside every window whose stack holds a pc inside
+    one (as the signal frame of a handler that interrupted it there and now
+    sleeps does): when the handler returns it resumes inside the window, so
+    that window (fx_libcuda_entry) is refused every time, naming the thread;
+    the four others are written every time, and no call goes wrong."""
+    stats = _stress_beside(native, build_driver, "framed", 30)
+    assert stats["errors"] == 0 and stats["fails"] == 0, stats
+    assert stats["refused"] == 30 and stats["installs"] == 4 * 30, stats

@@ -60,7 +60,7 @@ int main(void)
     int rc = EAGAIN;
     /* until the parked thread has reached read() */
     for (int i = 0; i < 5000 && rc == EAGAIN; i++) {
-        rc = mh_task_resume_pc(atomic_load(&tid_parked), &pc);
+        rc = mh_task_resume_pc(atomic_load(&tid_parked), &pc, NULL);
         if (rc == EAGAIN)
             usleep(1000);
     }
@@ -71,12 +71,12 @@ int main(void)
     printf("parked %d %04x\n", rc, insn);
     int spin = 0;
     for (int i = 0; i < 100; i++) {
-        spin = mh_task_resume_pc(atomic_load(&tid_spinner), &pc);
+        spin = mh_task_resume_pc(atomic_load(&tid_spinner), &pc, NULL);
         if (spin != EAGAIN)
             break;
     }
     printf("spinner %d\n", spin);
-    printf("gone %d\n", mh_task_resume_pc(atomic_load(&tid_gone), &pc));
+    printf("gone %d\n", mh_task_resume_pc(atomic_load(&tid_gone), &pc, NULL));
     atomic_store(&stop, 1);
     if (write(pipefd[1], "x", 1) != 1)
         return 2;
