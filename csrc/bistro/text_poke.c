@@ -395,7 +395,7 @@ typedef struct thread_info {
 
 /* Needs the batch's windows; defined after the batch. */
 struct poke_batch;
-static bool parked_outside(thread_info *t, const struct poke_batch *b);
+static bool parked_outside(thread_info *t, const struct poke_batch *b, bool search_stack);
 
 static bool blocks(const thread_info *t, int sig)
 {
@@ -533,7 +533,7 @@ static bool holds_past_transient(thread_info *t, int sig, const struct poke_batc
  * way back into a window passes a barrier first (docs/design/live-patching.md). */
 static bool inside_and_blocking(thread_info *t, int psig, const struct poke_batch *b)
 {
-    return t->state != 'X' && (psig == 0 || blocks(t, psig)) && !parked_outside(t, b);
+    return t->state != 'X' && (psig == 0 || blocks(t, psig)) && !parked_outside(t, b, true);
 }
 
 static bool alive_and_blocking(thread_info *t, int sig, const struct poke_batch *b)
@@ -713,15 +713,17 @@ static bool stack_clear(thread_info *t, const struct poke_batch *b)
 
 /* Whether the kernel shows t parked (off its CPU, not run since it looked)
  * with nothing that would resume strictly inside a window still to be
- * written: neither its pc nor a pc a signal handler it sleeps in would
- * return to (stack_clear).  At +0 it meets the barrier.  The context
- * switch count, equal before the first look and after the second, says it
- * did not run meanwhile, so its stack held still while it was searched.  A
- * thread that is running, or whose /proc files cannot be read, is not. */
-static bool parked_outside(thread_info *t, const struct poke_batch *b)
+ * written: not its pc, nor (search_stack) a pc a signal handler it sleeps
+ * in would return to (stack_clear).  At +0 it meets the barrier.  The
+ * context switch count, equal before the first look and after the second,
+ * says it did not run meanwhile, so its stack held still while it was
+ * searched.  A thread that is running, or whose /proc files cannot be
+ * read, is not.  The stack is searched for the threads no probe reaches;
+ * one the probe reaches is only asked where it sleeps (see asleep_inside). */
+static bool parked_outside(thread_info *t, const struct poke_batch *b, bool search_stack)
 {
     t->frame = 0;
-    long long before = mh_task_switches((int)t->tid);
+    long long before = search_stack ? mh_task_switches((int)t->tid) : 0;
     t->pc_err = mh_task_resume_pc((int)t->tid, &t->pc, &t->sp);
     if (t->pc_err == ESRCH)
         return true; /* gone */
@@ -729,6 +731,8 @@ static bool parked_outside(thread_info *t, const struct poke_batch *b)
         t->pc_err = EIO;
     if (t->pc_err || in_a_window(b, t->pc))
         return false;
+    if (!search_stack)
+        return true;
     if (!stack_clear(t, b))
         return false;
     uint64_t pc2 = 0, sp2 = 0;
@@ -747,10 +751,13 @@ static bool parked_outside(thread_info *t, const struct poke_batch *b)
  * (a page fault served by userfaultfd sleeps interruptibly).  Unreadable:
  * taken as asleep at its system call, as every sleeping thread was before
  * this file was read (probing them all would interrupt system calls that
- * do not restart); a thread no probe reaches gets no such benefit. */
+ * do not restart); a thread no probe reaches gets no such benefit.  Its
+ * stack is not searched: a handler it sleeps in would take the probe in
+ * its own context, not the one it interrupted (the residual case of
+ * docs/design/live-patching.md). */
 static bool asleep_inside(thread_info *t, const poke_batch *b)
 {
-    return !parked_outside(t, b) && (t->pc_err == EAGAIN || t->pc_err == 0);
+    return !parked_outside(t, b, false) && (t->pc_err == EAGAIN || t->pc_err == 0);
 }
 
 /* "is running ...", "is parked at +3 of a window": why a thread that
