@@ -128,6 +128,9 @@ _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
 _SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
 _UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
+# Markers of no call that reach the cache only (the driver unloaded, a gap
+# in the hooks): never a subscriber's, never counted as delivered.
+_CACHE_ONLY = _SKIPPED | _UNLOADED | int(lib.MEMHOOK_EVENT_HOOKS_GAP)
 _UNKNOWN = MemoryType.UNKNOWN
 _MEMORY_TYPES = tuple(MemoryType)
 _KINDS = {_EVENT_ALLOC: EventKind.ALLOC, _EVENT_FREE: EventKind.FREE}
@@ -555,7 +558,7 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
         commit(((_handoff.append, entry), (_setitem, marks, 1, end)))
         return 0
     marks[1] = end
-    return int(np.count_nonzero(part["flags"] & (_SKIPPED | _UNLOADED) == 0))
+    return int(np.count_nonzero(part["flags"] & _CACHE_ONLY == 0))
 
 
 def unapplied(start: int, size: int, closed: bool, take: bool = True) \
@@ -725,7 +728,7 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
     for i, row in enumerate(rows, at):
         (_, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags,
          caller) = row
-        if flags & (_SKIPPED | _UNLOADED):
+        if flags & _CACHE_ONLY:
             entry[1] = (i + 1, 0)
             continue
         count += 1
