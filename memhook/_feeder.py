@@ -94,6 +94,14 @@ def _run() -> None:
         if _idle(_drain):
             _park(_drain)
             continue
+        if not lib.memhook_hooks_mode():
+            # No hooks, and events left (the last ones recorded, uninstall's
+            # gap marker): drain them all now, then sleep.
+            try:
+                _finish(_drain)
+            except Exception:  # noqa: BLE001 - logged; the feeder must go on
+                _log.exception("memhook: the background drain failed")
+            continue
         # Events a query applied to the cache and left for the subscribers
         # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
         # while some wait, every _WAIT_MS otherwise.
@@ -118,6 +126,14 @@ def _feed(drain: Any) -> None:
         if not take and not waiting():
             return
         if drain.waiters() or not drain.feed_step(STEP_S, take):
+            time.sleep(_BACK_OFF_S)
+
+
+def _finish(drain: Any) -> None:
+    """Drain everything pending and hand it out, a batch per hold of the
+    apply lock, backing off while another thread holds or wants it."""
+    while not _idle(drain) and not lib.memhook_hooks_mode():
+        if drain.waiters() or not drain.feed_step(STEP_S, True):
             time.sleep(_BACK_OFF_S)
 
 
