@@ -57,13 +57,13 @@ else:  # pragma: no cover - Python 3.9 and 3.10: no operator.call
         return chain.from_iterable([starmap(step[0], (step[1:],)) for step in steps])
 
 
-def held_here(codes: frozenset[CodeType]) -> bool:
+def held_here(codes: frozenset[CodeType], above: int = 2) -> bool:
     """Whether a frame running one of ``codes`` (the functions that take a
     lock and release it before they return) is on this thread's stack: a
     lock this thread owns is then held by that frame (this call comes from
     a signal handler or a callback nested in it); otherwise it was left
     behind by an exception in one of the two windows."""
-    frame = sys._getframe(2)  # (above the caller, which asks for the frames below it)
+    frame = sys._getframe(above)  # (2: above the caller, which asks about the frames below it)
     while frame is not None:
         if frame.f_code in codes:
             return True

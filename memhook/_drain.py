@@ -389,7 +389,7 @@ def remember(since: int, write: Callable[[], None]) -> bool:
 def _in_cache() -> bool:
     """Whether this thread holds the process cache's lock (a signal handler
     that interrupted a read or write of it): no apply may start here."""
-    return bool(_query.process_cache()._lock._is_owned())  # type: ignore[attr-defined]
+    return _query.process_cache()._owned_here(3)
 
 
 def applying() -> bool:

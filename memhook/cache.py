@@ -84,7 +84,7 @@ from . import _inputs
 from ._search import snapshot_memory_types
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
-from ._atomic import commit
+from ._atomic import commit, held_here
 
 if TYPE_CHECKING:
     from ._query import (CACHE_WAIT_S, Applier, lookup, memory_type, memory_types,
@@ -658,12 +658,27 @@ class MemtypeCache:
 
     # -------------------------------------------------------------- internals
 
+    def _owned_here(self, above: int) -> bool:
+        """Whether this thread holds the lock in a frame still running (a
+        signal handler nested in a call of this cache: ``above`` names the
+        first frame to look at, memhook._atomic.held_here).  A lock an
+        exception left held - after acquire() returned, before the try that
+        releases it - is given back here."""
+        lock = self._lock
+        if not lock._is_owned():  # type: ignore[attr-defined]
+            return False
+        if held_here(_CACHE_CODES, above):
+            return True
+        while lock._is_owned():  # type: ignore[attr-defined]
+            lock.release()
+        return False
+
     def _writing(self) -> None:
         """Refuse a write on a thread inside this cache already: a signal
         handler that interrupted a write (or a read holding the lock) and
         writes would otherwise wait for its own thread for ever, or make
         the interrupted write's plan stale."""
-        if self._lock._is_owned():  # type: ignore[attr-defined]
+        if self._owned_here(4):
             raise RuntimeError("memhook: a write to a MemtypeCache from a signal handler that "
                                "interrupted this thread inside the same cache; write from "
                                "outside the handler (the process-wide cache's drain waits)")
@@ -690,10 +705,13 @@ class MemtypeCache:
         emptied and the count and copy wait for the next fill."""
         _, _, hot, limit = state
         lock = self._lock
-        if not lock.acquire(False):
+        if self._owned_here(3):
             hot.clear()  # (a dict's clear is one step for other threads)
             return
         try:
+            if not lock.acquire(False):
+                hot.clear()
+                return
             if self._flat is not state:
                 return  # written meanwhile: that memo is gone anyway
             hot.clear()
@@ -705,15 +723,17 @@ class MemtypeCache:
             regions = list(chain.from_iterable(self._lists))
             ends = list(chain.from_iterable(self._keys))
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
         flat = _flat_copy(regions, ends)  # (outside the lock: O(regions))
-        if not lock.acquire(False):
-            return  # (the count stands: the next fill makes the copy)
         try:
+            if not lock.acquire(False):
+                return  # (the count stands: the next fill makes the copy)
             if self._flat is state:  # no write since: the memo's answers stay valid
                 self._flat = (*flat, hot, limit)
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
 
     def _flat_snapshot(self) -> tuple[list[int], list[MemoryType | None]]:
         """:func:`_flat_copy` of the regions (caller holds the lock)."""
@@ -916,28 +936,35 @@ class MemtypeCache:
             with self._lock:
                 return self._classify(ptr, ptr + size)
         lock = self._lock
-        if not (lock.acquire(False) if wait_s <= 0 else lock.acquire(timeout=wait_s)):
-            return _BLOCKED, None
+        if self._owned_here(3):  # (every state is whole: writes are single commits)
+            return self._classify(ptr, ptr + size)
         try:
+            if not (lock.acquire(False) if wait_s <= 0 else lock.acquire(timeout=wait_s)):
+                return _BLOCKED, None
             return self._classify(ptr, ptr + size)
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
 
     def _build_snapshot(self, wait_s: float | None = None) \
             -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
         """The batch snapshot of the cache now (kept for the next batch);
         None when a write holds the lock past ``wait_s`` seconds (None: wait)."""
         lock = self._lock
-        if wait_s is None:
-            lock.acquire()
-        elif not (lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(False)):
-            return None
+        nested = self._owned_here(3)  # (every state is whole: writes are single commits)
         try:  # only long enough to copy the references
+            if nested:
+                pass
+            elif wait_s is None:
+                lock.acquire()
+            elif not (lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(False)):
+                return None
             version = self._version
             regions = list(chain.from_iterable(self._lists))
             keys = list(chain.from_iterable(self._keys))
         finally:
-            lock.release()
+            if not nested and lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
         n = len(regions)
         starts = np.empty(n + 1, dtype=np.uint64)
         starts[:n] = np.fromiter(map(_get_start, regions), dtype=np.uint64, count=n)
@@ -968,6 +995,11 @@ class MemtypeCache:
         _, starts, lasts, types = snap
         return snapshot_memory_types(starts, lasts, types, arr, want_absent)
 
+
+# The methods whose frames hold a cache's lock while they run.
+_CACHE_CODES = frozenset(getattr(MemtypeCache, name).__code__ for name in (
+    "update", "remove", "clear", "regions", "_set_load", "_classify_checked", "_build_snapshot",
+    "_memo_full"))
 
 # The process-wide cache and its queries live in memhook._query; these names
 # were always this module's too (the public API names them here).  Looked up there at

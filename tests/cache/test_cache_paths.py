@@ -278,19 +278,29 @@ def test_a_write_on_a_thread_inside_the_cache_is_refused_not_deadlocked() -> Non
     ever (the process cache's drain does not apply there at all).  In a
     child, so that the old deadlock fails the test instead of hanging it."""
     script = textwrap.dedent("""
-        import pytest
+        import signal, time
         from memhook import MemoryType, MemtypeCache
         cache = MemtypeCache()
-        cache.update(0x10000, 0x1000, MemoryType.CUDA)
-        with cache._lock:  # as the interrupted frame holds it
-            for write in (lambda: cache.update(0x20000, 0x1000, MemoryType.CUDA),
-                          lambda: cache.remove(0x10000, 0x1000), cache.clear):
-                with pytest.raises(RuntimeError, match="signal handler"):
-                    write()
-            assert cache.lookup(0x10000) is not None  # reads still answer
-        cache.remove(0x10000, 0x1000)
-        assert len(cache) == 0
-        print("ALL OK")
+        for i in range(20000):
+            cache.update(0x10000 + 0x2000 * i, 0x1000, MemoryType.CUDA)
+        outcome = {"refused": 0, "written": 0}
+        def handler(signum, frame):
+            try:
+                cache.update(0x7000_0000_0000, 0x1000, MemoryType.CUDA_HOST)
+                cache.remove(0x7000_0000_0000, 0x1000)
+                outcome["written"] += 1
+            except RuntimeError as exc:
+                assert "signal handler" in str(exc), exc
+                outcome["refused"] += 1
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, 1e-4, 1e-4)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not outcome["refused"]:
+            cache.regions()  # (holds the lock while it copies: the handler lands there)
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        assert outcome["refused"], outcome
+        assert len(cache) == 20000 and cache.lookup(0x7000_0000_0000) is None
+        print("ALL OK", outcome)
         """)
     try:
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
