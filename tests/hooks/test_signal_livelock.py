@@ -1,9 +1,12 @@
 """Queries from a periodic signal handler beside native allocators (issue
 32 item 6): two C threads make alloc/free pairs through the hooks, a
-SIGALRM handler asks memory_types(), memory_type() and lookup() every 1,
-5 or 20 ms (every 0.2 ms: memory_type() and lookup()), and the main thread
-allocates, asks and flushes for 6 s (scripts/signal_livelock.py).  The
-main thread keeps making progress and every answer is right.
+SIGALRM handler asks memory_types() (of 16 or 64 pointers), memory_type()
+and lookup() every 2, 5 or 20 ms (every 0.5 ms: memory_type() and lookup()
+alone), and the main thread allocates, asks and flushes for 6 s
+(scripts/signal_livelock.py).  The main thread keeps making progress and
+every answer is right.  (Faster timers hold on a quiet box; on a loaded
+one a handler's own driver queries can outlast the interval, and handlers
+then nest whatever memhook does.)
 
 Before: when the handler interrupted the main thread while it held the
 apply lock, each handler query took more events out of the core and
@@ -19,7 +22,7 @@ from hooks_testing import mode_env, run_scenario
 
 
 @pytest.mark.parametrize(("interval", "pointers"),
-                         [("0.0002", "0"), ("0.001", "64"), ("0.005", "64"), ("0.02", "64")])
+                         [("0.0005", "0"), ("0.002", "16"), ("0.005", "64"), ("0.02", "64")])
 def test_handler_queries_beside_native_allocators(native, hook_fixtures, interval: str,
                                                    pointers: str) -> None:  # type: ignore[no-untyped-def]
     outcome = run_scenario("signal_livelock.py",
