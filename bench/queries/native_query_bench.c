@@ -1,0 +1,200 @@
+/*
+ * native_query_bench.c - memhook_query from C, through installed hooks and
+ * real events, beside the driver's own cuPointerGetAttribute in the same
+ * run (on the simulator in CI and on the dev box; on a GPU host, NVIDIA's).
+ *
+ * Prints, one line each (ns are medians of 7 timed passes, in the thread's
+ * CPU time):
+ *   query_device_ns     memhook_query of a hooked cuMemAlloc pointer
+ *   query_host_ns       memhook_query of malloc'd memory
+ *   driver_device_ns    cuPointerGetAttribute(MEMORY_TYPE) on the same pointers
+ *   driver_host_ns
+ *   batch_ns_per_ptr    memhook_query_types over REGIONS live allocations,
+ *                       random pointers (half in them, half in gaps)
+ *   backlog_events / backlog_absorb_ms
+ *                       events pending after BACKLOG/2 alloc+free pairs with
+ *                       nobody draining, and how long the first query takes
+ *                       to put them in the cache
+ *
+ * Usage: native_query_bench [REGIONS [BACKLOG]]  (run by native_query_bench.py)
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memhook/cuda_abi.h"
+#include "memhook/memhook.h"
+
+/* The thread's CPU time: a box shared with other jobs (the dev box) then
+ * times the calls, not the other jobs' turns on the cores. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *need(void *lib, const char *name)
+{
+    void *fn = dlsym(lib, name);
+    if (fn == NULL) {
+        fprintf(stderr, "native_query_bench: %s not found\n", name);
+        exit(2);
+    }
+    return fn;
+}
+
+static CUresult (*p_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+static volatile int g_sink;
+
+enum { PASSES = 7 };
+
+/* Median ns per call of memhook_query over ptrs[0 .. n), `reps` times. */
+static double time_query(const uint64_t *ptrs, size_t n, size_t reps)
+{
+    double t[PASSES];
+    memhook_region r = {.struct_size = sizeof r};
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        for (size_t k = 0; k < reps; k++)
+            for (size_t i = 0; i < n; i++) {
+                memhook_query((const void *)(uintptr_t)ptrs[i], 1, &r);
+                g_sink += r.mem_type;
+            }
+        t[p] = (double)(now_ns() - t0) / (double)(reps * n);
+    }
+    qsort(t, PASSES, sizeof t[0], cmp_double);
+    return t[PASSES / 2];
+}
+
+static double time_driver(const uint64_t *ptrs, size_t n, size_t reps)
+{
+    double t[PASSES];
+    unsigned type = 0;
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        for (size_t k = 0; k < reps; k++)
+            for (size_t i = 0; i < n; i++) {
+                p_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ptrs[i]);
+                g_sink += (int)type;
+            }
+        t[p] = (double)(now_ns() - t0) / (double)(reps * n);
+    }
+    qsort(t, PASSES, sizeof t[0], cmp_double);
+    return t[PASSES / 2];
+}
+
+int main(int argc, char **argv)
+{
+    size_t regions = argc > 1 ? strtoul(argv[1], NULL, 0) : 10000;
+    size_t backlog = argc > 2 ? strtoul(argv[2], NULL, 0) : 1000000;
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (cuda == NULL) {
+        fprintf(stderr, "native_query_bench: %s\n", dlerror());
+        return 2;
+    }
+    char why[256] = "";
+    unsigned mode = MEMHOOK_MODE_DEFAULT;
+    if (memhook_mode_parse(getenv("MEMHOOK_CUDA_MODE"), &mode, why, sizeof why) != 0 ||
+        memhook_hooks_install(mode, why, sizeof why) != 0) {
+        fprintf(stderr, "native_query_bench: install: %s\n", why);
+        return 2;
+    }
+    CUresult (*cu_init)(unsigned) = need(cuda, "cuInit");
+    CUresult (*cu_device_get)(CUdevice *, int) = need(cuda, "cuDeviceGet");
+    CUresult (*cu_retain)(CUcontext *, CUdevice) = need(cuda, "cuDevicePrimaryCtxRetain");
+    CUresult (*cu_set_current)(CUcontext) = need(cuda, "cuCtxSetCurrent");
+    CUresult (*cu_alloc)(CUdeviceptr *, size_t) = need(cuda, "cuMemAlloc_v2");
+    CUresult (*cu_free)(CUdeviceptr) = need(cuda, "cuMemFree_v2");
+    p_get_attribute = need(cuda, "cuPointerGetAttribute");
+    CUdevice dev;
+    CUcontext ctx;
+    if (cu_init(0) || cu_device_get(&dev, 0) || cu_retain(&ctx, dev) || cu_set_current(ctx)) {
+        fprintf(stderr, "native_query_bench: no CUDA context\n");
+        return 2;
+    }
+    printf("mode %u coverage_complete %d\n", mode, memhook_hooks_coverage_complete());
+
+    /* Single pointers: 16 inside one hooked allocation, 16 in a malloc'd
+     * buffer. */
+    enum { N = 16 };
+    CUdeviceptr d;
+    cu_alloc(&d, 1 << 20);
+    char *h = malloc(1 << 20);
+    memset(h, 1, 1 << 20);
+    uint64_t dev_ptrs[N], host_ptrs[N];
+    for (int i = 0; i < N; i++) {
+        dev_ptrs[i] = d + (uint64_t)i * 4096u;
+        host_ptrs[i] = (uint64_t)(uintptr_t)(h + i * 4096);
+    }
+    memhook_region r = {.struct_size = sizeof r};
+    memhook_query((void *)(uintptr_t)d, 1, &r);
+    printf("device answer: type %d origin %d; ", r.mem_type, r.origin);
+    memhook_query(h, 1, &r);
+    printf("host answer: type %d origin %d\n", r.mem_type, r.origin);
+    printf("query_device_ns %.2f\n", time_query(dev_ptrs, N, 200000));
+    printf("query_host_ns %.2f\n", time_query(host_ptrs, N, 200000));
+    printf("driver_device_ns %.2f\n", time_driver(dev_ptrs, N, 20000));
+    printf("driver_host_ns %.2f\n", time_driver(host_ptrs, N, 20000));
+
+    /* The batch: `regions` live allocations, random pointers. */
+    CUdeviceptr *live = malloc(regions * sizeof *live);
+    for (size_t i = 0; i < regions; i++)
+        if (cu_alloc(&live[i], 4096 * (1 + i % 4))) {
+            fprintf(stderr, "native_query_bench: cuMemAlloc %zu failed\n", i);
+            return 2;
+        }
+    memhook_query((void *)(uintptr_t)live[0], 1, &r);  /* (applies them) */
+    enum { M = 1 << 20 };
+    uint64_t *ptrs = malloc(M * sizeof *ptrs);
+    uint8_t *types = malloc(M);
+    unsigned seed = 7;
+    for (size_t i = 0; i < M; i++) {
+        size_t k = (size_t)rand_r(&seed) % regions;
+        ptrs[i] = (rand_r(&seed) & 1) ? live[k] + (uint64_t)(rand_r(&seed) % 4096)
+                                      : (uint64_t)(uintptr_t)(h + rand_r(&seed) % (1 << 20));
+    }
+    double bt[PASSES];
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        memhook_query_types(ptrs, M, types);
+        bt[p] = (double)(now_ns() - t0) / M;
+    }
+    qsort(bt, PASSES, sizeof bt[0], cmp_double);
+    size_t gpu = 0;
+    for (size_t i = 0; i < M; i++)
+        gpu += types[i] == MEMHOOK_MEMORY_CUDA;
+    printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
+           bt[PASSES / 2], gpu, M);
+    for (size_t i = 0; i < regions; i++)
+        cu_free(live[i]);
+
+    /* The backlog: nobody drains while it builds (no query, no Python). */
+    memhook_query(h, 1, &r);
+    memhook_queue_stats st0, st1;
+    memhook_queue_stats_get(&st0);
+    for (size_t i = 0; i < backlog / 2; i++) {
+        CUdeviceptr x;
+        cu_alloc(&x, 4096 * (1 + i % 8));
+        cu_free(x);
+    }
+    memhook_queue_stats_get(&st1);
+    uint64_t t0 = now_ns();
+    memhook_query((void *)(uintptr_t)d, 1, &r);
+    uint64_t t1 = now_ns();
+    printf("backlog_events %llu backlog_absorb_ms %.2f (answer type %d origin %d)\n",
+           (unsigned long long)(st1.produced - st0.produced), (double)(t1 - t0) / 1e6,
+           r.mem_type, r.origin);
+    cu_free(d);
+    free(h);
+    return 0;
+}
