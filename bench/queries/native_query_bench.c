@@ -194,6 +194,25 @@ int main(int argc, char **argv)
     printf("backlog_events %llu backlog_absorb_ms %.2f (answer type %d origin %d)\n",
            (unsigned long long)(st1.produced - st0.produced), (double)(t1 - t0) / 1e6,
            r.mem_type, r.origin);
+
+    /* The cache's part alone: the same kind of stream into a private cache
+     * (memhook_testing_cache_apply: what the feed does with a drained
+     * batch), one batch. */
+    memhook_event *ev = calloc(backlog, sizeof *ev);
+    for (size_t i = 0; i < backlog; i++) {
+        ev[i].kind = (i & 1) ? MEMHOOK_EVENT_FREE : MEMHOOK_EVENT_ALLOC;
+        ev[i].address = d + (uint64_t)((i / 2) % 64) * (1u << 16);
+        ev[i].size = 4096u * (1u + (uint64_t)((i / 2) % 8));
+        ev[i].mem_type = MEMHOOK_MEM_CUDA;
+        ev[i].device = 0;
+    }
+    memhook_testing_cache *tc = memhook_testing_cache_new();
+    uint64_t a0 = now_ns();
+    memhook_testing_cache_apply(tc, ev, backlog);
+    printf("cache_apply_events %zu cache_apply_ms %.2f\n", backlog,
+           (double)(now_ns() - a0) / 1e6);
+    memhook_testing_cache_free(tc);
+    free(ev);
     cu_free(d);
     free(h);
     return 0;

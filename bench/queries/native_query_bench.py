@@ -12,6 +12,11 @@ batch (memhook_query_types) ns per pointer over REGIONS (10,000) live
 allocations, and how long the first query takes to absorb a backlog of
 BACKLOG (1,000,000) events.  On a GPU host, put the real driver first in
 LD_LIBRARY_PATH instead (MEMHOOK_BENCH_REAL_DRIVER=1).
+
+Then, as the baseline of the backlog, Python's path in a child process:
+``install()``, the feeder held off while BACKLOG/2 cuMemAlloc/cuMemFree
+pairs are made through ctypes, then one ``memhook.flush()`` (Python's drain
+applying them to its cache, and the core feeding its own on the way).
 """
 
 from __future__ import annotations
@@ -29,6 +34,29 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
+PYTHON_BASELINE = r"""
+import ctypes, sys, time
+import memhook, memhook._feeder as feeder
+backlog = int(sys.argv[1])
+cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+memhook.install()
+held = feeder._feed
+feeder._feed = lambda drain: None          # no background drain meanwhile
+ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0
+memhook.flush()
+alloc, free = cuda.cuMemAlloc_v2, cuda.cuMemFree_v2
+for i in range(backlog // 2):
+    alloc(ctypes.byref(ptr), ctypes.c_size_t(4096 * (1 + i % 8)))
+    free(ptr)
+t0 = time.thread_time()
+n = memhook.flush()
+print(f"python_flush_events {n} python_flush_ms {(time.thread_time() - t0) * 1e3:.2f}")
+feeder._feed = held
+"""
+
+
 def main(argv: list[str]) -> int:
     lib = Path(memhook.library_path())
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,7 +68,13 @@ def main(argv: list[str]) -> int:
         env = dict(os.environ) if os.environ.get("MEMHOOK_BENCH_REAL_DRIVER") else \
             memhook.sim.environ()
         env["LD_PRELOAD"] = str(lib)
-        return subprocess.run([str(exe), *argv], env=env).returncode
+        rc = subprocess.run([str(exe), *argv], env=env).returncode
+        if rc != 0:
+            return rc
+        env.pop("LD_PRELOAD")
+        backlog = argv[1] if len(argv) > 1 else "1000000"
+        return subprocess.run([sys.executable, "-c", PYTHON_BASELINE, backlog],
+                              env=env).returncode
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ enum mh_op_kind {
 typedef struct mh_op {
     uint64_t start, end;
     uint64_t alloc_id;   /* ASSIGN: the id to keep (0: a new one) */
+    uint32_t period;     /* ASSIGN: learned in (0: the current one, stamped when queued) */
     uint32_t kind;
     int16_t device;
     uint8_t type;
@@ -76,8 +77,16 @@ MH_HIDDEN bool mh_cache_write_begin(mh_cache *c, bool wait);
 MH_HIDDEN bool mh_cache_op(mh_cache *c, const mh_op *op);
 /* Apply every queued operation and publish the result; leave the seat. */
 MH_HIDDEN void mh_cache_write_end(mh_cache *c);
-/* How many batches were published so far: a reader that asked the driver
- * remembers the answer only if this did not move meanwhile. */
+/* The same, except that a short batch over a large map may stay queued
+ * (the drain's commit): mh_cache_publish_deferred publishes it. */
+MH_HIDDEN void mh_cache_write_end_deferrable(mh_cache *c);
+/* Publish what a drain left queued (before a query reads).  `wait` false:
+ * gives up after a short while when another writer keeps the seat.
+ * Returns whether nothing is left queued. */
+MH_HIDDEN bool mh_cache_publish_deferred(mh_cache *c, bool wait);
+/* How many operations were queued so far: a reader that asked the driver
+ * remembers the answer only if this did not move meanwhile (an operation
+ * queued then may be that range's FREE). */
 MH_HIDDEN uint64_t mh_cache_generation(const mh_cache *c);
 
 /* ---- reading (any thread, no lock, no malloc) ---- */

@@ -91,7 +91,7 @@ void mh_cache_feed_commit(void)
 {
     if (g_feeding) {
         g_feeding = false;
-        mh_cache_write_end(mh_cache_process());
+        mh_cache_write_end_deferrable(mh_cache_process());
     }
 }
 

@@ -143,6 +143,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
     if (!fresh && use_driver) {
         /* No driver to ask: the cache, once it holds what was published. */
         mh_queue_feed_run(true);
+        mh_cache_publish_deferred(c, true);
         answer(c, p, end, true, false, out);
         if (out->origin == MEMHOOK_ORIGIN_HOOKS)
             return;
@@ -161,7 +162,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
  * published before the call. */
 static inline bool drained(void)
 {
-    return mh_queue_feed_run(false);
+    return mh_queue_feed_run(false) && mh_cache_publish_deferred(mh_cache_process(), false);
 }
 
 int memhook_query(const void *ptr, size_t len, memhook_region *out)

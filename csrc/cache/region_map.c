@@ -11,7 +11,7 @@
  * thread reads the last published state.  A flat array of region starts
  * searched branchlessly (a power-of-two length, one conditional add per
  * level) is the densest thing to search: no pointer chasing, and a batch
- * runs several searches side by side.  The writer pays instead: each
+ * runs 16 searches side by side.  The writer pays instead: each
  * drained batch is merged into the previous array, O(n + k log k) for n
  * regions and k events - and the events of a batch are folded first (the
  * later of two events wins where they overlap), so a backlog of any length
@@ -48,6 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -156,7 +157,8 @@ struct mh_cache {
     _Atomic uint32_t period;      /* odd: hooks installed */
     _Atomic bool coverage;
     _Atomic bool broken;          /* a write lost memory: nothing is vouched */
-    _Atomic uint64_t generation;  /* batches published */
+    _Atomic uint64_t generation;  /* operations queued (mh_cache_generation) */
+    _Atomic size_t deferred;      /* operations queued, not published yet */
     atomic_flag seat;             /* the writer's */
     /* The writer's own (the seat held). */
     mh_op *ops;
@@ -174,6 +176,10 @@ struct mh_cache {
     size_t alive_cap;
     void *segs;
     size_t segs_cap;
+    uint32_t *fold;               /* fold_ops' hash table */
+    size_t fold_cap;
+    mh_op *folded;
+    size_t folded_cap;
     snap *retired;
     size_t retired_bytes, retired_count;
     snap *spare[SPARE_SNAPS];
@@ -324,7 +330,6 @@ static void reclaim(mh_cache *c, bool force)
 static void publish(mh_cache *c, snap *s)
 {
     snap *old = atomic_exchange_explicit(&c->current, s, memory_order_acq_rel);
-    atomic_fetch_add_explicit(&c->generation, 1, memory_order_release);
     if (old != &g_empty) {
         old->retire_epoch = atomic_fetch_add(&g_epoch, 1);
         old->retired_next = c->retired;
@@ -439,7 +444,7 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
     const uint64_t *k = s->keys;
     const mh_region *rs = s->regions;
     size_t n = s->n;
-    enum { LANES = 8 };
+    enum { LANES = 16 };
     size_t done = 0;
     if (n == 0) {
         memset(types, MH_TYPE_ABSENT, count);
@@ -455,10 +460,16 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
         for (size_t step = s->pow >> 1; step != 0; step >>= 1)
             for (int l = 0; l < LANES; l++)
                 pos[l] += step & -(size_t)(k[pos[l] + step - 1] <= x[l]);
+        long idx[LANES];
         for (int l = 0; l < LANES; l++) {
             size_t p = pos[l] + (size_t)(k[pos[l]] <= x[l]);
             long i = (long)p - 1;
-            i = i < (long)n ? i : (long)n - 1;
+            idx[l] = i < (long)n ? i : (long)n - 1;
+            if (idx[l] >= 0)
+                __builtin_prefetch(&rs[idx[l]]);
+        }
+        for (int l = 0; l < LANES; l++) {
+            long i = idx[l];
             uint8_t t = MH_TYPE_ABSENT;
             if (i >= 0 && x[l] < rs[i].end)
                 t = is_vouched(&rs[i], period, coverage) ? rs[i].type
@@ -491,11 +502,15 @@ bool mh_cache_write_begin(mh_cache *c, bool wait)
 
 bool mh_cache_op(mh_cache *c, const mh_op *op)
 {
+    atomic_fetch_add_explicit(&c->generation, 1, memory_order_release);
     if (!grow((void **)&c->ops, &c->ops_cap, c->nops + 1, sizeof(mh_op))) {
         atomic_store(&c->broken, true);
         return false;
     }
-    c->ops[c->nops++] = *op;
+    c->ops[c->nops] = *op;
+    if (op->period == 0)  /* (stamped when queued: a commit may come later) */
+        c->ops[c->nops].period = mh_cache_period(c);
+    c->nops++;
     return true;
 }
 
@@ -519,26 +534,40 @@ typedef struct seg {
  * key has the same digit skipped. */
 static bool sort_coords(mh_cache *c, coord *a, size_t n)
 {
+    if (n <= 64) {  /* (a radix pass's counts cost more than this) */
+        for (size_t i = 1; i < n; i++) {
+            coord v = a[i];
+            size_t j = i;
+            for (; j > 0 && a[j - 1].x > v.x; j--)
+                a[j] = a[j - 1];
+            a[j] = v;
+        }
+        return true;
+    }
     if (!grow(&c->coords_tmp, &c->coords_tmp_cap, n, sizeof(coord)))
         return false;
     coord *b = c->coords_tmp;
     if (c->radix == NULL && (c->radix = map_bytes((1u << 16) * sizeof(size_t))) == NULL)
         return false;
     size_t *count = c->radix;
-    for (int shift = 0; shift < 64; shift += 16) {
-        memset(count, 0, (1u << 16) * sizeof(size_t));
+    /* 8-bit digits for a short input (their counts are cheap to clear),
+     * 16-bit ones for a long one (half the passes). */
+    unsigned bits = n < (1u << 16) ? 8 : 16;
+    size_t digits = (size_t)1 << bits, dmask = digits - 1;
+    for (unsigned shift = 0; shift < 64; shift += bits) {
+        memset(count, 0, digits * sizeof(size_t));
         for (size_t i = 0; i < n; i++)
-            count[(a[i].x >> shift) & 0xffffu]++;
-        if (n == 0 || count[(a[0].x >> shift) & 0xffffu] == n)
+            count[(a[i].x >> shift) & dmask]++;
+        if (n == 0 || count[(a[0].x >> shift) & dmask] == n)
             continue;
         size_t sum = 0;
-        for (size_t d = 0; d < (1u << 16); d++) {
+        for (size_t d = 0; d < digits; d++) {
             size_t t = count[d];
             count[d] = sum;
             sum += t;
         }
         for (size_t i = 0; i < n; i++)
-            b[count[(a[i].x >> shift) & 0xffffu]++] = a[i];
+            b[count[(a[i].x >> shift) & dmask]++] = a[i];
         coord *t = a;
         a = b;
         b = t;
@@ -647,11 +676,54 @@ static void piece(mh_region *out, size_t *n, const mh_region *r, uint64_t a, uin
     (*n)++;
 }
 
+/* Of ops of one range, only the last matters: it assigns every byte the
+ * others do, after them (an allocator handing one address out and back:
+ * thousands of events, one op).  Folds ops[0..*k) so, keeping the order;
+ * returns the ops to paint (ops itself when there is nothing to gain). */
+static const mh_op *fold_ops(mh_cache *c, const mh_op *ops, size_t *k)
+{
+    size_t n = *k;
+    if (n < 64)
+        return ops;
+    size_t cap = 1;
+    while (cap < 2 * n)
+        cap <<= 1;
+    if (!grow((void **)&c->fold, &c->fold_cap, cap, sizeof(uint32_t)) ||
+        !grow((void **)&c->alive, &c->alive_cap, n, 1) ||
+        !grow((void **)&c->folded, &c->folded_cap, n, sizeof(mh_op)))
+        return ops;
+    uint32_t *table = c->fold;  /* op index + 1; 0: empty */
+    memset(table, 0, cap * sizeof(uint32_t));
+    size_t mask = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = (ops[i].start * 0x9e3779b97f4a7c15ull) ^ (ops[i].end * 0xc2b2ae3d27d4eb4full);
+        for (size_t at = (size_t)(h >> 20) & mask;; at = (at + 1) & mask) {
+            uint32_t e = table[at];
+            if (e == 0 || (ops[e - 1].start == ops[i].start && ops[e - 1].end == ops[i].end)) {
+                table[at] = (uint32_t)i + 1;
+                break;
+            }
+        }
+    }
+    uint8_t *keep = c->alive;
+    memset(keep, 0, n);
+    for (size_t at = 0; at < cap; at++)
+        if (table[at] != 0)
+            keep[table[at] - 1] = 1;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (keep[i])
+            c->folded[m++] = ops[i];
+    *k = m;
+    return c->folded;
+}
+
 /* The paint run ops[0..k) over cur[0..n): into a working array. */
 static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *ops, size_t k)
 {
     seg *segs;
     size_t ns;
+    ops = fold_ops(c, ops, &k);
     if (!overlay(c, ops, k, &segs, &ns))
         return false;
     if (ns == 0)
@@ -663,7 +735,6 @@ static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *op
     const mh_region *old = *cur;
     size_t m = 0, i = 0, no = *n;
     uint64_t from = 0;
-    uint32_t period = mh_cache_period(c);
     for (size_t si = 0; si < ns; si++) {
         const seg *s = &segs[si];
         for (; i < no && old[i].start < s->start; i++) {
@@ -677,7 +748,7 @@ static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *op
         if (op->kind == MH_OP_ASSIGN)
             out[m++] = (mh_region){.start = s->start, .end = s->end,
                                    .alloc_id = op->alloc_id ? op->alloc_id : id_base + s->op,
-                                   .period = period, .device = op->device, .type = op->type,
+                                   .period = op->period, .device = op->device, .type = op->type,
                                    .origin = op->origin};
         while (i < no && old[i].end <= s->end)
             i++;
@@ -739,6 +810,46 @@ static bool barrier(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *
     return true;
 }
 
+/* A drain's commit may leave a short batch queued on a large map (the
+ * copy would cost more than the batch): a query publishes it first
+ * (mh_cache_publish_deferred), and the next commit takes it along.  So
+ * Python's frequent small drains do not pay a copy of the map each. */
+#define DEFER_OPS 1024u
+#define DEFER_REGIONS 2048u
+
+void mh_cache_write_end_deferrable(mh_cache *c)
+{
+    snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
+    if (c->nops != 0 && c->nops < DEFER_OPS && s->n >= DEFER_REGIONS) {
+        atomic_store_explicit(&c->deferred, c->nops, memory_order_release);
+        atomic_flag_clear_explicit(&c->seat, memory_order_release);
+        return;
+    }
+    mh_cache_write_end(c);
+}
+
+bool mh_cache_publish_deferred(mh_cache *c, bool wait)
+{
+    if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
+        return true;
+    uint64_t until = 0;
+    while (!mh_cache_write_begin(c, false)) {
+        /* A writer is at work: it publishes, or defers again. */
+        if (!wait) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            if (until == 0)
+                until = t + 20000;
+            else if (t > until)
+                return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
+        }
+        __builtin_ia32_pause();
+    }
+    mh_cache_write_end(c);
+    return true;
+}
+
 void mh_cache_write_end(mh_cache *c)
 {
     if (c->nops != 0) {
@@ -770,6 +881,8 @@ void mh_cache_write_end(mh_cache *c)
         }
         c->nops = 0;
     }
+    /* (only now: a reader that sees no deferred work reads it published) */
+    atomic_store_explicit(&c->deferred, 0, memory_order_release);
     atomic_flag_clear_explicit(&c->seat, memory_order_release);
 }
 
@@ -777,6 +890,10 @@ void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t count)
 {
     if (!mh_cache_write_begin(c, true))
         return;
+    if (c->nops != 0) {  /* (what a drain left queued first: the gaps are the map's) */
+        mh_cache_write_end(c);
+        mh_cache_write_begin(c, true);
+    }
     reader rd;
     const snap *s = read_begin(c, &rd);  /* (the seat keeps it current) */
     for (size_t p = 0; p < count; p++) {
@@ -851,6 +968,10 @@ void mh_cache_destroy(mh_cache *c)
         munmap(c->segs, page_round(c->segs_cap * sizeof(seg)));
     if (c->radix)
         munmap(c->radix, (1u << 16) * sizeof(size_t));
+    if (c->fold)
+        munmap(c->fold, page_round(c->fold_cap * sizeof(uint32_t)));
+    if (c->folded)
+        munmap(c->folded, page_round(c->folded_cap * sizeof(mh_op)));
     munmap(c, page_round(sizeof(mh_cache)));
 }
 
@@ -868,8 +989,10 @@ size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity)
 void mh_cache_fork_child(void)
 {
     /* A writer of the parent may have held the seat: it is gone, and every
-     * published snapshot is whole.  Its queued ops were never published. */
-    g_process.nops = 0;
+     * published snapshot is whole.  The queued operations stay (a drain's
+     * deferred events among them), for the child's next writer; one the
+     * vanished writer was applying is applied again, which leaves the map
+     * as it was. */
     atomic_flag_clear(&g_process.seat);
     /* The parent's other threads' slots are idle in the child. */
     for (int i = 0; i < READER_SLOTS; i++)

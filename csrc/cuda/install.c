@@ -336,6 +336,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
          * no longer vouched for (frees may have gone unseen meanwhile).
          * Events recorded before are applied in the period they belong to. */
         mh_queue_feed_run(true);
+        mh_cache_publish_deferred(mh_cache_process(), true);
         mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
@@ -416,6 +417,7 @@ static void cache_period_end(void)
 {
     mh_cache_set_coverage(mh_cache_process(), false);
     mh_queue_feed_run(true);
+    mh_cache_publish_deferred(mh_cache_process(), true);
     mh_cache_period_next(mh_cache_process(), false);
 }
 
