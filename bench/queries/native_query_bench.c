@@ -15,10 +15,17 @@
  *                       events pending after BACKLOG/2 alloc+free pairs with
  *                       nobody draining, and how long the first query takes
  *                       to put them in the cache
+ *   cache_apply_ms      the same kind of stream into a private cache alone
+ *   contention          8 threads querying (a hooked pointer, host memory)
+ *                       while 4 threads allocate and free in tight loops for
+ *                       a second: each query's wall time, p50/p99/max, and
+ *                       how many answers came from the hooks or the driver
  *
  * Usage: native_query_bench [REGIONS [BACKLOG]]  (run by native_query_bench.py)
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +98,104 @@ static double time_driver(const uint64_t *ptrs, size_t n, size_t reps)
     }
     qsort(t, PASSES, sizeof t[0], cmp_double);
     return t[PASSES / 2];
+}
+
+/* ---- 8 query threads beside 4 allocating threads ---- */
+
+static CUresult (*p_alloc)(CUdeviceptr *, size_t);
+static CUresult (*p_free)(CUdeviceptr);
+static CUresult (*p_set_current)(CUcontext);
+static CUcontext g_ctx;
+static _Atomic int g_stop;
+static uint64_t g_dev_ptr, g_host_ptr;
+
+enum { QUERIERS = 8, ALLOCATORS = 4, SAMPLES = 1 << 18 };
+typedef struct qstats {
+    uint64_t *ns;
+    size_t n;
+    unsigned long origin[3];
+} qstats;
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *allocator(void *arg)
+{
+    (void)arg;
+    p_set_current(g_ctx);
+    while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
+        CUdeviceptr x;
+        if (p_alloc(&x, 4096) == CUDA_SUCCESS)
+            p_free(x);
+    }
+    return NULL;
+}
+
+static void *querier(void *arg)
+{
+    qstats *st = arg;
+    memhook_region r = {.struct_size = sizeof r};
+    for (uint64_t i = 0; !atomic_load_explicit(&g_stop, memory_order_relaxed); i++) {
+        uint64_t p = (i & 1) ? g_dev_ptr : g_host_ptr;
+        uint64_t t0 = wall_ns();
+        memhook_query((const void *)(uintptr_t)p, 1, &r);
+        uint64_t t = wall_ns() - t0;
+        st->origin[r.origin]++;
+        if (st->n < SAMPLES)
+            st->ns[st->n++] = t;
+        else
+            st->ns[i % SAMPLES] = t;  /* (a later sample over an earlier one) */
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void contention(double seconds)
+{
+    pthread_t a[ALLOCATORS], q[QUERIERS];
+    static qstats st[QUERIERS];
+    for (int i = 0; i < QUERIERS; i++)
+        st[i].ns = malloc(SAMPLES * sizeof(uint64_t));
+    for (int i = 0; i < ALLOCATORS; i++)
+        pthread_create(&a[i], NULL, allocator, NULL);
+    for (int i = 0; i < QUERIERS; i++)
+        pthread_create(&q[i], NULL, querier, &st[i]);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < ALLOCATORS; i++)
+        pthread_join(a[i], NULL);
+    for (int i = 0; i < QUERIERS; i++)
+        pthread_join(q[i], NULL);
+    size_t total = 0;
+    unsigned long origin[3] = {0, 0, 0};
+    for (int i = 0; i < QUERIERS; i++) {
+        total += st[i].n;
+        for (int o = 0; o < 3; o++)
+            origin[o] += st[i].origin[o];
+    }
+    uint64_t *all = malloc(total * sizeof *all);
+    size_t at = 0;
+    for (int i = 0; i < QUERIERS; i++) {
+        memcpy(all + at, st[i].ns, st[i].n * sizeof *all);
+        at += st[i].n;
+        free(st[i].ns);
+    }
+    qsort(all, total, sizeof *all, cmp_u64);
+    printf("contention queriers %d allocators %d: p50_ns %llu p99_ns %llu max_ns %llu "
+           "(answers: hooks %lu driver %lu unknown %lu)\n", QUERIERS, ALLOCATORS,
+           (unsigned long long)all[total / 2], (unsigned long long)all[total * 99 / 100],
+           (unsigned long long)all[total - 1], origin[1], origin[2], origin[0]);
+    free(all);
 }
 
 int main(int argc, char **argv)
@@ -213,6 +318,14 @@ int main(int argc, char **argv)
            (double)(now_ns() - a0) / 1e6);
     memhook_testing_cache_free(tc);
     free(ev);
+
+    p_alloc = cu_alloc;
+    p_free = cu_free;
+    p_set_current = cu_set_current;
+    g_ctx = ctx;
+    g_dev_ptr = d + 64;
+    g_host_ptr = (uint64_t)(uintptr_t)h + 64;
+    contention(1.0);
     cu_free(d);
     free(h);
     return 0;

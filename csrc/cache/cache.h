@@ -105,6 +105,8 @@ enum mh_found {
 typedef struct mh_found_region {
     mh_region r;
     bool vouched;   /* every region of the answer is vouched for (see below) */
+    bool host_vouched;  /* the hooks are in and cover every entry point: memory
+                           in no region is host memory */
 } mh_found_region;
 
 /* Vouching: whether the cache may answer from a region without asking the

@@ -44,18 +44,18 @@ static int check_args(const void *ptr, size_t len, const memhook_region *out, ui
     return 0;
 }
 
-static void fill(memhook_region *out, int type, int device, uint64_t base, uint64_t size,
-                 uint64_t alloc_id, int origin)
+static inline void fill(memhook_region *out, int type, int device, uint64_t base, uint64_t size,
+                        uint64_t alloc_id, int origin)
 {
-    size_t sz = out->struct_size;
-    memset((char *)out + sizeof(size_t), 0, sizeof(memhook_region) - sizeof(size_t));
+    /* (every field this version knows; a larger struct's tail is the
+     * caller's) */
     out->mem_type = type;
     out->device = device;
     out->base = base;
     out->size = size;
     out->alloc_id = alloc_id;
     out->origin = origin;
-    out->struct_size = sz;
+    out->reserved0 = 0;
 }
 
 static void fill_found(memhook_region *out, const mh_found_region *f, int origin)
@@ -101,11 +101,11 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
             fill_found(out, &f, MEMHOOK_ORIGIN_HOOKS);
             return;
         }
-        if (k == MH_FOUND_ABSENT && host_vouched(c)) {
+        if (k == MH_FOUND_ABSENT && f.host_vouched) {
             fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
             return;
         }
-        if (k == MH_FOUND_MIXED && host_vouched(c)) {
+        if (k == MH_FOUND_MIXED && f.host_vouched) {
             fill(out, MEMHOOK_MEMORY_UNKNOWN, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
             return;
         }

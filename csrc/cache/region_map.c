@@ -394,6 +394,7 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     bool coverage = mh_cache_coverage(c);
     if (atomic_load_explicit(&c->broken, memory_order_relaxed))
         period = 0;  /* (vouches for nothing) */
+    out->host_vouched = (period & 1u) && coverage;
     reader rd;
     const snap *s = read_begin(c, &rd);
     int found = MH_FOUND_ABSENT;
