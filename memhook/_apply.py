@@ -12,6 +12,10 @@ One event, in order (the reference):
   of them when the device is not known): the cache does not know which
   context a region belongs to, another context on that device may still
   own some of them, and UNKNOWN makes a query ask the driver, which knows;
+* ``MEMHOOK_EVENT_HOOKS_GAP`` (the hooks stopped recording, or started
+  again after a stop) marks every region UNKNOWN: calls made while no hook
+  recorded may have freed any of them, and UNKNOWN makes a query ask the
+  driver, which knows;
 * any other failed call does nothing;
 * a successful ALLOC is ``update(address, size, type, device)`` (size 0:
   nothing); a successful FREE is ``remove(address, size)``, or, when nobody
@@ -64,7 +68,8 @@ _SIZE_UNKNOWN = int(lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
 _SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
 _UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
 _CONTEXT_RESET = int(lib.MEMHOOK_EVENT_CONTEXT_RESET)
-_MARKERS = _UNLOADED | _CONTEXT_RESET
+_HOOKS_GAP = int(lib.MEMHOOK_EVENT_HOOKS_GAP)
+_MARKERS = _UNLOADED | _CONTEXT_RESET | _HOOKS_GAP
 _UNKNOWN = MemoryType.UNKNOWN
 _MEMORY_TYPES = tuple(MemoryType)
 _N_TYPES = len(_MEMORY_TYPES)
@@ -106,6 +111,8 @@ def apply_row(cache: MemtypeCache, row: tuple[Any, ...]) -> None:
         if flags & _UNLOADED:
             cache.clear()
             _log.info("memhook: the CUDA driver was unloaded; the cache forgot its regions")
+        elif flags & _HOOKS_GAP:
+            forget_context(cache, -1)  # (every region, whatever its device)
         elif not row[_RESULT]:
             forget_context(cache, row[_DEVICE])
         return

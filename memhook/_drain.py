@@ -113,6 +113,9 @@ _EVENT_ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 _EVENT_FREE = int(lib.MEMHOOK_EVENT_FREE)
 _SKIPPED = int(lib.MEMHOOK_EVENT_SKIPPED)
 _UNLOADED = int(lib.MEMHOOK_EVENT_DRIVER_UNLOADED)
+# Markers of no call that reach the cache only (the driver unloaded, a gap
+# in the hooks): never a subscriber's, never counted as delivered.
+_CACHE_ONLY = _SKIPPED | _UNLOADED | int(lib.MEMHOOK_EVENT_HOOKS_GAP)
 _UNKNOWN = MemoryType.UNKNOWN
 _MEMORY_TYPES = tuple(MemoryType)
 _KINDS = {_EVENT_ALLOC: EventKind.ALLOC, _EVENT_FREE: EventKind.FREE}
@@ -501,7 +504,7 @@ def _apply_rows(rows: Any) -> int:
             _handoff.append([rows[:progress[0]].copy(), 0])
         raise
     if not _registry.current:
-        return int(np.count_nonzero(rows["flags"] & (_SKIPPED | _UNLOADED) == 0))
+        return int(np.count_nonzero(rows["flags"] & _CACHE_ONLY == 0))
     _handoff.append([rows.copy(), 0])
     return 0
 
@@ -551,7 +554,7 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
         for i, row in enumerate(rows):
             (_, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags,
              caller) = row
-            if flags & (_SKIPPED | _UNLOADED):
+            if flags & _CACHE_ONLY:
                 continue
             count += 1
             if not subs:

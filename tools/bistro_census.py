@@ -2,10 +2,10 @@
 """Run bistro's x86-64 relocator over every function of a library.
 
 Input is either an ELF shared library (every STT_FUNC symbol of .dynsym and
-.symtab with a size, its bytes read from the file) or a JSON file of prologue vectors
-(recorded from NVIDIA's libraries, not shipped: library -> symbol -> [symbol size,
-hex of the first 32 bytes]).  Each function is judged with
-``memhook_bistro_analyze`` for both patch forms: the 5-byte ``jmp rel32``
+.symtab with a size, its bytes read from the file) or a JSON file of prologue
+vectors recorded from NVIDIA's libraries (library -> symbol -> [symbol size,
+hex of the first 32 bytes]; tests/data/nvidia-prologues.json, the default).
+Each function is judged with ``memhook_bistro_analyze`` for both patch forms: the 5-byte ``jmp rel32``
 and the 12-byte ``movabs rax; jmp rax``, with the hypothetical trampoline
 1 GiB above the function so RIP-relative operands are judged the way a
 trampoline mapped within +-2 GiB would see them.  For the JSON vectors only
@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = ROOT.parent / "shared" / "data" / "nvidia-prologues.json"
+DEFAULT_JSON = ROOT / "tests" / "data" / "nvidia-prologues.json"
 
 GIB = 1 << 30
 JUMP_SIZES = (5, 12)

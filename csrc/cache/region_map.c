@@ -48,11 +48,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
 #include "log.h"
+#include "mh_time.h"
 
 /* ---- memory ---- */
 
@@ -837,9 +837,7 @@ bool mh_cache_publish_deferred(mh_cache *c, bool wait)
     while (!mh_cache_write_begin(c, false)) {
         /* A writer is at work: it publishes, or defers again. */
         if (!wait) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            uint64_t t = mh_monotonic_ns();
             if (until == 0)
                 until = t + 20000;
             else if (t > until)

@@ -66,6 +66,7 @@ __attribute__((constructor(101))) static void options_from_env(void)
     mh_opts.trace_buffer_mb = text("MEMHOOK_TRACE_BUFFER_MB");
     mh_opts.trace_stacks = text("MEMHOOK_TRACE_STACKS");
     mh_opts.trace_python = text("MEMHOOK_TRACE_PYTHON");
+    mh_opts.trace_library_path = text("MEMHOOK_TRACE_LIBRARY_PATH");
     mh_opts.clock_monotonic = switch_knob(
         "MEMHOOK_CLOCK", "monotonic", "auto",
         "monotonic (CLOCK_MONOTONIC in every hook) or auto (the TSC where it is invariant, "

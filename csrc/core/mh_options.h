@@ -44,6 +44,10 @@ typedef struct mh_options {
     /* MEMHOOK_TRACE_PYTHON: Python frames recorded per ALLOC, 0-128
      * (default 0: none); set by `memhook trace --python[=DEPTH]`. */
     const char *trace_python;
+    /* MEMHOOK_TRACE_LIBRARY_PATH: a folder `memhook trace --sim` puts
+     * first in LD_LIBRARY_PATH (the simulator's); put back first into a
+     * child's LD_LIBRARY_PATH that lacks it (csrc/trace/trace_env.c). */
+    const char *trace_library_path;
     /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
      * where an invariant TSC would do (csrc/queue/clock.c); auto, blank or
      * unset: the default choice.  Any other value: a warning naming the

@@ -5,8 +5,8 @@
  * already hidden; the mark on a declaration matters too: it tells the
  * compiler the symbol binds inside libmemhook.so, so a call or a load of a
  * global needs no PLT/GOT hop (the hook path counts every one of those).
- * Only the public API (MEMHOOK_API, csrc/include/memhook/memhook.h) is
- * exported.  One header, so the spelling cannot drift between layers.
+ * Only the public API (MEMHOOK_API, csrc/include/memhook/memhook.h) and
+ * the libc functions the trace interposes (MH_INTERPOSE) are exported.  One header, so the spelling cannot drift between layers.
  */
 #ifndef MEMHOOK_CORE_VISIBILITY_H
 #define MEMHOOK_CORE_VISIBILITY_H
@@ -17,6 +17,11 @@
 /* Internal, and printf-checked (arguments fmt_at, first vararg va_at). */
 #define MH_HIDDEN_PRINTF(fmt_at, va_at) \
     __attribute__((visibility("hidden"), format(printf, fmt_at, va_at)))
+
+/* A libc function the core replaces in every object of a process it is
+ * preloaded into (csrc/trace/trace_exec.c): exported, as interposition
+ * needs, but no part of the C API. */
+#define MH_INTERPOSE __attribute__((visibility("default")))
 
 /* A read-mostly variable that every hooked call reads (the switches and
  * cached pointers of the hook path).  Spread over the layers' .data and

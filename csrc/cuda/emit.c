@@ -63,7 +63,11 @@ static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int
     e->result = result;
     /* A marker brings its own epoch (mh_marker_flags). */
     e->flags = flags | stamp.flags | ((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags());
-    mh_trace_copy(e);  /* memhook trace's own copy (csrc/trace/trace_lane.h) */
+    /* memhook trace's own copy (csrc/trace/trace_lane.h).  A marker of no
+     * call (kind 0: the driver unloaded, a gap in the hooks) is the
+     * consumers' business only: the collector counts calls and live bytes. */
+    if (kind != 0)
+        mh_trace_copy(e);
     mh_lane_publish();
     if (addr != 0 && self != 0)
         mh_addr_chain_note(addr, self);
@@ -77,6 +81,8 @@ static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, 
     mh_lane_announce(false);
 }
 
+static void push_marker(int kind, mh_fn f, int device, int result, uint32_t what);
+
 void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
                    int mem_type, int device)
 {
@@ -86,6 +92,18 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
         addr = 0;
     uint64_t self =
         write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0, stamp, 0);
+    /* A call that began before a new generation (its thread stalled across
+     * an uninstall and the reinstall after it, or a context teardown, or
+     * the driver's unload) and is published only now may be ordered after
+     * the marker that should have covered it, and its memory may already
+     * be gone unseen.  Every such bump is followed by its marker, whose
+     * epoch increment releases it; the epoch was read above with acquire,
+     * so a generation read here that still equals the call's means the
+     * event went before every marker of a later generation.  Otherwise one
+     * more gap marker, after this event, makes the consumers distrust it
+     * too (rare: only a call in flight across one of those). */
+    if (addr != 0 && __atomic_load_n(&mh_live_gen, __ATOMIC_ACQUIRE) != mh_call_gen)
+        push_marker(0, (mh_fn)0, -1, 0, MEMHOOK_EVENT_HOOKS_GAP);
     /* The live record after the event: its CAS is the fence that lets the
      * announcement skip a store (event_lane.h).  No FREE of addr can race
      * it: the caller does not have addr until we return. */

@@ -58,6 +58,31 @@ static bool g_driver_before_reloc;
  * in no known region cannot be vouched for as HOST, ever again in this
  * process: memory_type asks the driver instead. */
 static bool g_driver_used_unseen;
+/* Have the hooks stopped recording since load?  Then a start puts a gap
+ * marker in the event order too (hooks_gap). */
+static bool g_stopped_once;
+
+/* Recording stopped (`stopping`) or starts again after a stop, under
+ * g_lock.  While no hook records, the program frees, unregisters and
+ * closes memory unseen, and the addresses come back as other allocations:
+ * nothing the consumers learned before - a region the hooks recorded, an
+ * answer the driver gave - can be vouched for after.  The live table
+ * dates its records by generation (live_table.c); the consumers get one
+ * marker in the event order (MEMHOOK_EVENT_HOOKS_GAP) and distrust what
+ * they knew before it.  Why one at the stop: every event recorded until
+ * then comes out before it, including ALLOCs not yet drained.  Why one
+ * more at the restart: a call that began recording before the stop and
+ * returned after it publishes its event after the stop's marker (the
+ * epoch it reads is the marker's); the restart's marker is after it,
+ * unless its thread stayed preempted across the whole gap. */
+static void hooks_gap(bool stopping)
+{
+    if (stopping)
+        g_stopped_once = true;
+    else if (!g_stopped_once)
+        return;  /* the first start: nothing was recorded, so nothing is stale */
+    mh_emit_marker(MEMHOOK_EVENT_HOOKS_GAP);
+}
 
 /* libcuda.so.1 when this process has it loaded (a reference: give it back
  * with dlclose), else NULL.  memhook's own probes and lookups must not
@@ -329,9 +354,9 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (mode != 0)
         mh_driver_calls_prepare();
     mh_objects_changed();  /* CUDA's text, for events' callers (caller.h) */
-    if (g_mode_before == 0 && mode != 0)
-        mh_live_new_generation(true);  /* before recording starts: live_table.c */
     if (g_mode_before == 0 && mode != 0) {
+        mh_live_new_generation(true);  /* before recording starts: live_table.c */
+        hooks_gap(false);
         /* A new install period for the cache: what it learned before is
          * no longer vouched for (frees may have gone unseen meanwhile).
          * Events recorded before are applied in the period they belong to. */
@@ -340,8 +365,11 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
-    if (g_mode_before != 0 && mode == 0)
+    if (g_mode_before != 0 && mode == 0) {
+        mh_live_new_generation(false);  /* after recording stopped: live_table.c */
+        hooks_gap(true);
         cache_period_end();
+    }
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
@@ -354,14 +382,20 @@ int memhook_hooks_uninstall(void)
 {
     mh_cache_set_coverage(mh_cache_process(), false);
     install_lock();
-    bool was_installed = g_mode != 0;
+    bool was_on = g_mode != 0;
     __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
-    if (was_installed)
+    if (was_on)
         cache_period_end();
     mh_live_new_generation(false);  /* after recording stopped: live_table.c */
     bistro_remove_all();
     reloc_remove();
     __atomic_store_n(&g_mode, 0u, __ATOMIC_RELEASE); /* (read unlocked: the token) */
+    /* The marker after the mode reads none: a query that still read the
+     * hooks on, and so stores a driver answer, read it before the marker
+     * existed - its store is then marked by the marker's apply, or refused
+     * for coming after it (memhook/_query.py, _remember). */
+    if (was_on)
+        hooks_gap(true);
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return 0;

@@ -27,7 +27,9 @@
  *                be retried), not at load: see "credentials" below;
  *   exit         marks the area exited (the summary's "exited") and
  *                writes a last anchor.  exec'd images inherit LD_PRELOAD
- *                and the environment and connect on their own.
+ *                and the environment and connect on their own; a program
+ *                given an environment without them gets them back
+ *                (trace_exec.c).
  *
  * Credentials are per thread in Linux; glibc's setuid/setgid family runs
  * the call in every thread and aborts the process if the results differ.
@@ -70,6 +72,7 @@
 #include "mh_time.h"
 #include "pyframes.h"
 #include "queue.h"
+#include "trace_exec.h"
 #include "trace_lane.h"
 #include "trace_proto.h"
 
@@ -111,6 +114,11 @@ static struct {
 } t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1};
 
 static void start_streamer(void);
+
+const char *mh_trace_socket_path(void)
+{
+    return t.enabled ? t.addr.sun_path : NULL;
+}
 
 static bool fd_is(int fd, dev_t dev, ino_t ino)
 {

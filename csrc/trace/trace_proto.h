@@ -24,6 +24,10 @@
  *           the area is checked against the memfd's real size.
  *   NESTED  a header alone, from a `memhook trace` inside a traced program
  *           (below).
+ *   ESCAPE  from a traced process about to exec or spawn a program the
+ *           core cannot follow into (trace_exec.h): a header whose count
+ *           is MH_TRACE_ESCAPE_* (| MH_TRACE_ESCAPE_SPAWNED), then the
+ *           program's path (no NUL), no descriptor.
  */
 #ifndef MEMHOOK_TRACE_PROTO_H
 #define MEMHOOK_TRACE_PROTO_H
@@ -42,6 +46,15 @@
  * a traced program, to the outer collector: the inner trace's command
  * reports to the inner collector, and the outer one says so. */
 #define MH_TRACE_NESTED 4
+/* Sent (header, then a path) by a traced process just before it execs or
+ * spawns a program that will run without the core; the header's count
+ * says why (trace_exec.h finds it out; the collector names the program). */
+#define MH_TRACE_ESCAPE 5
+#define MH_TRACE_ESCAPE_SECURE 1      /* set-user/group-ID or file capabilities: AT_SECURE */
+#define MH_TRACE_ESCAPE_STATIC 2      /* no PT_INTERP: no loader, so no LD_PRELOAD */
+#define MH_TRACE_ESCAPE_FOREIGN 3     /* an ELF of another class or machine */
+#define MH_TRACE_ESCAPE_ENV 4         /* an environment too large to mend on the stack */
+#define MH_TRACE_ESCAPE_SPAWNED 0x100u /* posix_spawn*: a child runs it, not the sender */
 
 /* mh_trace_hello.flags */
 #define MH_TRACE_HELLO_FORKED 0x1u /* a fork() child of a traced process */
@@ -49,8 +62,8 @@
 typedef struct mh_trace_header {
     uint32_t magic;    /* MH_TRACE_MAGIC */
     uint16_t version;  /* MH_TRACE_VERSION */
-    uint16_t type;     /* MH_TRACE_HELLO / _NESTED */
-    uint32_t count;    /* 0 */
+    uint16_t type;     /* MH_TRACE_HELLO / _NESTED / _ESCAPE */
+    uint32_t count;    /* 0; ESCAPE: why (MH_TRACE_ESCAPE_*) */
     uint32_t reserved;
 } mh_trace_header;     /* 16 bytes */
 

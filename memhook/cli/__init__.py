@@ -4,5 +4,8 @@
   preloaded; the machinery that collects every process's events, accounts
   for them and writes them is :mod:`memhook.tracing`;
 * :mod:`memhook.cli.info` - ``memhook info``: what a bug report needs;
-* :mod:`memhook.cli.demo` - ``memhook demo``: :mod:`.demo_workload` under trace.
+* :mod:`memhook.cli.demo` - ``memhook demo``: :mod:`.demo_workload` under trace;
+* :mod:`memhook.cli.diff` - ``memhook diff A B``: two jsonl traces compared;
+* :mod:`memhook.cli.merge` - ``memhook merge FILES...``: many traces (a job's
+  ranks) as one view, clocks aligned.
 """

@@ -27,6 +27,7 @@ import re
 import sys
 from typing import Any
 
+from .._printable import printable
 from .._procmaps import file_paths
 from .._sonames import LIBCUDA_SONAME
 
@@ -311,6 +312,9 @@ def format_text(info: dict) -> str:
     out += [f"  {p}" for p in info["loaded_libraries"]] or ["  (none)"]
     for mode, err in info["mode_errors"].items():
         out.append(f"mode {mode}: {err}")
+    # Paths, device names and the loader's messages are not ours to trust
+    # on a terminal (memhook._printable); the lines below are memhook's own.
+    out = [printable(line) for line in out]
     out.append("hooked functions: the mechanism covering each, per MEMHOOK_CUDA_MODE")
     out.append(f"  {'function':<30} {'api':<8} {'present':<8} " +
                " ".join(f"{m:<16}" for m in MODES))

@@ -14,7 +14,11 @@ Where things go:
   lines of all processes are merged in timestamp order
   (:mod:`memhook.tracing.reorder`: held 250 ms);
 * ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
-  CMD's stdout is sent to stderr so the stream stays parseable;
+  CMD's stdout is sent to stderr so the stream stays parseable; the first
+  line is a header record (host, rank, clock anchor:
+  :mod:`memhook.tracing.runinfo`), which ``memhook merge`` aligns by;
+* ``-o`` is a template: ``%p`` (this memhook's pid), ``%h`` (the host),
+  ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
 * the summary goes to stderr - except for text to stdout, where it ends
@@ -46,12 +50,23 @@ CMD because of its own trouble:
   signals, and writes the summary of what it had.  The processes' trace
   areas cannot block them: they only fill.
 
+Children: every process CMD starts stays traced, whatever environment it
+is given (csrc/trace/trace_exec.c puts the trace back into it); a program
+the core cannot follow into (set-ID, static or foreign with CUDA) is named
+(:mod:`memhook.tracing.escape` checks CMD itself).  The trace ends when CMD
+and every traced process after it have ended (orphans: background jobs,
+daemons), saying so while it waits; ``--no-wait-orphans`` (1 s after CMD)
+or a signal (SIGTERM, SIGHUP, SIGQUIT; ^C twice) stops the wait, and names
+what still runs.
+
 Exit status: CMD's (128+N when a signal N ended it), whatever the trace
 did.  Only when CMD succeeded (0) does the trace's own state show: 70
 (:data:`DEGRADED_STATUS`, sysexits' EX_SOFTWARE) when the trace is
 incomplete - events lost (an area full, a raw-fork child, a refused HELLO,
-an area that failed), an output that failed (not one its reader closed),
-or the collector's own failure; the lines under the summary say what and
+an area that failed), a program that escaped the trace, traced processes
+still running when the trace stopped waiting, an output that failed (not
+one its reader closed) or that was removed or replaced under ``-o``, or
+the collector's own failure; the lines under the summary say what and
 why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
 a usage error (bad flag, missing CMD, unknown format or mode, unwritable
 output).  A second signal: see :class:`_SignalRelay` (128+N, CMD left
@@ -66,6 +81,7 @@ the inner trace, not the outer one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -77,16 +93,18 @@ import time
 import traceback
 from typing import IO, Any
 
+from .._printable import printable
 from .._sonames import LIBCUDA_SONAME
 
-__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "run", "run_trace"]
+__all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "peak_rss", "run", "run_trace"]
 
 DEGRADED_STATUS = 70
 """memhook's status when CMD succeeded but the trace is incomplete."""
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
 USAGE = ("memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] "
-         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] -- CMD [ARGS...]")
+         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] [--no-wait-orphans] "
+         "-- CMD [ARGS...]")
 
 
 class UsageError(Exception):
@@ -111,7 +129,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="output format (default text)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="write the trace here ('-' = stdout; default stdout for text and "
-                        "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz)")
+                        "jsonl, memhook-trace.json for chrome, memhook-trace.pickle for memviz); "
+                        "%%p, %%h, %%r become this memhook's pid, the host and the rank (from "
+                        "RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID, "
+                        "LOCAL_RANK: the first set), %%%% a percent sign")
     p.add_argument("--memviz-entries", type=int, default=100_000, metavar="N",
                    help="memviz keeps the last N trace entries (default 100000)")
     p.add_argument("--stacks", nargs="?", const=str(STACKS_DEFAULT), default=None,
@@ -122,6 +143,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    metavar="DEPTH",
                    help=f"record up to DEPTH Python frames of each allocation, innermost "
                         f"first (default {PYTHON_DEFAULT}; 1-{PYTHON_MAX}); use --python=N")
+    p.add_argument("--no-wait-orphans", dest="wait_orphans", action="store_false",
+                   help="stop when CMD ends (after a 1 s grace), not when the last traced "
+                        "process it started does; one still running is named, and the exit "
+                        f"status is {DEGRADED_STATUS}")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -143,7 +168,8 @@ def mode_error(mode: str | None) -> str | None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    print(f"memhook trace: {message}", file=sys.stderr)
+    # (A message may quote CMD or a path: see memhook._printable.)
+    print(f"memhook trace: {printable(message)}", file=sys.stderr)
     return status
 
 
@@ -215,17 +241,20 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
                      output=args.output, memviz_entries=args.memviz_entries, stacks=stacks,
-                     python=python)
+                     python=python, wait_orphans=args.wait_orphans)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
-              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0) -> int:
+              memviz_entries: int = 100_000, stacks: int = 0, python: int = 0,
+              wait_orphans: bool = True) -> int:
     """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
     native frames recorded per ALLOC (0: none); ``python``: Python frames
-    (0: none)."""
+    (0: none); ``wait_orphans``: wait for traced processes that outlive
+    CMD (False: ``--no-wait-orphans``)."""
     from .. import library_path
     from .._modes import HookMode
+    from ..tracing.runinfo import expand_output
     from ..tracing.writers import FORMATS
 
     if fmt not in FORMATS:
@@ -244,12 +273,16 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             env = _sim.environ(env)
         except _sim.SimulatorError as exc:
             return _fail(str(exc))
+        # For a child given an environment of its own (csrc/trace/trace_env.c).
+        env["MEMHOOK_TRACE_LIBRARY_PATH"] = _sim.library_dir()
     program = _resolve(command, env)
     if program is None:
         return _fail(f"{command[0]}: command not found", 127)
     try:
+        if output is not None:
+            output = expand_output(output)  # %p %h %r %%: one file per rank
         out, to_stdout, out_name = _open_output(fmt, output)
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         return _fail(str(exc))
     warnings: list[str] = []
     if not sim and os.access(program, os.X_OK):  # (not: Popen's error comes alone)
@@ -261,13 +294,13 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
             hint = (f"no CUDA driver here ({problem}); CMD's CUDA calls will fail. "
                     f"To run it on memhook's CUDA simulator, add --sim: "
                     f"memhook trace --sim ... -- {command[0]} ...")
-            print(f"memhook trace: {hint}", file=sys.stderr)
+            print(f"memhook trace: {printable(hint)}", file=sys.stderr)
             warnings.append(hint)
     _tell_outer_trace(warnings)
     status = 1
     try:
         status = _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                        library_path(), memviz_entries, warnings)
+                        library_path(), memviz_entries, warnings, wait_orphans)
     finally:
         if not to_stdout:
             try:
@@ -289,7 +322,7 @@ def _tell_outer_trace(warnings: list[str]) -> None:
         return
     note = (f"this trace runs inside another `memhook trace` (its socket {outer}): the "
             f"events of this command are in this trace only, and the outer one says so")
-    print(f"memhook trace: {note}", file=sys.stderr)
+    print(f"memhook trace: {printable(note)}", file=sys.stderr)
     warnings.append(note)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK) as s:
@@ -328,11 +361,14 @@ def _function_table() -> tuple[list[str], list[bool]]:
 
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
-           memviz_entries: int, warnings: list[str]) -> int:
+           memviz_entries: int, warnings: list[str], wait_orphans: bool) -> int:
     from ..tracing.collector import Collector
+    from ..tracing.escape import escape_of
+    from ..tracing.protocol import Escape
     from ..tracing.writers import make_writer
     from ..tracing.ledger import Ledger, Process, format_summary
     from ..tracing.reorder import WINDOW_MS, Reorder
+    from ..tracing.runinfo import header_record, read_anchor
 
     names, runtime = _function_table()
     ledger = Ledger(names, runtime)
@@ -342,11 +378,13 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     env["MEMHOOK_TRACE_SOCKET"] = collector.path
     env["MEMHOOK_CUDA_MODE"] = str(mode)
     child_stdout = sys.stderr.fileno() if (to_stdout and fmt != "text") else None
+    anchor = read_anchor()
     t0 = time.monotonic_ns()
     started = time.monotonic()
     sys.stdout.flush()
     sys.stderr.flush()
     relay = _SignalRelay()
+    escaped = escape_of(program)  # before it runs, as a traced process checks its children
     child: subprocess.Popen | None = None
     try:
         try:
@@ -362,10 +400,18 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except OSError as exc:
             return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
         relay.started(child)
+        if escaped is not None:  # (every later program is checked where it starts)
+            collector.note_escape(child.pid, Escape(escaped[1], escaped[0], spawned=False))
         # From here on, nothing of ours may end CMD (see the module's doc).
         failures: list[str] = []
         writer: _Guarded | None = None
         reorder = None
+        broke = False
+        if fmt == "jsonl":  # who wrote it and its clock's anchor, for merge
+            try:
+                out.write(json.dumps(header_record(anchor, child.pid)) + "\n")
+            except (OSError, ValueError) as exc:
+                failures.append(f"the jsonl header could not be written ({exc})")
         try:
             inner = make_writer(fmt, out, ledger, t0, counter_pid=child.pid,
                                 memviz_entries=memviz_entries)
@@ -374,13 +420,15 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             reorder = Reorder(inner) if fmt != "chrome" else None
             writer = _Guarded(reorder or inner, fmt, out_name, ledger)
             collector.writers.append(writer)  # type: ignore[arg-type]
-            status = collector.run(child, stop=relay.stopping)
+            collector.on_orphans = _say_waiting
+            status = collector.run(child, stop=relay.stopping, wait_orphans=wait_orphans)
         except Exception:  # noqa: BLE001 - CMD goes on; we say what broke
             sys.stderr.write("memhook trace: the collector failed; CMD runs on, no longer "
                              "traced:\n" + traceback.format_exc())
             failures.append("the collector failed (its traceback is above): events from "
                             "then on were not read; CMD ran on untraced")
             collector.close_listener()
+            broke = True
             status = _wait(child, relay)
         if status is None:
             failures.append(relay.abandoned(child))
@@ -388,17 +436,27 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             ended = [p for p in ledger.processes if p.pid == child.pid and p.events_sent is None]
             if ended:
                 ended[-1].signal = -status
+        if status is not None and collector.open and not broke:  # orphans left running
+            failures += _orphans_left([i.proc for i in collector.open],
+                                      relay.name() if relay.stopping()
+                                      else "--no-wait-orphans")
         try:
             changes = ledger.finish()
             if changes and writer is not None:  # what processes still running held
                 writer.process_ended(Process(conn_id=-1), changes)
+            if writer is not None:
+                writer.finish()  # (memviz writes its snapshot: its memory counts below)
             text = format_summary(ledger.summary(), str(mode), time.monotonic() - started,
-                                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+                                  peak_rss())
         except Exception as exc:  # noqa: BLE001
             failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
             text = "== memhook trace summary: (none: see below)\n"
         if reorder is not None and writer is not None:
             writer.flush()  # all of it out, so the count below is whole
+        if not to_stdout:
+            gone = _output_gone(out, out_name)
+            if gone:
+                failures.append(gone)
         late = reorder.out_of_order if reorder is not None else 0
         if late:
             warnings.append(f"{late} events reached the collector more than {WINDOW_MS} ms "
@@ -408,23 +466,31 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
             failures.append(writer.failed)
         failures = [*collector.failures, *failures]
         for problem in [*failures, *collector.warnings, *warnings]:
-            text += f"warning: {problem}\n"
+            text += f"warning: {printable(problem)}\n"  # (they quote the program's names)
         if writer is not None:
             writer.close(text)
             if writer.failed and writer.failed not in failures:  # (it failed in close)
                 failures.append(writer.failed)
-                text += f"warning: {writer.failed}\n"
+                text += f"warning: {printable(writer.failed)}\n"
             if writer.broken:
                 _say("memhook trace: the output was closed early (broken pipe); "
                      "CMD ran on, traced but not written\n")
         # The terminal always gets the summary: on stderr, unless it is
         # already there inline (text to stdout, while that still worked).
         written = writer is not None and not (writer.failed or writer.broken)
+        gone = None if to_stdout else _output_gone(out, out_name)  # (again, after the summary)
+        if gone:
+            written = False
+            if gone not in failures:
+                failures.append(gone)
+                text += f"warning: {printable(gone)}\n"  # (not to_stdout: the terminal gets text)
         if not (written and writer is not None and writer.summary_inline and to_stdout):
             _say(text)
         if not to_stdout:
-            _say(f"memhook trace: wrote the {fmt} trace to {out_name}\n" if written else
-                 f"memhook trace: the {fmt} trace in {out_name} is incomplete (see above)\n")
+            shown = printable(out_name)
+            _say(f"memhook trace: wrote the {fmt} trace to {shown}\n" if written else
+                 f"memhook trace: the {fmt} trace in {shown} is incomplete or gone "
+                 f"(see above)\n")
         if status is None:
             return 128 + relay.last
         return _exit_status(status, degraded=bool(failures))
@@ -433,6 +499,58 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def _say_waiting(procs: list[Any]) -> None:
+    """CMD ended, traced processes it started run on: say why we wait."""
+    shown = ", ".join(f"pid {p.pid} ({printable(p.hello.command) if p.hello else '?'})"
+                      for p in procs[:3])
+    more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
+    _say(f"memhook trace: CMD has ended; waiting for the traced processes it left running: "
+         f"{shown}{more} (^C twice, or --no-wait-orphans, stops the wait)\n")
+
+
+def _orphans_left(procs: list[Any], why: str) -> list[str]:
+    """The failure lines for traced processes still running at the end."""
+    return [f"pid {p.pid} ({p.hello.command if p.hello else '?'}) outlived CMD and was "
+            f"still running when the trace stopped waiting for it ({why}): what it records "
+            f"from then on is not traced" for p in procs]
+
+
+def _output_gone(out: IO[Any], name: str) -> str | None:
+    """Why the file the trace is written to is no longer at ``name`` (it
+    was removed, or its folder was, or another file took its name), or
+    None while it is there.  What was written to an unlinked file is lost
+    with its last descriptor: never report it as written."""
+    try:
+        mine = os.fstat(out.fileno())
+    except (OSError, ValueError):
+        return None  # closed by a failed writer: that failure says it
+    try:
+        there = os.stat(name)
+    except OSError as exc:
+        return (f"the output {name} was removed while the trace ran "
+                f"({exc.strerror or exc}): the trace written there is gone")
+    if mine.st_nlink == 0 or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+        return (f"the output {name} was removed or replaced while the trace ran (the file "
+                f"there now is another one): the trace written to it is gone")
+    return None
+
+
+def peak_rss() -> int:
+    """This process's peak resident bytes so far: the kernel's VmHWM, the
+    high-water mark of this image's memory alone.  (ru_maxrss is not: exec
+    keeps the larger of it and the exec'ing image's, and a ``vfork`` child
+    execs with its parent's memory - a test runner's or a shell's figure,
+    not the collector's.)"""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _say(text: str) -> None:
@@ -518,6 +636,11 @@ class _SignalRelay:
     inherited as ignored (``nohup``, a background job of a script) stays
     ignored, for us and for CMD.
 
+    Once CMD has ended, while the trace waits for the traced processes CMD
+    left running, SIGTERM, SIGHUP or SIGQUIT (there is no CMD to pass it
+    to), or a second ^C (the first reached them in the group), stops that
+    wait: they are named, and the status is CMD's, or 70 for a 0.
+
     A second one of these signals (any of the four) while CMD still runs
     means "stop now": it is passed on like the first, CMD gets
     :data:`GRACE_S` more to end, and then we stop collecting, write the
@@ -556,10 +679,18 @@ class _SignalRelay:
             self.stop_at = time.monotonic() + self.GRACE_S
         if signum == signal.SIGINT:
             return  # CMD, in our foreground group, had it from the terminal too
-        if self.child is None:
+        if self.child is not None and self.child.returncode is not None:
+            # CMD is gone: nobody to pass it on to, so it is for us (a
+            # supervisor's SIGTERM): stop waiting for what CMD left running.
+            self.stop_at = self.stop_at or time.monotonic()
+        elif self.child is None:
             self.pending.append(signum)
         else:
             self._send(signum)
+
+    def name(self) -> str:
+        """The last signal's name."""
+        return signal.Signals(self.last).name if self.last else "a signal"
 
     def stopping(self) -> bool:
         """A second signal came, and CMD had its grace."""

@@ -3,12 +3,19 @@ line, is :mod:`memhook.cli.trace`), bottom up:
 
 * :mod:`.protocol` - the messages a traced process sends (mirrors
   ``csrc/trace/trace_proto.h``); :mod:`.peers` - who sent them, by the
-  kernel's word;
+  kernel's word; :mod:`.sockdir` - the socket's folder, and the removal
+  of those killed traces left behind;
+  :mod:`.escape` - whether CMD will run without the core;
 * :mod:`.area` - reading a traced process's trace area (its memfd);
   :mod:`.pyframes` - naming the Python frames recorded there;
   :mod:`.modules` - which object was loaded where, for callers;
 * :mod:`.ledger` - the summary's figures, bounded by what is live;
 * :mod:`.reorder` - all processes' events merged into timestamp order;
 * :mod:`.writers` - the output formats, one module each;
-* :mod:`.collector` - the loop that ties them together.
+* :mod:`.collector` - the loop that ties them together;
+* :mod:`.runinfo` - who wrote a trace (host, rank, ``-o``'s template) and
+  its clock's anchor, the jsonl header;
+* traces read back: :mod:`.tracefile` (a jsonl trace, line by line),
+  :mod:`.progress`, :mod:`.diff` (``memhook diff``), :mod:`.merge` and
+  :mod:`.merge_writers` (``memhook merge``).
 """

@@ -42,6 +42,7 @@ import mmap
 import os
 import stat
 import struct
+import time
 
 import numpy as np
 
@@ -67,6 +68,20 @@ py_lost, codes_off, codes_cap, codes_used, codes_lost, py_version,
 reserved2 (at offset 256)."""
 _RECORDS_AT, _MODULES_USED, _MODULES_LOST, _STACKS_NEXT = 256, 272, 280, 304
 _PY_LOST, _CODES_LOST, _PY_VERSION = 344, 376, 384
+_FIXED = ((0, 76), (80, 16), (120, 8), (256, 16), (288, 16), (312, 24), (352, 16))
+"""Spans of the header the traced side writes once, when it makes the area
+(identity, size, offsets, pid, the first clock anchor, first_off, and the
+records' offsets, capacities and depths): changed later, the process wrote
+over its header."""
+_COUNTERS = ((128, "segments taken fresh"), (136, "claims"),
+             (_LOST, "events lost because the collector fell behind"),
+             (_LOST_OWNED, "events lost because every segment was owned"),
+             (_LOST_FORKED, "events of raw-fork children"),
+             (_MODULES_LOST, "module records lost"), (_STACKS_NEXT, "stack records"),
+             (_PY_LOST, "Python records lost"), (_CODES_LOST, "code records lost"))
+"""The header's counters of things the traced side did, each at most one a
+nanosecond a CPU of the area's life (a hooked call takes far longer).
+(``scan`` is not one: a search for a free segment adds several to it.)"""
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 _HEADER_BYTES = 4096
 _TS_AT = 24  # timestamp_ns in memhook_event (memhook/_event_layout.py)
@@ -182,6 +197,7 @@ class TraceArea:
                 self._check_span(name, off, cap, 8)
             self.python = PyRecords(self._pread, py_off, py_cap, self.py_depth, codes_off,
                                     codes_cap, _PY_VERSION)
+        self._fixed = [head[at:at + n] for at, n in _FIXED]
         self.nseg = nseg
         self.buffer_mib = nseg * _SEG_BYTES / 2**20
         self.events_off = events_off
@@ -303,6 +319,38 @@ class TraceArea:
         return [records.get(rid) for rid in ids.tolist()]
 
     # ---------------------------------------------------------------- header
+
+    def header_problem(self, now_ns: int | None = None) -> str | None:
+        """Why the area's header can no longer be believed, or None.
+
+        The process may write over its own area (a stray memset, a buffer
+        overrun): then its counters (events lost, and the rest) are
+        garbage, and a summary that repeated them would claim an
+        impossible loss with the wrong cause.  The header is corrupt when
+        a field the traced side writes only when it makes the area changed
+        since HELLO, when ``done_total`` is not what the collector wrote
+        there, or when a counter is more than one a nanosecond since the
+        area was made, on every CPU (``now_ns``: CLOCK_MONOTONIC; None: now)."""
+        head = self._pread(_HEADER_BYTES, 0)
+        changed = [at + i for (at, n), was in zip(_FIXED, self._fixed)
+                   for i in range(n) if head[at + i] != was[i]]
+        if changed:
+            return (f"fields it writes once, when it makes the area, changed after it was "
+                    f"handed over (at byte {changed[0]} of the header"
+                    f"{f', {len(changed)} bytes in all' if len(changed) > 1 else ''})")
+        done_total = struct.unpack_from("<Q", head, _DONE_TOTAL)[0]
+        if self.give_back_failed is None and done_total != self._done_total:
+            return (f"its count of segments the collector gave back is not the "
+                    f"{self._done_total} the collector wrote there")
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        life = now - self.ns0 if 0 < self.ns0 <= now else now
+        cpus = os.cpu_count() or 1
+        for at, what in _COUNTERS:
+            count = struct.unpack_from("<Q", head, at)[0]
+            if count > life * cpus:
+                return (f"its count of {what} is more than one a nanosecond on each of "
+                        f"{cpus} CPUs in the area's {life / 1e9:.1f} s")
+        return None
 
     @property
     def lost(self) -> int:

@@ -39,10 +39,8 @@ import os
 import resource
 import select
 import selectors
-import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -52,12 +50,14 @@ from .writers.base import Writer
 from .ledger import Ledger, Process
 from .modules import parse_modules
 from .peers import Peer, identify
+from .sockdir import SocketFolder
 
 __all__ = ["Collector"]
 
 _SUN_PATH_MAX = 107
 _POLL_S = 0.02
 _BATCH = 4096  # events an area a read: the most the collector holds at once
+_ESCAPES_SHOWN = 32  # programs that escaped the trace named one by one; the rest counted
 
 
 @dataclasses.dataclass(eq=False)
@@ -76,12 +76,14 @@ class Collector:
     def __init__(self, ledger: Ledger, writers: list[Writer] | None = None) -> None:
         self.ledger = ledger
         self.writers: list[Writer] = writers or []
-        self.folder = tempfile.mkdtemp(prefix="memhook-trace-")
-        self.path = os.path.join(self.folder, "sock")
-        if len(os.fsencode(self.path)) > _SUN_PATH_MAX:  # a long TMPDIR
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = tempfile.mkdtemp(prefix="memhook-trace-", dir="/tmp")
-            self.path = os.path.join(self.folder, "sock")
+        # (Locked while this trace lives: the next trace removes it if a
+        # kill -9 left it behind; see memhook.tracing.sockdir.)
+        self._folder = SocketFolder()
+        if len(os.fsencode(self._folder.socket_path)) > _SUN_PATH_MAX:  # a long TMPDIR
+            self._folder.close()
+            self._folder = SocketFolder("/tmp")
+        self.folder = self._folder.path
+        self.path = self._folder.socket_path
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.listener.bind(self.path)
         self.listener.listen(4096)
@@ -95,6 +97,11 @@ class Collector:
         trace then exits nonzero after CMD (unless CMD's own status is)."""
         self.warnings: list[str] = []
         """What else the summary should say (no event lost)."""
+        self._escapes_shown = 0
+        self._escapes_unshown = 0
+        self.on_orphans: Callable[[list[Process]], None] | None = None
+        """Called once when the run starts waiting for processes that
+        outlived the child (those still running, read up to now)."""
         self._next_id = 0
         self._behind = False
 
@@ -166,6 +173,9 @@ class Collector:
                     f"pid {peer.pid} runs a nested `memhook trace`: the events of the "
                     f"command it traces go to that trace, not to this one")
                 return
+            if kind == protocol.ESCAPE and not fds:
+                self.note_escape(peer.pid, protocol.parse_escape(data))
+                return
             if kind != protocol.HELLO or len(fds) != 1:
                 raise protocol.ProtocolError(f"expected HELLO with one descriptor, got type "
                                              f"{kind} with {len(fds)}")
@@ -216,6 +226,17 @@ class Collector:
         self.ledger.process_started(proc)
         for w in self.writers:
             w.process_started(proc)
+
+    def note_escape(self, pid: int, escape: protocol.Escape) -> None:
+        """Process ``pid`` starts a program the trace cannot follow into
+        (its ESCAPE message; or CMD itself, by :mod:`memhook.cli.trace`)."""
+        how = "spawned" if escape.spawned else "exec'd"
+        if self._escapes_shown < _ESCAPES_SHOWN:
+            self._escapes_shown += 1
+            self.failures.append(f"pid {pid} {how} {escape.path}, which is not traced: "
+                                 f"{escape.reason}")
+        else:  # a loop of them: one line in the end (_run) counts the rest
+            self._escapes_unshown += 1
 
     def _parent(self, peer: Peer, hello: protocol.Hello) -> _Image | None:
         """The image a fork child was forked from, by kernel pid.
@@ -288,6 +309,15 @@ class Collector:
         """What the image's area says it could not hold."""
         proc, area = image.proc, image.area
         pid = proc.pid
+        corrupt = area.header_problem()
+        if corrupt is not None:
+            # Its counters (and its exit flag) are whatever was written over
+            # them: say what was read, never a loss the area cannot vouch for.
+            self.failures.append(
+                f"pid {pid}: the area's header is corrupt: the program wrote over its "
+                f"own trace area ({corrupt}); {area.taken} events were read from it, and how "
+                f"many more it recorded and lost is unknown")
+            return
         if area.exited:
             proc.events_sent = area.taken
         if area.lost:
@@ -392,24 +422,27 @@ class Collector:
     # ------------------------------------------------------------------ run
 
     def run(self, child: subprocess.Popen, grace_s: float = 1.0,
-            stop: Callable[[], bool] | None = None) -> int | None:
+            stop: Callable[[], bool] | None = None, wait_orphans: bool = True) -> int | None:
         """Collect until ``child`` has exited and every process image it
-        made is read to its end (or ``grace_s`` after the child's exit, for
-        processes it left running), or until ``stop()`` says so.  Returns
-        the child's return code (None: stopped while it ran)."""
+        made is read to its end, or until ``stop()`` says so.  A process
+        that outlives ``child`` (an orphan: a background job, a daemon) is
+        waited for, as ``strace -f`` waits for every descendant; with
+        ``wait_orphans`` False, only ``grace_s`` after the child's exit.
+        What is still running then is in :attr:`open`, read up to now.
+        Returns the child's return code (None: stopped while it ran)."""
         _more_descriptors()
         # Every batch makes ~1000s of tuples and no cycles: the cyclic GC
         # would only rescan them.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._run(child, grace_s, stop or (lambda: False))
+            return self._run(child, grace_s, stop or (lambda: False), wait_orphans)
         finally:
             if gc_was_enabled:
                 gc.enable()
 
     def _run(self, child: subprocess.Popen, grace_s: float,
-             stop: Callable[[], bool]) -> int | None:
+             stop: Callable[[], bool], wait_orphans: bool) -> int | None:
         status: int | None = None
         deadline = 0.0
         while True:
@@ -424,8 +457,16 @@ class Collector:
             if not self.images and not self.pending:
                 if not self.poll(0):  # a last look for connections not yet accepted
                     break
-            elif time.monotonic() > deadline:
+            elif stop() or (not wait_orphans and time.monotonic() > deadline):
                 break
+            elif deadline and time.monotonic() > deadline and self.images:
+                deadline = 0.0  # (once)
+                if self.on_orphans is not None:
+                    self.on_orphans([i.proc for i in self.images])
+        if self._escapes_unshown:
+            self.failures.append(f"{self._escapes_unshown} more programs were started that "
+                                 f"are not traced (not named: only the first "
+                                 f"{_ESCAPES_SHOWN} are)")
         for image in list(self.images):  # still running: what they wrote so far
             try:
                 while self._deliver(image, final=False):
@@ -461,7 +502,7 @@ class Collector:
         self.images.clear()
         self.selector.close()
         self.listener.close()  # (again: harmless)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._folder.close()
 
 
 def _more_descriptors() -> None:

@@ -35,6 +35,7 @@ import signal
 from collections import defaultdict
 
 from .._cuda_errors import error_name
+from .._printable import printable
 from .modules import ModuleMap
 from .protocol import Hello
 from .pyframes import SiteLedger
@@ -462,7 +463,9 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
     rate = summary["events"] / elapsed_s if elapsed_s > 0 else 0.0
     out.append(f"collector: {summary['events']} events in {elapsed_s:.2f} s "
                f"({rate:,.0f} events/s), peak RSS {collector_rss / 2**20:.1f} MiB")
-    return "\n".join(out) + "\n"
+    # Commands, libraries, sites and symbols are the program's names: a
+    # control character in one would reach the terminal (memhook._printable).
+    return "\n".join(printable(line) for line in out) + "\n"
 
 
 def _clip(text: str, width: int) -> str:

@@ -8,7 +8,10 @@ Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
   believed only as far as the kernel confirms it (:mod:`memhook.tracing.peers`);
 * NESTED - a header alone, from a ``memhook trace`` run inside a traced
   program, to the outer collector: its command's events go to it
-  (:func:`nested_message`).
+  (:func:`nested_message`);
+* ESCAPE - from a traced process about to exec or spawn a program the core
+  cannot follow into: the header's count says why, the path follows
+  (:func:`parse_escape`).
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ from .._event_layout import EVENT_DTYPE
 
 __all__ = [
     "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED", "HELLO_FORKED", "MAGIC", "MAX_MESSAGE",
-    "NESTED", "VERSION", "Hello", "ProtocolError", "nested_message", "parse_header",
-    "parse_hello",
+    "ESCAPE", "NESTED", "VERSION", "Escape", "Hello", "ProtocolError", "nested_message",
+    "parse_escape", "parse_header", "parse_hello",
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
 VERSION = 4  # 3: events carry caller, module and stack records; 4: Python and code records
-HELLO, NESTED = 1, 4          # (2 and 3 were version 1's EVENTS and BYE)
+HELLO, NESTED, ESCAPE = 1, 4, 5  # (2 and 3 were version 1's EVENTS and BYE)
 HELLO_FORKED = 0x1
+ESCAPE_SECURE, ESCAPE_STATIC, ESCAPE_FOREIGN, ESCAPE_ENV = 1, 2, 3, 4
+ESCAPE_SPAWNED = 0x100
 
 HEADER = struct.Struct("<IHHII")            # magic, version, type, count, reserved
 HELLO_FIXED = struct.Struct("<iiIiIIQIIII")  # mh_trace_hello (48 bytes)
@@ -98,6 +103,38 @@ def parse_hello(data: bytes) -> Hello:
     if argv and argv[-1] == "":
         argv.pop()
     return Hello(pid, ppid, mode, install_rc, core_version, flags, start_ns, exe, argv, why)
+
+
+_ESCAPE_WHY = {
+    ESCAPE_SECURE: "a set-user-ID or set-group-ID program (or one with file capabilities): "
+                   "the kernel runs it in secure mode, where the loader ignores LD_PRELOAD",
+    ESCAPE_STATIC: "a statically linked program that names a CUDA library: no loader runs "
+                   "for it, so nothing reads LD_PRELOAD",
+    ESCAPE_FOREIGN: "a program for another architecture or word size than the core's "
+                    "(x86-64) that names a CUDA library: the core cannot be loaded into it",
+    ESCAPE_ENV: "its environment was too large to put memhook's variables back into "
+                "(on the stack of the exec)",
+}
+
+
+@dataclass
+class Escape:
+    """A program a traced process started that runs without the core."""
+
+    path: str
+    why: int       # ESCAPE_*
+    spawned: bool  # by posix_spawn (a child runs it), else exec'd by the sender
+
+    @property
+    def reason(self) -> str:
+        return _ESCAPE_WHY.get(self.why, f"reason {self.why} (unknown to this memhook)")
+
+
+def parse_escape(data: bytes) -> Escape:
+    """An ESCAPE message (its header already checked by parse_header)."""
+    _, _, _, count, _ = HEADER.unpack_from(data)
+    path = os.fsdecode(bytes(data[HEADER.size:]))
+    return Escape(path or "?", count & 0xFF, bool(count & ESCAPE_SPAWNED))
 
 
 def nested_message() -> bytes:

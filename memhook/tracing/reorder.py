@@ -84,7 +84,8 @@ def _count_upto(rows: list[tuple], ts: int) -> int:
 
 class Reorder:
     """Wraps a writer (see the module docstring); what the collector calls
-    (``process_started``, ``events``, ``process_ended``, ``tick``, ``close``),
+    (``process_started``, ``events``, ``process_ended``, ``tick``, ``finish``,
+    ``close``),
     and ``flush``."""
 
     def __init__(self, writer: Any, window_ns: int = WINDOW_MS * 1_000_000,
@@ -183,6 +184,11 @@ class Reorder:
     def flush(self) -> None:
         """Write everything held (the trace is over)."""
         self._release(None)
+
+    def finish(self) -> None:
+        """Everything held out, then the writer's own :meth:`finish`."""
+        self._release(None)
+        self.writer.finish()
 
     def close(self, summary_text: str) -> None:
         self._release(None)

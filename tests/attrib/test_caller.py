@@ -36,7 +36,8 @@ def _trace(programs, mode: str, tmp_path: Path, *args: str) -> tuple[list[dict],
          str(out), *args, "--", str(programs.app), str(programs.lib_b), *wait],
         capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return [json.loads(line) for line in out.read_text().splitlines()], proc.stderr
+    return [e for e in map(json.loads, out.read_text().splitlines())
+            if e["kind"] != "header"], proc.stderr
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -21,7 +21,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 VECTORS = Path(os.environ.get("MEMHOOK_PROLOGUES",
-                              ROOT.parent / "shared" / "data" / "nvidia-prologues.json"))
+                              ROOT / "tests" / "data" / "nvidia-prologues.json"))
 CAP = 4096
 
 
@@ -39,7 +39,6 @@ def test_fixture_prologues_agree(native, fixture_lib: Path) -> None:
     assert "AGREE" in out
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason=f"{VECTORS} not present")
 def test_nvidia_vectors_agree(native, c_test_dir: Path) -> None:
     data = json.loads(VECTORS.read_text())["libraries"]
     asm = [".text"]

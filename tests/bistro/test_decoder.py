@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import x86_agreement  # noqa: E402
 
-VECTORS = ROOT.parent / "shared" / "data" / "nvidia-prologues.json"
+VECTORS = ROOT / "tests" / "data" / "nvidia-prologues.json"
 
 TRUNCATED, UNKNOWN, INVALID = -1, -2, -3
 
@@ -164,7 +164,6 @@ def _walk(code: bytes, md) -> list[tuple[int, int, int]]:
     return rows
 
 
-@pytest.mark.skipif(not VECTORS.exists(), reason=f"{VECTORS} not present")
 def test_prologue_vectors_agree_with_capstone() -> None:
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     libraries = json.loads(VECTORS.read_text())["libraries"]

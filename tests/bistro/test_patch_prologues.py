@@ -2,7 +2,7 @@
 the hook and through the trampoline, and restored.
 
 The families come from clustering the first instructions of
-shared/data/nvidia-prologues.json (libcuda 580.159.04: 682 exports,
+tests/data/nvidia-prologues.json (libcuda 580.159.04: 682 exports,
 libcudart 11.8/12.9/13.0: ~420 each, libc10_cuda from torch 2.11).  Each is
 rebuilt as a real assembly function in fixtures/prologues.S that starts with
 the same instructions:

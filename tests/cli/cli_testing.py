@@ -37,7 +37,9 @@ def memhook(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The events of a jsonl trace (its header record left out)."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["kind"] != "header"]
 
 
 def summary_section(text: str, title: str) -> list[str]:

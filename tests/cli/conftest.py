@@ -21,6 +21,8 @@ class Programs:
     module_caller: Path  # events called from a dlopened library, or from a moved exe
     module_lib: Path     # the library it loads (lib_record), small
     module_lib_big: Path  # the same lib_record, with a symbol table far past the small's end
+    pairs: Path          # argv[1] ALLOC/FREE pairs, then "pairs: pid P traced T preload L"
+    spawn_env: Path      # a program started with an environment of its own, every way
 
 
 @pytest.fixture(scope="session")
@@ -45,5 +47,8 @@ def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
                          extra=["-shared", "-fPIC", "-ldl"])
     lib_big = native.compile(src / "module_lib.c", c_test_dir / "libcli_module_big.so",
                              extra=["-shared", "-fPIC", "-DBIG", "-ldl"])
+    pairs = native.compile(src / "pairs.c", c_test_dir / "cli_pairs", extra=["-ldl"])
+    spawn_env = native.compile(src / "spawn_env.c", c_test_dir / "cli_spawn_env",
+                               extra=["-lpthread"])
     return Programs(static_app, fork_exec, storm, driver_dir, handoff, raw_fork, caller, lib,
-                    lib_big)
+                    lib_big, pairs, spawn_env)

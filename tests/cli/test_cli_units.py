@@ -3,6 +3,7 @@ CUDA error tables match the headers, and the ledger's accounting rules."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from memhook_testing import CSRC
 
 from memhook import _cuda_errors as cuda_errors
+from memhook._printable import printable
 from memhook.tracing import protocol
 from memhook.tracing.ledger import HOST_KEY, Ledger, Process, human_size
 
@@ -136,3 +138,15 @@ def test_a_peer_is_who_the_kernel_says() -> None:
         finally:
             peer.close()
         assert peer.pidfd is None
+
+
+def test_printable_escapes_every_control_and_nothing_else() -> None:
+    name = "/srv/libtorch_cuda.so (café, 東京)"
+    assert printable(name) is name
+    assert printable("a\x1b[2J\x07\n\r\t\x00\x7f\u0085b") == \
+        "a\\x1b[2J\\x07\\n\\r\\t\\x00\\x7f\\x85b"
+    assert printable("\u202egnp.so\u2028x") == "\\u202egnp.so\\u2028x"  # bidi, line separator
+    assert printable("back\\slash") == "back\\\\slash"  # so an escape is never ambiguous
+    # A name that was not UTF-8 (os.fsdecode): its C1 bytes are escaped; the
+    # others stay surrogates, which the text streams write back as the bytes.
+    assert printable(os.fsdecode(b"lib\x9b\xe9.so")) == "lib\\x9b\udce9.so"

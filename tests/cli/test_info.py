@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from cli_testing import memhook
@@ -70,3 +71,22 @@ def test_info_names_a_bistro_refusal_with_its_bytes(programs) -> None:
     assert row["bistro_analysis"]["prologue"] == "31 c0 c3"
     assert not row["bistro_analysis"]["jmp_rel32"]["patchable"]
     assert "bistro" in info["mode_errors"]  # bistro alone patched nothing
+
+
+def test_info_escapes_control_bytes_in_paths(native, tmp_path) -> None:
+    """A driver loaded from a folder whose name holds ESC, BEL and a
+    newline: the text report shows it escaped on one line (before: the
+    bytes reached the terminal raw); --json keeps the path exact."""
+    folder = tmp_path / "cuda\x1b[31m\x07\nforged line"  # (no ";": LD_LIBRARY_PATH splits there)
+    folder.mkdir()
+    shutil.copy(native.sim_dir / "libcuda.so.1", folder / "libcuda.so.1")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(folder)}
+    text = memhook("info", env=env)
+    assert text.returncode == 0, text.stderr
+    bad = [c for c in text.stdout if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+    assert not bad, text.stdout
+    shown = str(folder).replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\n", "\\n")
+    assert f"driver:  {shown}/libcuda.so.1: CUDA " in text.stdout, text.stdout
+    assert not any(line.startswith("forged line") for line in text.stdout.splitlines())
+    info = json.loads(memhook("info", "--json", env=env).stdout)
+    assert info["driver"]["path"] == str(folder / "libcuda.so.1")

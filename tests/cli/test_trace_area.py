@@ -565,3 +565,28 @@ def test_long_line_tables_are_decoded_a_budget_at_a_time() -> None:
     p.close()
     a.close()
     os.close(fd)
+
+
+@pytest.mark.parametrize("scribble, why", [
+    ({}, None),
+    ({152: 1000}, None),                                  # a believable loss
+    ({152: 15371234808221178904}, "its count of events lost because the collector fell "
+                                  "behind is more than one a nanosecond"),
+    ({160: 1 << 62}, "its count of events lost because every segment was owned is more"),
+    ({16: 4096}, "changed after it was handed over (at byte 17 of the header"),  # size
+    ({72: 99}, "changed after it was handed over (at byte 72 of the header"),  # pid
+    ({192: 5}, "its count of segments the collector gave back is not the 0"),
+])
+def test_a_header_written_over_after_hello_is_said_to_be_corrupt(scribble: dict[int, int],
+                                                                 why: str | None) -> None:
+    """The summary reports the header's loss counters only while the
+    header can be believed (memhook/tracing/collector.py: _report)."""
+    fd, _ = _make()
+    os.pwrite(fd, struct.pack("<Q", 10**9), 88)  # ns0: made 1 s after boot
+    a = area.TraceArea(os.dup(fd))
+    for at, value in scribble.items():
+        os.pwrite(fd, struct.pack("<Q", value), at)
+    problem = a.header_problem(now_ns=60 * 10**9)
+    assert problem is None if why is None else why in (problem or ""), problem
+    a.close()
+    os.close(fd)

@@ -59,9 +59,30 @@ def test_output_closed_early(programs) -> None:
                              "sh", "-c", f"{programs.event_storm} 200000 && exit 5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith('{"kind": "header"')
     assert proc.stdout.readline().startswith('{"kind":"alloc"')
     proc.stdout.close()
     stderr = proc.stderr.read()
     assert proc.wait(timeout=120) == 5, stderr
     assert "the output was closed early (broken pipe)" in stderr
     assert "== memhook trace summary: 200000 events" in stderr
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "text", "chrome"])
+@pytest.mark.parametrize("how", ["folder-removed", "file-replaced"])
+def test_an_output_that_vanished_is_not_reported_as_written(programs, tmp_path: Path,
+                                                            fmt: str, how: str) -> None:
+    """CMD removes the output's folder (or puts another file in its place)
+    while the trace writes there.  Before: exit 0 and "wrote the jsonl trace
+    to out/t.jsonl" for a file that was gone (issue 33, item 3)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / f"t.{fmt}"
+    change = f"rm -rf {folder}" if how == "folder-removed" else f"rm {out}; echo x > {out}"
+    proc = memhook("trace", "--sim", "-f", fmt, "-o", str(out), "--", "sh", "-c",
+                   f"{programs.pairs} 50; {change}; {programs.pairs} 50")
+    assert proc.returncode == 70, proc.stderr
+    assert "wrote the" not in proc.stderr, proc.stderr
+    assert f"warning: the output {out} was removed" in proc.stderr, proc.stderr
+    assert f"memhook trace: the {fmt} trace in {out} is incomplete or gone" in proc.stderr
+    assert "== memhook trace summary: 200 events" in proc.stderr  # the summary still counts all

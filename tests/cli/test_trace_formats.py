@@ -69,7 +69,8 @@ def test_jsonl(programs, tmp_path: Path) -> None:
 def test_jsonl_to_stdout_keeps_the_program_output_apart(programs) -> None:
     proc = memhook("trace", "--sim", "-f", "jsonl", "--", str(programs.static_app))
     assert proc.returncode == 0
-    lines = proc.stdout.splitlines()
+    header, *lines = proc.stdout.splitlines()
+    assert json.loads(header)["kind"] == "header"
     assert len(lines) == 12 and all(json.loads(ln)["function"] for ln in lines)
     assert "static_app: done" in proc.stderr
 

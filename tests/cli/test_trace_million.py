@@ -3,16 +3,21 @@
 The traced program records alloc/free pairs through memhook_events_record
 (the hooks' own path into the queue) as fast as it can; the collector
 streams them to jsonl and keeps the summary.  Its peak RSS (the summary's
-"collector:" line, ru_maxrss of the collector process) must not grow with
+"collector:" line, VmHWM of the collector process) must not grow with
 the number of events: a million events are 64 MB raw, several hundred MB as
 Python objects, so holding them would show.
 """
 
 from __future__ import annotations
 
-from cli_testing import memhook, parse_collector_line, summary_section
+import re
+import subprocess
+import sys
+
+from cli_testing import HERE, memhook, parse_collector_line, summary_section
 
 MILLION = 1_000_000
+PEAK_RSS = HERE / "scripts" / "peak_rss.py"
 
 
 def _run(programs, count: int) -> tuple[int, float, float, str]:
@@ -37,3 +42,34 @@ def test_a_million_events_in_flat_memory(programs) -> None:
     assert peaks[0].startswith("cuda:0") and "(4096 bytes)" in peaks[0]
     # 100x the events, (nearly) the same memory.
     assert rss - rss_small < 16, (rss_small, rss)
+
+
+def _peaks(programs, fmt: str, count: int) -> tuple[float, float]:
+    """(the summary's peak RSS, the collector's true peak: VmHWM at its
+    exit), in MiB, of a trace of ``count`` events in ``fmt``."""
+    proc = subprocess.run([sys.executable, str(PEAK_RSS), "trace", "-f", fmt, "-o", "/dev/null",
+                           "--", str(programs.event_storm), str(count)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    events, _, said = parse_collector_line(proc.stderr)
+    assert events == count, proc.stderr
+    real = re.search(r"^real peak RSS: (\d+) kB$", proc.stderr, re.M)
+    assert real, proc.stderr
+    return said, int(real.group(1)) / 1024
+
+
+def test_memviz_over_a_million_events_in_flat_memory_and_the_summary_says_its_peak(
+        programs) -> None:
+    """memviz keeps a ring of the last 100,000 entries and writes its
+    pickle at the end.  Before: the ring held a tuple per entry and the
+    pickle was built whole, so the collector peaked at ~83 MiB for a
+    million events (the README promises under 50, as jsonl's ~43), and the
+    summary, made before the pickle was written, said ~57.  Now the ring is
+    fixed-size records and the pickle is streamed: flat as jsonl, and the
+    summary's figure is the collector's true peak."""
+    _, baseline = _peaks(programs, "jsonl", MILLION)
+    said, real = _peaks(programs, "memviz", MILLION)
+    print(f"\nmemviz, a million events: summary {said:.1f} MiB, true peak {real:.1f} MiB; "
+          f"jsonl: {baseline:.1f} MiB")
+    assert abs(real - said) < 1.5, (said, real)
+    assert real - baseline < 12, (baseline, real)

@@ -778,8 +778,9 @@ def run_trace_case(mode_label: str, case: str, timeout: float) -> dict[str, Any]
                                    MODES[mode_label][0], "-f", "jsonl", "-o", str(trace), "--",
                                    str(app)], env=env, capture_output=True, text=True,
                                   timeout=timeout, check=False)
-            events = [json.loads(line) for line in trace.read_text().splitlines()
-                      if line.strip()] if trace.exists() else []
+            events = [e for e in (json.loads(line) for line in trace.read_text().splitlines()
+                                  if line.strip()) if e["kind"] != "header"] \
+                if trace.exists() else []
         check("program ran to the end", proc.returncode == 0 and "DONE" in proc.stdout,
               f"exit {proc.returncode}; stderr: {proc.stderr[-800:]}")
         counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)

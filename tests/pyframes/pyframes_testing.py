@@ -34,7 +34,8 @@ class Traced:
         self.stdout, self.stderr = proc.stdout, proc.stderr
         self.events: list[dict] = []
         if out is not None and out.suffix == ".jsonl" and out.exists():
-            self.events = [json.loads(line) for line in out.read_text().splitlines() if line]
+            self.events = [e for e in map(json.loads, filter(None, out.read_text().splitlines()))
+                           if e["kind"] != "header"]
         ready = re.search(r"^ready: (.*)$", proc.stdout + proc.stderr, re.M)
         self.ready: dict = json.loads(ready.group(1)) if ready else {}
 

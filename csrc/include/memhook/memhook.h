@@ -235,6 +235,18 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
                                              `device` (-1: not known which);
                                              address and size 0.  Reaches the
                                              cache, subscribers and the trace */
+#define MEMHOOK_EVENT_HOOKS_GAP 0x10u  /* kind 0, no call: the hooks stopped
+                                          recording here (uninstall, or mode
+                                          none), or started again after such
+                                          a stop, or an ALLOC just before it
+                                          was in flight across one (or a
+                                          context teardown, or an unload).
+                                          Calls made meanwhile were
+                                          not seen, so nothing known of the
+                                          memory before it can be vouched
+                                          for: the cache marks every region
+                                          UNKNOWN (the driver decides).  Not
+                                          sent to subscribers or a trace */
 
 /* One completed user call.  64 bytes: one cache line (the queue's and the
  * trace area's slots are lines), so kind/function/mem_type/device are 16

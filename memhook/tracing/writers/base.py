@@ -6,7 +6,8 @@ line-per-event formats build their fields from.
 Every writer streams: it gets each batch of events once, in the order the
 collector received them (text, jsonl and memviz: in timestamp order, through
 :mod:`memhook.tracing.reorder`), and keeps nothing per event - except memviz,
-whose history is a bounded ring (like PyTorch's own recorder), see
+whose history is a bounded ring of fixed-size records (like PyTorch's own
+recorder), written out as a stream, see
 :class:`~memhook.tracing.writers.memviz.MemvizWriter`.
 """
 
@@ -66,6 +67,11 @@ class Writer:
     def tick(self) -> None:
         """Called every collector turn, events or not."""
 
+    def finish(self) -> None:
+        """No more events come: write what is still held (memviz writes its
+        whole snapshot here), before the summary is made, so that the
+        summary's figure of the collector's peak memory counts it."""
+
     def close(self, summary_text: str) -> None:
         """The trace is over (``summary_text`` is the printed summary)."""
         self.out.flush()
@@ -85,7 +91,7 @@ class Padded(dict):
         super().__init__()
         self.fmt, self.width, self.right, self.limit = fmt, width, right, limit
 
-    def __missing__(self, key: int) -> str:
+    def __missing__(self, key: Any) -> str:
         text = self.fmt(key)
         text = text.rjust(self.width) if self.right else text.ljust(self.width)
         if len(self) >= self.limit:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import IO, Any
 
+from ..._printable import printable
 from ..ledger import ALLOC, Ledger, Process, human_size, mem_type_name
 from ..pyframes import PyStack
 from .base import Writer, Padded
@@ -36,7 +37,7 @@ class TextWriter(Writer):
             else f"hooks {_mode_name(h.mode)}"
         ns = f"pid {proc.own_pid} in its PID namespace; " if proc.own_pid is not None else ""
         self.out.write(f"{self._rel(h.start_ns)} [{proc.pid}] process {how} ({ns}ppid {h.ppid}; "
-                       f"{hooks}): {h.command}\n")
+                       f"{printable(hooks)}): {printable(h.command)}\n")
         self.out.flush()
 
     def __init__(self, out: IO[Any], ledger: Ledger, t0_ns: int) -> None:
@@ -44,11 +45,13 @@ class TextWriter(Writer):
         self._names = Padded(ledger.function_name, 28)
         self._types = Padded(mem_type_name, 12)
         self._sizes = Padded(human_size, 10, right=True)
+        # The program's names, escaped (see memhook._printable) once each.
+        self._libraries = Padded(printable, 0)
 
     def events(self, proc: Process, rows: list[tuple], changes: list[tuple]) -> None:
         ledger = self.ledger
         t0 = self.t0_ns
-        names, types, sizes = self._names, self._types, self._sizes
+        names, types, sizes, libraries = self._names, self._types, self._sizes, self._libraries
         lines: list[str] = []
         append = lines.append
         for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags, caller, \
@@ -61,7 +64,7 @@ class TextWriter(Writer):
                 "         ?" if (flags & SIZE_UNKNOWN and not size) else sizes[size],
                 types[mem_type], device,
                 "%s (%d)" % (ledger.error_name(fn, result), result) if result else "ok",
-                caller.library if caller is not None else "?",
+                libraries[caller.library] if caller is not None else "?",
                 "" if python is None else _python_text(python)))
         self.out.write("".join(lines))
         self.out.flush()
@@ -91,8 +94,8 @@ def _python_text(python: PyStack) -> str:
     """The text line's end with --python: the innermost user frame."""
     f = python.user_frame
     if f is None:
-        return "  (no Python: %s)" % python.why
-    return "  at %s in %s" % (f.location, f.function)
+        return "  (no Python: %s)" % printable(python.why)
+    return printable("  at %s in %s" % (f.location, f.function))
 
 
 def _mode_name(mode: int) -> str:
