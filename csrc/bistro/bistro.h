@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "x86.h"
 
@@ -86,6 +87,15 @@ MH_HIDDEN size_t mh_tramp_build(const uint8_t *src, uint64_t src_addr, size_t av
 #define MH_TRAMP_BODY 4
 /* jmp *0(%rip); .quad dest */
 MH_HIDDEN void mh_farslot_build(uint64_t dest, uint8_t out[MH_FARSLOT_SIZE]);
+/* At most this many one-byte pushes (50+r) are stepped over to place a
+ * jump after them (patch.c, docs/design/live-patching.md). */
+#define MH_PUSH_RUN_MAX 3
+#define MH_UNDO_STUB_MAX (MH_PUSH_RUN_MAX + MH_FARSLOT_SIZE)
+/* pop of each push of pushes[0 .. n) in reverse order, then a jump to dest
+ * (rel32 from stub_addr when reachable, else jmp *0(%rip)).  Returns the
+ * length, 0 when n is too large or a byte is no one-byte push. */
+MH_HIDDEN size_t mh_undo_stub_build(const uint8_t *pushes, size_t n, uint64_t stub_addr,
+                                    uint64_t dest, uint8_t out[MH_UNDO_STUB_MAX]);
 /* The patch bytes: jmp rel32 (5) or movabs $dest,%rax; jmp *%rax (12). */
 MH_HIDDEN size_t mh_patch_jump_build(uint64_t at, uint64_t dest, int size, uint8_t out[16]);
 
@@ -106,6 +116,12 @@ MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t tramp, int len, const uint8
                                uint64_t dest);
 /* Make sure our SIGTRAP handler is the installed one (chains to others). */
 MH_HIDDEN int mh_trap_handler_ensure(void);
+
+/* A thread of the process that blocks SIGTRAP now (past glibc's transient
+ * all-blocked masks), 0 when none does: then the next batch uses the spin
+ * barrier, which needs windows whose first instruction is longer than a
+ * byte.  Pass it to that batch (it is looked at once more, not waited on). */
+MH_HIDDEN pid_t mh_text_poke_trap_blocker(void);
 
 /* One window of a batch for mh_text_poke_batch. */
 typedef struct mh_poke {
@@ -130,10 +146,11 @@ typedef struct mh_poke {
  * int3 protocol (text_poke.c describes it), in bounded time: threads found
  * inside a window are moved, never waited for.  Every window must be
  * registered with mh_trap_register first.  A window is either fully
- * written or left as it was (err and why say why).  Returns how many were
- * written.
+ * written or left as it was (err and why say why).  trap_blocker: what
+ * mh_text_poke_trap_blocker answered just before, or 0.  Returns how many
+ * were written.
  */
-MH_HIDDEN size_t mh_text_poke_batch(mh_poke *sites, size_t n);
+MH_HIDDEN size_t mh_text_poke_batch(mh_poke *sites, size_t n, pid_t trap_blocker);
 /* One window: returns 0 or the errno, the reason in why. */
 MH_HIDDEN int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interior,
                            char *why, size_t why_len);

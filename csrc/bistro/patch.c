@@ -19,10 +19,19 @@
  * land inside the new jump (a thread inside the callee during the install
  * would return into the middle of it).
  *
+ * Beside a thread that blocks SIGTRAP the live write cannot use int3 and
+ * spins threads at a two-byte "jmp ." instead, which must not cut an
+ * instruction; an entry that starts with one-byte pushes (55: push %rbp,
+ * as every libcuda entry does) then gets its 5-byte jump placed after
+ * them, jumping to an undo stub (the pops, then the hook), with the
+ * 12-byte window's trampoline as "original".  docs/design/live-patching.md
+ * argues why that write is safe beside a thread that cannot take a signal.
+ *
  * Per target we keep a site record for the life of the process: the
- * original bytes, and the trampolines already built (a re-install reuses
- * them, so install/remove cycles do not consume island memory).  The int3
- * handler's table (text_poke.c) points at the site's trampoline.
+ * original bytes, and the trampolines and undo stub already built (a
+ * re-install reuses them, so install/remove cycles do not consume island
+ * memory).  The int3 handler's table (text_poke.c) points at the site's
+ * trampoline.
  *
  * One mutex serializes installs and removes; nothing here runs on the call
  * path.  fork(): patches are memory and survive in the child; the atfork
@@ -55,15 +64,19 @@ typedef struct mh_site {
     uint64_t tramp[2];       /* trampolines for the 5- and 12-byte windows */
     uint8_t map[2][MH_PLAN_MAP]; /* their old -> trampoline boundary maps */
     bool wide_tried;         /* ensure_wide ran (the 12-byte plan may refuse) */
+    uint64_t stub, stub_hook; /* the undo stub, and the hook it jumps to */
     struct memhook_bistro_patch *live; /* the installed patch, or NULL */
 } mh_site;
 
 struct memhook_bistro_patch {
     mh_site *site;
     uint64_t hook;
-    uint64_t dest;           /* where the jump goes (the hook or a far slot) */
+    uint64_t dest;           /* where the jump goes (the hook, a far slot, a stub) */
     int jump_size;
-    uint8_t bytes[16];       /* what we wrote at site->at */
+    uint64_t at;             /* where it is written: site->at, or after the pushes */
+    uint64_t tramp;          /* the trampoline the signal handlers use for it */
+    uint8_t map[MH_PLAN_MAP]; /* its boundary map, relative to `at` */
+    uint8_t bytes[16];       /* what we wrote at `at` */
 };
 /* Process-wide: the code being patched is shared by every thread, so the
  * record of what was patched, and the lock that serializes patching, must
@@ -171,6 +184,8 @@ typedef struct pending {
     uint64_t tramp;          /* this window's trampoline */
     mh_plan plan;
     memhook_bistro_patch *p;
+    bool spin;               /* a thread blocks SIGTRAP: no window may start
+                                with a one-byte instruction */
     bool published;          /* *original holds our trampoline */
     void *previous;          /* *original before we published the trampoline */
     uint64_t fail_at;        /* the failure: where its bytes are shown from, */
@@ -230,6 +245,7 @@ static int plan_target(pending *e)
     if (site && memcmp(site->orig, now, e->keep) != 0) {
         site->tramp[0] = site->tramp[1] = 0;
         site->wide_tried = false;
+        site->stub = 0; /* its pops were the old pushes */
         memcpy(site->orig, now, e->keep);
     }
     return 0;
@@ -374,24 +390,109 @@ static int jump_destination(pending *e, uint64_t *dest)
     return 0;
 }
 
+/* How many one-byte pushes (50+r) open the window before an instruction
+ * longer than a byte, by the 12-byte window's map; 0 when the first
+ * instruction is a longer one, -1 when the run is no such prefix. */
+static int push_run(const mh_site *site, const uint8_t *code)
+{
+    const uint8_t *map = site->map[1];
+    int b = 0;
+    while (b < MH_PUSH_RUN_MAX && code[b] >= 0x50 && code[b] <= 0x57)
+        b++;
+    if (map[b] == MH_PLAN_NO_BOUNDARY || map[b + 1] != MH_PLAN_NO_BOUNDARY)
+        return -1;
+    return b;
+}
+
+/* The undo stub of the site's pushes, ending in a jump to the hook: the
+ * one the site has, or a fresh one near the entry. */
+static int undo_stub(pending *e, size_t b, uint64_t *stub)
+{
+    mh_site *site = e->site;
+    if (site->stub && site->stub_hook == e->hook) {
+        *stub = site->stub;
+        return 0;
+    }
+    mh_island_chunk chunk;
+    int err = mh_island_reserve(e->at, MH_UNDO_STUB_MAX, &chunk);
+    if (!err && !mh_rel32_reachable(e->at + b + 5, chunk.addr)) {
+        mh_island_release(&chunk);
+        err = ENOMEM;
+    }
+    if (err)
+        return fail(e, err, e->at, e->avail, "cannot map the undo stub near the function: %s",
+                    strerror(err));
+    uint8_t buf[MH_UNDO_STUB_MAX];
+    size_t len = mh_undo_stub_build((const uint8_t *)(uintptr_t)e->at, b, chunk.addr, e->hook,
+                                    buf);
+    mh_island_shrink(&chunk, len);
+    err = mh_island_commit(&chunk, buf, len);
+    if (err) {
+        mh_island_release(&chunk);
+        return fail(e, err, e->at, e->avail, "cannot make the undo stub executable: %s",
+                    strerror(err));
+    }
+    site->stub = chunk.addr;
+    site->stub_hook = e->hook;
+    *stub = chunk.addr;
+    return 0;
+}
+
+/* Beside a thread that blocks SIGTRAP the barrier is a two-byte "jmp .",
+ * which would cut a one-byte first instruction: step over the entry's
+ * pushes and put the 5-byte jump after them, to an undo stub.  The window
+ * [b, b+5) lies inside the 12-byte one, so that plan's trampoline (and its
+ * checks: no call returning inside, no branch back into it) serves; its
+ * map, shifted by b, tells the handlers where a thread stopped at +k
+ * continues (docs/design/live-patching.md). */
+static int shift_past_pushes(pending *e, memhook_bistro_patch *p)
+{
+    mh_site *site = e->site;
+    if (!site->tramp[1])
+        return fail(e, EAGAIN, e->at, e->avail, "a thread blocks SIGTRAP (an int3 would kill "
+                    "it) and the first instruction is one byte long; stepping over it needs "
+                    "the 12-byte window's trampoline, and this function has none");
+    int b = push_run(site, (const uint8_t *)(uintptr_t)e->at);
+    if (b <= 0)
+        return fail(e, EAGAIN, e->at, e->avail, "a thread blocks SIGTRAP (an int3 would kill "
+                    "it) and the entry does not start with at most %d one-byte pushes "
+                    "followed by a longer instruction, so no spin barrier fits",
+                    MH_PUSH_RUN_MAX);
+    uint64_t stub = 0;
+    int err = undo_stub(e, (size_t)b, &stub);
+    if (err)
+        return err;
+    p->at = e->at + (uint64_t)b;
+    p->dest = stub;
+    p->tramp = site->tramp[1];
+    memset(p->map, MH_PLAN_NO_BOUNDARY, sizeof p->map);
+    memcpy(p->map, site->map[1] + b, MH_PLAN_MAP - (size_t)b);
+    return 0;
+}
+
 /* Step 3: the jump's bytes, and the signal handlers' record of the site
  * (where a thread stopped in the window continues) before it is written. */
 static int place_jump(pending *e)
 {
-    uint64_t dest;
-    int err = jump_destination(e, &dest);
-    if (err)
-        return err;
     memhook_bistro_patch *p = calloc(1, sizeof *p);
     if (!p)
         return fail(e, ENOMEM, e->at, e->avail, "out of memory");
+    e->p = p;
     p->site = e->site;
     p->hook = e->hook;
-    p->dest = dest;
     p->jump_size = e->size;
-    mh_patch_jump_build(e->at, dest, e->size, p->bytes);
-    e->p = p;
-    err = mh_trap_register(e->at, e->tramp, e->size, e->plan.map, e->size == 12 ? dest : 0);
+    p->at = e->at;
+    p->tramp = e->tramp;
+    memcpy(p->map, e->plan.map, MH_PLAN_MAP);
+    int err;
+    if (e->spin && e->size == 5 && e->plan.map[1] != MH_PLAN_NO_BOUNDARY)
+        err = shift_past_pushes(e, p); /* the stub jumps on to the hook */
+    else
+        err = jump_destination(e, &p->dest);
+    if (err)
+        return err;
+    mh_patch_jump_build(p->at, p->dest, e->size, p->bytes);
+    err = mh_trap_register(p->at, p->tramp, e->size, p->map, e->size == 12 ? p->dest : 0);
     if (err)
         return fail(e, err, e->at, e->avail, "too many patch sites");
     return 0;
@@ -424,16 +525,19 @@ static mh_poke publish_original(pending *e)
     uint64_t tramp = e->site->tramp[1] ? e->site->tramp[1] : e->site->tramp[0];
     __atomic_store_n(original, (void *)(uintptr_t)tramp, __ATOMIC_RELEASE);
     e->published = true;
-    return (mh_poke){.at = e->at, .bytes = e->p->bytes, .len = (size_t)e->p->jump_size,
-                     .interior = e->plan.interior,
-                     .boundary1 = e->plan.map[1] != MH_PLAN_NO_BOUNDARY};
+    const memhook_bistro_patch *p = e->p;
+    bool interior = false;
+    for (int k = 1; k < p->jump_size; k++)
+        interior |= p->map[k] != MH_PLAN_NO_BOUNDARY;
+    return (mh_poke){.at = p->at, .bytes = p->bytes, .len = (size_t)p->jump_size,
+                     .interior = interior, .boundary1 = p->map[1] != MH_PLAN_NO_BOUNDARY};
 }
 
 /* Step 4b: every prepared jump is written in one live-write pass; a
  * written one makes its patch live. */
-static size_t publish(pending *e, mh_poke *pk, const size_t *idx, size_t np)
+static size_t publish(pending *e, mh_poke *pk, const size_t *idx, size_t np, pid_t blocker)
 {
-    mh_text_poke_batch(pk, np);
+    mh_text_poke_batch(pk, np, blocker);
     size_t done = 0;
     for (size_t k = 0; k < np; k++) {
         pending *x = &e[idx[k]];
@@ -464,12 +568,14 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
         return 0;
     }
     size_t np = 0;
+    pid_t blocker = mh_text_poke_trap_blocker();
     for (size_t i = 0; i < n; i++) {
         req[i].patch = NULL;
         req[i].err = 0;
         req[i].why[0] = '\0';
         pending *x = &e[i];
         x->req = &req[i];
+        x->spin = blocker != 0;
         int err = plan_target(x);
         if (!err)
             err = place_trampoline(x);
@@ -482,7 +588,7 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
         pk[np] = publish_original(x);
         idx[np++] = i;
     }
-    size_t done = publish(e, pk, idx, np);
+    size_t done = publish(e, pk, idx, np, blocker);
     free(e);
     free(pk);
     free(idx);
@@ -556,24 +662,24 @@ size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, si
             errs[i] = ENOMEM;
         } else if (!site || site->live != patch) {
             errs[i] = EINVAL;
-        } else if (memcmp((const void *)(uintptr_t)site->at, patch->bytes,
+        } else if (memcmp((const void *)(uintptr_t)patch->at, patch->bytes,
                           (size_t)patch->jump_size) != 0) {
             /* Someone wrote over our jump (another hooking library):
              * restoring would break theirs. */
             errs[i] = EBUSY;
         } else {
             int form = patch->jump_size == 12;
-            errs[i] = mh_trap_register(site->at, site->tramp[form], patch->jump_size,
-                                       site->map[form], form ? patch->dest : 0);
+            errs[i] = mh_trap_register(patch->at, patch->tramp, patch->jump_size, patch->map,
+                                       form ? patch->dest : 0);
             if (errs[i] == 0) {
                 /* movabs+jmp has a boundary at +10 where a thread may stand. */
-                pk[np] = (mh_poke){.at = site->at, .bytes = site->orig,
+                pk[np] = (mh_poke){.at = patch->at, .bytes = site->orig + (patch->at - site->at),
                                    .len = (size_t)patch->jump_size, .interior = form};
                 idx[np++] = i;
             }
         }
     }
-    mh_text_poke_batch(pk, np);
+    mh_text_poke_batch(pk, np, 0);
     for (size_t k = 0; k < np; k++) {
         size_t i = idx[k];
         errs[i] = pk[k].err;

@@ -11,7 +11,10 @@
  *      forced signal gets the default action), so then the barrier is
  *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
  *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
- *      line) are refused naming the thread.  The probe signal is the highest
+ *      line) are refused naming the thread.  patch.c asks first
+ *      (mh_text_poke_trap_blocker) and then places a 5-byte jump after the
+ *      entry's one-byte pushes, where the spin barrier fits; the argument
+ *      is docs/design/live-patching.md.  The probe signal is the highest
  *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
  *      (default action: ignore) if no thread blocks it; interior windows
  *      are refused when a runnable thread blocks whichever we use.  The
@@ -31,6 +34,13 @@
  *      is not running user code (a running thread is interrupted at once to
  *      take the signal), and it takes the probe before its next user
  *      instruction, so it is moved before it could execute the new bytes.
+ *      A thread that cannot hear the probe (it blocks every candidate, as
+ *      faulthandler's watchdog does) refuses nothing when the kernel shows
+ *      it parked with its resume pc outside every window
+ *      (/proc/self/task/<tid>/syscall, read after the barriers are in):
+ *      it runs no user code before that pc, and from there a way into a
+ *      window crosses a barrier.  Running, unreadable, or parked inside:
+ *      the interior windows are refused.
  *   4. store bytes 1.. of every window; sync; store every byte 0; sync.
  *   5. put every page's protection back.
  *
@@ -230,8 +240,7 @@ static bool move_out(ucontext_t *uc)
     uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     uint64_t rax = (uint64_t)uc->uc_mcontext.gregs[REG_RAX];
     int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
-    uint64_t to_tramp = 0;
-    int best = 0;
+    uint64_t to_tramp = 0, best = 0;
     bool inside = false;
     /* Every form a window was ever patched with has its entry: a thread
      * may have stopped in a form that is no longer the current one. */
@@ -254,11 +263,12 @@ static bool move_out(ucontext_t *uc)
         uint64_t w = atomic_load_explicit(off < 8 ? &t->map_lo : &t->map_hi,
                                           memory_order_relaxed);
         uint8_t to = (uint8_t)(w >> (8 * (off % 8)));
-        /* The widest form's trampoline: it jumps back past every window of
-         * this entry (a narrower one returns inside the wider window). */
-        if (to != 0xFF && len > best) {
+        /* The trampoline of the form whose window ends last: it jumps back
+         * past every window of this entry (a shorter one returns inside the
+         * longer window). */
+        if (to != 0xFF && at + (uint64_t)len > best) {
             to_tramp = atomic_load_explicit(&t->tramp, memory_order_relaxed) + to;
-            best = len;
+            best = at + (uint64_t)len;
         }
     }
     if (!inside)
@@ -323,16 +333,20 @@ static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     if (si->si_code == SI_KERNEL) { /* int3 */
-        /* The widest form's trampoline (see move_out). */
-        int n = atomic_load_explicit(&g_nsites, memory_order_acquire), best = 0;
-        uint64_t to = 0;
+        /* The trampoline's copy of the window's first byte (map[0]: the
+         * body's start for a window at the entry, later for one placed
+         * after the entry's pushes), in the form whose window ends last
+         * (see move_out). */
+        int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
+        uint64_t to = 0, best = 0;
         for (int i = 0; i < n; i++) {
             int len = atomic_load_explicit(&g_sites[i].len, memory_order_acquire);
-            if (atomic_load_explicit(&g_sites[i].at, memory_order_acquire) == rip - 1 &&
-                len > best) {
-                to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) +
-                     MH_TRAMP_BODY;
-                best = len;
+            uint64_t at = atomic_load_explicit(&g_sites[i].at, memory_order_acquire);
+            uint8_t first = (uint8_t)atomic_load_explicit(&g_sites[i].map_lo,
+                                                          memory_order_relaxed);
+            if (at == rip - 1 && first != 0xFF && at + (uint64_t)len > best) {
+                to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) + first;
+                best = at + (uint64_t)len;
             }
         }
         if (to) {
@@ -371,7 +385,17 @@ typedef struct thread_info {
     char state;
     uint64_t blocked;        /* SigBlk: bit sig-1 */
     char name[20];
+    /* Where it resumes in user mode (mh_task_resume_pc): pc_err 0 when
+     * known, EAGAIN "running", else unreadable; read only when asked.
+     * frame: a pc strictly inside a window found on its stack (a signal
+     * handler interrupted it there), else 0. */
+    int pc_err;
+    uint64_t pc, sp, frame;
 } thread_info;
+
+/* Needs the batch's windows; defined after the batch. */
+struct poke_batch;
+static bool parked_outside(thread_info *t, const struct poke_batch *b, bool search_stack);
 
 static bool blocks(const thread_info *t, int sig)
 {
@@ -379,8 +403,9 @@ static bool blocks(const thread_info *t, int sig)
 }
 
 /* 'R' (running/runnable) or 'D' (e.g. a page fault): the states in which a
- * thread's user RIP can be anywhere.  A thread asleep in a system call sits
- * at a syscall instruction, not in a patch window, and is not disturbed. */
+ * thread's user RIP can be anywhere.  A thread asleep in a system call is
+ * not disturbed unless the pc it resumes at (parked_outside) lies inside a
+ * window. */
 static bool may_be_inside(const thread_info *t)
 {
     return t->state == 'R' || t->state == 'D' || t->state == '?';
@@ -484,11 +509,12 @@ static int probe_signal_choose(const thread_info *th, int nth)
 
 /* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
  * re-read the thread every 100 us for up to DEAF_WAIT_NS. */
-static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const thread_info *, int))
+static bool holds_past_transient(thread_info *t, int sig, const struct poke_batch *b,
+                                 bool (*holds)(thread_info *, int, const struct poke_batch *))
 {
     uint64_t end = 0;
     for (;;) {
-        if (!holds(t, sig))
+        if (!holds(t, sig, b))
             return false;
         uint64_t now = mh_monotonic_ns();
         if (end == 0)
@@ -501,25 +527,30 @@ static bool holds_past_transient(thread_info *t, int sig, bool (*holds)(const th
     }
 }
 
-static bool inside_and_blocking(const thread_info *t, int psig)
+/* A thread that cannot hear the probe is harmless when the kernel shows it
+ * parked with its resume pc outside every window (parked_outside): it runs
+ * no user code before it resumes there, and once the barriers are in, a
+ * way back into a window passes a barrier first (docs/design/live-patching.md). */
+static bool inside_and_blocking(thread_info *t, int psig, const struct poke_batch *b)
 {
-    return may_be_inside(t) && (psig == 0 || blocks(t, psig));
+    return t->state != 'X' && (psig == 0 || blocks(t, psig)) && !parked_outside(t, b, true);
 }
 
-static bool alive_and_blocking(const thread_info *t, int sig)
+static bool alive_and_blocking(thread_info *t, int sig, const struct poke_batch *b)
 {
+    (void)b;
     return t->state != 'X' && blocks(t, sig);
 }
 
-static bool deaf(thread_info *t, int psig)
+static bool deaf(thread_info *t, int psig, const struct poke_batch *b)
 {
-    return holds_past_transient(t, psig, inside_and_blocking);
+    return holds_past_transient(t, psig, b, inside_and_blocking);
 }
 
 /* Does t block SIGTRAP for longer than the glibc transients (see deaf)? */
 static bool blocks_trap(thread_info *t)
 {
-    return holds_past_transient(t, SIGTRAP, alive_and_blocking);
+    return holds_past_transient(t, SIGTRAP, NULL, alive_and_blocking);
 }
 
 /* ---- the protocol ---------------------------------------------------------- */
@@ -612,8 +643,171 @@ typedef struct poke_batch {
     uint64_t *page;    /* sorted, distinct pages of the windows not refused */
     int *prot;         /* their protections before step 1 */
     int npages;
+    pid_t known_blocker; /* the caller found it blocking SIGTRAP (0: none) */
     char why[200];
 } poke_batch;
+
+static bool in_a_window(const struct poke_batch *b, uint64_t pc)
+{
+    for (size_t i = 0; b && i < b->n; i++) {
+        const mh_poke *w = &b->s[i];
+        if (!w->err && pc > w->at && pc < w->at + w->len)
+            return true;
+    }
+    return false;
+}
+
+/* The end of the mapping that holds a stack pointer. */
+typedef struct stack_find {
+    uint64_t sp, end;
+} stack_find;
+
+static bool stack_line(const mh_map_entry *e, void *ctx)
+{
+    stack_find *f = ctx;
+    if (f->sp >= e->start && f->sp < e->end) {
+        f->end = e->end;
+        return false;
+    }
+    return e->start <= f->sp;
+}
+
+/* How much of a parked thread's stack (from its sp up) is searched for a
+ * saved pc inside a window; a deeper stack leaves the thread unlocated. */
+#define STACK_SCAN_MAX ((uint64_t)1 << 20)
+
+/* A thread parked in a signal handler resumes, when the handler returns,
+ * at the pc the signal interrupted - saved in the signal frame on its
+ * stack, above its sp.  So every word of the used stack is compared with
+ * the windows (a call's return address never lies strictly inside one:
+ * the planner refuses such calls, so a hit is a saved pc, or a stray value
+ * that refuses for nothing worse than caution).  The stack is the mapping
+ * that holds the sp (a thread's stack, the main stack, or the sigaltstack
+ * the handler runs on, which holds its frame).  Returns false when it
+ * cannot be searched whole.  Another thread's stack holds a sanitizer's
+ * poisoned redzones: reading them is the point here. */
+__attribute__((no_sanitize_address))
+static bool stack_clear(thread_info *t, const struct poke_batch *b)
+{
+    stack_find f = {t->sp, 0};
+    if (mh_maps_each(stack_line, &f) != 0 || f.end == 0 || f.end - t->sp > STACK_SCAN_MAX) {
+        t->pc_err = E2BIG;
+        return false;
+    }
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->s[i].err) {
+            lo = b->s[i].at < lo ? b->s[i].at : lo;
+            hi = b->s[i].at + b->s[i].len > hi ? b->s[i].at + b->s[i].len : hi;
+        }
+    }
+    for (uint64_t a = t->sp & ~(uint64_t)7; a + 8 <= f.end; a += 8) {
+        uint64_t v = *(const volatile uint64_t *)(uintptr_t)a;
+        if (v > lo && v < hi && in_a_window(b, v)) {
+            t->frame = v;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether the kernel shows t parked (off its CPU, not run since it looked)
+ * with nothing that would resume strictly inside a window still to be
+ * written: not its pc, nor (search_stack) a pc a signal handler it sleeps
+ * in would return to (stack_clear).  At +0 it meets the barrier.  The
+ * context switch count, equal before the first look and after the second,
+ * says it did not run meanwhile, so its stack held still while it was
+ * searched.  A thread that is running, or whose /proc files cannot be
+ * read, is not.  The stack is searched for the threads no probe reaches;
+ * one the probe reaches is only asked where it sleeps (see asleep_inside). */
+static bool parked_outside(thread_info *t, const struct poke_batch *b, bool search_stack)
+{
+    t->frame = 0;
+    long long before = search_stack ? mh_task_switches((int)t->tid) : 0;
+    t->pc_err = mh_task_resume_pc((int)t->tid, &t->pc, &t->sp);
+    if (t->pc_err == ESRCH)
+        return true; /* gone */
+    if (t->pc_err == 0 && before < 0)
+        t->pc_err = EIO;
+    if (t->pc_err || in_a_window(b, t->pc))
+        return false;
+    if (!search_stack)
+        return true;
+    if (!stack_clear(t, b))
+        return false;
+    uint64_t pc2 = 0, sp2 = 0;
+    int again = mh_task_resume_pc((int)t->tid, &pc2, &sp2);
+    if (again == ESRCH)
+        return true;
+    if (again || pc2 != t->pc || sp2 != t->sp || mh_task_switches((int)t->tid) != before) {
+        t->pc_err = EAGAIN; /* it ran while we looked */
+        return false;
+    }
+    return true;
+}
+
+/* Whether a thread found asleep may stand inside a window after all: it
+ * woke since (the kernel says "running"), or it sleeps at a pc inside one
+ * (a page fault served by userfaultfd sleeps interruptibly).  Unreadable:
+ * taken as asleep at its system call, as every sleeping thread was before
+ * this file was read (probing them all would interrupt system calls that
+ * do not restart); a thread no probe reaches gets no such benefit.  Its
+ * stack is not searched: a handler it sleeps in would take the probe in
+ * its own context, not the one it interrupted (the residual case of
+ * docs/design/live-patching.md). */
+static bool asleep_inside(thread_info *t, const poke_batch *b)
+{
+    return !parked_outside(t, b, false) && (t->pc_err == EAGAIN || t->pc_err == 0);
+}
+
+/* "is running ...", "is parked at +3 of a window": why a thread that
+ * cannot hear the probe may be inside a window (after parked_outside). */
+static void where_text(const thread_info *t, const poke_batch *b, char *buf, size_t len)
+{
+    if (t->pc_err == EAGAIN) {
+        snprintf(buf, len, "is running (where it resumes is unknown)");
+        return;
+    }
+    if (t->pc_err == E2BIG) {
+        snprintf(buf, len, "has a stack too deep to search");
+        return;
+    }
+    if (t->pc_err) {
+        snprintf(buf, len, "has no readable /proc/.../syscall (errno %d)", t->pc_err);
+        return;
+    }
+    if (t->frame) {
+        snprintf(buf, len, "has a pc inside a window saved on its stack");
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (t->pc > b->s[i].at && t->pc < b->s[i].at + b->s[i].len) {
+            snprintf(buf, len, "is parked at +%llu of a window",
+                     (unsigned long long)(t->pc - b->s[i].at));
+            return;
+        }
+    }
+    snprintf(buf, len, "may stand inside a window");
+}
+
+/* A thread that cannot hear the probe, located (parked) with its pc or a
+ * signal frame's saved pc strictly inside a window: only the windows that
+ * hold that pc are refused, with b->why.  False when it is not located
+ * (then every interior window must be). */
+static bool refuse_where_located(poke_batch *b, const thread_info *t)
+{
+    uint64_t hit = t->frame ? t->frame : t->pc;
+    if (t->pc_err != 0 || !in_a_window(b, hit))
+        return false;
+    for (size_t k = 0; k < b->n; k++) {
+        mh_poke *w = &b->s[k];
+        if (!w->err && hit > w->at && hit < w->at + w->len) {
+            w->err = EAGAIN;
+            snprintf(w->why, sizeof w->why, "%s", b->why);
+        }
+    }
+    return true;
+}
 
 static void poke_batch_free(poke_batch *b)
 {
@@ -630,6 +824,11 @@ static void poke_batch_free(poke_batch *b)
 static void barrier_choose(poke_batch *b)
 {
     const thread_info *trap_blocker = NULL;
+    /* The caller's blocker first: it held past the transients already, so
+     * one look that finds it still blocking settles it. */
+    for (int i = 0; i < b->nth && !trap_blocker && b->known_blocker; i++)
+        if (b->th[i].tid == b->known_blocker && alive_and_blocking(&b->th[i], SIGTRAP, NULL))
+            trap_blocker = &b->th[i];
     for (int i = 0; i < b->nth && !trap_blocker; i++)
         if (blocks_trap(&b->th[i]))
             trap_blocker = &b->th[i];
@@ -662,25 +861,29 @@ static void probe_choose(poke_batch *b)
     if (!any_interior)
         return;
     b->psig = probe_signal_choose(b->th, b->nth);
-    const thread_info *dth = NULL;
-    for (int i = 0; i < b->nth && !dth; i++)
-        if (deaf(&b->th[i], b->psig))
-            dth = &b->th[i];
-    if (!dth)
-        return;
-    if (b->psig)
-        snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d (and every other "
-                 "free probe signal), so the threads cannot be moved out of a window "
-                 "with an instruction boundary inside", (int)dth->tid, dth->name, b->psig);
-    else
-        snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
-                 "real-time signal, SIGURG and SIGWINCH have handlers)");
-    /* Every interior window, refused already or not: this reason wins. */
-    for (size_t i = 0; i < b->n; i++) {
-        if (s[i].interior) {
-            s[i].err = EAGAIN;
-            snprintf(s[i].why, sizeof s[i].why, "%s", b->why);
+    for (int i = 0; i < b->nth; i++) {
+        thread_info *t = &b->th[i];
+        if (!deaf(t, b->psig, b))
+            continue;
+        char where[56];
+        where_text(t, b, where, sizeof where);
+        if (b->psig)
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks every free probe signal "
+                     "(%d too) and %s: it cannot be moved out of a window with a boundary "
+                     "inside", (int)t->tid, t->name, b->psig, where);
+        else
+            snprintf(b->why, sizeof b->why, "no free signal to probe the threads with (every "
+                     "real-time signal, SIGURG and SIGWINCH have handlers)");
+        if (b->psig && refuse_where_located(b, t))
+            continue;
+        /* Every interior window, refused already or not: this reason wins. */
+        for (size_t k = 0; k < b->n; k++) {
+            if (s[k].interior) {
+                s[k].err = EAGAIN;
+                snprintf(s[k].why, sizeof s[k].why, "%s", b->why);
+            }
         }
+        return;
     }
 }
 
@@ -805,12 +1008,17 @@ static bool threads_recheck(poke_batch *b)
     for (size_t i = 0; i < b->n; i++)
         probe |= s[i].interior && !s[i].err;
     for (int i = 0; i < b->nth && probe; i++) {
-        if (deaf(&b->th[i], b->psig)) {
-            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, so "
-                     "it cannot be moved out of a window with an instruction boundary inside",
-                     (int)b->th[i].tid, b->th[i].name, b->psig);
-            refuse_unrefused_interiors(s, b->n, b->why);
+        if (deaf(&b->th[i], b->psig, b)) {
+            char where[56];
+            where_text(&b->th[i], b, where, sizeof where);
+            snprintf(b->why, sizeof b->why, "thread %d (%s) blocks signal %d, the probe, and "
+                     "%s: it cannot be moved out of a window with a boundary inside",
+                     (int)b->th[i].tid, b->th[i].name, b->psig, where);
+            if (!refuse_where_located(b, &b->th[i]))
+                refuse_unrefused_interiors(s, b->n, b->why);
             probe = false;
+            for (size_t k = 0; k < b->n; k++)
+                probe |= s[k].interior && !s[k].err;
         }
     }
     return probe;
@@ -824,7 +1032,7 @@ static int probes_send(poke_batch *b, uint32_t round)
     pid_t pid = getpid();
     int sent = 0;
     for (int i = 0; i < b->nth; i++) {
-        if (!may_be_inside(&b->th[i]))
+        if (!may_be_inside(&b->th[i]) && !asleep_inside(&b->th[i], b))
             continue;
         siginfo_t si;
         memset(&si, 0, sizeof si);
@@ -921,8 +1129,22 @@ static void pages_restore(poke_batch *b)
     }
 }
 
+pid_t mh_text_poke_trap_blocker(void)
+{
+    thread_info *th = malloc(sizeof *th * MAX_THREADS);
+    if (!th)
+        return 0; /* the batch itself will say "out of memory" */
+    int n = list_threads(th, MAX_THREADS);
+    pid_t found = 0;
+    for (int i = 0; i < n && !found; i++)
+        if (blocks_trap(&th[i]))
+            found = th[i].tid;
+    free(th);
+    return found;
+}
+
 /* The steps of the file comment, in order. */
-size_t mh_text_poke_batch(mh_poke *s, size_t n)
+size_t mh_text_poke_batch(mh_poke *s, size_t n, pid_t trap_blocker)
 {
     for (size_t i = 0; i < n; i++) {
         s[i].err = 0;
@@ -930,7 +1152,7 @@ size_t mh_text_poke_batch(mh_poke *s, size_t n)
     }
     if (n == 0)
         return 0;
-    poke_batch b = {.s = s, .n = n};
+    poke_batch b = {.s = s, .n = n, .known_blocker = trap_blocker};
     int err = mh_trap_handler_ensure();
     if (err) {
         snprintf(b.why, sizeof b.why, "cannot install the SIGTRAP handler: %s", strerror(err));
@@ -961,7 +1183,7 @@ int mh_text_poke(uint64_t at, const uint8_t *new_bytes, size_t len, bool interio
                  char *why, size_t why_len)
 {
     mh_poke p = {.at = at, .bytes = new_bytes, .len = len, .interior = interior};
-    mh_text_poke_batch(&p, 1);
+    mh_text_poke_batch(&p, 1, 0);
     if (p.err && why && why_len)
         snprintf(why, why_len, "%s", p.why);
     return p.err;

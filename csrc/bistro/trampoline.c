@@ -13,6 +13,11 @@
  *
  * The SIGTRAP redirect for a thread caught on the int3 lands on +4
  * (MH_TRAMP_BODY): it already executed the target's own endbr64, if any.
+ *
+ * An undo stub, for a jump placed after the entry's one-byte pushes (the
+ * spin barrier's form, docs/design/live-patching.md): the pops of those
+ * pushes in reverse order, then a jump to the hook, so the hook starts
+ * with the registers and stack of the function's entry.
  */
 #include "bistro.h"
 
@@ -58,6 +63,21 @@ size_t mh_tramp_build(const uint8_t *src, uint64_t src_addr, size_t avail, size_
 void mh_farslot_build(uint64_t dest, uint8_t out[MH_FARSLOT_SIZE])
 {
     put_abs_jmp(out, dest);
+}
+
+size_t mh_undo_stub_build(const uint8_t *pushes, size_t n, uint64_t stub_addr, uint64_t dest,
+                          uint8_t out[MH_UNDO_STUB_MAX])
+{
+    if (n > MH_PUSH_RUN_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pushes[i] < 0x50 || pushes[i] > 0x57)
+            return 0;
+        out[i] = (uint8_t)(pushes[n - 1 - i] + 8); /* push %r (50+r) -> pop %r (58+r) */
+    }
+    if (mh_rel32_reachable(stub_addr + n + 5, dest))
+        return n + put_rel_jmp(out + n, stub_addr + n, dest);
+    return n + put_abs_jmp(out + n, dest);
 }
 
 size_t mh_patch_jump_build(uint64_t at, uint64_t dest, int size, uint8_t out[16])

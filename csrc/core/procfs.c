@@ -1,9 +1,10 @@
-/* procfs.c - the /proc/self/maps walk (procfs.h says who needs it and why
- * it must not allocate). */
+/* procfs.c - the /proc/self/maps walk and the resume-pc reader (procfs.h
+ * says who needs them and why they must not allocate). */
 #include "procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -102,4 +103,83 @@ int mh_maps_each(mh_maps_fn fn, void *ctx)
     }
     close(fd);
     return err;
+}
+
+int mh_task_resume_pc(int tid, uint64_t *pc, uint64_t *sp)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? ESRCH : errno;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof buf - 1);
+    while (n < 0 && errno == EINTR);
+    int err = n < 0 ? errno : 0;
+    close(fd);
+    if (err)
+        return err;
+    if (n <= 0)
+        return EIO;
+    buf[n] = '\0';
+    if (strncmp(buf, "running", 7) == 0)
+        return EAGAIN;
+    /* "nr [6 args] sp pc" (nr -1: blocked outside a system call, then
+     * only "sp pc"): the last two fields. */
+    char *end = buf + n;
+    while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
+        *--end = '\0';
+    char *last = strrchr(buf, ' ');
+    if (!last || strncmp(last + 1, "0x", 2) != 0)
+        return EIO;
+    *last = '\0';
+    char *prev = strrchr(buf, ' ');
+    if (!prev || strncmp(prev + 1, "0x", 2) != 0)
+        return EIO;
+    const char *s = last + 3, *t = prev + 3;
+    uintptr_t v, w;
+    if (!parse_hex(&s, &v) || *s != '\0' || !parse_hex(&t, &w) || *t != '\0')
+        return EIO;
+    *pc = (uint64_t)v;
+    if (sp)
+        *sp = (uint64_t)w;
+    return 0;
+}
+
+long long mh_task_switches(int tid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof buf - 1);
+    while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    long long total = 0;
+    int found = 0;
+    static const char *const keys[2] = {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"};
+    for (int k = 0; k < 2; k++) {
+        const char *at = strstr(buf, keys[k]);
+        /* "voluntary_..." is also the tail of "nonvoluntary_...": the line's own */
+        while (at && at != buf && at[-1] != '\n')
+            at = strstr(at + 1, keys[k]);
+        if (!at)
+            continue;
+        at += strlen(keys[k]);
+        while (*at == ' ' || *at == '\t')
+            at++;
+        long long v = 0;
+        while (*at >= '0' && *at <= '9')
+            v = v * 10 + (*at++ - '0');
+        total += v;
+        found++;
+    }
+    return found == 2 ? total : -1;
 }

@@ -1,5 +1,6 @@
 /*
- * procfs.h - memhook's one reader of /proc/self/maps.
+ * procfs.h - memhook's readers of /proc/self: the maps, and where a
+ * parked thread will resume (/proc/self/task/<tid>/syscall).
  *
  * reloc (the protection of each GOT page it writes), bistro's text_poke.c
  * (the protection of each page it patches) and bistro's islands (the free
@@ -48,5 +49,23 @@ typedef bool (*mh_maps_fn)(const mh_map_entry *entry, void *ctx);
  * errno of the open or a read that failed; lines seen before a failed read
  * were passed to fn. */
 MH_HIDDEN int mh_maps_each(mh_maps_fn fn, void *ctx);
+
+/* Where thread `tid` of this process resumes in user mode, when the kernel
+ * can say: the thread is off its CPU and has not run between the kernel's
+ * two looks at it (task_current_syscall); *pc is the user instruction
+ * pointer it returns to (after the syscall instruction when it sleeps in
+ * one, the faulting instruction when it waits in a page fault), *sp its
+ * user stack pointer (sp may be NULL).  Returns 0, EAGAIN when the file
+ * says "running" (on a CPU or runnable: anywhere), ESRCH when the thread is
+ * gone, or the errno of the open/read (no such file on a kernel or sandbox
+ * without it).  Malloc-free, like the maps walk: text_poke.c calls it
+ * while other threads are held at barriers. */
+MH_HIDDEN int mh_task_resume_pc(int tid, uint64_t *pc, uint64_t *sp);
+
+/* The thread's context switches so far (voluntary + involuntary, from
+ * /proc/self/task/<tid>/status), or -1 when it cannot be read.  Equal
+ * counts around two looks that found it off its CPU mean it did not run
+ * in between. */
+MH_HIDDEN long long mh_task_switches(int tid);
 
 #endif

@@ -75,3 +75,19 @@ def test_lines_longer_than_the_buffer(native, c_test_dir: Path) -> None:
     assert [g[:3] for g in got] == [w[:3] for w in want]
     for g, w in zip(got, want):
         assert w[3].startswith(g[3])
+
+
+def test_resume_pc_of_parked_running_and_gone_threads(native, c_test_dir: Path) -> None:
+    """mh_task_resume_pc (bistro's way to locate a thread no signal reaches,
+    docs/design/live-patching.md): a thread asleep in read() is located at
+    the instruction after its `syscall` (0f 05); a spinning thread is never
+    located (EAGAIN: the kernel says "running", preempted or not); a thread
+    that has exited is ESRCH."""
+    import errno
+    exe = c_test_dir / "resume_pc"
+    native.compile([HERE / "resume_pc.c", CSRC / "core" / "procfs.c"], exe,
+                   extra=[f"-I{CSRC / 'core'}", "-lpthread"])
+    out = dict(line.split(" ", 1) for line in run_checked([str(exe)]).stdout.splitlines())
+    assert out["parked"] == "0 0f05", out
+    assert out["spinner"] == str(errno.EAGAIN), out
+    assert out["gone"] == str(errno.ESRCH), out
