@@ -78,14 +78,14 @@ TARGETS: tuple[Target, ...] = (
         # trace/ after queue/ and cuda/: .init_array runs in link order, and
         # trace's constructor must come after the event queue's and the
         # hooks' (their atfork child handlers first: csrc/trace/trace.c).
-        sources=("core/*.c", "queue/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cuda/*.c",
-                 "trace/*.c"),
+        sources=("core/*.c", "queue/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cache/*.c",
+                 "cuda/*.c", "trace/*.c"),
         soname="libmemhook.so",
         # nodelete: patched entry points, GOT slots and each thread's lane
         # destructor (csrc/queue/event_lane.c) point into it; a dlclose must
         # never unmap it.
         libs=("-ldl", "-lpthread", "-Wl,-z,nodelete"),
-        includes=("core", "queue", "bistro", "reloc", "cuda", "trace"),
+        includes=("core", "queue", "bistro", "reloc", "cache", "cuda", "trace"),
     ),
     Target(
         name="memhook/sim/lib/libcuda.so.1",

@@ -152,6 +152,43 @@ typedef struct memhook_queue_stats {
 void memhook_queue_stats_get(memhook_queue_stats *out);
 int memhook_events_record(int kind, int function, uint64_t address,
                           uint64_t size, int mem_type, int device, int result);
+#define MEMHOOK_MEMORY_HOST ...
+#define MEMHOOK_MEMORY_CUDA ...
+#define MEMHOOK_MEMORY_CUDA_MANAGED ...
+#define MEMHOOK_MEMORY_CUDA_HOST ...
+#define MEMHOOK_MEMORY_UNKNOWN ...
+#define MEMHOOK_ORIGIN_UNKNOWN ...
+#define MEMHOOK_ORIGIN_HOOKS ...
+#define MEMHOOK_ORIGIN_DRIVER ...
+typedef struct memhook_region {
+    size_t struct_size;
+    int mem_type;
+    int device;
+    uint64_t base;
+    uint64_t size;
+    uint64_t alloc_id;
+    int origin;
+    int reserved0;
+} memhook_region;
+int memhook_query(const void *ptr, size_t len, memhook_region *out);
+int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
+int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *out);
+int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t *types);
+int memhook_query_types_cached(const uint64_t *ptrs, size_t count, uint8_t *types);
+typedef struct memhook_testing_cache memhook_testing_cache;
+memhook_testing_cache *memhook_testing_cache_new(void);
+void memhook_testing_cache_free(memhook_testing_cache *cache);
+void memhook_testing_cache_apply(memhook_testing_cache *cache, const memhook_event *events,
+                                 size_t count);
+void memhook_testing_cache_remember(memhook_testing_cache *cache, uint64_t base, uint64_t size,
+                                    int mem_type, int device);
+void memhook_testing_cache_hooks(memhook_testing_cache *cache, int installed, int coverage);
+int memhook_testing_cache_lookup(memhook_testing_cache *cache, uint64_t ptr, uint64_t len,
+                                 memhook_region *out);
+size_t memhook_testing_cache_regions(memhook_testing_cache *cache, memhook_region *out,
+                                     size_t capacity);
+void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *ptrs,
+                                 size_t count, uint8_t *types);
 """
 
 # The two driver queries of memhook/_driver.py, called through pointers that

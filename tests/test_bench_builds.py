@@ -42,3 +42,11 @@ def test_caller_bench_builds_and_runs() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "RESULT plain_ns=" in proc.stdout, proc.stdout
+
+
+def test_native_query_bench_builds_and_runs() -> None:
+    """A small run (its figures go in docs/performance.md, not asserted)."""
+    proc = subprocess.run([sys.executable, str(BENCH / "queries" / "native_query_bench.py"),
+                           "200", "20000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "query_device_ns" in proc.stdout and "backlog_absorb_ms" in proc.stdout, proc.stdout

@@ -44,6 +44,9 @@ LAYERS: dict[str, int] = {
     "bistro": 2,
     "reloc": 2,
     "trace": 3,
+    # the memory-type cache: fed by the queue (a registered feed), told of
+    # the hooks by cuda/; it knows nothing of them.
+    "cache": 3,
     "cuda": 4,
     # memory_type's fast path, built into the Python extension (not the core
     # library): it may use every layer's public header, nothing includes it.

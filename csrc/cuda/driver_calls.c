@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "cache.h"
 #include "cuda_hooks.h"
 #include "mh_sonames.h"
 
@@ -27,6 +28,8 @@ typedef CUresult (*handle_properties_fn)(CUmemAllocationProp *, CUmemGenericAllo
 typedef CUresult (*pointer_get_attribute_fn)(void *, int, CUdeviceptr);
 typedef CUresult (*ctx_get_device_v2_fn)(CUdevice *, CUcontext);
 typedef CUresult (*primary_ctx_state_fn)(CUdevice, unsigned int *, int *);
+typedef CUresult (*pointer_get_attributes_fn)(unsigned int, CUpointer_attribute *, void **,
+                                              CUdeviceptr);
 
 /* Cached entry points of the one driver in the process (NULL: not looked
  * up yet, or the driver is not loaded yet - looked up again next time). */
@@ -36,6 +39,14 @@ static _Atomic(void *) g_handle_properties;
 static _Atomic(void *) g_pointer_get_attribute;
 static _Atomic(void *) g_ctx_get_device_v2;
 static _Atomic(void *) g_primary_ctx_state;
+/* For the cache's queries (mh_driver_pointer_answer). */
+static _Atomic(void *) g_pointer_get_attributes;
+/* The loader's object count (+1) when cuPointerGetAttributes was last not
+ * found: looked up again only once an object was loaded since (a
+ * dlopen(RTLD_NOLOAD) of a library that is not loaded searches the path). */
+static _Atomic unsigned long long g_no_driver_at;
+/* The driver refused the MAPPING_* attributes once: ask without them. */
+static _Atomic bool g_no_mapping_attrs;
 /* cudaGetSymbolSize of the runtime whose cudaGetSymbolAddress was hooked
  * last, keyed by that function (a process normally has one runtime). */
 static _Atomic(void *) g_symbol_size_key;
@@ -76,6 +87,8 @@ void mh_driver_calls_reset(void)
     atomic_store(&g_pointer_get_attribute, NULL);
     atomic_store(&g_ctx_get_device_v2, NULL);
     atomic_store(&g_primary_ctx_state, NULL);
+    atomic_store(&g_pointer_get_attributes, NULL);
+    atomic_store(&g_no_driver_at, 0);
     atomic_store(&g_symbol_size_key, NULL);
     atomic_store(&g_symbol_size, NULL);
 }
@@ -185,4 +198,91 @@ bool mh_handle_kind(uint64_t handle, int *mem_type, int *device)
     default:
         return false;
     }
+}
+
+/* The cache's question to the driver (mh_cache_driver_fn): what ptr is, as
+ * memhook/_driver.py asks it - MEMORY_TYPE alone first (most pointers asked
+ * about are not CUDA's), then type, managed, device, range and mapping.
+ * Only a driver already loaded (RTLD_NOLOAD) and initialised (before cuInit
+ * it answers NOT_INITIALIZED: no answer); with mh_hook_depth raised, so
+ * that what the driver calls in turn records nothing. */
+static int pointer_answer(uint64_t ptr, mh_driver_answer *out)
+{
+    pointer_get_attributes_fn fn = (pointer_get_attributes_fn)atomic_load_explicit(
+        &g_pointer_get_attributes, memory_order_acquire);
+    if (fn == NULL) {
+        unsigned long long at = memhook_loader_generation() + 1;
+        if (atomic_load_explicit(&g_no_driver_at, memory_order_relaxed) == at)
+            return -1;
+        fn = (pointer_get_attributes_fn)driver_symbol(&g_pointer_get_attributes,
+                                                      "cuPointerGetAttributes");
+        if (fn == NULL) {
+            atomic_store_explicit(&g_no_driver_at, at, memory_order_relaxed);
+            return -1;
+        }
+    }
+    CUpointer_attribute attrs[7] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE,       CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+    };
+    unsigned int cu_type = 0, managed = 0;
+    int device = -1;
+    CUdeviceptr start = 0, map_start = 0;
+    size_t length = 0, map_len = 0;
+    void *data[7] = {&cu_type, &managed, &device, &start, &length, &map_start, &map_len};
+    int rc = -1;
+    mh_hook_depth++;
+    if (fn(1, attrs, data, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+        goto done;
+    if (cu_type == 0) {
+        *out = (mh_driver_answer){.known = 0, .type = MEMHOOK_MEMORY_HOST, .device = -1};
+        rc = 0;
+        goto done;
+    }
+    cu_type = 0;
+    unsigned count = atomic_load_explicit(&g_no_mapping_attrs, memory_order_relaxed) ? 5 : 7;
+    CUresult r = fn(count, attrs, data, (CUdeviceptr)ptr);
+    if (r != CUDA_SUCCESS && count == 7) {
+        /* A driver without the MAPPING_* attributes refuses the whole call. */
+        r = fn(5, attrs, data, (CUdeviceptr)ptr);
+        if (r == CUDA_SUCCESS)
+            atomic_store_explicit(&g_no_mapping_attrs, true, memory_order_relaxed);
+        map_len = 0;
+    }
+    if (r != CUDA_SUCCESS)
+        goto done;
+    if (cu_type == 0) {  /* (freed between the two calls) */
+        *out = (mh_driver_answer){.known = 0, .type = MEMHOOK_MEMORY_HOST, .device = -1};
+        rc = 0;
+        goto done;
+    }
+    int type = managed || cu_type == CU_MEMORYTYPE_UNIFIED ? MEMHOOK_MEMORY_CUDA_MANAGED
+               : cu_type == CU_MEMORYTYPE_HOST             ? MEMHOOK_MEMORY_CUDA_HOST
+                                                           : MEMHOOK_MEMORY_CUDA;
+    uint64_t base = start, size = length;
+    if (!(size && base <= ptr && ptr - base < size) && !mh_driver_range(ptr, &base, &size))
+        base = size = 0;
+    if (!(size && base <= ptr && ptr - base < size)) {
+        base = ptr;
+        size = 1;
+    }
+    if (map_len && map_start <= ptr && ptr - map_start < map_len) {
+        uint64_t lo = base > map_start ? base : map_start;
+        uint64_t hi_a = base + size, hi_b = map_start + map_len;
+        base = lo;
+        size = (hi_a < hi_b ? hi_a : hi_b) - lo;
+    }
+    *out = (mh_driver_answer){.known = 1, .type = type, .device = device >= 0 ? device : -1,
+                              .base = base, .size = size};
+    rc = 0;
+done:
+    mh_hook_depth--;
+    return rc;
+}
+
+__attribute__((constructor)) static void pointer_answer_register(void)
+{
+    mh_cache_set_driver(pointer_answer);
 }

@@ -33,6 +33,7 @@
 #include <pthread.h>
 
 #include "bistro.h"
+#include "cache.h"
 #include "caller.h"
 #include "cuda_hooks.h"
 #include "log.h"
@@ -61,6 +62,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     mh_queue_fork_child();      /* the consumer lock, the lanes, the pending flag */
+    mh_cache_fork_child();      /* the cache's writer seat and reader slots */
     mh_emit_fork_child();       /* the pid events carry */
     mh_reloc_fork_child();
     mh_bistro_fork_child();

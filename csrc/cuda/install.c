@@ -13,8 +13,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cache.h"
 #include "caller.h"
 #include "mh_objects.h"
 #include "cuda_hooks.h"
@@ -22,6 +24,9 @@
 #include "mh_sonames.h"
 #include "queue.h"
 #include "reloc.h"
+
+static void cache_period_end(void);
+static void cache_coverage_update(unsigned mode, bool new_period);
 
 MH_HOT int mh_recording;
 __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
@@ -352,27 +357,38 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     if (g_mode_before == 0 && mode != 0) {
         mh_live_new_generation(true);  /* before recording starts: live_table.c */
         hooks_gap(false);
+        /* A new install period for the cache: what it learned before is
+         * no longer vouched for (frees may have gone unseen meanwhile).
+         * Events recorded before are applied in the period they belong to. */
+        mh_queue_feed_run(true);
+        mh_cache_publish_deferred(mh_cache_process(), true);
+        mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
     if (g_mode_before != 0 && mode == 0) {
         mh_live_new_generation(false);  /* after recording stopped: live_table.c */
         hooks_gap(true);
+        cache_period_end();
     }
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     if (rc != 0)
         mh_warn("%s", why);
+    cache_coverage_update(mode, g_mode_before == 0 && mode != 0);
     return rc;
 }
 
 int memhook_hooks_uninstall(void)
 {
+    mh_cache_set_coverage(mh_cache_process(), false);
     install_lock();
+    bool was_on = g_mode != 0;
     __atomic_store_n(&mh_recording, 0, __ATOMIC_RELEASE);
+    if (was_on)
+        cache_period_end();
     mh_live_new_generation(false);  /* after recording stopped: live_table.c */
     bistro_remove_all();
     reloc_remove();
-    bool was_on = g_mode != 0;
     __atomic_store_n(&g_mode, 0u, __ATOMIC_RELEASE); /* (read unlocked: the token) */
     /* The marker after the mode reads none: a query that still read the
      * hooks on, and so stores a driver answer, read it before the marker
@@ -393,11 +409,13 @@ unsigned memhook_hooks_mode(void)
     return m;
 }
 
-int memhook_hooks_coverage_complete(void)
+/* `consumer`: for this process's consumer of events (memhook/_drain.py),
+ * which lacks what mh_queue_trim dropped; the core's cache saw those. */
+static int coverage_complete(bool consumer)
 {
     install_lock();
     /* (mh_queue_trimmed: events this process's consumer never saw.) */
-    int complete = g_mode != 0 && !g_driver_used_unseen && !mh_queue_trimmed();
+    int complete = g_mode != 0 && !g_driver_used_unseen && !(consumer && mh_queue_trimmed());
     void *lib = complete ? loaded_driver() : NULL;
     if (complete && lib != NULL) {
         bool bistro_all = true;
@@ -423,6 +441,43 @@ int memhook_hooks_coverage_complete(void)
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return complete;
+}
+
+int memhook_hooks_coverage_complete(void) { return coverage_complete(true); }
+
+/* The end of an install period (install lock held, recording stopped):
+ * what was recorded in it is applied as of it, then the period ends. */
+static void cache_period_end(void)
+{
+    mh_cache_set_coverage(mh_cache_process(), false);
+    mh_queue_feed_run(true);
+    mh_cache_publish_deferred(mh_cache_process(), true);
+    mh_cache_period_next(mh_cache_process(), false);
+}
+
+/* After an install (no lock held): the cache's copy of the coverage
+ * answer, and, for a new period, the VA CUDA reserved before it marked
+ * UNKNOWN (allocations no hook saw may be there: a query asks the
+ * driver).  The answer changes with the mode only: a driver loaded later
+ * is patched at its load (reloc follows dlopen; bistro loads it at
+ * install). */
+static void cache_coverage_update(unsigned mode, bool new_period)
+{
+    mh_cache *c = mh_cache_process();
+    if (new_period) {
+        uint64_t stack[2 * 64];
+        uint64_t *pairs = stack;
+        long long n = memhook_cuda_reserved_ranges(pairs, 64);
+        if (n > 64) {
+            pairs = malloc((size_t)n * 2 * sizeof(uint64_t));
+            n = pairs != NULL ? memhook_cuda_reserved_ranges(pairs, (size_t)n) : -1;
+        }
+        if (n > 0)
+            mh_cache_mark_reserved(c, pairs, (size_t)n);
+        if (pairs != stack)
+            free(pairs);
+    }
+    mh_cache_set_coverage(c, mode != 0 && coverage_complete(false));
 }
 
 /* Python asks memhook_hooks_coverage_complete before answering HOST for a

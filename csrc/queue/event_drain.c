@@ -182,6 +182,24 @@ static _Atomic uint64_t g_consumed_total;
 /* Process-wide like the queue it watches: where drained batches are copied
  * to (the trace streamer's socket), or NULL.  Set by csrc/trace/. */
 static _Atomic mh_queue_sink_fn g_sink;
+/* Process-wide, as the queue: calls that took the pending flag (drains,
+ * the feed's runs) are numbered when they begin (`begun`, before the flag
+ * is exchanged); `done` is the number of the last one that left every event
+ * published before it began in the cache (the feed committed).  A query is
+ * up to date when a call numbered after its own start is done, or when the
+ * flag holds no news and every call begun is done (mh_queue_feed_run). */
+static struct {
+    _Alignas(64) _Atomic uint64_t begun;
+    _Atomic uint64_t done;
+} g_calls;
+
+static uint64_t call_begin(void) { return atomic_fetch_add(&g_calls.begun, 1) + 1; }
+static void call_done(uint64_t n) { atomic_store(&g_calls.done, n); }
+
+/* Process-wide, as the queue it reads: the cache's feed (csrc/cache/),
+ * set once at load. */
+static _Atomic mh_queue_feed_fn g_feed;
+static void (*_Atomic g_feed_commit)(void);
 /* memhook_events_drain was called: the trace keeps its events for us. */
 static _Atomic bool g_consumer_seen;
 /* mh_queue_trim dropped events: a consumer that starts later has not seen
@@ -1257,6 +1275,20 @@ static void sink_batch(const memhook_event *events, size_t count)
     }
 }
 
+static void feed_batch(const memhook_event *events, size_t count)
+{
+    mh_queue_feed_fn feed = atomic_load_explicit(&g_feed, memory_order_acquire);
+    if (feed != NULL && count != 0)
+        feed(events, count);
+}
+
+static void feed_commit(void)
+{
+    void (*commit)(void) = atomic_load_explicit(&g_feed_commit, memory_order_acquire);
+    if (commit != NULL)
+        commit();
+}
+
 /* Events of the run's first snapshot still waiting. */
 static bool run_owes(uint64_t run)
 {
@@ -1286,6 +1318,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
         return 0;
     pthread_mutex_lock(&g_lock);
+    uint64_t call = call_begin();
     /* Before reading the lanes: a push after this sets it again. */
     atomic_exchange(&mh_events_pending.flag, 0);
     size_t cap, n = 0;
@@ -1330,14 +1363,19 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
             look_close(&lk, false);
             mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
             sink_batch(out + n, got);
+            feed_batch(out + n, got);
             n += got;
             if (!run_owes(*mark))
                 break;
         }
         lanes_tidy();
     }
-    if (cur == NULL || any_unconsumed(looked))
-        atomic_store(&mh_events_pending.flag, 1);  /* the next drain goes on */
+    bool left = cur == NULL || any_unconsumed(looked);
+    if (left)
+        atomic_store(&mh_events_pending.flag, MH_PENDING_NEWS);  /* the next drain goes on */
+    feed_commit();
+    if (!left)
+        call_done(call);
     pthread_mutex_unlock(&g_lock);
     return n;
 }
@@ -1352,6 +1390,7 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
         atomic_load_explicit(&mh_events_pending.flag, memory_order_acquire) == 0)
         return 0;
     pthread_mutex_lock(&g_lock);
+    uint64_t call = call_begin();
     atomic_exchange(&mh_events_pending.flag, 0);
     size_t cap, n = 0;
     cursor *cur = cursors(&cap);
@@ -1370,6 +1409,7 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
             look_close(&lk, false);
             mh_clock_convert(out + n, got);
             sink_batch(out + n, got);
+            feed_batch(out + n, got);
             n += got;
         }
         lanes_tidy();
@@ -1377,8 +1417,12 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
     /* What it left (the last look's G beyond what it handed out, the
      * active lanes' tails) keeps the flag set: a query's drain, or this
      * drainer's next call, takes it. */
-    if (cur == NULL || any_unconsumed(true))
-        atomic_store(&mh_events_pending.flag, 1);
+    bool left = cur == NULL || any_unconsumed(true);
+    if (left)
+        atomic_store(&mh_events_pending.flag, MH_PENDING_NEWS);
+    feed_commit();
+    if (!left)
+        call_done(call);
     pthread_mutex_unlock(&g_lock);
     return n;
 }
@@ -1444,9 +1488,133 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
         look_close(&lk, true);
         mh_clock_convert(out, n);
         sink_batch(out, n);
+        feed_batch(out, n);
     }
+    feed_commit();
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+void mh_queue_set_feed(mh_queue_feed_fn feed, void (*commit)(void))
+{
+    atomic_store_explicit(&g_feed_commit, commit, memory_order_release);
+    atomic_store_explicit(&g_feed, feed, memory_order_release);
+}
+
+/* Drop what the tee and the feed read, where nobody ever drained (g_lock
+ * held): the oldest first, all of it. */
+static void drop_sequenced(cursor *cur, size_t cap)
+{
+    size_t nc = open_teed(cur, cap);
+    if (nc == 0)
+        return;
+    atomic_store_explicit(&g_trimmed, true, memory_order_release);
+    merge_by_seq(cur, nc, NULL, SIZE_MAX);
+    for (size_t i = 0; i < nc; i++)
+        cur[i].lane->consumed = cur[i].at;
+    lanes_tidy();
+}
+
+/* Something published is not in the order yet (g_lock held). */
+static bool any_unsequenced(void)
+{
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next)
+        if (atomic_load_explicit(&l->published, memory_order_acquire) > lane_unread(l))
+            return true;
+    return false;
+}
+
+/* How long a query tries for the consumer lock another thread holds. */
+#define FEED_WAIT_NS 20000u
+
+/* Up to date without a run of its own: no news and nothing in flight, or a
+ * call begun after `since` (the caller's start) is done. */
+static bool caught_up(uint64_t since)
+{
+    if (atomic_load(&mh_events_pending.flag) != MH_PENDING_NEWS) {
+        uint64_t begun = atomic_load(&g_calls.begun);
+        if (atomic_load(&g_calls.done) >= begun)
+            return true;
+    }
+    return atomic_load(&g_calls.done) > since;
+}
+
+bool mh_queue_feed_run(bool wait)
+{
+    uint64_t since = atomic_load(&g_calls.begun);
+    if (caught_up(since))
+        return true;
+    if (wait) {
+        pthread_mutex_lock(&g_lock);
+    } else if (pthread_mutex_trylock(&g_lock) != 0) {
+        /* Another thread drains: its call may have begun before an event
+         * this query needs.  Wait a little - bounded: the caller asks the
+         * driver after that, as Python's query does past its wait - for
+         * the lock, or for a call begun after this one's start to end
+         * (threads that query at once share one run). */
+        uint64_t until = mh_monotonic_ns() + FEED_WAIT_NS;
+        for (;;) {
+            __builtin_ia32_pause();
+            if (caught_up(since))
+                return true;
+            if (pthread_mutex_trylock(&g_lock) == 0)
+                break;
+            if (mh_monotonic_ns() > until)
+                return false;
+        }
+    }
+    if (caught_up(since)) {
+        pthread_mutex_unlock(&g_lock);
+        return true;
+    }
+    uint64_t call = call_begin();
+    atomic_store(&mh_events_pending.flag, 0);  /* a push after this sets NEWS again */
+    /* The feed's copies: the consumer lock is held, so one buffer serves. */
+    enum { FEED_CHUNK = 512 };
+    static memhook_event buf[FEED_CHUNK];
+    size_t cap;
+    cursor *cur = cursors(&cap);
+    if (cur != NULL) {
+        /* A bounded run (memhook_events_drain_bounded's), reading as the
+         * tee does: the events stay for the consumer, numbered. */
+        uint64_t mark = ++g_run;
+        if (mark == 0)
+            mark = ++g_run;
+        for (bool start = true;; start = false) {
+            size_t n = 0;
+            for (int look_no = 0; look_no < 4 && n < FEED_CHUNK; look_no++) {
+                look lk;
+                bool first = start && look_no == 0;
+                look_open(&lk, cur, cap, mark, first, first, false);
+                size_t got = look_merge(&lk, buf + n, FEED_CHUNK - n, true);
+                look_close(&lk, true);
+                mh_clock_convert(buf + n, got);
+                n += got;
+                if (!run_owes(mark))
+                    break;
+            }
+            sink_batch(buf, n);
+            feed_batch(buf, n);
+            if (n < FEED_CHUNK && !run_owes(mark))
+                break;
+            if (n == 0)
+                break;
+        }
+        if (!atomic_load(&g_consumer_seen))
+            drop_sequenced(cur, cap);
+    }
+    if (cur == NULL || any_unsequenced()) {
+        atomic_store(&mh_events_pending.flag, MH_PENDING_NEWS);
+    } else if (any_unconsumed(false)) {
+        uint32_t none = 0;  /* (a producer's NEWS since stays) */
+        atomic_compare_exchange_strong(&mh_events_pending.flag, &none, MH_PENDING_SEQUENCED);
+    }
+    feed_commit();
+    if (cur != NULL)
+        call_done(call);
+    pthread_mutex_unlock(&g_lock);
+    return cur != NULL;
 }
 
 void mh_queue_trim(uint64_t keep)

@@ -109,6 +109,14 @@ MH_HIDDEN extern struct mh_pending_line mh_events_pending;
 struct mh_pending_line {
     _Alignas(64) _Atomic uint32_t flag;
 };
+/* Its values.  NEWS: something was published that nobody has put in the
+ * order yet (producers store it).  SEQUENCED: everything published is in
+ * the order (a query's run for the cache read it without taking it out:
+ * mh_queue_feed_run), but the consumer has not taken all of it out yet.
+ * A consumer drains while the flag is nonzero; the cache's feed runs only
+ * on NEWS. */
+#define MH_PENDING_NEWS 1u
+#define MH_PENDING_SEQUENCED 2u
 _Static_assert(sizeof(struct mh_pending_line) == 64, "the pending flag has a line of its own");
 
 /* Lane ids fit 16 bits of an event's identity (mh_lane_slot_id); a lane
@@ -215,8 +223,9 @@ static inline void mh_addr_chain_note(uint64_t addr, uint64_t id)
  * a LOCK-prefixed instruction is a full barrier.) */
 static inline void mh_lane_announce(bool fenced)
 {
-    if (!fenced || !atomic_load_explicit(&mh_events_pending.flag, memory_order_relaxed))
-        atomic_store_explicit(&mh_events_pending.flag, 1, memory_order_release);
+    if (!fenced ||
+        atomic_load_explicit(&mh_events_pending.flag, memory_order_relaxed) != MH_PENDING_NEWS)
+        atomic_store_explicit(&mh_events_pending.flag, MH_PENDING_NEWS, memory_order_release);
 }
 
 #endif

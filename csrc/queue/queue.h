@@ -142,6 +142,20 @@ MH_HIDDEN uint32_t mh_marker_flags(void);
  * Set by csrc/trace/. */
 typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
 MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
+/* The cache's feed: every event, at the moment it is put in the order
+ * (handed out by a drain, read by the tee or by mh_queue_feed_run: once
+ * each, markers included), in order, under the consumer lock; `commit`
+ * before the lock is let go by any call that fed.  Set once, by
+ * csrc/cache/ (which ranks above the queue). */
+typedef void (*mh_queue_feed_fn)(const memhook_event *events, size_t count);
+MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, void (*commit)(void));
+/* Put everything published before the call in the order and feed it,
+ * without taking it out (the consumer still drains it: the tee's way);
+ * where nobody ever drained (no consumer in the process), take it out too,
+ * so it does not pile up (and say so: mh_queue_trimmed).  `wait`: wait for
+ * the consumer lock; else give up when another thread holds it.  Returns
+ * true when the feed has every event published before the call. */
+MH_HIDDEN bool mh_queue_feed_run(bool wait);
 /* The trace's reader: copy up to capacity pending events it has not read
  * yet into out and hand them to the sink, WITHOUT consuming them (the
  * process's own consumer still drains them; the sink does not see them

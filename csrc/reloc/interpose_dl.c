@@ -379,6 +379,7 @@ int mh_dlclose_wrapper(void *handle)
         mh_reloc_unlock();
         return r;
     }
+    mh_registry_forget_unloaded();
     for (size_t i = 0; i < g_nwatches; i++)
         if (had[i] && !loaded(g_watches[i].soname))
             g_watches[i].gone();    /* its memory is gone: the watcher forgets it */

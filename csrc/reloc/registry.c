@@ -220,6 +220,25 @@ void *mh_registry_resolve(const mh_reloc_entry *e, void *scope_handle)
     return r;
 }
 
+/* After a dlclose (reloc's lock held): a definition whose object left the
+ * process is forgotten, so that the next object defining the name (the
+ * same library loaded again, at whatever address) is looked up afresh
+ * (mh_registry_resolve_missing) - a definition kept would point into
+ * unmapped memory, or into whatever was mapped there since.  A wrapper
+ * meanwhile finds no original (mh_unresolved), as before the first load. */
+void mh_registry_forget_unloaded(void)
+{
+    for (size_t i = 0; i < g_count; i++) {
+        mh_reloc_entry *e = &g_entries[i];
+        void *d = __atomic_load_n(&e->definition, __ATOMIC_ACQUIRE);
+        if (e->kind == MH_ENTRY_LOADER || d == NULL || owner_of(d) != NULL)
+            continue;
+        if (__atomic_compare_exchange_n(&e->definition, &d, NULL, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE) && e->original_out)
+            __atomic_store_n(e->original_out, NULL, __ATOMIC_RELEASE);
+    }
+}
+
 void mh_registry_resolve_missing(void *scope_handle)
 {
     for (size_t i = 0; i < g_count; i++)

@@ -125,6 +125,8 @@ MH_HIDDEN void mh_registry_set_definition(mh_reloc_entry *e, void *definition);
 MH_HIDDEN void *mh_registry_resolve(const mh_reloc_entry *e, void *scope_handle);
 /* Resolve, in a scope, every entry whose definition is still unknown. */
 MH_HIDDEN void mh_registry_resolve_missing(void *scope_handle);
+/* Forget definitions whose object was unloaded (after a dlclose). */
+MH_HIDDEN void mh_registry_forget_unloaded(void);
 /* Is `found` another library's definition of e's name? */
 MH_HIDDEN bool mh_registry_other_definition(const mh_reloc_entry *e, void *found);
 /* Under the lock: add (or update) a user entry; 0 or an errno. */

@@ -44,3 +44,12 @@ def test_driver_unload(scenario, mode: str) -> None:
     for case in ("install", "driver unload"):
         outcome.check(case)
     outcome.check_all_clean()
+
+
+def test_driver_reloaded_at_another_address(scenario) -> None:
+    """reloc forgets the unloaded driver's definitions: the driver loaded
+    again elsewhere (its old place taken by a mapping) is hooked afresh
+    (scripts/driver_reload_elsewhere.py)."""
+    outcome = scenario("driver_reload_elsewhere.py", "reloc", timeout=120)
+    for case in ("install", "reload elsewhere"):
+        outcome.check(case)

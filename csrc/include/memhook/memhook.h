@@ -201,12 +201,19 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 #define MEMHOOK_EVENT_ALLOC 1
 #define MEMHOOK_EVENT_FREE  2
 
-/* Memory types: the codes of Python's memhook.MemoryType. */
+/* Memory types: the codes of Python's memhook.MemoryType.  The
+ * MEMHOOK_MEMORY_* spelling is the query API's (memhook_query); the
+ * MEMHOOK_MEM_* one is the events' (memhook_event.mem_type): equal values. */
 #define MEMHOOK_MEM_HOST         0
 #define MEMHOOK_MEM_CUDA         1
 #define MEMHOOK_MEM_CUDA_MANAGED 2
 #define MEMHOOK_MEM_CUDA_HOST    3
 #define MEMHOOK_MEM_UNKNOWN      4
+#define MEMHOOK_MEMORY_HOST         0  /* not CUDA's (pageable host memory) */
+#define MEMHOOK_MEMORY_CUDA         1  /* device memory */
+#define MEMHOOK_MEMORY_CUDA_MANAGED 2  /* managed (unified) memory */
+#define MEMHOOK_MEMORY_CUDA_HOST    3  /* page-locked host memory CUDA knows */
+#define MEMHOOK_MEMORY_UNKNOWN      4  /* nobody could tell */
 
 /* Which API a hooked function belongs to. */
 #define MEMHOOK_API_DRIVER  0
@@ -419,6 +426,130 @@ MEMHOOK_API void memhook_queue_stats_get(memhook_queue_stats *out);
 MEMHOOK_API int memhook_events_record(int kind, int function, uint64_t address,
                                            uint64_t size, int mem_type, int device,
                                            int result);
+
+/* ---- the memory-type cache: queries (csrc/cache/) ----
+ *
+ * One cache per process, in this library, fed by the core's own drain: every
+ * memhook_events_drain* call and the trace's reader apply the events they
+ * hand out to it, in event order, before returning; a query applies what is
+ * pending first.  So a program with no Python in it (this library in
+ * LD_PRELOAD, hooks installed with memhook_hooks_install) has it too, and a
+ * C transport, Python and `memhook trace` all read the same one.
+ *
+ * Contract of memhook_query(ptr, len, out):
+ *  - [ptr, ptr + len) is asked about (len 0 is taken as 1: the byte at ptr).
+ *  - Wholly inside one allocation: its type, device, base, size and alloc_id.
+ *    Covered by touching allocations of one type: that type, base/size span
+ *    them, device -1 unless they share one, alloc_id 0.  Starting in an
+ *    allocation and running past its end into a gap or another type, or
+ *    starting in a gap and running into one: MEMHOOK_MEMORY_UNKNOWN.  In no
+ *    allocation: MEMHOOK_MEMORY_HOST.  (The semantics of Python's
+ *    memhook.MemtypeCache, which is the reference the cache is tested
+ *    against.)  For a HOST or UNKNOWN answer base/size are ptr/len and
+ *    alloc_id is 0.
+ *  - alloc_id: unique per allocation for the life of the process (never
+ *    reused, never 0 for an allocation): what a registration cache keys on,
+ *    as it keys on CU_POINTER_ATTRIBUTE_BUFFER_ID.  A part of an allocation
+ *    that outlives a partial unmap keeps its id.
+ *  - origin: MEMHOOK_ORIGIN_HOOKS when the hooks vouch for the answer (no
+ *    driver call was made): a region learned from hook events since the hooks
+ *    were last installed, or host memory while the hooks cover every
+ *    allocation entry point of the loaded driver
+ *    (memhook_hooks_coverage_complete).  MEMHOOK_ORIGIN_DRIVER when the
+ *    driver was asked - the only way an answer is made where the hooks do
+ *    not vouch: no hooks, memory learned before an uninstall, a region
+ *    remembered from a driver answer while the hooks do not cover frees,
+ *    UNKNOWN regions (a context reset, VA reserved before install).
+ *    MEMHOOK_ORIGIN_UNKNOWN when neither could: what the cache holds is
+ *    answered, unverified (no driver loaded or initialised).  The driver is
+ *    asked only if this process has already loaded and initialised it:
+ *    memhook never loads or initialises a driver for a query.
+ *  - A driver answer is remembered as a region (origin DRIVER) when no event
+ *    was applied meanwhile; it is vouched for only while the hooks cover
+ *    every entry point (else a free may go unseen), and re-verified with
+ *    the driver otherwise.
+ *  - Returns 0 with *out filled; -EINVAL for out NULL or out->struct_size
+ *    below MEMHOOK_REGION_MIN_SIZE (nothing written); -EOVERFLOW when
+ *    ptr + len runs past the end of the address space.
+ *  - Any thread; it takes no lock (readers never wait for writers), and makes
+ *    no malloc: the cache's memory is mapped by its writers.  When events
+ *    are pending it first applies them (taking the queue's consumer lock only
+ *    if it is free: otherwise the driver is asked, as the cache may lack an
+ *    event another thread's drain holds).
+ *
+ * Async-signal-safety: memhook_query_cached and memhook_query_types_cached
+ * are async-signal-safe (no drain, no driver call, no lock: they read the
+ * published snapshot, with a nested reader in a handler keeping the
+ * interrupted one's protection).  memhook_query, memhook_query_batch and
+ * memhook_query_types are not: they may drain (the queue's lock), and may
+ * call the driver (dlopen of an already-loaded libcuda, its own locks).
+ */
+
+#define MEMHOOK_ORIGIN_UNKNOWN 0  /* neither hooks nor driver vouched */
+#define MEMHOOK_ORIGIN_HOOKS   1  /* the hooks saw it: no driver call made */
+#define MEMHOOK_ORIGIN_DRIVER  2  /* the driver was asked */
+
+typedef struct memhook_region {
+    size_t struct_size;   /* in: sizeof(memhook_region) as the caller knows it */
+    int mem_type;         /* MEMHOOK_MEMORY_* */
+    int device;           /* device ordinal, -1 unknown / not one device */
+    uint64_t base;        /* the allocation's first byte */
+    uint64_t size;        /* its size in bytes */
+    uint64_t alloc_id;    /* unique per allocation for the process's life; 0: none */
+    int origin;           /* MEMHOOK_ORIGIN_* */
+    int reserved0;        /* 0 (room; fields are only ever added after this) */
+} memhook_region;
+
+/* The smallest struct_size accepted: every field above. */
+#define MEMHOOK_REGION_MIN_SIZE sizeof(memhook_region)
+
+MEMHOOK_API int memhook_query(const void *ptr, size_t len, memhook_region *out);
+/* memhook_query without a drain or a driver call: what the cache holds now.
+ * Where memhook_query would ask the driver, answers what the cache has with
+ * origin MEMHOOK_ORIGIN_UNKNOWN.  Async-signal-safe. */
+MEMHOOK_API int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
+/* memhook_query of the byte at each of ptrs[0 .. count), one drain for all:
+ * out is an array of count regions of out[0].struct_size bytes each (the
+ * stride; each element is filled with it).  Returns 0, or the first error. */
+MEMHOOK_API int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *out);
+/* The type alone of the byte at each address (MEMHOOK_MEMORY_* codes, one
+ * byte each), as memhook_query would answer it; the batch form Python's
+ * memory_types binds.  Returns 0, or -EINVAL for a NULL array with count
+ * nonzero. */
+MEMHOOK_API int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t *types);
+/* memhook_query_types from the cache alone (as memhook_query_cached). */
+MEMHOOK_API int memhook_query_types_cached(const uint64_t *ptrs, size_t count,
+                                            uint8_t *types);
+
+/* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
+ * For the property test that replays event streams into this cache and into
+ * memhook.MemtypeCache; not for production use (no drain, no driver). */
+typedef struct memhook_testing_cache memhook_testing_cache;
+MEMHOOK_API memhook_testing_cache *memhook_testing_cache_new(void);
+MEMHOOK_API void memhook_testing_cache_free(memhook_testing_cache *cache);
+/* Apply events as the drain would, in order, and publish. */
+MEMHOOK_API void memhook_testing_cache_apply(memhook_testing_cache *cache,
+                                             const memhook_event *events, size_t count);
+/* Remember a driver answer as a query would (origin DRIVER). */
+MEMHOOK_API void memhook_testing_cache_remember(memhook_testing_cache *cache, uint64_t base,
+                                                uint64_t size, int mem_type, int device);
+/* The hooks' state as the cache sees it: installed (a new install period
+ * when it changes) and whether they cover every entry point. */
+MEMHOOK_API void memhook_testing_cache_hooks(memhook_testing_cache *cache, int installed,
+                                             int coverage);
+/* What the cache says of [ptr, ptr + len): 0 in no region, 1 inside one,
+ * 2 covered by touching regions of one type, 3 mixed; *out as memhook_query
+ * would fill it from the cache alone (origin HOOKS when vouched, else
+ * UNKNOWN).  -EINVAL/-EOVERFLOW as memhook_query. */
+MEMHOOK_API int memhook_testing_cache_lookup(memhook_testing_cache *cache, uint64_t ptr,
+                                             uint64_t len, memhook_region *out);
+/* The regions in address order (up to capacity into out, each
+ * sizeof(memhook_region)); returns how many there are. */
+MEMHOOK_API size_t memhook_testing_cache_regions(memhook_testing_cache *cache,
+                                                 memhook_region *out, size_t capacity);
+/* Types of single bytes: MEMHOOK_MEMORY_* (HOST in no region). */
+MEMHOOK_API void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *ptrs,
+                                             size_t count, uint8_t *types);
 
 #ifdef __cplusplus
 }

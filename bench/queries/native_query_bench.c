@@ -1,0 +1,332 @@
+/*
+ * native_query_bench.c - memhook_query from C, through installed hooks and
+ * real events, beside the driver's own cuPointerGetAttribute in the same
+ * run (on the simulator in CI and on the dev box; on a GPU host, NVIDIA's).
+ *
+ * Prints, one line each (ns are medians of 7 timed passes, in the thread's
+ * CPU time):
+ *   query_device_ns     memhook_query of a hooked cuMemAlloc pointer
+ *   query_host_ns       memhook_query of malloc'd memory
+ *   driver_device_ns    cuPointerGetAttribute(MEMORY_TYPE) on the same pointers
+ *   driver_host_ns
+ *   batch_ns_per_ptr    memhook_query_types over REGIONS live allocations,
+ *                       random pointers (half in them, half in gaps)
+ *   backlog_events / backlog_absorb_ms
+ *                       events pending after BACKLOG/2 alloc+free pairs with
+ *                       nobody draining, and how long the first query takes
+ *                       to put them in the cache
+ *   cache_apply_ms      the same kind of stream into a private cache alone
+ *   contention          8 threads querying (a hooked pointer, host memory)
+ *                       while 4 threads allocate and free in tight loops for
+ *                       a second: each query's wall time, p50/p99/max, and
+ *                       how many answers came from the hooks or the driver
+ *
+ * Usage: native_query_bench [REGIONS [BACKLOG]]  (run by native_query_bench.py)
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memhook/cuda_abi.h"
+#include "memhook/memhook.h"
+
+/* The thread's CPU time: a box shared with other jobs (the dev box) then
+ * times the calls, not the other jobs' turns on the cores. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void *need(void *lib, const char *name)
+{
+    void *fn = dlsym(lib, name);
+    if (fn == NULL) {
+        fprintf(stderr, "native_query_bench: %s not found\n", name);
+        exit(2);
+    }
+    return fn;
+}
+
+static CUresult (*p_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+static volatile int g_sink;
+
+enum { PASSES = 7 };
+
+/* Median ns per call of memhook_query over ptrs[0 .. n), `reps` times. */
+static double time_query(const uint64_t *ptrs, size_t n, size_t reps)
+{
+    double t[PASSES];
+    memhook_region r = {.struct_size = sizeof r};
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        for (size_t k = 0; k < reps; k++)
+            for (size_t i = 0; i < n; i++) {
+                memhook_query((const void *)(uintptr_t)ptrs[i], 1, &r);
+                g_sink += r.mem_type;
+            }
+        t[p] = (double)(now_ns() - t0) / (double)(reps * n);
+    }
+    qsort(t, PASSES, sizeof t[0], cmp_double);
+    return t[PASSES / 2];
+}
+
+static double time_driver(const uint64_t *ptrs, size_t n, size_t reps)
+{
+    double t[PASSES];
+    unsigned type = 0;
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        for (size_t k = 0; k < reps; k++)
+            for (size_t i = 0; i < n; i++) {
+                p_get_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)ptrs[i]);
+                g_sink += (int)type;
+            }
+        t[p] = (double)(now_ns() - t0) / (double)(reps * n);
+    }
+    qsort(t, PASSES, sizeof t[0], cmp_double);
+    return t[PASSES / 2];
+}
+
+/* ---- 8 query threads beside 4 allocating threads ---- */
+
+static CUresult (*p_alloc)(CUdeviceptr *, size_t);
+static CUresult (*p_free)(CUdeviceptr);
+static CUresult (*p_set_current)(CUcontext);
+static CUcontext g_ctx;
+static _Atomic int g_stop;
+static uint64_t g_dev_ptr, g_host_ptr;
+
+enum { QUERIERS = 8, ALLOCATORS = 4, SAMPLES = 1 << 18 };
+typedef struct qstats {
+    uint64_t *ns;
+    size_t n;
+    unsigned long origin[3];
+} qstats;
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *allocator(void *arg)
+{
+    (void)arg;
+    p_set_current(g_ctx);
+    while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
+        CUdeviceptr x;
+        if (p_alloc(&x, 4096) == CUDA_SUCCESS)
+            p_free(x);
+    }
+    return NULL;
+}
+
+static void *querier(void *arg)
+{
+    qstats *st = arg;
+    memhook_region r = {.struct_size = sizeof r};
+    for (uint64_t i = 0; !atomic_load_explicit(&g_stop, memory_order_relaxed); i++) {
+        uint64_t p = (i & 1) ? g_dev_ptr : g_host_ptr;
+        uint64_t t0 = wall_ns();
+        memhook_query((const void *)(uintptr_t)p, 1, &r);
+        uint64_t t = wall_ns() - t0;
+        st->origin[r.origin]++;
+        if (st->n < SAMPLES)
+            st->ns[st->n++] = t;
+        else
+            st->ns[i % SAMPLES] = t;  /* (a later sample over an earlier one) */
+    }
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void contention(double seconds)
+{
+    pthread_t a[ALLOCATORS], q[QUERIERS];
+    static qstats st[QUERIERS];
+    for (int i = 0; i < QUERIERS; i++)
+        st[i].ns = malloc(SAMPLES * sizeof(uint64_t));
+    for (int i = 0; i < ALLOCATORS; i++)
+        pthread_create(&a[i], NULL, allocator, NULL);
+    for (int i = 0; i < QUERIERS; i++)
+        pthread_create(&q[i], NULL, querier, &st[i]);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < ALLOCATORS; i++)
+        pthread_join(a[i], NULL);
+    for (int i = 0; i < QUERIERS; i++)
+        pthread_join(q[i], NULL);
+    size_t total = 0;
+    unsigned long origin[3] = {0, 0, 0};
+    for (int i = 0; i < QUERIERS; i++) {
+        total += st[i].n;
+        for (int o = 0; o < 3; o++)
+            origin[o] += st[i].origin[o];
+    }
+    uint64_t *all = malloc(total * sizeof *all);
+    size_t at = 0;
+    for (int i = 0; i < QUERIERS; i++) {
+        memcpy(all + at, st[i].ns, st[i].n * sizeof *all);
+        at += st[i].n;
+        free(st[i].ns);
+    }
+    qsort(all, total, sizeof *all, cmp_u64);
+    printf("contention queriers %d allocators %d: p50_ns %llu p99_ns %llu max_ns %llu "
+           "(answers: hooks %lu driver %lu unknown %lu)\n", QUERIERS, ALLOCATORS,
+           (unsigned long long)all[total / 2], (unsigned long long)all[total * 99 / 100],
+           (unsigned long long)all[total - 1], origin[1], origin[2], origin[0]);
+    free(all);
+}
+
+int main(int argc, char **argv)
+{
+    size_t regions = argc > 1 ? strtoul(argv[1], NULL, 0) : 10000;
+    size_t backlog = argc > 2 ? strtoul(argv[2], NULL, 0) : 1000000;
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (cuda == NULL) {
+        fprintf(stderr, "native_query_bench: %s\n", dlerror());
+        return 2;
+    }
+    char why[256] = "";
+    unsigned mode = MEMHOOK_MODE_DEFAULT;
+    if (memhook_mode_parse(getenv("MEMHOOK_CUDA_MODE"), &mode, why, sizeof why) != 0 ||
+        memhook_hooks_install(mode, why, sizeof why) != 0) {
+        fprintf(stderr, "native_query_bench: install: %s\n", why);
+        return 2;
+    }
+    CUresult (*cu_init)(unsigned) = need(cuda, "cuInit");
+    CUresult (*cu_device_get)(CUdevice *, int) = need(cuda, "cuDeviceGet");
+    CUresult (*cu_retain)(CUcontext *, CUdevice) = need(cuda, "cuDevicePrimaryCtxRetain");
+    CUresult (*cu_set_current)(CUcontext) = need(cuda, "cuCtxSetCurrent");
+    CUresult (*cu_alloc)(CUdeviceptr *, size_t) = need(cuda, "cuMemAlloc_v2");
+    CUresult (*cu_free)(CUdeviceptr) = need(cuda, "cuMemFree_v2");
+    p_get_attribute = need(cuda, "cuPointerGetAttribute");
+    CUdevice dev;
+    CUcontext ctx;
+    if (cu_init(0) || cu_device_get(&dev, 0) || cu_retain(&ctx, dev) || cu_set_current(ctx)) {
+        fprintf(stderr, "native_query_bench: no CUDA context\n");
+        return 2;
+    }
+    printf("mode %u coverage_complete %d\n", mode, memhook_hooks_coverage_complete());
+
+    /* Single pointers: 16 inside one hooked allocation, 16 in a malloc'd
+     * buffer. */
+    enum { N = 16 };
+    CUdeviceptr d;
+    cu_alloc(&d, 1 << 20);
+    char *h = malloc(1 << 20);
+    memset(h, 1, 1 << 20);
+    uint64_t dev_ptrs[N], host_ptrs[N];
+    for (int i = 0; i < N; i++) {
+        dev_ptrs[i] = d + (uint64_t)i * 4096u;
+        host_ptrs[i] = (uint64_t)(uintptr_t)(h + i * 4096);
+    }
+    memhook_region r = {.struct_size = sizeof r};
+    memhook_query((void *)(uintptr_t)d, 1, &r);
+    printf("device answer: type %d origin %d; ", r.mem_type, r.origin);
+    memhook_query(h, 1, &r);
+    printf("host answer: type %d origin %d\n", r.mem_type, r.origin);
+    printf("query_device_ns %.2f\n", time_query(dev_ptrs, N, 200000));
+    printf("query_host_ns %.2f\n", time_query(host_ptrs, N, 200000));
+    printf("driver_device_ns %.2f\n", time_driver(dev_ptrs, N, 20000));
+    printf("driver_host_ns %.2f\n", time_driver(host_ptrs, N, 20000));
+
+    /* The batch: `regions` live allocations, random pointers. */
+    CUdeviceptr *live = malloc(regions * sizeof *live);
+    for (size_t i = 0; i < regions; i++)
+        if (cu_alloc(&live[i], 4096 * (1 + i % 4))) {
+            fprintf(stderr, "native_query_bench: cuMemAlloc %zu failed\n", i);
+            return 2;
+        }
+    memhook_query((void *)(uintptr_t)live[0], 1, &r);  /* (applies them) */
+    enum { M = 1 << 20 };
+    uint64_t *ptrs = malloc(M * sizeof *ptrs);
+    uint8_t *types = malloc(M);
+    unsigned seed = 7;
+    for (size_t i = 0; i < M; i++) {
+        size_t k = (size_t)rand_r(&seed) % regions;
+        ptrs[i] = (rand_r(&seed) & 1) ? live[k] + (uint64_t)(rand_r(&seed) % 4096)
+                                      : (uint64_t)(uintptr_t)(h + rand_r(&seed) % (1 << 20));
+    }
+    double bt[PASSES];
+    for (int p = 0; p < PASSES; p++) {
+        uint64_t t0 = now_ns();
+        memhook_query_types(ptrs, M, types);
+        bt[p] = (double)(now_ns() - t0) / M;
+    }
+    qsort(bt, PASSES, sizeof bt[0], cmp_double);
+    size_t gpu = 0;
+    for (size_t i = 0; i < M; i++)
+        gpu += types[i] == MEMHOOK_MEMORY_CUDA;
+    printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
+           bt[PASSES / 2], gpu, M);
+    for (size_t i = 0; i < regions; i++)
+        cu_free(live[i]);
+
+    /* The backlog: nobody drains while it builds (no query, no Python). */
+    memhook_query(h, 1, &r);
+    memhook_queue_stats st0, st1;
+    memhook_queue_stats_get(&st0);
+    for (size_t i = 0; i < backlog / 2; i++) {
+        CUdeviceptr x;
+        cu_alloc(&x, 4096 * (1 + i % 8));
+        cu_free(x);
+    }
+    memhook_queue_stats_get(&st1);
+    uint64_t t0 = now_ns();
+    memhook_query((void *)(uintptr_t)d, 1, &r);
+    uint64_t t1 = now_ns();
+    printf("backlog_events %llu backlog_absorb_ms %.2f (answer type %d origin %d)\n",
+           (unsigned long long)(st1.produced - st0.produced), (double)(t1 - t0) / 1e6,
+           r.mem_type, r.origin);
+
+    /* The cache's part alone: the same kind of stream into a private cache
+     * (memhook_testing_cache_apply: what the feed does with a drained
+     * batch), one batch. */
+    memhook_event *ev = calloc(backlog, sizeof *ev);
+    for (size_t i = 0; i < backlog; i++) {
+        ev[i].kind = (i & 1) ? MEMHOOK_EVENT_FREE : MEMHOOK_EVENT_ALLOC;
+        ev[i].address = d + (uint64_t)((i / 2) % 64) * (1u << 16);
+        ev[i].size = 4096u * (1u + (uint64_t)((i / 2) % 8));
+        ev[i].mem_type = MEMHOOK_MEM_CUDA;
+        ev[i].device = 0;
+    }
+    memhook_testing_cache *tc = memhook_testing_cache_new();
+    uint64_t a0 = now_ns();
+    memhook_testing_cache_apply(tc, ev, backlog);
+    printf("cache_apply_events %zu cache_apply_ms %.2f\n", backlog,
+           (double)(now_ns() - a0) / 1e6);
+    memhook_testing_cache_free(tc);
+    free(ev);
+
+    p_alloc = cu_alloc;
+    p_free = cu_free;
+    p_set_current = cu_set_current;
+    g_ctx = ctx;
+    g_dev_ptr = d + 64;
+    g_host_ptr = (uint64_t)(uintptr_t)h + 64;
+    contention(1.0);
+    cu_free(d);
+    free(h);
+    return 0;
+}

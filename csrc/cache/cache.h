@@ -1,0 +1,175 @@
+/*
+ * cache.h - the process-wide memory-type cache, for the rest of the core.
+ *
+ *   region_map.c   the published snapshot (a sorted array behind one
+ *                  atomic pointer), its readers, the epoch reclamation,
+ *                  and the one writer's batch merge
+ *   cache_query.c  memhook_query and its batch forms: vouching, the
+ *                  driver for what the hooks do not vouch for, and the
+ *                  drain before a query
+ *   cache_feed.c   events -> writer operations, in event order (the
+ *                  queue calls it with every event it sequences)
+ *
+ * The cache knows events (memhook_event) and address ranges; it knows
+ * nothing of the hooks.  csrc/cuda/ tells it what it needs of them: the
+ * install periods, whether the hooks cover every allocation entry point,
+ * the reserved VA ranges, and how to ask the loaded driver.
+ */
+#ifndef MEMHOOK_CACHE_H
+#define MEMHOOK_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memhook/memhook.h"
+#include "mh_visibility.h"
+
+/* One region of the map: [start, end), never overlapping another.  Pieces
+ * of one allocation cut by a later write keep its alloc_id. */
+typedef struct mh_region {
+    uint64_t start;
+    uint64_t end;
+    uint64_t alloc_id;
+    uint32_t period;    /* the install period it was learned in (mh_cache_period) */
+    int16_t device;
+    uint8_t type;       /* MEMHOOK_MEMORY_* */
+    uint8_t origin;     /* MEMHOOK_ORIGIN_HOOKS or _DRIVER */
+} mh_region;
+
+/* A cache: the process has one (mh_cache_process); tests make their own
+ * (memhook_testing_cache_*). */
+typedef struct mh_cache mh_cache;
+
+MH_HIDDEN mh_cache *mh_cache_process(void);
+
+/* ---- writing (one writer at a time: mh_cache_write_begin/_end) ---- */
+
+/* What an operation does to its range. */
+enum mh_op_kind {
+    MH_OP_ASSIGN = 1,      /* the range becomes one region (type, device, origin) */
+    MH_OP_REMOVE = 2,      /* a hole */
+    MH_OP_FORGET_DEVICE,   /* a context reset: regions of `device` (and of no
+                              known device; all for -1) become UNKNOWN */
+    MH_OP_DEMOTE_AT,       /* a FREE of unknown size: the run of touching
+                              regions of one type and device holding `start`
+                              becomes UNKNOWN */
+    MH_OP_CLEAR,           /* the driver left: every region goes */
+};
+
+typedef struct mh_op {
+    uint64_t start, end;
+    uint64_t alloc_id;   /* ASSIGN: the id to keep (0: a new one) */
+    uint32_t period;     /* ASSIGN: learned in (0: the current one, stamped when queued) */
+    uint32_t kind;
+    int16_t device;
+    uint8_t type;
+    uint8_t origin;
+} mh_op;
+
+/* Take the writer's seat: `wait` false gives up at once when another
+ * writer holds it (a query remembering a driver answer).  Async-signal-
+ * safe (an atomic flag).  Returns whether it was taken. */
+MH_HIDDEN bool mh_cache_write_begin(mh_cache *c, bool wait);
+/* Queue an operation, in order (the seat held).  Returns false only when
+ * no memory could be mapped for it (the operation is dropped and the
+ * cache stops vouching: mh_cache_write_end makes every region unvouched). */
+MH_HIDDEN bool mh_cache_op(mh_cache *c, const mh_op *op);
+/* Apply every queued operation and publish the result; leave the seat. */
+MH_HIDDEN void mh_cache_write_end(mh_cache *c);
+/* The same, except that a short batch over a large map may stay queued
+ * (the drain's commit): mh_cache_publish_deferred publishes it. */
+MH_HIDDEN void mh_cache_write_end_deferrable(mh_cache *c);
+/* Publish what a drain left queued (before a query reads).  `wait` false:
+ * gives up after a short while when another writer keeps the seat.
+ * Returns whether nothing is left queued. */
+MH_HIDDEN bool mh_cache_publish_deferred(mh_cache *c, bool wait);
+/* How many operations were queued so far: a reader that asked the driver
+ * remembers the answer only if this did not move meanwhile (an operation
+ * queued then may be that range's FREE). */
+MH_HIDDEN uint64_t mh_cache_generation(const mh_cache *c);
+
+/* ---- reading (any thread, no lock, no malloc) ---- */
+
+/* What covers [ptr, ptr + len). */
+enum mh_found {
+    MH_FOUND_ABSENT = 0,  /* touches no region */
+    MH_FOUND_IN,          /* wholly inside one region: *r */
+    MH_FOUND_RUN,         /* covered by touching regions of one type: *r spans
+                             them (alloc_id 0 when they are several allocations;
+                             device -1 unless they share one); `vouched` is
+                             the weakest of theirs */
+    MH_FOUND_MIXED,       /* touches a region, covered by no one type */
+};
+
+typedef struct mh_found_region {
+    mh_region r;
+    bool vouched;   /* every region of the answer is vouched for (see below) */
+    bool host_vouched;  /* the hooks are in and cover every entry point: memory
+                           in no region is host memory */
+} mh_found_region;
+
+/* Vouching: whether the cache may answer from a region without asking the
+ * driver.  A region learned from hook events is vouched while the install
+ * period it was learned in is the current one and the hooks are in; one
+ * remembered from a driver answer, only if besides the hooks cover every
+ * allocation and free entry point (else a free may go unseen). */
+MH_HIDDEN int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *out);
+/* Types of single bytes, count of them: MEMHOOK_MEMORY_* per pointer, or
+ * MH_TYPE_ABSENT (in no region) / MH_TYPE_UNVOUCHED (a region the cache
+ * may not answer from: its type is in the low bits) for the caller to
+ * resolve. */
+#define MH_TYPE_ABSENT 0x80u
+#define MH_TYPE_UNVOUCHED 0x40u
+MH_HIDDEN void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types);
+
+/* ---- the install periods and coverage (set by csrc/cuda/install.c) ---- */
+
+/* The current period: odd while hooks are installed, even while not; an
+ * install after none, and an uninstall, start the next one (a switch of
+ * mode keeps it: the hooks cover the switch). */
+MH_HIDDEN uint32_t mh_cache_period(const mh_cache *c);
+MH_HIDDEN void mh_cache_period_next(mh_cache *c, bool installed);
+/* Whether the installed hooks see every allocation and free the loaded
+ * driver can make (memhook_hooks_coverage_complete, remembered). */
+MH_HIDDEN void mh_cache_set_coverage(mh_cache *c, bool complete);
+MH_HIDDEN bool mh_cache_coverage(const mh_cache *c);
+
+/* ---- events (cache_feed.c) ---- */
+
+/* Turn events into operations of the process cache, in order (the queue's
+ * feed: under its consumer lock, which also orders the feeds), and publish
+ * them (mh_cache_feed_commit) before the drain call returns. */
+MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events, size_t count);
+MH_HIDDEN void mh_cache_feed_commit(void);
+
+/* ---- the driver (cache_query.c; set by csrc/cuda/) ---- */
+
+typedef struct mh_driver_answer {
+    int known;          /* 1: the driver knows the pointer (CUDA memory) */
+    int type;           /* MEMHOOK_MEMORY_* */
+    int device;
+    uint64_t base, size; /* the extent to remember */
+} mh_driver_answer;
+/* Ask the loaded, initialised driver about ptr: 0 with *out filled, or -1
+ * when there is no answer (no driver loaded, not initialised, an error).
+ * Never loads or initialises a driver. */
+typedef int (*mh_cache_driver_fn)(uint64_t ptr, mh_driver_answer *out);
+MH_HIDDEN void mh_cache_set_driver(mh_cache_driver_fn fn);
+
+/* Mark UNKNOWN the parts of [pairs[2i], pairs[2i+1]) no region covers
+ * (install: VA CUDA reserved before the hooks went in). */
+MH_HIDDEN void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t count);
+
+/* Test caches (memhook_testing_cache_*): made and freed by hand, no
+ * reader may be inside one when it is freed. */
+MH_HIDDEN mh_cache *mh_cache_new(void);
+MH_HIDDEN void mh_cache_destroy(mh_cache *c);
+/* Copy up to capacity regions, in address order; returns how many exist. */
+MH_HIDDEN size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity);
+
+/* fork(): the child's writer seat is free (its holder vanished); what the
+ * parent published stays. */
+MH_HIDDEN void mh_cache_fork_child(void);
+
+#endif

@@ -1,0 +1,1008 @@
+/*
+ * region_map.c - the memory-type cache's map: one immutable snapshot of
+ * sorted regions, published by an atomic pointer, replaced whole by its one
+ * writer, read by any number of threads with no lock and no wait.
+ *
+ * Why a sorted-array snapshot.  Queries outnumber writes by orders of
+ * magnitude, and a query must cost a few nanoseconds whatever the writers
+ * do.  A snapshot a reader takes with one acquire load cannot change under
+ * it: it needs no validation, no retry and no lock, so it never waits for a
+ * writer, and a signal handler that interrupted the writer on its own
+ * thread reads the last published state.  A flat array of region starts
+ * searched branchlessly (a power-of-two length, one conditional add per
+ * level) is the densest thing to search: no pointer chasing, and a batch
+ * runs 16 searches side by side.  The writer pays instead: each
+ * drained batch is merged into the previous array, O(n + k log k) for n
+ * regions and k events - and the events of a batch are folded first (the
+ * later of two events wins where they overlap), so a backlog of any length
+ * is one pass over the map.  Per-event writes into a shared tree would
+ * make every reader validate and retry (seqlock) or take a lock.
+ *
+ * Why epochs with an asymmetric fence for reclamation.  The old snapshot
+ * must outlive every reader that loaded it.  Hazard pointers would cost a
+ * reader a store and a full fence per query (~ the whole budget); a
+ * reference count a locked add on a line every reader shares.  Instead a
+ * reader stores the global epoch into a slot of its own thread (a plain
+ * store, no fence) before loading the pointer, and clears it after; the
+ * writer retires the old snapshot tagged with the epoch, bumps the epoch,
+ * and before freeing runs membarrier(PRIVATE_EXPEDITED), which puts a full
+ * barrier into every running thread of the process: after it, a reader not
+ * yet visible in its slot will load the new pointer (liburcu's "memb"
+ * argument).  A snapshot tagged r is freed once every busy slot holds an
+ * epoch above r.  The fence is paid per reclamation round (several
+ * snapshots, a MiB of them), not per query.  Where membarrier is not
+ * available, readers add a full fence themselves.  A reader interrupted by
+ * a signal handler that reads too keeps its older epoch (nesting keeps the
+ * outermost), so the handler is async-signal-safe.  docs/design/native-cache.md
+ * has the longer argument.
+ *
+ * Memory comes from mmap, not malloc: a query that remembers a driver
+ * answer writes, and a query must not malloc (it may run in a signal
+ * handler, or inside malloc's own caller).
+ */
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "log.h"
+#include "mh_time.h"
+
+/* ---- memory ---- */
+
+static void *map_bytes(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t page_round(size_t bytes)
+{
+    size_t page = 4096;
+    return (bytes + page - 1) & ~(page - 1);
+}
+
+/* Grow a writer-side array to hold `need` elements of `elem` bytes
+ * (contents kept).  False when no memory could be mapped. */
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t want = *cap ? *cap : 256;
+    while (want < need)
+        want *= 2;
+    size_t old_bytes = page_round(*cap * elem), new_bytes = page_round(want * elem);
+    void *q = *p == NULL ? map_bytes(new_bytes)
+                         : mremap(*p, old_bytes, new_bytes, MREMAP_MAYMOVE);
+    if (q == NULL || q == MAP_FAILED)
+        return false;
+    *p = q;
+    *cap = new_bytes / elem;
+    return true;
+}
+
+/* ---- snapshots ---- */
+
+typedef struct snap {
+    size_t n;              /* regions */
+    size_t pow;            /* keys: a power of two >= n, padded with UINT64_MAX */
+    size_t bytes;          /* of the mapping */
+    uint64_t retire_epoch;
+    struct snap *retired_next;
+    const uint64_t *keys;  /* the regions' starts */
+    const mh_region *regions;
+} snap;
+
+static const uint64_t g_no_keys[1] = {UINT64_MAX};
+/* The snapshot of an empty cache: static, never retired. */
+static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL};
+
+/* Reclaimed snapshots kept for the next builds (a writer's mmap and munmap
+ * per drained batch would hold the consumer lock longer). */
+#define SPARE_SNAPS 4
+
+static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+{
+    size_t pow = 1;
+    while (pow < n)
+        pow <<= 1;
+    size_t head = (sizeof(snap) + 63) & ~(size_t)63;
+    size_t bytes = page_round(head + pow * sizeof(uint64_t) + n * sizeof(mh_region));
+    char *m = NULL;
+    for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
+        if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
+            bytes = spare[i]->bytes;
+            m = (char *)spare[i];
+            spare[i] = NULL;
+        }
+    if (m == NULL)
+        m = map_bytes(bytes);
+    if (m == NULL)
+        return NULL;
+    snap *s = (snap *)m;
+    uint64_t *keys = (uint64_t *)(m + head);
+    mh_region *out = (mh_region *)(keys + pow);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = regions[i].start;
+    for (size_t i = n; i < pow; i++)
+        keys[i] = UINT64_MAX;
+    if (n)
+        memcpy(out, regions, n * sizeof(mh_region));
+    *s = (snap){.n = n, .pow = pow, .bytes = bytes, .keys = keys, .regions = out};
+    return s;
+}
+
+static void snap_free(snap **spare, snap *s)
+{
+    if (s == &g_empty)
+        return;
+    for (int i = 0; spare != NULL && i < SPARE_SNAPS; i++)
+        if (spare[i] == NULL) {
+            spare[i] = s;
+            return;
+        }
+    munmap(s, s->bytes);
+}
+
+/* ---- the cache ---- */
+
+struct mh_cache {
+    _Atomic(snap *) current;
+    _Atomic uint32_t period;      /* odd: hooks installed */
+    _Atomic bool coverage;
+    _Atomic bool broken;          /* a write lost memory: nothing is vouched */
+    _Atomic uint64_t generation;  /* operations queued (mh_cache_generation) */
+    _Atomic size_t deferred;      /* operations queued, not published yet */
+    atomic_flag seat;             /* the writer's */
+    /* The writer's own (the seat held). */
+    mh_op *ops;
+    size_t nops, ops_cap;
+    mh_region *work[2];
+    size_t work_cap[2];
+    void *coords;
+    size_t coords_cap;
+    void *coords_tmp;
+    size_t coords_tmp_cap;
+    size_t *radix;                /* the sort's digit counts (1 << 16) */
+    uint32_t *heap;
+    size_t heap_cap;
+    uint8_t *alive;
+    size_t alive_cap;
+    void *segs;
+    size_t segs_cap;
+    uint32_t *fold;               /* fold_ops' hash table */
+    size_t fold_cap;
+    mh_op *folded;
+    size_t folded_cap;
+    snap *retired;
+    size_t retired_bytes, retired_count;
+    snap *spare[SPARE_SNAPS];
+};
+
+/* Process-wide, as allocations are: unique for the life of the process
+ * across every cache, so that a key a registration cache holds is never
+ * handed to another allocation. */
+static _Atomic uint64_t g_next_alloc_id = 1;
+
+/* The process's one cache: static, so that it exists before any
+ * constructor feeds it and is never freed (readers may be anywhere). */
+static mh_cache g_process = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT};
+
+mh_cache *mh_cache_process(void) { return &g_process; }
+
+/* ---- readers: epoch slots ---- */
+
+/* A reader's slot: the epoch it read before loading the snapshot, 0 when
+ * it reads nothing.  One line each: readers never share a written line. */
+#define READER_SLOTS 1024
+struct reader_slot {
+    _Alignas(64) _Atomic uint64_t epoch;
+    _Atomic int used;
+};
+/* Process-wide, as the threads that read: every cache's readers. */
+static struct reader_slot g_slots[READER_SLOTS];
+/* Readers of threads that found no free slot: counted (a locked add,
+ * which is a full fence); the writer frees nothing while any is inside. */
+static _Atomic uint64_t g_overflow_readers;
+static _Atomic uint64_t g_epoch = 1;
+/* membarrier(PRIVATE_EXPEDITED) is registered: readers need no fence. */
+static bool g_asymmetric;
+static pthread_key_t g_slot_key;
+static bool g_slot_key_ok;
+/* The calling thread's slot + 1 (0: none yet). */
+static __thread int t_slot __attribute__((tls_model("initial-exec")));
+
+static void slot_release(void *arg)
+{
+    int i = (int)(intptr_t)arg - 1;
+    if (i >= 0 && i < READER_SLOTS) {
+        atomic_store_explicit(&g_slots[i].epoch, 0, memory_order_release);
+        atomic_store_explicit(&g_slots[i].used, 0, memory_order_release);
+    }
+    t_slot = 0;
+}
+
+__attribute__((constructor)) static void readers_init(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer does not know membarrier: readers fence themselves. */
+    g_asymmetric = false;
+#else
+    g_asymmetric = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+    g_slot_key_ok = pthread_key_create(&g_slot_key, slot_release) == 0;
+}
+
+static int slot_claim(void)
+{
+    for (int i = 0; i < READER_SLOTS; i++) {
+        int free_ = 0;
+        if (atomic_load_explicit(&g_slots[i].used, memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong(&g_slots[i].used, &free_, 1)) {
+            t_slot = i + 1;
+            /* (glibc keeps the first 32 keys' values in the thread
+             * descriptor: no allocation, safe from a signal handler.) */
+            if (g_slot_key_ok)
+                pthread_setspecific(g_slot_key, (void *)(intptr_t)(i + 1));
+            return i;
+        }
+    }
+    return -1;
+}
+
+typedef struct reader {
+    struct reader_slot *slot;  /* NULL: counted in g_overflow_readers */
+    uint64_t saved;
+} reader;
+
+static inline snap *read_begin(mh_cache *c, reader *rd)
+{
+    int i = t_slot - 1;
+    if (__builtin_expect(i < 0, 0))
+        i = slot_claim();
+    if (__builtin_expect(i < 0, 0)) {
+        rd->slot = NULL;
+        atomic_fetch_add(&g_overflow_readers, 1);
+        return atomic_load_explicit(&c->current, memory_order_acquire);
+    }
+    struct reader_slot *s = &g_slots[i];
+    rd->slot = s;
+    rd->saved = atomic_load_explicit(&s->epoch, memory_order_relaxed);
+    if (rd->saved == 0) {  /* (nested in a signal handler: the outer epoch stands) */
+        uint64_t e = atomic_load_explicit(&g_epoch, memory_order_acquire);
+        if (__builtin_expect(g_asymmetric, 1)) {
+            atomic_store_explicit(&s->epoch, e, memory_order_relaxed);
+            atomic_signal_fence(memory_order_seq_cst);  /* (the writer's membarrier fences) */
+        } else {
+            atomic_store_explicit(&s->epoch, e, memory_order_seq_cst);  /* a full barrier */
+        }
+    }
+    return atomic_load_explicit(&c->current, memory_order_acquire);
+}
+
+static inline void read_end(reader *rd)
+{
+    if (__builtin_expect(rd->slot == NULL, 0))
+        atomic_fetch_sub(&g_overflow_readers, 1);
+    else
+        atomic_store_explicit(&rd->slot->epoch, rd->saved, memory_order_release);
+}
+
+/* Free what no reader can hold any more (the seat held).  `force`: now,
+ * whatever the amount retired. */
+static void reclaim(mh_cache *c, bool force)
+{
+    if (c->retired == NULL)
+        return;
+    if (!force && c->retired_count < 8 && c->retired_bytes < (1u << 20))
+        return;
+    if (g_asymmetric && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        return;  /* (cannot happen once registered: try again next round) */
+    /* (a locked read-modify-write: the writer's own full barrier) */
+    if (atomic_fetch_add(&g_overflow_readers, 0) != 0)
+        return;
+    uint64_t oldest = UINT64_MAX;
+    for (int i = 0; i < READER_SLOTS; i++) {
+        uint64_t e = atomic_load_explicit(&g_slots[i].epoch, memory_order_acquire);
+        if (e != 0 && e < oldest)
+            oldest = e;
+    }
+    snap **link = &c->retired;
+    while (*link != NULL) {
+        snap *s = *link;
+        if (s->retire_epoch < oldest) {
+            *link = s->retired_next;
+            c->retired_bytes -= s->bytes;
+            c->retired_count--;
+            snap_free(c->spare, s);
+        } else {
+            link = &s->retired_next;
+        }
+    }
+}
+
+static void publish(mh_cache *c, snap *s)
+{
+    snap *old = atomic_exchange_explicit(&c->current, s, memory_order_acq_rel);
+    if (old != &g_empty) {
+        old->retire_epoch = atomic_fetch_add(&g_epoch, 1);
+        old->retired_next = c->retired;
+        c->retired = old;
+        c->retired_bytes += old->bytes;
+        c->retired_count++;
+    }
+    reclaim(c, false);
+}
+
+/* ---- searching ---- */
+
+/* The index of the last region whose start is <= x, or -1: branchless
+ * (the keys' length is a power of two). */
+static inline long last_at_or_before(const snap *s, uint64_t x)
+{
+    const uint64_t *k = s->keys;
+    size_t pos = 0;
+    for (size_t step = s->pow >> 1; step != 0; step >>= 1)
+        pos += step & -(size_t)(k[pos + step - 1] <= x);
+    pos += (size_t)(k[pos] <= x);
+    long i = (long)pos - 1;
+    return i < (long)s->n ? i : (long)s->n - 1;
+}
+
+uint32_t mh_cache_period(const mh_cache *c)
+{
+    return atomic_load_explicit(&c->period, memory_order_acquire);
+}
+
+void mh_cache_period_next(mh_cache *c, bool installed)
+{
+    uint32_t p = atomic_load(&c->period);
+    if (((p & 1u) != 0) != installed)  /* (a mode switch keeps the period) */
+        atomic_store_explicit(&c->period, p + 1, memory_order_release);
+}
+
+void mh_cache_set_coverage(mh_cache *c, bool complete)
+{
+    atomic_store_explicit(&c->coverage, complete, memory_order_release);
+}
+
+bool mh_cache_coverage(const mh_cache *c)
+{
+    return atomic_load_explicit(&c->coverage, memory_order_acquire);
+}
+
+uint64_t mh_cache_generation(const mh_cache *c)
+{
+    return atomic_load_explicit(&c->generation, memory_order_acquire);
+}
+
+static inline bool is_vouched(const mh_region *r, uint32_t period, bool coverage)
+{
+    return (period & 1u) && r->period == period && r->type != MEMHOOK_MEMORY_UNKNOWN &&
+           (r->origin == MEMHOOK_ORIGIN_HOOKS || coverage);
+}
+
+int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *out)
+{
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (atomic_load_explicit(&c->broken, memory_order_relaxed))
+        period = 0;  /* (vouches for nothing) */
+    out->host_vouched = (period & 1u) && coverage;
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    int found = MH_FOUND_ABSENT;
+    if (s->n != 0) {
+        long i = last_at_or_before(s, ptr);
+        const mh_region *rs = s->regions;
+        if (i >= 0 && ptr < rs[i].end) {
+            out->r = rs[i];
+            out->vouched = is_vouched(&rs[i], period, coverage);
+            if (end <= rs[i].end) {
+                found = MH_FOUND_IN;
+            } else {
+                /* Runs past it: touching regions of one type behave as one. */
+                found = MH_FOUND_MIXED;
+                uint64_t at = rs[i].end;
+                for (size_t j = (size_t)i + 1; j < s->n; j++) {
+                    if (rs[j].start != at || rs[j].type != out->r.type)
+                        break;
+                    if (rs[j].device != out->r.device)
+                        out->r.device = -1;
+                    if (rs[j].alloc_id != out->r.alloc_id)
+                        out->r.alloc_id = 0;
+                    out->vouched &= is_vouched(&rs[j], period, coverage);
+                    at = rs[j].end;
+                    if (end <= at) {
+                        out->r.end = at;
+                        found = MH_FOUND_RUN;
+                        break;
+                    }
+                }
+            }
+        } else if ((size_t)(i + 1) < s->n && rs[i + 1].start < end) {
+            found = MH_FOUND_MIXED;
+        }
+    }
+    read_end(&rd);
+    return found;
+}
+
+void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types)
+{
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (atomic_load_explicit(&c->broken, memory_order_relaxed))
+        period = 0;
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    const uint64_t *k = s->keys;
+    const mh_region *rs = s->regions;
+    size_t n = s->n;
+    enum { LANES = 16 };
+    size_t done = 0;
+    if (n == 0) {
+        memset(types, MH_TYPE_ABSENT, count);
+        done = count;
+    }
+    /* LANES searches side by side: their loads are independent, so the
+     * core overlaps their misses. */
+    for (; done + LANES <= count; done += LANES) {
+        size_t pos[LANES] = {0};
+        uint64_t x[LANES];
+        for (int l = 0; l < LANES; l++)
+            x[l] = ptrs[done + l];
+        for (size_t step = s->pow >> 1; step != 0; step >>= 1)
+            for (int l = 0; l < LANES; l++)
+                pos[l] += step & -(size_t)(k[pos[l] + step - 1] <= x[l]);
+        long idx[LANES];
+        for (int l = 0; l < LANES; l++) {
+            size_t p = pos[l] + (size_t)(k[pos[l]] <= x[l]);
+            long i = (long)p - 1;
+            idx[l] = i < (long)n ? i : (long)n - 1;
+            if (idx[l] >= 0)
+                __builtin_prefetch(&rs[idx[l]]);
+        }
+        for (int l = 0; l < LANES; l++) {
+            long i = idx[l];
+            uint8_t t = MH_TYPE_ABSENT;
+            if (i >= 0 && x[l] < rs[i].end)
+                t = is_vouched(&rs[i], period, coverage) ? rs[i].type
+                                                         : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
+            types[done + l] = t;
+        }
+    }
+    for (; done < count; done++) {
+        long i = last_at_or_before(s, ptrs[done]);
+        uint8_t t = MH_TYPE_ABSENT;
+        if (i >= 0 && ptrs[done] < rs[i].end)
+            t = is_vouched(&rs[i], period, coverage) ? rs[i].type
+                                                     : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
+        types[done] = t;
+    }
+    read_end(&rd);
+}
+
+/* ---- the writer ---- */
+
+bool mh_cache_write_begin(mh_cache *c, bool wait)
+{
+    while (atomic_flag_test_and_set_explicit(&c->seat, memory_order_acquire)) {
+        if (!wait)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+bool mh_cache_op(mh_cache *c, const mh_op *op)
+{
+    atomic_fetch_add_explicit(&c->generation, 1, memory_order_release);
+    if (!grow((void **)&c->ops, &c->ops_cap, c->nops + 1, sizeof(mh_op))) {
+        atomic_store(&c->broken, true);
+        return false;
+    }
+    c->ops[c->nops] = *op;
+    if (op->period == 0)  /* (stamped when queued: a commit may come later) */
+        c->ops[c->nops].period = mh_cache_period(c);
+    c->nops++;
+    return true;
+}
+
+static bool is_paint(const mh_op *op)
+{
+    return op->kind == MH_OP_ASSIGN || op->kind == MH_OP_REMOVE;
+}
+
+typedef struct coord {
+    uint64_t x;
+    uint32_t op;     /* index into the run */
+    uint32_t start;  /* 1: the op begins here */
+} coord;
+
+typedef struct seg {
+    uint64_t start, end;
+    uint32_t op;
+} seg;
+
+/* Stable LSD radix sort of coords by x, 16 bits a pass, passes where every
+ * key has the same digit skipped. */
+static bool sort_coords(mh_cache *c, coord *a, size_t n)
+{
+    if (n <= 64) {  /* (a radix pass's counts cost more than this) */
+        for (size_t i = 1; i < n; i++) {
+            coord v = a[i];
+            size_t j = i;
+            for (; j > 0 && a[j - 1].x > v.x; j--)
+                a[j] = a[j - 1];
+            a[j] = v;
+        }
+        return true;
+    }
+    if (!grow(&c->coords_tmp, &c->coords_tmp_cap, n, sizeof(coord)))
+        return false;
+    coord *b = c->coords_tmp;
+    if (c->radix == NULL && (c->radix = map_bytes((1u << 16) * sizeof(size_t))) == NULL)
+        return false;
+    size_t *count = c->radix;
+    /* 8-bit digits for a short input (their counts are cheap to clear),
+     * 16-bit ones for a long one (half the passes). */
+    unsigned bits = n < (1u << 16) ? 8 : 16;
+    size_t digits = (size_t)1 << bits, dmask = digits - 1;
+    for (unsigned shift = 0; shift < 64; shift += bits) {
+        memset(count, 0, digits * sizeof(size_t));
+        for (size_t i = 0; i < n; i++)
+            count[(a[i].x >> shift) & dmask]++;
+        if (n == 0 || count[(a[0].x >> shift) & dmask] == n)
+            continue;
+        size_t sum = 0;
+        for (size_t d = 0; d < digits; d++) {
+            size_t t = count[d];
+            count[d] = sum;
+            sum += t;
+        }
+        for (size_t i = 0; i < n; i++)
+            b[count[(a[i].x >> shift) & dmask]++] = a[i];
+        coord *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != c->coords)
+        memcpy(c->coords, a, n * sizeof(coord));
+    return true;
+}
+
+static void heap_push(uint32_t *h, size_t *n, uint32_t v)
+{
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] < v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static void heap_pop(uint32_t *h, size_t *n)
+{
+    uint32_t v = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        uint32_t mv = v;
+        if (l < *n && h[l] > mv) {
+            m = l;
+            mv = h[l];
+        }
+        if (r < *n && h[r] > mv)
+            m = r;
+        if (m == i)
+            break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (*n)
+        h[i] = v;
+}
+
+/* The run's ops folded into disjoint segments, each painted by the last op
+ * over it (later events win: each assigns its range). */
+static bool overlay(mh_cache *c, const mh_op *ops, size_t k, seg **out, size_t *nout)
+{
+    if (!grow(&c->coords, &c->coords_cap, 2 * k, sizeof(coord)) ||
+        !grow((void **)&c->heap, &c->heap_cap, k, sizeof(uint32_t)) ||
+        !grow((void **)&c->alive, &c->alive_cap, k, 1) ||
+        !grow(&c->segs, &c->segs_cap, 2 * k + 1, sizeof(seg)))
+        return false;
+    coord *co = c->coords;
+    size_t nc = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (ops[i].start >= ops[i].end)
+            continue;
+        co[nc++] = (coord){ops[i].start, (uint32_t)i, 1};
+        co[nc++] = (coord){ops[i].end, (uint32_t)i, 0};
+    }
+    if (!sort_coords(c, co, nc))
+        return false;
+    uint32_t *heap = c->heap;
+    uint8_t *alive = c->alive;
+    seg *segs = c->segs;
+    size_t nh = 0, ns = 0;
+    for (size_t i = 0; i < nc;) {
+        uint64_t x = co[i].x;
+        for (; i < nc && co[i].x == x; i++) {
+            if (co[i].start) {
+                alive[co[i].op] = 1;
+                heap_push(heap, &nh, co[i].op);
+            } else {
+                alive[co[i].op] = 0;
+            }
+        }
+        while (nh && !alive[heap[0]])
+            heap_pop(heap, &nh);
+        if (nh == 0 || i == nc)
+            continue;
+        uint64_t next = co[i].x;
+        if (ns && segs[ns - 1].end == x && segs[ns - 1].op == heap[0])
+            segs[ns - 1].end = next;
+        else
+            segs[ns++] = (seg){x, next, heap[0]};
+    }
+    *out = segs;
+    *nout = ns;
+    return true;
+}
+
+/* A working array with room for `need` regions: the one `cur` is not. */
+static mh_region *work_other(mh_cache *c, const mh_region *cur, size_t need)
+{
+    int w = cur == c->work[0] ? 1 : 0;
+    if (!grow((void **)&c->work[w], &c->work_cap[w], need, sizeof(mh_region)))
+        return NULL;
+    return c->work[w];
+}
+
+static void piece(mh_region *out, size_t *n, const mh_region *r, uint64_t a, uint64_t b)
+{
+    if (a >= b)
+        return;
+    out[*n] = *r;
+    out[*n].start = a;
+    out[*n].end = b;
+    (*n)++;
+}
+
+/* Of ops of one range, only the last matters: it assigns every byte the
+ * others do, after them (an allocator handing one address out and back:
+ * thousands of events, one op).  Folds ops[0..*k) so, keeping the order;
+ * returns the ops to paint (ops itself when there is nothing to gain). */
+static const mh_op *fold_ops(mh_cache *c, const mh_op *ops, size_t *k)
+{
+    size_t n = *k;
+    if (n < 64)
+        return ops;
+    size_t cap = 1;
+    while (cap < 2 * n)
+        cap <<= 1;
+    if (!grow((void **)&c->fold, &c->fold_cap, cap, sizeof(uint32_t)) ||
+        !grow((void **)&c->alive, &c->alive_cap, n, 1) ||
+        !grow((void **)&c->folded, &c->folded_cap, n, sizeof(mh_op)))
+        return ops;
+    uint32_t *table = c->fold;  /* op index + 1; 0: empty */
+    memset(table, 0, cap * sizeof(uint32_t));
+    size_t mask = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = (ops[i].start * 0x9e3779b97f4a7c15ull) ^ (ops[i].end * 0xc2b2ae3d27d4eb4full);
+        for (size_t at = (size_t)(h >> 20) & mask;; at = (at + 1) & mask) {
+            uint32_t e = table[at];
+            if (e == 0 || (ops[e - 1].start == ops[i].start && ops[e - 1].end == ops[i].end)) {
+                table[at] = (uint32_t)i + 1;
+                break;
+            }
+        }
+    }
+    uint8_t *keep = c->alive;
+    memset(keep, 0, n);
+    for (size_t at = 0; at < cap; at++)
+        if (table[at] != 0)
+            keep[table[at] - 1] = 1;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (keep[i])
+            c->folded[m++] = ops[i];
+    *k = m;
+    return c->folded;
+}
+
+/* The paint run ops[0..k) over cur[0..n): into a working array. */
+static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *ops, size_t k)
+{
+    seg *segs;
+    size_t ns;
+    ops = fold_ops(c, ops, &k);
+    if (!overlay(c, ops, k, &segs, &ns))
+        return false;
+    if (ns == 0)
+        return true;
+    uint64_t id_base = atomic_fetch_add(&g_next_alloc_id, k);
+    mh_region *out = work_other(c, *cur, *n + 2 * ns + 1);
+    if (out == NULL)
+        return false;
+    const mh_region *old = *cur;
+    size_t m = 0, i = 0, no = *n;
+    uint64_t from = 0;
+    for (size_t si = 0; si < ns; si++) {
+        const seg *s = &segs[si];
+        for (; i < no && old[i].start < s->start; i++) {
+            uint64_t a = old[i].start > from ? old[i].start : from;
+            uint64_t b = old[i].end < s->start ? old[i].end : s->start;
+            piece(out, &m, &old[i], a, b);
+            if (old[i].end > s->start)
+                break;
+        }
+        const mh_op *op = &ops[s->op];
+        if (op->kind == MH_OP_ASSIGN)
+            out[m++] = (mh_region){.start = s->start, .end = s->end,
+                                   .alloc_id = op->alloc_id ? op->alloc_id : id_base + s->op,
+                                   .period = op->period, .device = op->device, .type = op->type,
+                                   .origin = op->origin};
+        while (i < no && old[i].end <= s->end)
+            i++;
+        from = s->end;
+    }
+    for (; i < no; i++)
+        piece(out, &m, &old[i], old[i].start > from ? old[i].start : from, old[i].end);
+    *cur = out;
+    *n = m;
+    return true;
+}
+
+/* A barrier op over cur[0..n): into a working array. */
+static bool barrier(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *op)
+{
+    if (op->kind == MH_OP_CLEAR) {
+        *n = 0;
+        return true;
+    }
+    mh_region *out = work_other(c, *cur, *n ? *n : 1);
+    if (out == NULL)
+        return false;
+    const mh_region *old = *cur;
+    size_t no = *n;
+    if (no)
+        memcpy(out, old, no * sizeof(mh_region));
+    if (op->kind == MH_OP_FORGET_DEVICE) {
+        for (size_t i = 0; i < no; i++)
+            if (out[i].type != MEMHOOK_MEMORY_UNKNOWN &&
+                (op->device < 0 || out[i].device == op->device || out[i].device < 0)) {
+                out[i].type = MEMHOOK_MEMORY_UNKNOWN;
+                out[i].device = -1;
+            }
+    } else if (op->kind == MH_OP_DEMOTE_AT) {
+        long lo = -1;
+        for (size_t i = 0; i < no; i++)  /* (rare: a FREE nobody knew the size of) */
+            if (out[i].start <= op->start && op->start < out[i].end) {
+                lo = (long)i;
+                break;
+            }
+        if (lo >= 0 && out[lo].type != MEMHOOK_MEMORY_UNKNOWN) {
+            /* The run a merging cache would hold as one region. */
+            uint8_t t = out[lo].type;
+            int16_t d = out[lo].device;
+            long hi = lo;
+            while (lo > 0 && out[lo - 1].end == out[lo].start && out[lo - 1].type == t &&
+                   out[lo - 1].device == d)
+                lo--;
+            while ((size_t)hi + 1 < no && out[hi + 1].start == out[hi].end &&
+                   out[hi + 1].type == t && out[hi + 1].device == d)
+                hi++;
+            for (long i = lo; i <= hi; i++) {
+                out[i].type = MEMHOOK_MEMORY_UNKNOWN;
+                out[i].device = -1;
+            }
+        }
+    }
+    *cur = out;
+    return true;
+}
+
+/* A drain's commit may leave a short batch queued on a large map (the
+ * copy would cost more than the batch): a query publishes it first
+ * (mh_cache_publish_deferred), and the next commit takes it along.  So
+ * Python's frequent small drains do not pay a copy of the map each. */
+#define DEFER_OPS 1024u
+#define DEFER_REGIONS 2048u
+
+void mh_cache_write_end_deferrable(mh_cache *c)
+{
+    snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
+    if (c->nops != 0 && c->nops < DEFER_OPS && s->n >= DEFER_REGIONS) {
+        atomic_store_explicit(&c->deferred, c->nops, memory_order_release);
+        atomic_flag_clear_explicit(&c->seat, memory_order_release);
+        return;
+    }
+    mh_cache_write_end(c);
+}
+
+bool mh_cache_publish_deferred(mh_cache *c, bool wait)
+{
+    if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
+        return true;
+    uint64_t until = 0;
+    while (!mh_cache_write_begin(c, false)) {
+        /* A writer is at work: it publishes, or defers again. */
+        if (!wait) {
+            uint64_t t = mh_monotonic_ns();
+            if (until == 0)
+                until = t + 20000;
+            else if (t > until)
+                return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
+        }
+        __builtin_ia32_pause();
+    }
+    mh_cache_write_end(c);
+    return true;
+}
+
+void mh_cache_write_end(mh_cache *c)
+{
+    if (c->nops != 0) {
+        snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
+        const mh_region *cur = s->regions;
+        size_t n = s->n;
+        bool ok = true;
+        for (size_t i = 0; i < c->nops && ok;) {
+            if (is_paint(&c->ops[i])) {
+                size_t j = i;
+                while (j < c->nops && is_paint(&c->ops[j]))
+                    j++;
+                ok = paint(c, &cur, &n, c->ops + i, j - i);
+                i = j;
+            } else {
+                ok = barrier(c, &cur, &n, &c->ops[i]);
+                i++;
+            }
+        }
+        snap *next = ok ? snap_build(c->spare, cur, n) : NULL;
+        if (next != NULL)
+            publish(c, next);
+        else {
+            /* Out of memory: keep answering from what stands, vouching
+             * for nothing from now on (a query asks the driver). */
+            atomic_store(&c->broken, true);
+            mh_error("memory-type cache: out of memory applying %zu operations; the cache "
+                     "no longer vouches for any answer", c->nops);
+        }
+        c->nops = 0;
+    }
+    /* (only now: a reader that sees no deferred work reads it published) */
+    atomic_store_explicit(&c->deferred, 0, memory_order_release);
+    atomic_flag_clear_explicit(&c->seat, memory_order_release);
+}
+
+void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t count)
+{
+    if (!mh_cache_write_begin(c, true))
+        return;
+    if (c->nops != 0) {  /* (what a drain left queued first: the gaps are the map's) */
+        mh_cache_write_end(c);
+        mh_cache_write_begin(c, true);
+    }
+    reader rd;
+    const snap *s = read_begin(c, &rd);  /* (the seat keeps it current) */
+    for (size_t p = 0; p < count; p++) {
+        uint64_t lo = pairs[2 * p], hi = pairs[2 * p + 1];
+        long i = s->n ? last_at_or_before(s, lo) : -1;
+        uint64_t at = lo;
+        if (i >= 0 && s->regions[i].end > at)
+            at = s->regions[i].end;
+        for (size_t j = (size_t)(i + 1); at < hi; j++) {
+            uint64_t stop = j < s->n && s->regions[j].start < hi ? s->regions[j].start : hi;
+            if (at < stop)
+                mh_cache_op(c, &(mh_op){.start = at, .end = stop, .kind = MH_OP_ASSIGN,
+                                        .device = -1, .type = MEMHOOK_MEMORY_UNKNOWN,
+                                        .origin = MEMHOOK_ORIGIN_HOOKS});
+            if (j >= s->n)
+                break;
+            at = s->regions[j].end > at ? s->regions[j].end : at;
+        }
+    }
+    read_end(&rd);
+    mh_cache_write_end(c);
+}
+
+/* ---- test caches (memhook_testing_cache_*) and fork ---- */
+
+mh_cache *mh_cache_new(void)
+{
+    mh_cache *c = map_bytes(page_round(sizeof(mh_cache)));
+    if (c == NULL)
+        return NULL;
+    atomic_init(&c->current, &g_empty);
+    atomic_flag_clear(&c->seat);
+    return c;
+}
+
+void mh_cache_destroy(mh_cache *c)
+{
+    if (c == NULL || c == &g_process)
+        return;
+    mh_cache_write_begin(c, true);
+    snap *s = atomic_exchange(&c->current, &g_empty);
+    if (s != &g_empty) {
+        s->retire_epoch = atomic_fetch_add(&g_epoch, 1);
+        s->retired_next = c->retired;
+        c->retired = s;
+        c->retired_bytes += s->bytes;
+        c->retired_count++;
+    }
+    /* The caller promises no reader is left: wait for stragglers anyway. */
+    while (c->retired != NULL) {
+        reclaim(c, true);
+        if (c->retired != NULL)
+            sched_yield();
+    }
+    for (int i = 0; i < SPARE_SNAPS; i++)
+        if (c->spare[i] != NULL)
+            snap_free(NULL, c->spare[i]);
+    if (c->ops)
+        munmap(c->ops, page_round(c->ops_cap * sizeof(mh_op)));
+    for (int w = 0; w < 2; w++)
+        if (c->work[w])
+            munmap(c->work[w], page_round(c->work_cap[w] * sizeof(mh_region)));
+    if (c->coords)
+        munmap(c->coords, page_round(c->coords_cap * sizeof(coord)));
+    if (c->coords_tmp)
+        munmap(c->coords_tmp, page_round(c->coords_tmp_cap * sizeof(coord)));
+    if (c->heap)
+        munmap(c->heap, page_round(c->heap_cap * sizeof(uint32_t)));
+    if (c->alive)
+        munmap(c->alive, page_round(c->alive_cap));
+    if (c->segs)
+        munmap(c->segs, page_round(c->segs_cap * sizeof(seg)));
+    if (c->radix)
+        munmap(c->radix, (1u << 16) * sizeof(size_t));
+    if (c->fold)
+        munmap(c->fold, page_round(c->fold_cap * sizeof(uint32_t)));
+    if (c->folded)
+        munmap(c->folded, page_round(c->folded_cap * sizeof(mh_op)));
+    munmap(c, page_round(sizeof(mh_cache)));
+}
+
+size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity)
+{
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    size_t n = s->n;
+    for (size_t i = 0; i < n && i < capacity; i++)
+        out[i] = s->regions[i];
+    read_end(&rd);
+    return n;
+}
+
+void mh_cache_fork_child(void)
+{
+    /* A writer of the parent may have held the seat: it is gone, and every
+     * published snapshot is whole.  The queued operations stay (a drain's
+     * deferred events among them), for the child's next writer; one the
+     * vanished writer was applying is applied again, which leaves the map
+     * as it was. */
+    atomic_flag_clear(&g_process.seat);
+    /* The parent's other threads' slots are idle in the child. */
+    for (int i = 0; i < READER_SLOTS; i++)
+        if (i != t_slot - 1) {
+            atomic_store(&g_slots[i].epoch, 0);
+            atomic_store(&g_slots[i].used, 0);
+        }
+    atomic_store(&g_overflow_readers, 0);
+    if (g_asymmetric)  /* (the registration is per process) */
+        g_asymmetric = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                               0, 0) == 0;
+    /* (a reader of the child falling back to fences meanwhile is fine: its
+     * slot store is then a full barrier) */
+}
