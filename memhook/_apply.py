@@ -135,21 +135,23 @@ def apply_row(cache: MemtypeCache, row: tuple[Any, ...]) -> None:
                      kind, address, size, exc)
 
 
-def apply_rows(cache: MemtypeCache, rows: np.ndarray, progress: list[int]) -> None:
+def apply_rows(cache: MemtypeCache, rows: np.ndarray, progress: list[int],
+               base: int = 0) -> None:
     """Apply ``rows`` (an EVENT_DTYPE array, in event order) to ``cache``,
     leaving it exactly as :func:`apply_row` of each row in turn would.
 
-    ``progress[0]`` is kept at the first row whose effect may be missing:
-    if an exception escapes (a KeyboardInterrupt), applying the rows from
-    there again, in order, finishes the work (every step applied from there
-    is an assignment or a barrier, and applying one again is harmless)."""
+    ``progress[0]`` is kept at ``base`` plus the first row whose effect may
+    be missing: if an exception escapes (a KeyboardInterrupt), applying the
+    rows from there again, in order, finishes the work (every step applied
+    from there is an assignment or a barrier, and applying one again is
+    harmless; each cache write is whole or not made, memhook.cache)."""
     n = len(rows)
     if n < BULK_MIN:
         listed = rows.tolist()
         for i in range(n):
-            progress[0] = i
+            progress[0] = base + i
             apply_row(cache, listed[i])
-        progress[0] = n
+        progress[0] = base + n
         return
     flags = rows["flags"]
     kind = rows["kind"]
@@ -172,14 +174,14 @@ def apply_rows(cache: MemtypeCache, rows: np.ndarray, progress: list[int]) -> No
     for b, cut in enumerate([*cuts, n]):
         stop = int(np.searchsorted(todo, cut)) if cut < n else len(todo)
         if stop > at:
-            progress[0] = start
+            progress[0] = base + start
             _apply_run(cache, rows, todo[at:stop])
         at = stop
         if cut < n:
-            progress[0] = cut
+            progress[0] = base + cut
             apply_row(cache, listed_barrier[b])
             start = cut + 1
-    progress[0] = n
+    progress[0] = base + n
 
 
 UNTOUCHED = 0

@@ -35,8 +35,8 @@ from typing import Any
 
 from ._core import _core_handle, ffi
 
-__all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "hook_rows", "install",
-           "queue_stats", "uninstall"]
+__all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "events_drain_into",
+           "hook_rows", "install", "queue_stats", "uninstall"]
 
 _held = ctypes.PyDLL(None, handle=_core_handle._handle)
 
@@ -58,6 +58,9 @@ _coverage = _function("memhook_hooks_coverage_complete", [], ctypes.c_int)
 _queue_stats = _function("memhook_queue_stats_get", [ctypes.c_void_p], None)
 _drain = _function("memhook_events_drain_bounded",
                    [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_size_t)
+_drain_into = _function("memhook_events_drain_into",
+                        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p],
+                        ctypes.c_size_t)
 _reserved = _function("memhook_cuda_reserved_ranges",
                       [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t], ctypes.c_longlong)
 
@@ -92,6 +95,15 @@ def events_drain(out: Any, capacity: int, mark: Any) -> int:
     fraction of a millisecond), made by the drain's queries and its feeder
     alike, so that a query that drains never gives up the GIL doing so."""
     return int(_drain(int(ffi.cast("uintptr_t", out)), capacity, int(ffi.cast("uintptr_t", mark))))
+
+
+def events_drain_into(out: Any, capacity: int, mark: Any, filled: Any) -> int:
+    """``memhook_events_drain_into``: as :func:`events_drain`, into
+    ``out[filled[0]:capacity]``, with the core adding what it took to the
+    cffi ``uint64_t *`` ``filled`` before it returns (an exception that
+    lands as the call returns loses the return value, not the events)."""
+    return int(_drain_into(int(ffi.cast("uintptr_t", out)), capacity,
+                           int(ffi.cast("uintptr_t", mark)), int(ffi.cast("uintptr_t", filled))))
 
 
 def hook_rows(table: Any, count: int) -> int:

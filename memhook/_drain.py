@@ -43,23 +43,35 @@ Concurrency - no call waits for another Python thread to make progress:
   not remembered (the applier may be writing that very range: see
   memhook.cache._remember) - and only where there is no driver to ask
   (events of a native recorder alone) does the query wait for the drain.
-* Re-entry: the apply lock and the delivery lock are RLocks only so that
-  a thread can ask whether it holds them (``_is_owned``: set atomically
-  with the acquisition, in C - there is no window between acquiring and
-  knowing the owner).  They are never re-acquired: a signal handler, or a
-  subscriber, running on the thread that holds one answers from the cache
-  as it stands or through the driver and never waits on its own thread; a
+* Re-entry: the locks are RLocks only so that a thread can ask whether
+  it holds them (``_is_owned``: set atomically with the acquisition, in
+  C).  They are never re-acquired: a signal handler, or a subscriber,
+  running on the thread that holds one answers from the cache as it
+  stands or through the driver and never waits on its own thread; a
   flush() there returns 0.  The take lock is only ever tried by queries.
+  Such a handler's query takes nothing more out of the core and looks at
+  no more than :data:`UNAPPLIED_ROWS` rows, so its cost is bounded however
+  much is pending.
 * The delivery stage runs under the delivery lock; the rows wait in a
   hand-off queue, in order.  A query hands out waiting events only if the
   lock is free and for at most :data:`QUERY_DELIVERY_S`; flush() waits for
   every event; the feeder delivers the rest.  A subscriber sees the cache
   as of the newest batch applied (at or past its own event).
-* A KeyboardInterrupt (or any BaseException) escaping a subscriber leaves
-  the rest of its events waiting, and the next delivery hands them out
-  first; one escaping while the cache is written leaves the rows from the
-  last safe point (memhook._apply's progress mark) in the backlog, which
-  the next drain applies first.  Nothing is lost or reordered.
+* Exceptions from signal handlers (^C: ``KeyboardInterrupt``) land
+  between any two steps, and nothing is lost, repeated or reordered
+  (memhook._atomic).  Rows taken out of the core are counted as held by
+  the C call that takes them (``_filled``); marking them applied and
+  queueing them for the subscribers, or moving a query's rows to the
+  backlog, is one commit; whatever an exception interrupts, the next
+  drain finishes first, in order (applying again from the last safe
+  point: memhook._apply's progress mark; every cache write is whole or not
+  made).  A subscriber's call and the store that counts it are one step.
+  A BaseException escaping a subscriber counts that subscriber as served
+  and leaves the rest waiting.  A lock that an exception left held, in
+  the window after acquire() returns or in a ``finally`` before
+  release(), is still owned by its thread, and no frame of that thread
+  that takes it is running (memhook._atomic.held_here): that thread's
+  next call takes it back.
 * fork(): the three locks are taken around fork() (unless the forking
   thread holds one), so a child never inherits a batch taken out of the
   queue but not applied; the child gets fresh locks and the events still
@@ -70,16 +82,19 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import os
 import threading
 import time
 from collections.abc import Mapping
+from itertools import starmap
 from typing import Any, Callable
 
 import numpy as np
 
 from . import _apply, _control, _hook_table
 from . import _query
+from ._atomic import commit, held_here
 from ._core import ffi, lib
 from ._event_layout import EVENT_DTYPE
 from ._types import MemoryType
@@ -135,15 +150,26 @@ _check_layout()
 
 _buffer = ffi.new("memhook_event[]", BATCH)
 _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
+# Rows of _buffer taken out of the core: the core adds to it in the call
+# that takes them (memhook_events_drain_into), so no exception can land
+# between taking rows and knowing that they are held.
+_filled = ffi.new("uint64_t *")
+# [applied, handed]: _rows[:applied] are in the cache (applied: a point
+# from which applying again is harmless, memhook._apply.apply_rows),
+# _rows[:handed] are in _handoff for the subscribers.  What an exception
+# leaves between them and _filled, the next drain finishes first.
+_buf = [0, 0]
 # A query's own take (unapplied), under _take_lock: a run of its own,
 # begun between two calls of the applier's run.  The core's lanes hold one
 # run's cut at a time, so the applier's next call goes on as the query's
 # (later, longer) run and still ends only once everything pending when its
-# own began is out (memhook_events_drain_bounded: interleaved runs).
+# own began is out (memhook_events_drain_bounded: interleaved runs).  Its
+# rows move to _backlog in one commit with the reset of _query_filled.
 _query_buffer = ffi.new("memhook_event[]", QUERY_EVENTS)
 _query_rows = np.frombuffer(ffi.buffer(_query_buffer), dtype=EVENT_DTYPE)
+_query_filled = ffi.new("uint64_t *")
 _query_mark = ffi.new("uint64_t *")
-_c_drain = _control.events_drain  # (memhook_events_drain_bounded, the GIL held)
+_c_take = _control.events_drain_into  # (memhook_events_drain_into, the GIL held)
 # The state of one drain run (memhook_events_drain_bounded): zeroed as a run
 # begins, so the run takes what was pending then and stops - a query does
 # not chase producers that keep recording while it applies.
@@ -153,14 +179,16 @@ _mark = ffi.new("uint64_t *")
 _pending = lib.memhook_events_pending_flag()
 _get_ident = threading.get_ident
 _clock = time.perf_counter
+_setitem = operator.setitem
+_consume: Callable[[Any], None] = collections.deque(maxlen=0).extend  # (runs an iterator out)
 
-# Two stages, two locks.  _lock (the apply lock) serialises taking events
-# out of the core's queue and applying them to the cache, so the cache sees
-# them in order; the rows then wait in _handoff, oldest first, for the
-# subscribers, who get them under _deliver_lock, in the same order.  Lock
-# order: _deliver_lock before _lock (a subscriber's query applies events
-# while its thread delivers); nothing takes them the other way.  RLocks
-# for _is_owned (see the module docstring), never taken twice by a thread.
+# Two stages, two locks.  _lock (the apply lock) serialises applying taken
+# rows to the cache, so the cache sees them in order; the rows then wait in
+# _handoff, oldest first, for the subscribers, who get them under
+# _deliver_lock, in the same order.  Lock order: _deliver_lock before _lock
+# (a subscriber's query applies events while its thread delivers), then
+# _take_lock; nothing takes them the other way.  RLocks for _is_owned (see
+# the module docstring), never taken twice by a thread on purpose.
 _lock = threading.RLock()
 _acquire = _lock.acquire
 _release = _lock.release
@@ -168,32 +196,36 @@ _is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
 # Idents of threads blocked waiting for _lock (flush(), fork): the feeder
 # does not take it again while one waits (set.add/discard: atomic).
 _waiters: set[int] = set()
-# Rows taken out, not yet applied, oldest first: what an interrupted apply
-# left, and what a query took out while another thread applied (see
-# unapplied).  Changed under _take_lock only.
+# Rows taken out by queries while another thread applied (see unapplied),
+# oldest first, newer than _buffer's and older than anything still in the
+# core; _head is _buf's pair for _backlog[0].  Changed under _take_lock.
 _backlog: list[np.ndarray] = []
-# Taking events out of the core and publishing what was taken (_backlog,
-# _in_flight) happen together under this lock, so that a query can see
-# every event published before it that is not in the cache yet, in order,
-# without the apply lock.  Held for one C drain call and a few stores,
-# never across Python work of any length; a query only ever tries it.
-_take_lock = threading.Lock()
-# The rows the apply lock's holder is applying now, or None.
-_in_flight: np.ndarray | None = None
+_head = [0, 0]
+# Taking events out of the core and publishing what was taken happen
+# together under this lock, so that a query can see every event published
+# before it that is not in the cache yet, in order, without the apply
+# lock.  Held for one C drain call and a few stores, never across Python
+# work of any length; a query only ever tries it.
+_take_lock = threading.RLock()
+_take_owned: Callable[[], bool] = _take_lock._is_owned  # type: ignore[attr-defined]
 # False from before an applier takes events out of the core until they are
-# all in the cache (or in _backlog, which keeps it False): see query_drain.
+# all in the cache (rows waiting in _buffer or _backlog keep it False): see
+# query_drain.
 _quiet = True
-# Bumped under _lock by every apply: memhook.cache remembers a driver
+# Bumped under _lock before every apply: memhook.cache remembers a driver
 # answer only if no apply came between asking and remembering.
 _generation = 0
-# [rows, next index]: applied to the cache, not yet handed to the
-# subscribers (an EVENT_DTYPE array; 64 bytes an event while they wait).
-# Appended under _lock, consumed under _deliver_lock (deque append/popleft
-# are atomic).
+# [rows, (next row, subscribers of it done)]: applied to the cache, not
+# yet handed to the subscribers (an EVENT_DTYPE array; 64 bytes an event
+# while they wait).  Appended under _lock, consumed under _deliver_lock
+# (deque append/popleft are atomic).
 _handoff: collections.deque[list[Any]] = collections.deque()
 _deliver_lock = threading.RLock()
 _delivering: Callable[[], bool] = _deliver_lock._is_owned  # type: ignore[attr-defined]
 _fork_held = (False, False)
+# Set by the background feeder while it sleeps with nothing to do
+# (memhook._feeder): what wakes it when a query leaves work behind.
+wake_feeder: Callable[[], object] | None = None
 
 QUERY_DELIVERY_S = 0.005
 """How long a query may spend handing waiting events to the subscribers
@@ -207,6 +239,15 @@ UNAPPLIED_CALLS = 4
 """Calls into the core (of :data:`QUERY_EVENTS` each) a query that cannot
 drain makes at most to take out what the applier has not (a feeder that
 lost its CPU for tens of milliseconds leaves that many behind it)."""
+
+UNAPPLIED_ROWS = 2 * QUERY_EVENTS
+"""Rows taken out and not yet applied that a query that cannot drain
+looks through at most (memhook._apply.last_touch) before it answers
+through the driver instead: a query's cost stays bounded however long the
+applier is held up - also in a signal handler that interrupted the
+applier, where every query taking more out would only lengthen what that
+applier has to apply, and scanning all of it would make each handler
+slower than the last."""
 
 _names: tuple[str, ...] | None = None
 
@@ -300,6 +341,9 @@ def query_drain() -> bool:
     _, complete = _take(QUERY_EVENTS, False)
     if _handoff:
         _hand_out(QUERY_DELIVERY_S, 1)
+    wake = wake_feeder
+    if wake is not None and (_handoff or not complete or backlogged()):
+        wake()  # (a parked feeder finishes what this query left)
     return complete
 
 
@@ -329,15 +373,23 @@ def remember(since: int, write: Callable[[], None]) -> bool:
     ``since`` and the lock is free: an answer the driver gave before an
     event of its range was applied must not be written after it.  True
     when it was written."""
-    if _is_owned() or not _acquire(False):
-        return False
+    if _is_owned() or _in_cache():
+        return False  # (this thread applies, or left the lock behind, or is inside the cache)
     try:
-        if _generation != since:
+        # (inside the try: an exception as acquire() returns still reaches the finally)
+        if not _acquire(False) or _generation != since:
             return False
         write()
         return True
     finally:
-        _release()
+        if _is_owned():
+            _release()
+
+
+def _in_cache() -> bool:
+    """Whether this thread holds the process cache's lock (a signal handler
+    that interrupted a read or write of it): no apply may start here."""
+    return _query.process_cache()._owned_here(3)
 
 
 def applying() -> bool:
@@ -378,56 +430,65 @@ def feed_step(budget_s: float, take: bool) -> bool:
 
 def undelivered() -> int:
     """Events applied to the cache that the subscribers have not had yet."""
-    return sum(len(rows) - at for rows, at in list(_handoff))
+    return sum(len(rows) - at[0] for rows, at in list(_handoff))
 
 
 def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False) \
         -> tuple[int, bool]:
-    """Stage one: take the events pending now out of the core's queue (one
-    bounded run) and apply them to the cache - at most ``max_events`` of
-    them (None: the whole run, a batch at a time), waiting for the apply
-    lock if ``wait``.  Returns (how many need no delivery - there are no
+    """Stage one: apply what earlier drains took out and left unapplied,
+    then take the events pending now out of the core's queue (one bounded
+    run) and apply them to the cache - at most ``max_events`` of them
+    (None: the whole run, a batch at a time), waiting for the apply lock if
+    ``wait``.  Returns (how many need no delivery - there are no
     subscribers -, and whether the run is complete).  ``feeder``: do not
     take the lock while another thread waits for it.  On a thread that
     holds the lock already (a signal handler that interrupted an apply) it
-    does nothing and says the run is not complete."""
-    global _quiet, _generation
+    does nothing and says the run is not complete; a lock an exception left
+    behind on this thread it takes back.
+
+    Lossless under exceptions from signal handlers: rows are counted as
+    held by the call that takes them out (``_filled``), marked applied and
+    handed on in single commits (memhook._atomic), and whatever an
+    exception interrupts, the next drain finishes first, in order."""
+    global _quiet, _generation, _refills
     if not _pending[0] and _quiet:
         return 0, True
-    if _is_owned():
-        return 0, False  # this thread applies already (a signal handler here)
-    if feeder and _waiters:
-        return 0, False  # the lock is theirs next
-    if not _acquire(False):
-        if not wait:
-            return 0, False
-        me = _get_ident()
-        _waiters.add(me)
-        try:
-            _acquire()
-        finally:
-            _waiters.discard(me)
-    global _in_flight
+    if _is_owned() and held_here(_APPLY_CODES) or _in_cache():
+        return 0, False  # this thread applies, or is inside the cache (a signal handler here)
     try:
+        # (a lock still owned here was left behind by an exception: ours again)
+        if not _is_owned():
+            if feeder and _waiters:
+                return 0, False  # the lock is theirs next
+            if not _acquire(False):
+                if not wait:
+                    return 0, False
+                me = _get_ident()
+                _waiters.add(me)
+                try:
+                    _acquire()
+                finally:
+                    _waiters.discard(me)
         _mark[0] = 0
-        done = 0
+        _generation += 1
+        done = _apply_taken()
         left = max_events
         while True:
             cap = BATCH if left is None else min(BATCH, left)
             with _take_lock:
-                _quiet = False  # before the C drain clears the pending flag
-                parts = _backlog[:]  # (older than anything still in the core's queue)
-                del _backlog[:]
-                n = _c_drain(_buffer, cap, _mark)
-                if n:
-                    parts.append(_rows[:n])
-                rows = (None if not parts else parts[0] if len(parts) == 1 else
-                        np.concatenate(parts))
-                _in_flight = rows
-            if rows is not None:
-                done += _apply_rows(rows)
-                _generation += 1
-                _in_flight = None
+                _park_query_rows()
+                if _backlog or _buf[1] < _filled[0]:
+                    n = -1  # a query took rows out meanwhile: they go first
+                else:
+                    _quiet = False  # before the C drain clears the pending flag
+                    _refills += 1  # (before: a digest of the old rows is never taken for the new)
+                    commit(((_setitem, _filled, 0, 0), (_setitem, _buf, 0, 0),
+                            (_setitem, _buf, 1, 0)))
+                    n = _c_take(_buffer, cap, _mark, _filled)
+            _generation += 1
+            done += _apply_taken()
+            if n < 0:
+                continue
             if n < cap:
                 return done, True  # the run's cut is reached (memhook_events_drain_bounded)
             if left is not None:
@@ -435,78 +496,187 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
                 if left <= 0:
                     return done, False
     finally:
+        if _is_owned():
+            with _take_lock:
+                _quiet = not _taken_rows() and not _query_filled[0]
+            _release()
+
+
+def _taken_rows() -> int:
+    """Rows taken out of the core and not yet (surely) in the cache."""
+    waiting = int(_filled[0]) - _buf[0]
+    for i, chunk in enumerate(_backlog):
+        waiting += len(chunk) - (_head[0] if i == 0 else 0)
+    return waiting
+
+
+def _park_query_rows() -> None:
+    """Move the rows a query took into its buffer to the backlog (caller
+    holds _take_lock): one commit, so they are in exactly one place."""
+    global _refills
+    n = int(_query_filled[0])
+    if n:
+        chunk = _query_rows[:n].copy()
+        _refills += 1
+        commit(((_backlog.append, chunk), (_setitem, _query_filled, 0, 0)))
+
+
+def _apply_taken() -> int:
+    """Apply every row taken out and not yet applied - _buffer's, then the
+    backlog's, in order - and queue them for the subscribers (caller holds
+    _lock).  Returns how many need no delivery (no subscribers)."""
+    done = 0
+    f = int(_filled[0])
+    if _buf[1] < f:
+        done += _apply_part(_rows, f, _buf)
+    while True:
         with _take_lock:
-            _in_flight = None
-            _quiet = not _backlog
-        _release()
+            _park_query_rows()
+            if not _backlog:
+                return done
+            chunk = _backlog[0]
+        done += _apply_part(chunk, len(chunk), _head)
+        with _take_lock:
+            if _backlog and _backlog[0] is chunk:
+                commit(((_backlog.pop, 0), (_setitem, _head, 0, 0),
+                        (_setitem, _head, 1, 0)))
 
 
-def unapplied(start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
+    """Apply ``rows[marks[0]:end]`` to the cache and queue ``rows[marks[1]:end]``
+    for the subscribers (caller holds _lock); see _buf for the marks.  With
+    subscribers returns 0, else how many were delivered (to nobody)."""
+    at = marks[0]
+    if at < end:
+        _apply.apply_rows(_query.process_cache(), rows[at:end], marks, at)
+    handed = marks[1]
+    if handed >= end:
+        return 0
+    part = rows[handed:end]
+    if _registry.current:
+        entry = [part.copy(), (0, 0)]
+        commit(((_handoff.append, entry), (_setitem, marks, 1, end)))
+        return 0
+    marks[1] = end
+    return int(np.count_nonzero(part["flags"] & _CACHE_ONLY == 0))
+
+
+def unapplied(start: int, size: int, closed: bool, take: bool = True) \
+        -> int | tuple[Any, ...]:
     """For a query that cannot drain (another thread is applying, or this
     one is, in a signal handler): of the events published before the call
     that the cache lacks yet, the last that can change its answer for
     ``[start, start + size)`` (memhook._apply.last_touch: ``closed`` counts
     writes that only touch the range) - or UNTOUCHED (the cache as it
     stands is right there), or UNSURE (not known without waiting for
-    another thread, or without applying them).
+    another thread, or without applying them, or within the query's bound).
 
     It takes what is still in the core's queue out itself (at most
     :data:`UNAPPLIED_CALLS` times :data:`QUERY_EVENTS` events, into the
-    backlog the applier applies next, in order), and looks at those rows,
-    the backlog's and the applier's batch."""
-    global _quiet
-    if not _take_lock.acquire(False):
-        return _apply.UNSURE  # (another thread is taking, or this one was interrupted doing so)
+    backlog the applier applies next, in order) - not on the applier's own
+    thread, not past :data:`UNAPPLIED_ROWS` waiting rows, and not when
+    ``take`` is False (the later pointers of one memory_types() call: what
+    was published before the call was taken for its first) - and looks at
+    those rows, the backlog's and the applier's batch: through a summary
+    made once for as long as they stay the same (_Digest), so that a query
+    costs O(log r) for r rows where none of them touches its range."""
+    global _quiet, _digest
+    if _take_owned() and held_here(_TAKE_CODES):
+        return _apply.UNSURE  # (this thread was interrupted taking)
     try:
-        _quiet = False  # before the C drain clears the pending flag
-        _query_mark[0] = 0
-        for _ in range(UNAPPLIED_CALLS):
-            n = _c_drain(_query_buffer, QUERY_EVENTS, _query_mark)
-            if n:
-                _backlog.append(_query_rows[:n].copy())
-            if n < QUERY_EVENTS:
-                break
-        else:
-            return _apply.UNSURE  # more than a query's share is pending
-        views = _backlog[:]  # oldest first; the applier's batch is older still
-        if _in_flight is not None:
-            views.insert(0, _in_flight)
+        if not _take_owned() and not _take_lock.acquire(False):
+            return _apply.UNSURE  # (another thread is taking)
+        _park_query_rows()
+        if _pending[0] and take:
+            if _is_owned() or _taken_rows() >= UNAPPLIED_ROWS:
+                return _apply.UNSURE  # (more would only lengthen the applier's work)
+            _quiet = False  # before the C drain clears the pending flag
+            _query_mark[0] = 0
+            for _ in range(UNAPPLIED_CALLS):
+                n = _c_take(_query_buffer, QUERY_EVENTS, _query_mark, _query_filled)
+                _park_query_rows()
+                if n < QUERY_EVENTS:
+                    break
+            else:
+                return _apply.UNSURE  # more than a query's share is pending
+        f = int(_filled[0])
+        token = (_refills, len(_backlog), _head[0], _buf[0], f)
+        digest = _digest
+        if digest is None or digest.token != token:
+            if _taken_rows() > UNAPPLIED_ROWS + BATCH:
+                return _apply.UNSURE
+            views: list[np.ndarray] = []
+            if _buf[0] < f:
+                views.append(_rows[_buf[0]:f])
+            for i, chunk in enumerate(_backlog):  # oldest first; the applier's batch older still
+                views.append(chunk[_head[0]:] if i == 0 else chunk)
+            digest = _digest = _Digest(token, views)  # (copies: the applier refills _buffer)
     finally:
-        if not _backlog and _in_flight is None and not _is_owned() and _acquire(False):
-            _quiet = True  # nothing taken is waiting (no applier is mid-batch: we hold its lock)
-            _release()
-        _take_lock.release()
-    return _apply.last_touch(views, start, size, closed)
+        if _take_owned():
+            _take_lock.release()
+    return digest.last_touch(start, size, closed)
+
+
+class _Digest:
+    """The rows a query looks through (taken out, not yet applied), summed
+    up for the queries that come while they stay the same: the relevant
+    rows (successful, sized), in event order, with their ranges - scanned
+    by numpy per query, until enough queries came to pay for an index by
+    address (a running maximum of the ends: "does any row touch this
+    range" is then one binary search, as for memory_types' pointers)."""
+
+    __slots__ = ("address", "ends", "index", "rows", "token", "unsure", "uses")
+
+    SORT_AFTER = 8
+
+    def __init__(self, token: tuple[Any, ...], views: list[np.ndarray]) -> None:
+        self.token = token
+        rows = np.concatenate(views) if views else np.empty(0, dtype=EVENT_DTYPE)
+        self.unsure = _apply.last_touch([rows], 0, 0, False) == _apply.UNSURE
+        keep = ((rows["flags"] & _SKIPPED) == 0) & (rows["result"] == 0) & (rows["size"] != 0)
+        self.rows = rows[keep]
+        self.address = self.rows["address"]
+        self.ends = self.address + self.rows["size"]
+        self.index: tuple[np.ndarray, np.ndarray] | None = None
+        self.uses = 0
+
+    def last_touch(self, start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
+        """memhook._apply.last_touch of the rows, for ``[start, start + size)``."""
+        if self.unsure:
+            return _apply.UNSURE
+        lo, hi = np.uint64(start), np.uint64(min(start + size, _ADDRESS_LAST))
+        self.uses += 1
+        if self.index is None and self.uses >= self.SORT_AFTER and len(self.address):
+            order = np.argsort(self.address, kind="stable")
+            self.index = (self.address[order], np.maximum.accumulate(self.ends[order]))
+        if self.index is not None:
+            starts, reach = self.index
+            k = int(np.searchsorted(starts, hi, "right" if closed else "left"))
+            if k == 0 or reach[k - 1] < lo or (reach[k - 1] == lo and not closed):
+                return _apply.UNTOUCHED
+        if closed:
+            hit = (self.address <= hi) & (self.ends >= lo)
+        else:
+            hit = (self.address < hi) & (self.ends > lo)
+        where = np.flatnonzero(hit)
+        if not len(where):
+            return _apply.UNTOUCHED
+        row: tuple[Any, ...] = self.rows[int(where[-1])].tolist()
+        return row
+
+
+_digest: _Digest | None = None
+# Bumped (under _take_lock) before _buffer is refilled and before a chunk
+# joins the backlog: with the marks, it names the rows a _Digest summed up.
+_refills = 0
+_ADDRESS_LAST = (1 << 64) - 1
 
 
 def backlogged() -> bool:
-    """Whether rows taken out of the core wait to be applied (the feeder
-    applies them: a query may have left some, see unapplied)."""
-    return bool(_backlog)
-
-
-def _apply_rows(rows: Any) -> int:
-    """Apply ``rows`` (an EVENT_DTYPE array the next C drain may overwrite,
-    or a list of EVENT_DTYPE tuples) to the cache in bulk; with
-    subscribers, queue them for delivery (returns 0), else return how many
-    were delivered.  If an exception escapes (a KeyboardInterrupt), the
-    rows from the last safe point go to the backlog first, and those
-    before it to the subscribers."""
-    if not isinstance(rows, np.ndarray):
-        rows = np.array(rows, dtype=EVENT_DTYPE)
-    progress = [0]
-    try:
-        _apply.apply_rows(_query.process_cache(), rows, progress)
-    except BaseException:
-        with _take_lock:
-            _backlog[:0] = [rows[progress[0]:].copy()]
-        if _registry.current and progress[0]:
-            _handoff.append([rows[:progress[0]].copy(), 0])
-        raise
-    if not _registry.current:
-        return int(np.count_nonzero(rows["flags"] & _CACHE_ONLY == 0))
-    _handoff.append([rows.copy(), 0])
-    return 0
+    """Whether rows taken out of the core wait to be applied or handed on
+    (the feeder does it: a query may have left some, see unapplied, and so
+    may an exception)."""
+    return bool(_backlog or _query_filled[0] or _buf[1] < _filled[0])
 
 
 def _hand_out(budget_s: float | None, step: int) -> int:
@@ -517,85 +687,116 @@ def _hand_out(budget_s: float | None, step: int) -> int:
     were delivered.  If an exception escapes a subscriber (a
     BaseException), the rest stays waiting, and the next delivery hands it
     out first."""
-    if _delivering():
+    if _delivering() and held_here(_DELIVER_CODES):
         return 0  # a subscriber (or a signal handler in one) drains: the outer delivery goes on
-    if budget_s is None:
-        _deliver_lock.acquire()
-    elif not _deliver_lock.acquire(False):
-        return 0
     try:
+        # (a lock still owned here was left behind by an exception: ours again)
+        if not _delivering():
+            if budget_s is None:
+                _deliver_lock.acquire()
+            elif not _deliver_lock.acquire(False):
+                return 0
         until = None if budget_s is None else _clock() + budget_s
         done = 0
         while _handoff:
             entry = _handoff[0]
-            rows, at = entry
+            rows, (at, _) = entry
             end = len(rows) if until is None else min(len(rows), at + step)
-            chunk = rows[at:end].tolist()
-            entry[1] = end  # (before delivery: an escaping exception resets it)
-            done += _to_subscribers(chunk, entry, at)
-            if entry[1] >= len(rows):
+            done += _to_subscribers(rows[at:end].tolist(), entry, at)
+            if entry[1][0] >= len(rows):
                 _handoff.popleft()
             if until is not None and _clock() >= until:
                 break
         return done
     finally:
-        _deliver_lock.release()
+        if _delivering():
+            _deliver_lock.release()
 
 
 def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> int:
     """Hand ``rows`` (entry's rows from index ``at``) to the subscribers of
-    now.  A BaseException from a subscriber leaves entry pointing past the
-    row it escaped from (that row reached some subscribers)."""
+    now.  ``entry[1]`` is (the next row, how many of its subscribers had
+    it): each call of a subscriber and the store that counts it run in one
+    C-level step (memhook._atomic), so an exception from a signal handler
+    neither skips nor repeats an event for a subscriber that returned.  A
+    BaseException escaping a subscriber counts that subscriber as served
+    (the event reached it)."""
     subs = _registry.current
     builder = _EventBuilder
     count = 0
-    i = 0
-    try:
-        for i, row in enumerate(rows):
-            (_, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags,
-             caller) = row
-            if flags & _CACHE_ONLY:
-                continue
-            count += 1
-            if not subs:
-                continue
-            if builder is not None:
-                event = builder()
-                event.kind = _KINDS.get(kind, kind)
-                event.function = function_name(function)
-                event.address = address
-                event.size = size
-                event.mem_type = _memory_type(mem_type)
-                event.device = device
-                event.pid = pid
-                event.tid = tid
-                event.timestamp_ns = ts
-                event.result = result
-                event.seq = row[0]
-                event.flags = flags
-                event.caller_address = caller
-                event.__class__ = Event
-            else:  # pragma: no cover - Python 3.9
-                event = Event(_KINDS.get(kind, kind), function_name(function), address, size,
-                              _memory_type(mem_type), device, pid, tid, ts, result, row[0],
-                              flags, caller)
-            for sub in subs:
-                if sub._active and sub._kind_bits & kind:
-                    try:
-                        sub.callback(event)
-                    except Exception:  # noqa: BLE001 - logged; the others still run
-                        _log.exception("memhook: subscriber %r raised on %r", sub.callback,
-                                       event)
-    except BaseException:
-        entry[1] = at + i + 1  # (row i reached the cache and some subscribers)
-        raise
+    first = entry[1][1]  # subscribers of row `at` already served
+    for i, row in enumerate(rows, at):
+        (_, address, size, ts, kind, function, mem_type, device, pid, tid, result, flags,
+         caller) = row
+        if flags & _CACHE_ONLY:
+            entry[1] = (i + 1, 0)
+            continue
+        count += 1
+        callbacks = [sub.callback for sub in subs if sub._active and sub._kind_bits & kind]
+        if first:
+            callbacks = callbacks[first:]
+        if not callbacks:
+            entry[1] = (i + 1, 0)
+            first = 0
+            continue
+        if builder is not None:
+            event = builder()
+            event.kind = _KINDS.get(kind, kind)
+            event.function = function_name(function)
+            event.address = address
+            event.size = size
+            event.mem_type = _memory_type(mem_type)
+            event.device = device
+            event.pid = pid
+            event.tid = tid
+            event.timestamp_ns = ts
+            event.result = result
+            event.seq = row[0]
+            event.flags = flags
+            event.caller_address = caller
+            event.__class__ = Event
+        else:  # pragma: no cover - Python 3.9
+            event = Event(_KINDS.get(kind, kind), function_name(function), address, size,
+                          _memory_type(mem_type), device, pid, tid, ts, result, row[0],
+                          flags, caller)
+        last = first + len(callbacks)
+        marks = [(entry, 1, (i, j)) for j in range(first + 1, last)]
+        marks.append((entry, 1, (i + 1, 0)))
+        call = operator.methodcaller("__call__", event)
+        while True:
+            steps = zip(map(call, callbacks), starmap(_setitem, marks))
+            try:
+                _consume(steps)  # (the only call in this try: see below)
+                break
+            except BaseException as exc:
+                row_at, served = entry[1]
+                # From the subscriber (it counts as served), or - an exception
+                # from a signal handler - raised here as _consume returned,
+                # after the last store, or before it called anything.
+                tb = exc.__traceback__
+                if row_at == i and (isinstance(exc, Exception) or
+                                    (tb is not None and tb.tb_next is not None)):
+                    entry[1] = (i, served + 1) if served + 1 < last else (i + 1, 0)
+                if not isinstance(exc, Exception):
+                    raise
+                _log.exception("memhook: subscriber %r raised on %r",
+                               callbacks[served - first], event)
+                if served + 1 >= last:
+                    break
+                callbacks = callbacks[served + 1 - first:]
+                marks = marks[served + 1 - first:]
+                first = served + 1
+        first = 0
     return count
 
 
 def _deliver(rows: list[tuple[Any, ...]]) -> int:
     """Apply ``rows`` to the cache and hand them (after any events still
-    waiting) to the subscribers; returns how many were delivered."""
-    done = _apply_rows(rows)
+    waiting) to the subscribers; returns how many were delivered (tests)."""
+    array = np.array(rows, dtype=EVENT_DTYPE)
+    marks = [0, 0]
+    with _lock:
+        done = _apply_part(array, len(array), marks)
     if _handoff:
         done += _hand_out(None, DELIVERY_STEP)
     return done
@@ -659,7 +860,9 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     global _lock, _acquire, _release, _is_owned, _deliver_lock, _delivering, _take_lock
-    _take_lock = threading.Lock()
+    global _take_owned
+    _take_lock = threading.RLock()
+    _take_owned = _take_lock._is_owned  # type: ignore[attr-defined]
     _lock = threading.RLock()
     _acquire, _release = _lock.acquire, _lock.release
     _is_owned = _lock._is_owned  # type: ignore[attr-defined]
@@ -672,6 +875,11 @@ def _after_fork_in_child() -> None:
     if not _fork_held[1]:
         _acquire()
 
+
+# The functions whose frames hold a lock while they run (memhook._atomic.held_here).
+_APPLY_CODES = frozenset({_take.__code__, remember.__code__, _deliver.__code__})
+_TAKE_CODES = frozenset({_take.__code__, _apply_taken.__code__, unapplied.__code__})
+_DELIVER_CODES = frozenset({_hand_out.__code__})
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)

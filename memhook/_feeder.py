@@ -16,6 +16,9 @@ apply lock, and while another thread waits for it, it sleeps.
 It also hands out what a query applied to the cache and left for the
 subscribers (a query does not wait for them: memhook._drain.query_drain),
 looking for that every 100 ms when idle and every 5 ms while some wait.
+With no hooks installed and nothing pending or waiting (after
+uninstall()), it sleeps without polling until hooks are installed again or
+a query leaves events for it: an idle process costs nothing.
 
 The policy: with the memhook package imported and hooks installed, the
 backlog stays near BACKLOG events (64 KiB) plus what producers record while
@@ -57,6 +60,29 @@ _HANDOFF_MS = 5
 _BACK_OFF_S = 0.001
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_wake = threading.Event()
+
+
+def _idle(drain: Any) -> bool:
+    """Nothing for the feeder to do, now or until someone installs hooks or
+    a query leaves work: no hooks installed, nothing pending in the core,
+    taken or waiting for the subscribers."""
+    return not (lib.memhook_hooks_mode() or drain._pending[0] or drain.undelivered()
+                or drain.backlogged())
+
+
+def _park(drain: Any) -> None:
+    """Sleep, the GIL released, until :func:`start` (an install) or a query
+    that leaves work (memhook._drain's ``wake_feeder``) sets ``_wake``: an
+    idle process pays no wakeup.  Events a native recorder makes meanwhile
+    wait for the next query or flush(), as before the first install."""
+    _wake.clear()
+    drain.wake_feeder = _wake.set
+    try:
+        if _idle(drain):  # (again, after clear: a set() before it is not lost)
+            _wake.wait()
+    finally:
+        drain.wake_feeder = None
 
 
 def _run() -> None:
@@ -65,6 +91,17 @@ def _run() -> None:
     wait = lib.memhook_events_wait_backlog
     waiting = _drain.undelivered
     while True:
+        if _idle(_drain):
+            _park(_drain)
+            continue
+        if not lib.memhook_hooks_mode():
+            # No hooks, and events left (the last ones recorded, uninstall's
+            # gap marker): drain them all now, then sleep.
+            try:
+                _finish(_drain)
+            except Exception:  # noqa: BLE001 - logged; the feeder must go on
+                _log.exception("memhook: the background drain failed")
+            continue
         # Events a query applied to the cache and left for the subscribers
         # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
         # while some wait, every _WAIT_MS otherwise.
@@ -92,6 +129,14 @@ def _feed(drain: Any) -> None:
             time.sleep(_BACK_OFF_S)
 
 
+def _finish(drain: Any) -> None:
+    """Drain everything pending and hand it out, a batch per hold of the
+    apply lock, backing off while another thread holds or wants it."""
+    while not _idle(drain) and not lib.memhook_hooks_mode():
+        if drain.waiters() or not drain.feed_step(STEP_S, True):
+            time.sleep(_BACK_OFF_S)
+
+
 def _backlog_left() -> bool:
     return bool(lib.memhook_events_wait_backlog(STEP // 2, 0))
 
@@ -101,6 +146,7 @@ def start() -> None:
     global _thread
     with _lock:
         if _thread is not None and _thread.is_alive():
+            _wake.set()  # (a parked feeder: hooks were installed again)
             return
         _thread = threading.Thread(target=_run, name="memhook-feeder", daemon=True)
         _thread.start()
@@ -113,9 +159,10 @@ def running() -> bool:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _thread
+    global _lock, _thread, _wake
     was = _thread is not None
     _lock = threading.Lock()
+    _wake = threading.Event()
     _thread = None  # threads do not survive fork()
     if was:
         start()

@@ -133,6 +133,8 @@ int memhook_hook_index(const char *name);
 void *memhook_hooks_original(const char *name);
 size_t memhook_events_drain(memhook_event *out, size_t capacity);
 size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_t *mark);
+size_t memhook_events_drain_into(memhook_event *out, size_t capacity, uint64_t *mark,
+                                uint64_t *filled);
 size_t memhook_events_drain_background(memhook_event *out, size_t capacity);
 int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms);
 const volatile uint32_t *memhook_events_pending_flag(void);

@@ -87,7 +87,7 @@ _process_cache = MemtypeCache()
 def _after_fork_in_child() -> None:
     # A writer thread of the parent may have held the lock at fork(); it is
     # gone, and every published state is whole (writers publish one tuple).
-    _process_cache._lock = threading.Lock()
+    _process_cache._lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -107,15 +107,17 @@ class Applier:
     ``generation()`` returned ``since``, and says whether it did;
     ``applying()`` is True on a thread inside an apply, which may hold the
     cache's lock (a signal handler there must not wait for it);
-    ``unapplied(start, size, closed)`` is, of the events the cache lacks
-    yet, the last that can change its answer for the range
-    (memhook._apply.last_touch), UNTOUCHED, or UNSURE."""
+    ``unapplied(start, size, closed[, take])`` is, of the events the cache
+    lacks yet, the last that can change its answer for the range
+    (memhook._apply.last_touch), UNTOUCHED, or UNSURE (``take`` False: it
+    need not take events out of the core again, as for the later pointers
+    of one memory_types() call)."""
 
     settle: Callable[[], object]
     generation: Callable[[], int]
     remember: Callable[[int, Callable[[], None]], bool]
     applying: Callable[[], bool]
-    unapplied: Callable[[int, int, bool], Any]
+    unapplied: Callable[..., Any]
 
 
 _applier: Applier | None = None
@@ -371,16 +373,26 @@ def _allocated_type(row: tuple[Any, ...], start: int, n: int) -> MemoryType | No
     return allocated_type(row, start, n)
 
 
-def _memory_type_undrained(start: int, n: int) -> MemoryType:
+def _memory_type_undrained(start: int, n: int, take: bool = True,
+                           learned: list[_driver.DriverAnswer] | None = None) -> MemoryType:
     """memory_type when the drain could not bring the cache up to date
     without waiting for another thread: the cache as it stands where no
     event it lacks touches the range (Applier.touched); else the driver's
     answer, which is the truth for every pointer the hooks would have told
     the cache about; only where there is no driver to ask (events recorded
-    by a native recorder alone), the cache once it is up to date."""
+    by a native recorder alone), the cache once it is up to date.  For the
+    pointers of one memory_types() call after its first, ``take`` False
+    (the events published before the call are out already) and
+    ``learned``, the driver's allocations this call was told of: a pointer
+    inside one needs no driver call of its own."""
+    if learned:  # (the driver's word, given after every event published before the call)
+        for known in learned:
+            if known.start <= start and start + n <= known.start + known.size:
+                return known.mem_type
     applier = _applier
     if applier is not None:
-        last = applier.unapplied(start, n, False)
+        last = applier.unapplied(start, n, False) if take else \
+            applier.unapplied(start, n, False, False)
         if last == _UNTOUCHED:
             return _memory_type_slow(start, n)  # what the cache says there is final
         if last != _UNSURE:  # the last event over the range: a new allocation?
@@ -389,6 +401,8 @@ def _memory_type_undrained(start: int, n: int) -> MemoryType:
                 return t
     answer = _driver_only(start, n)
     if answer is not None:
+        if learned is not None and answer.mem_type is not HOST and answer.mem_type is not UNKNOWN:
+            learned.append(answer)
         return _answer_type(answer, start, n)
     if applier is not None:
         applier.settle()
@@ -604,10 +618,11 @@ def memory_types(ptrs: Any) -> np.ndarray:
         # lock either, which the snapshot takes).
         out = np.empty(arr.shape, dtype=np.uint8)
         answers: dict[int, MemoryType] = {}
+        learned: list[_driver.DriverAnswer] = []
         for i, p in enumerate(arr.tolist()):
             t = answers.get(p)
             if t is None:
-                t = answers[p] = _memory_type_undrained(p, 1)
+                t = answers[p] = _memory_type_undrained(p, 1, not answers, learned)
             out[i] = t
         shape = getattr(ptrs, "shape", None)
         return out.reshape(shape) if shape is not None and len(shape) != 1 else out

@@ -29,11 +29,15 @@ How it is built (and why it is fast):
   sortedcontainers is pinned below 3.
 * Reads take no lock.  Every published state of the cache is one tuple,
   ``_flat = (bounds, types, memo, memo_limit)``, replaced (never changed) by
-  each write: a writer stores the shared ``_BUSY`` tuple while it changes
-  the regions, then a new tuple with a new, empty memo dict.  A reader takes
-  the tuple once; an answer read from the sorted list is kept only if
-  ``_flat`` is still that tuple afterwards (nothing was written meanwhile),
-  otherwise - rarely - it is answered again under the lock.
+  each write in the same step that changes the regions: a write works out
+  what changes, reading only, then makes every change and stores the new
+  tuple, with a new, empty memo dict, in one call into C
+  (memhook._atomic.commit) - so an exception from a signal handler (^C)
+  leaves the cache as it was or as written, never half written, and no
+  reader sees a write under way.  A reader takes the tuple once; an answer
+  read from the sorted list is kept only if ``_flat`` is still that tuple
+  afterwards (nothing was written meanwhile), otherwise - rarely - it is
+  answered again under the lock.
 * Hot path: single-byte answers are memoised per pointer in the tuple's
   memo dict, so a pointer asked about again costs one dict probe.  A fresh
   answer goes into the memo one time in ``MEMO_SAMPLE``: a pointer asked
@@ -65,6 +69,7 @@ they are named here too, as they always were.
 from __future__ import annotations
 
 import enum
+import operator
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -79,6 +84,7 @@ from . import _inputs
 from ._search import snapshot_memory_types
 from ._inputs import ADDRESS_LIMIT, address_array, byte_range
 from ._types import MemoryType, Region, _make_region
+from ._atomic import commit, held_here
 
 if TYPE_CHECKING:
     from ._query import (CACHE_WAIT_S, Applier, lookup, memory_type, memory_types,
@@ -100,6 +106,8 @@ _ADDRESS_MAX = ADDRESS_LIMIT - 1
 _MEMORY_TYPES = tuple(MemoryType)
 
 _ONE = 1
+_ALL = slice(None)
+_setitem = operator.setitem
 HOT_LIMIT = 8192
 """Entries of the per-pointer memo before it is emptied and refilled."""
 
@@ -303,7 +311,8 @@ class MemtypeCache:
     )
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # An RLock for _is_owned (a write never takes it twice: _writing).
+        self._lock = threading.RLock()
         self._regions = SortedKeyList(key=_end_of)
         self._regions._reset(LOAD)
         # sortedcontainers mutates these three lists in place, never rebinds them.
@@ -549,60 +558,35 @@ class MemtypeCache:
             mem_type = _as_memory_type(mem_type)
         if type(device) is not int or device < -1:
             device = _as_device(device)
+        self._writing()
         with self._lock:
             maxes = self._maxes
             pos = bisect_left(maxes, start)  # first sublist with an end >= start
             if pos != len(maxes):
                 keys = self._keys[pos]
                 idx = bisect_left(keys, start)
-                sub = self._lists[pos]
-                r = sub[idx]
+                r = self._lists[pos][idx]
                 if r.start <= end:  # something overlaps or touches: the general case
                     touching = self._touching(pos, idx, end)
                     if (len(touching) == 1 and r.mem_type is mem_type and r.device == device
                             and r.start <= start and end <= keys[idx]):
                         return  # already recorded as such: nothing changes, memos stay
-                    self._flat = _BUSY  # readers: a write is under way
-                    try:
-                        self._apply_update(touching, start, end, mem_type, device)
-                    finally:
-                        self._published()
+                    self._update_over(pos, idx, touching, start, end, mem_type, device)
                     return
-                # Touches nothing (the usual allocation): the new region goes
-                # where a key of `end` goes, i.e. at (pos, idx), and does not
-                # change the sublist's maximum (SortedKeyList.add, inlined).
-                if _RegionBuilder is not None:
-                    region = _RegionBuilder()
-                    region.start = start
-                    region.size = size
-                    region.mem_type = mem_type
-                    region.device = device
-                    region.__class__ = Region
-                else:  # pragma: no cover - Python 3.9
-                    region = _make_region(start, size, mem_type, device)
-                self._flat = _BUSY  # readers: a write is under way
-                regions = self._regions
-                try:
-                    sub.insert(idx, region)
-                    keys.insert(idx, end)
-                    if len(keys) > self._load2:
-                        regions._expand(pos)
-                    n = regions._len = regions._len + 1
-                except BaseException:  # pragma: no cover - out of memory
-                    self._published()
-                    raise
-                # _published(), inlined (this is the usual write)
-                self._version += 1
-                if n > FLAT_LIMIT:
-                    self._flat = (None, None, {}, HOT_LIMIT)
-                else:
-                    self._flat = (*self._flat_snapshot(), {}, FLAT_HOT_LIMIT)
-                return
-            self._flat = _BUSY  # readers: a write is under way
-            try:
-                self._insert(pos, 0, _make_region(start, size, mem_type, device), end)
-            finally:
-                self._published()
+            else:
+                idx = 0
+            # Touches nothing (the usual allocation): the new region goes
+            # where a key of `end` goes, i.e. at (pos, idx).
+            if _RegionBuilder is not None:
+                region = _RegionBuilder()
+                region.start = start
+                region.size = size
+                region.mem_type = mem_type
+                region.device = device
+                region.__class__ = Region
+            else:  # pragma: no cover - Python 3.9
+                region = _make_region(start, size, mem_type, device)
+            self._splice(pos, idx, 0, [region], [end])
 
     def remove(self, start: Any, size: Any) -> None:
         """Forget ``[start, start + size)``: regions lose the overlapped part
@@ -627,6 +611,7 @@ class MemtypeCache:
                 and (end := start + size) <= ADDRESS_LIMIT):
             start, size = _checked_range(start, size)
             end = start + size
+        self._writing()
         with self._lock:
             maxes = self._maxes
             pos = bisect_right(maxes, start)  # first sublist with an end > start
@@ -638,40 +623,19 @@ class MemtypeCache:
             r_start = sub[idx].start
             if r_start >= end:
                 return  # nothing overlaps
-            self._flat = _BUSY  # readers: a write is under way
             if r_start == start and keys[idx] == end:  # a whole region: the usual free
-                regions = self._regions
-                try:
-                    if len(keys) > self._half_load:  # SortedKeyList._delete's common case
-                        del sub[idx]
-                        del keys[idx]
-                        maxes[pos] = keys[-1]
-                        n = regions._len = regions._len - 1
-                    else:
-                        self._delete(pos, idx)
-                        n = regions._len
-                except BaseException:  # pragma: no cover - out of memory
-                    self._published()
-                    raise
-                # _published(), inlined (this is the usual write)
-                self._version += 1
-                if n > FLAT_LIMIT:
-                    self._flat = (None, None, {}, HOT_LIMIT)
-                else:
-                    self._flat = (*self._flat_snapshot(), {}, FLAT_HOT_LIMIT)
+                self._splice(pos, idx, 1, [], [])
                 return
-            try:
-                hit = [x for x in self._touching(pos, idx, end) if x.start < end]
-                for x in hit:
-                    self._remove_region(x)
-                for x in hit:
-                    x_end = _end_of(x)
-                    if x.start < start:
-                        self._add(_make_region(x.start, start - x.start, x.mem_type, x.device))
-                    if x_end > end:
-                        self._add(_make_region(end, x_end - end, x.mem_type, x.device))
-            finally:
-                self._published()
+            hit = [x for x in self._touching(pos, idx, end) if x.start < end]
+            adds: list[Region] = []
+            first, last = hit[0], hit[-1]
+            if first.start < start:
+                adds.append(_make_region(first.start, start - first.start, first.mem_type,
+                                         first.device))
+            last_end = _end_of(last)
+            if last_end > end:
+                adds.append(_make_region(end, last_end - end, last.mem_type, last.device))
+            self._splice(pos, idx, len(hit), adds, [_end_of(x) for x in adds])
 
     def clear(self) -> None:
         """Forget every region.
@@ -685,14 +649,39 @@ class MemtypeCache:
         >>> len(cache), cache.lookup(0x10000)
         (0, None)
         """
+        self._writing()
         with self._lock:
-            self._flat = _BUSY  # readers: a write is under way
-            try:
-                self._regions.clear()
-            finally:
-                self._published()
+            regions = self._regions
+            self._commit([(_setitem, part, _ALL, ()) for part in
+                          (self._lists, self._keys, self._maxes, regions._index)], 0,
+                         self._empty_state())
 
     # -------------------------------------------------------------- internals
+
+    def _owned_here(self, above: int) -> bool:
+        """Whether this thread holds the lock in a frame still running (a
+        signal handler nested in a call of this cache: ``above`` names the
+        first frame to look at, memhook._atomic.held_here).  A lock an
+        exception left held - after acquire() returned, before the try that
+        releases it - is given back here."""
+        lock = self._lock
+        if not lock._is_owned():  # type: ignore[attr-defined]
+            return False
+        if held_here(_CACHE_CODES, above):
+            return True
+        while lock._is_owned():  # type: ignore[attr-defined]
+            lock.release()
+        return False
+
+    def _writing(self) -> None:
+        """Refuse a write on a thread inside this cache already: a signal
+        handler that interrupted a write (or a read holding the lock) and
+        writes would otherwise wait for its own thread for ever, or make
+        the interrupted write's plan stale."""
+        if self._owned_here(4):
+            raise RuntimeError("memhook: a write to a MemtypeCache from a signal handler that "
+                               "interrupted this thread inside the same cache; write from "
+                               "outside the handler (the process-wide cache's drain waits)")
 
     def _published(self) -> None:
         """End a write (caller holds the lock): publish, in one store, the new
@@ -716,10 +705,13 @@ class MemtypeCache:
         emptied and the count and copy wait for the next fill."""
         _, _, hot, limit = state
         lock = self._lock
-        if not lock.acquire(False):
+        if self._owned_here(3):
             hot.clear()  # (a dict's clear is one step for other threads)
             return
         try:
+            if not lock.acquire(False):
+                hot.clear()
+                return
             if self._flat is not state:
                 return  # written meanwhile: that memo is gone anyway
             hot.clear()
@@ -731,70 +723,137 @@ class MemtypeCache:
             regions = list(chain.from_iterable(self._lists))
             ends = list(chain.from_iterable(self._keys))
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
         flat = _flat_copy(regions, ends)  # (outside the lock: O(regions))
-        if not lock.acquire(False):
-            return  # (the count stands: the next fill makes the copy)
         try:
+            if not lock.acquire(False):
+                return  # (the count stands: the next fill makes the copy)
             if self._flat is state:  # no write since: the memo's answers stay valid
                 self._flat = (*flat, hot, limit)
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
 
     def _flat_snapshot(self) -> tuple[list[int], list[MemoryType | None]]:
         """:func:`_flat_copy` of the regions (caller holds the lock)."""
         return _flat_copy(list(chain.from_iterable(self._lists)),
                           list(chain.from_iterable(self._keys)))
 
-    # The sorted-list primitives.  They mirror SortedKeyList.add/_delete at a
-    # position already located (saving the second search and the key call);
-    # the positional index (_index) is never built, as no positional method
-    # of the list is ever used.
+    # Writes.  A write first works out, reading only, what the sorted
+    # list's sublists become, then makes every change - the sublists, the
+    # keys, the maxima, the length, the version and the published state -
+    # in one commit (memhook._atomic): an exception from a signal handler
+    # (^C) lands before it or after it, so the cache is always one whole
+    # state, never half written, and readers never see a write under way.
+    # The sublists keep sortedcontainers' shape (each non-empty, at most
+    # twice its load long, _maxes their last keys); the positional index
+    # (_index) is never built, as no positional method of the list is used.
 
-    def _insert(self, pos: int, idx: int, region: Region, key: int) -> None:
-        """Insert ``region`` (whose end is ``key``) at ``(pos, idx)``; pos may
-        be ``len(_maxes)``: append after everything."""
-        lists, keys, maxes = self._lists, self._keys, self._maxes
-        if not maxes:
-            lists.append([region])
-            keys.append([key])
-            maxes.append(key)
+    def _splice(self, pos: int, idx: int, count: int, adds: list[Region],
+                add_keys: list[int]) -> None:
+        """Replace the ``count`` regions from ``(pos, idx)`` on, in order,
+        with ``adds`` (in order, whose ends are ``add_keys``; they fit
+        there), and publish (caller holds the lock).  ``idx`` may be the
+        length of sublist ``pos``, and ``pos`` the number of sublists (after
+        everything)."""
+        lists, keys_l, maxes = self._lists, self._keys, self._maxes
+        n_after = self._regions._len - count + len(adds)
+        nlists = len(lists)
+        if pos == nlists and nlists:
+            pos = nlists - 1
+            idx = len(lists[pos])
+        hi, last = pos, idx + count  # the sublist holding the last region replaced
+        while hi < nlists - 1 and last > len(lists[hi]):
+            last -= len(lists[hi])
+            hi += 1
+        if hi == pos < nlists and n_after > FLAT_LIMIT:
+            sub = lists[pos]
+            if self._half_load <= len(sub) - count + len(adds) <= self._load2:
+                keys = keys_l[pos]  # in place: the usual write
+                steps: list[tuple[Any, ...]] = [
+                    (_setitem, sub, slice(idx, last), adds),
+                    (_setitem, keys, slice(idx, last), add_keys)]
+                if last == len(sub):
+                    steps.append((_setitem, maxes, pos, add_keys[-1] if adds else keys[idx - 1]))
+                self._commit(steps, n_after, (None, None, {}, HOT_LIMIT))
+                return
+        stop = min(hi + 1, nlists)
+        window = list(chain.from_iterable(lists[pos:stop]))
+        window_keys = list(chain.from_iterable(keys_l[pos:stop]))
+        new = window[:idx] + adds + window[idx + count:]
+        new_keys = window_keys[:idx] + add_keys + window_keys[idx + count:]
+        if len(new) < self._half_load and stop < nlists:  # short: joined with the next one
+            new += lists[stop]
+            new_keys += keys_l[stop]
+            stop += 1
+        load = self._load2 >> 1
+        if len(new) > self._load2:
+            cuts = range(0, len(new), load)
+            new_lists = [new[c:c + load] for c in cuts]
+            new_key_lists = [new_keys[c:c + load] for c in cuts]
         else:
-            if pos == len(maxes):
-                pos -= 1
-                lists[pos].append(region)
-                keys[pos].append(key)
-                maxes[pos] = key
+            new_lists, new_key_lists = ([new], [new_keys]) if new else ([], [])
+        steps = [(_setitem, lists, slice(pos, stop), new_lists),
+                 (_setitem, keys_l, slice(pos, stop), new_key_lists),
+                 (_setitem, maxes, slice(pos, stop), [k[-1] for k in new_key_lists])]
+        index = self._regions._index
+        if index:
+            steps.append((_setitem, index, _ALL, ()))
+        if n_after > FLAT_LIMIT:
+            state: _State = (None, None, {}, HOT_LIMIT)
+        else:
+            state = (*_flat_copy(
+                list(chain(chain.from_iterable(lists[:pos]), new,
+                           chain.from_iterable(lists[stop:]))),
+                list(chain(chain.from_iterable(keys_l[:pos]), new_keys,
+                           chain.from_iterable(keys_l[stop:])))), {}, FLAT_HOT_LIMIT)
+        self._commit(steps, n_after, state)
+
+    def _commit(self, steps: list[tuple[Any, ...]], length: int,
+                state: _State) -> None:
+        """Make ``steps`` (C-level calls that change the sorted list) and
+        publish ``state`` for ``length`` regions, all in one step (caller
+        holds the lock)."""
+        steps.append((setattr, self._regions, "_len", length))
+        steps.append((setattr, self, "_version", self._version + 1))
+        steps.append((setattr, self, "_flat", state))
+        commit(steps)
+
+    def _empty_state(self) -> _State:
+        return ([0, ADDRESS_LIMIT], [None, HOST, None], {}, FLAT_HOT_LIMIT)
+
+    def _update_over(self, pos: int, idx: int, touching: list[Region], start: int, end: int,
+                     mem_type: MemoryType, device: int) -> None:
+        """update() where regions from ``(pos, idx)`` on overlap or touch the
+        range: ``touching`` (caller holds the lock).  Those of the same type
+        and device merge with it; others lose the overlapped part; others
+        that only touch it stay."""
+        a, b = 0, len(touching)
+        first, last = touching[0], touching[-1]
+        if _end_of(first) == start and not (first.mem_type is mem_type and
+                                            first.device == device):
+            a = 1  # another type, ending where the range begins: stays
+        if b > a and last.start == end and not (last.mem_type is mem_type and
+                                                last.device == device):
+            b -= 1  # another type, beginning where the range ends: stays
+        new_start, new_end = start, end
+        left: list[Region] = []
+        right: list[Region] = []
+        for r in touching[a:b]:
+            r_end = _end_of(r)
+            if r.mem_type is mem_type and r.device == device:
+                if r.start < new_start:  # noqa: PLR1730 - cheaper than min() here
+                    new_start = r.start
+                if r_end > new_end:  # noqa: PLR1730
+                    new_end = r_end
             else:
-                lists[pos].insert(idx, region)
-                keys[pos].insert(idx, key)
-            if len(keys[pos]) > self._load2:
-                self._regions._expand(pos)
-        self._regions._len += 1
-
-    def _add(self, region: Region) -> None:
-        key = _end_of(region)
-        maxes = self._maxes
-        pos = bisect_left(maxes, key)
-        self._insert(pos, bisect_left(self._keys[pos], key) if pos != len(maxes) else 0,
-                     region, key)
-
-    def _remove_at(self, pos: int, idx: int) -> None:
-        keys = self._keys[pos]
-        if len(keys) > self._half_load:  # SortedKeyList._delete's common case
-            del self._lists[pos][idx]
-            del keys[idx]
-            self._maxes[pos] = keys[-1]
-            self._regions._len -= 1
-        else:
-            self._delete(pos, idx)
-
-    def _remove_region(self, r: Region) -> None:
-        key = _end_of(r)
-        pos = bisect_left(self._maxes, key)
-        idx = bisect_left(self._keys[pos], key)
-        assert self._lists[pos][idx] is r
-        self._remove_at(pos, idx)
+                if r.start < start:
+                    left.append(_make_region(r.start, start - r.start, r.mem_type, r.device))
+                if r_end > end:
+                    right.append(_make_region(end, r_end - end, r.mem_type, r.device))
+        adds = [*left, _make_region(new_start, new_end - new_start, mem_type, device), *right]
+        self._splice(pos, idx + a, b - a, adds, [_end_of(r) for r in adds])
 
     def _touching(self, pos: int, idx: int, end: int) -> list[Region]:
         """From ``(pos, idx)`` on, the regions that start at or before ``end``
@@ -815,30 +874,6 @@ class MemtypeCache:
                     return out
                 sub = lists[pos]
                 idx = 0
-
-    def _apply_update(self, touching: list[Region], start: int, end: int,
-                      mem_type: MemoryType, device: int) -> None:
-        new_start, new_end = start, end
-        add: list[Region] = []
-        for r in touching:
-            r_end = _end_of(r)
-            if r.mem_type is mem_type and r.device == device:
-                if r.start < new_start:  # noqa: PLR1730 - cheaper than min() here
-                    new_start = r.start
-                if r_end > new_end:  # noqa: PLR1730
-                    new_end = r_end
-                self._remove_region(r)
-            elif r_end == start or r.start == end:
-                continue  # another type, only touching: stays as it is
-            else:
-                self._remove_region(r)
-                if r.start < start:
-                    add.append(_make_region(r.start, start - r.start, r.mem_type, r.device))
-                if r_end > end:
-                    add.append(_make_region(end, r_end - end, r.mem_type, r.device))
-        add.append(_make_region(new_start, new_end - new_start, mem_type, device))
-        for r in add:
-            self._add(r)
 
     def _classify(self, ptr: int, stop: int) -> tuple[int, Region | None]:
         """What covers ``[ptr, stop)`` (caller holds the lock, or validates)."""
@@ -901,28 +936,35 @@ class MemtypeCache:
             with self._lock:
                 return self._classify(ptr, ptr + size)
         lock = self._lock
-        if not (lock.acquire(False) if wait_s <= 0 else lock.acquire(timeout=wait_s)):
-            return _BLOCKED, None
+        if self._owned_here(3):  # (every state is whole: writes are single commits)
+            return self._classify(ptr, ptr + size)
         try:
+            if not (lock.acquire(False) if wait_s <= 0 else lock.acquire(timeout=wait_s)):
+                return _BLOCKED, None
             return self._classify(ptr, ptr + size)
         finally:
-            lock.release()
+            if lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
 
     def _build_snapshot(self, wait_s: float | None = None) \
             -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
         """The batch snapshot of the cache now (kept for the next batch);
         None when a write holds the lock past ``wait_s`` seconds (None: wait)."""
         lock = self._lock
-        if wait_s is None:
-            lock.acquire()
-        elif not (lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(False)):
-            return None
+        nested = self._owned_here(3)  # (every state is whole: writes are single commits)
         try:  # only long enough to copy the references
+            if nested:
+                pass
+            elif wait_s is None:
+                lock.acquire()
+            elif not (lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(False)):
+                return None
             version = self._version
             regions = list(chain.from_iterable(self._lists))
             keys = list(chain.from_iterable(self._keys))
         finally:
-            lock.release()
+            if not nested and lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
         n = len(regions)
         starts = np.empty(n + 1, dtype=np.uint64)
         starts[:n] = np.fromiter(map(_get_start, regions), dtype=np.uint64, count=n)
@@ -953,6 +995,11 @@ class MemtypeCache:
         _, starts, lasts, types = snap
         return snapshot_memory_types(starts, lasts, types, arr, want_absent)
 
+
+# The methods whose frames hold a cache's lock while they run.
+_CACHE_CODES = frozenset(getattr(MemtypeCache, name).__code__ for name in (
+    "update", "remove", "clear", "regions", "_set_load", "_classify_checked", "_build_snapshot",
+    "_memo_full"))
 
 # The process-wide cache and its queries live in memhook._query; these names
 # were always this module's too (the public API names them here).  Looked up there at

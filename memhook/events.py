@@ -28,8 +28,9 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from ._atomic import commit
 from ._core import lib
 from ._symbolize import Caller, resolve_local
 from ._types import MemoryType
@@ -183,11 +184,7 @@ class Subscription:
         >>> sub.closed
         True
         """
-        if self._active:
-            self._active = False
-            _registry.remove(self)
-            if self.precise_time:
-                lib.memhook_events_precise_time(0)
+        _registry.remove(self)
 
     def __enter__(self) -> Self:
         return self
@@ -208,13 +205,28 @@ class _Registry:
         self.lock = threading.Lock()
         self.current: tuple[Subscription, ...] = ()
 
+    # Each change is one commit (memhook._atomic): an exception from a
+    # signal handler (^C) in subscribe() or close() leaves the subscription
+    # registered, active and counted for precise time, or none of these.
+
     def add(self, sub: Subscription) -> None:
+        steps: list[tuple[Any, ...]] = []
+        if sub.precise_time:
+            steps.append((lib.memhook_events_precise_time, 1))
         with self.lock:
-            self.current = (*self.current, sub)
+            steps.append((setattr, self, "current", (*self.current, sub)))
+            commit(steps)
 
     def remove(self, sub: Subscription) -> None:
         with self.lock:
-            self.current = tuple(s for s in self.current if s is not sub)
+            if not sub._active:
+                return
+            steps: list[tuple[Any, ...]] = [
+                (setattr, sub, "_active", False),
+                (setattr, self, "current", tuple(s for s in self.current if s is not sub))]
+            if sub.precise_time:
+                steps.append((lib.memhook_events_precise_time, 0))
+            commit(steps)
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
@@ -280,8 +292,6 @@ def subscribe(callback: Callback,
     if not isinstance(precise_time, bool):
         raise TypeError(f"precise_time must be True or False, not {precise_time!r}")
     sub = Subscription(callback, _as_kinds(kinds), precise_time)
-    if precise_time:
-        lib.memhook_events_precise_time(1)
     _registry.add(sub)
     return sub
 

@@ -35,7 +35,7 @@ PACKAGE = ROOT / "memhook"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: values, layouts, names and parsers that import nothing of memhook",
      ("_version", "_types", "_modes", "_inputs", "_event_layout", "_procmaps", "_sonames",
-      "_cuda_errors", "_printable")),
+      "_cuda_errors", "_printable", "_atomic")),
     ("the native core's binding, and symbolizing addresses from maps",
      ("_core", "_symbolize")),
     # The trace's machinery (memhook trace's collector side) needs nothing of

@@ -1440,6 +1440,16 @@ static uint64_t backlog_now(void)
     return produced > consumed ? produced - consumed : 0;
 }
 
+size_t memhook_events_drain_into(memhook_event *out, size_t capacity, uint64_t *mark,
+                                uint64_t *filled)
+{
+    if (filled == NULL || out == NULL || *filled >= capacity)
+        return 0;
+    size_t n = memhook_events_drain_bounded(out + *filled, capacity - (size_t)*filled, mark);
+    *filled += n;
+    return n;
+}
+
 int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms)
 {
     /* Polled, not signalled: a producer must not make a system call (a

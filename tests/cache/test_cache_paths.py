@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 
@@ -266,3 +269,42 @@ def test_module_level_batch_never_waits_long_for_a_writes_lock(
         cache._lock.release()
     assert got == [want]
     assert cache_module.memory_types(arr).tolist() == want  # (and the snapshot, lock free)
+
+
+def test_a_write_on_a_thread_inside_the_cache_is_refused_not_deadlocked() -> None:
+    """A signal handler that interrupted this thread inside a cache (its
+    lock held: a snapshot being copied, a write being planned) and writes
+    to the same cache gets a RuntimeError, not a wait for its own thread for
+    ever (the process cache's drain does not apply there at all).  In a
+    child, so that the old deadlock fails the test instead of hanging it."""
+    script = textwrap.dedent("""
+        import signal, time
+        from memhook import MemoryType, MemtypeCache
+        cache = MemtypeCache()
+        for i in range(20000):
+            cache.update(0x10000 + 0x2000 * i, 0x1000, MemoryType.CUDA)
+        outcome = {"refused": 0, "written": 0}
+        def handler(signum, frame):
+            try:
+                cache.update(0x7000_0000_0000, 0x1000, MemoryType.CUDA_HOST)
+                cache.remove(0x7000_0000_0000, 0x1000)
+                outcome["written"] += 1
+            except RuntimeError as exc:
+                assert "signal handler" in str(exc), exc
+                outcome["refused"] += 1
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, 1e-4, 1e-4)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not outcome["refused"]:
+            cache.regions()  # (holds the lock while it copies: the handler lands there)
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        assert outcome["refused"], outcome
+        assert len(cache) == 20000 and cache.lookup(0x7000_0000_0000) is None
+        print("ALL OK", outcome)
+        """)
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a write nested in the same cache waited for its own thread")
+    assert proc.returncode == 0 and "ALL OK" in proc.stdout, proc.stdout + proc.stderr

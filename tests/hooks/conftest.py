@@ -20,6 +20,7 @@ class HookFixtures:
     stress: Path           # pthreads calling cuMemAlloc_v2/cuMemFree_v2 (links libcuda.so.1)
     wx_filter: Path        # installs the W^X seccomp filter
     churn: Path            # C callers (alloc/free pairs) and spinners, started and stopped
+    keeper: Path           # C threads that allocate and keep buffers, and alloc/free pairs
 
 
 def _cc(native, src: Path, out: Path, *extra: str) -> Path:
@@ -48,6 +49,8 @@ def hook_fixtures(native, c_test_dir: Path) -> HookFixtures:
         wx_filter=_cc(native, FIXTURES / "wx_filter.c", out / "libhk_wx.so"),
         churn=_cc(native, FIXTURES / "churn.c", out / "libhk_churn.so", f"-L{sim}",
                   "-l:libcuda.so.1", f"-Wl,-rpath,{sim}", "-lpthread"),
+        keeper=_cc(native, FIXTURES / "keeper.c", out / "libhk_keeper.so", f"-L{sim}",
+                   "-l:libcuda.so.1", f"-Wl,-rpath,{sim}", "-lpthread"),
     )
 
 

@@ -317,16 +317,16 @@ def _stalled_drain(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, th
     feeder does that lost the GIL or its CPU; set the returned event to let
     it go on."""
     taken, gate = threading.Event(), threading.Event()
-    apply_rows = _drain._apply_rows
+    apply_part = _drain._apply_part
     drainer_id: list[int] = []
 
-    def slow_apply(rows):  # type: ignore[no-untyped-def]
+    def slow_apply(rows, end, marks):  # type: ignore[no-untyped-def]
         if threading.get_ident() in drainer_id:
             taken.set()
             gate.wait(30)
-        return apply_rows(rows)
+        return apply_part(rows, end, marks)
 
-    monkeypatch.setattr(_drain, "_apply_rows", slow_apply)
+    monkeypatch.setattr(_drain, "_apply_part", slow_apply)
 
     def slow_drain() -> None:
         drainer_id.append(threading.get_ident())

@@ -367,6 +367,15 @@ MEMHOOK_API size_t memhook_events_drain(memhook_event *out, size_t capacity);
 MEMHOOK_API size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity,
                                                 uint64_t *mark);
 
+/* memhook_events_drain_bounded into out[*filled, capacity), adding what it
+ * took to *filled before it returns: a caller whose thread may be
+ * interrupted between two of its own steps (a Python signal handler's
+ * exception lands after any call returns) never holds events that nothing
+ * but a return value counts.  Returns how many it took (0 when *filled is
+ * capacity already). */
+MEMHOOK_API size_t memhook_events_drain_into(memhook_event *out, size_t capacity, uint64_t *mark,
+                                             uint64_t *filled);
+
 /* A background drainer's step (a thread that drains every so often, as
  * Python's feeder does): memhook_events_drain's order, but it promises
  * nothing about what was pending when it was called - it hands out what

@@ -49,10 +49,10 @@ def main() -> int:
     applied_seqs: list[int] = []
     apply_rows, last_touch = _apply.apply_rows, _apply.last_touch
 
-    def watch_apply(cache, rows, progress):  # type: ignore[no-untyped-def]
+    def watch_apply(cache, rows, progress, *more):  # type: ignore[no-untyped-def]
         seen_flags.extend(int(f) for f in rows["flags"])
         applied_seqs.extend(int(s) for s in rows["seq"])
-        return apply_rows(cache, rows, progress)
+        return apply_rows(cache, rows, progress, *more)
 
     def watch_touch(views, start, size, closed):  # type: ignore[no-untyped-def]
         for rows in views:
