@@ -7,5 +7,7 @@
 * :mod:`memhook.cli.demo` - ``memhook demo``: :mod:`.demo_workload` under trace;
 * :mod:`memhook.cli.diff` - ``memhook diff A B``: two jsonl traces compared;
 * :mod:`memhook.cli.merge` - ``memhook merge FILES...``: many traces (a job's
-  ranks) as one view, clocks aligned.
+  ranks) as one view, clocks aligned;
+* :mod:`memhook.cli.config` - ``memhook config``: compiler and linker flags
+  for the C API (and memhook.pc's folder, for pkg-config).
 """
