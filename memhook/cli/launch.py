@@ -78,6 +78,10 @@ def wait(child: subprocess.Popen, relay: SignalRelay) -> int | None:
 class SignalRelay:
     """Signals as a shell passes them to its foreground command.
 
+    (Said for ``memhook trace``, which collects while CMD runs and may wait
+    for the traced processes CMD leaves behind; ``memhook run`` only waits
+    for CMD, with the same rules.)
+
     CMD runs in our process group, so the terminal's ^C (SIGINT to the
     foreground group) reaches CMD directly; we only note it and go on
     collecting, and CMD decides (its KeyboardInterrupt handler runs; its

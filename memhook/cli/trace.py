@@ -34,7 +34,7 @@ and the summary.  Thread ids stay as the process numbers them.
 
 ``-m ''`` is an error (name a mode); without a loadable CUDA driver and
 without ``--sim`` CMD still runs, and the tracer says so and suggests
-``--sim``.  Signals: see :class:`_SignalRelay`.
+``--sim``.  Signals: see :class:`memhook.cli.launch.SignalRelay`.
 
 CMD outlives every failure on this side.  memhook never kills or signals
 CMD because of its own trouble:
@@ -69,7 +69,7 @@ one its reader closed) or that was removed or replaced under ``-o``, or
 the collector's own failure; the lines under the summary say what and
 why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
 a usage error (bad flag, missing CMD, unknown format or mode, unwritable
-output).  A second signal: see :class:`_SignalRelay` (128+N, CMD left
+output).  A second signal: see :class:`memhook.cli.launch.SignalRelay` (128+N, CMD left
 running).
 
 Nested: a ``memhook trace`` run by a traced program traces its own CMD
