@@ -38,6 +38,14 @@ def test_the_hooks_are_on_and_feed_the_cache(run_query: Path, mode: str, pairs: 
     assert proc.stderr == "", proc.stderr  # no trace, nothing of memhook's said
 
 
+def test_a_fork_child_keeps_its_queue_short(run_query: Path) -> None:
+    """The keeper thread does not survive fork(): the child's first new
+    segment of events starts its own."""
+    proc = memhook("run", "--sim", "--", str(run_query), "3000", "fork", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok=1" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_without_memhook_run_the_program_finds_no_core(run_query: Path) -> None:
     proc = subprocess.run([str(run_query)], capture_output=True, text=True,
                           env=sim.environ(), timeout=120)

@@ -5,13 +5,18 @@
  *
  * argv[1]: ALLOC/FREE pairs made before the checks (the queue's keeper must
  * take their events out of the queue although nothing here drains).
+ * argv[2] "fork": then a fork child makes as many calls, and its own keeper
+ * (the parent's thread did not come along) must keep its queue short.
  * Prints "run_query: mode=M found=1 ..." and exits 0 when every check holds;
  * "run_query: no memhook" (exit 4) when the core is not in the process. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
@@ -106,6 +111,34 @@ int main(int argc, char **argv)
     memhook_region f = {.struct_size = sizeof f};
     ok &= check(query((void *)(uintptr_t)buf, 64, &f) == 0 && f.mem_type != MEMHOOK_MEMORY_CUDA,
                 "a freed allocation is no longer CUDA");
+    if (argc > 2 && strcmp(argv[2], "fork") == 0) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            memhook_queue_stats before = {0}, after = {0};
+            queue_stats(&before);
+            for (long i = 0; i < pairs; i++) {
+                CUdeviceptr p;
+                if (cu_alloc(&p, 4096) == CUDA_SUCCESS)
+                    cu_free(p);
+            }
+            int kept = 0;
+            for (int tries = 0; tries < 2000 && !kept; tries++) {
+                queue_stats(&after);
+                kept = after.produced - after.consumed <= 2 * 255 + 64;
+                if (!kept)
+                    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+            }
+            /* (At least one event a call: the simulator's allocations fail
+             * in a fork child, as CUDA's do, and a failed ALLOC is an event.) */
+            kept &= after.produced - before.produced >= (uint64_t)pairs;
+            _exit(check(kept, "the fork child's queue was kept short") ? 0 : 1);
+        }
+        int wst = 0;
+        ok &= check(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) &&
+                        WEXITSTATUS(wst) == 0,
+                    "the fork child's checks");
+    }
     printf("run_query: mode=%u found=1 produced=%llu consumed=%llu origin=%d ok=%d\n",
            hooks_mode(), (unsigned long long)st.produced, (unsigned long long)st.consumed,
            r.origin, ok);
