@@ -15,6 +15,8 @@ package)::
     memhook/sim/lib/libcudart.so           dev-name shim that needs .so.13
     memhook/sim/lib/libcudart_static.a     simulated runtime, static
     memhook/sim/lib/cudart_sim.h           the runtime's prototypes
+    memhook/include/memhook/*.h            the C API's headers (memhook.h, cuda_abi.h)
+    memhook/pkgconfig/memhook.pc           pkg-config's file, paths relative to itself
 
 Environment:
     CC                   compiler (default ``cc``)
@@ -33,6 +35,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -113,8 +116,43 @@ TARGETS: tuple[Target, ...] = (
     ),
 )
 
-# Files copied verbatim next to the built libraries.
-HEADERS = (("sim/runtime/include/cudart_sim.h", "memhook/sim/lib/cudart_sim.h"),)
+# Files copied verbatim next to the built libraries: the simulator's header,
+# and the C API's, where `memhook config --cflags` and memhook.pc point
+# (`#include <memhook/memhook.h>`).
+HEADERS = (("sim/runtime/include/cudart_sim.h", "memhook/sim/lib/cudart_sim.h"),
+           ("include/memhook/memhook.h", "memhook/include/memhook/memhook.h"),
+           ("include/memhook/cuda_abi.h", "memhook/include/memhook/cuda_abi.h"))
+
+# pkg-config's file for the C API.  Every path is relative to the file's own
+# folder (${pcfiledir}, which pkg-config and pkgconf both define), so the
+# installed package may sit anywhere and move: a wheel cannot know its
+# prefix.  memhook/pkgconfig/memhook.pc -> memhook/ (the library) and
+# memhook/include/ (the headers).
+PC_FILE = "memhook/pkgconfig/memhook.pc"
+PC_TEXT = """\
+prefix=${{pcfiledir}}/..
+includedir=${{prefix}}/include
+libdir=${{prefix}}
+
+Name: memhook
+Description: memory-type answers for CUDA pointers from memhook's hooks (libmemhook.so)
+Version: {version}
+Cflags: -I${{includedir}}
+Libs: -L${{libdir}} -Wl,-rpath,${{libdir}} -lmemhook
+Libs.private: -ldl -lpthread
+"""
+
+
+def _write_pc(out_root: Path) -> Path:
+    """memhook.pc, its Version the C API's own (memhook.h)."""
+    header = (CSRC / "include" / "memhook" / "memhook.h").read_text(encoding="utf-8")
+    found = re.search(r'#define MEMHOOK_VERSION_STRING "([^"]+)"', header)
+    if found is None:
+        raise RuntimeError("memhook.h defines no MEMHOOK_VERSION_STRING")
+    dest = out_root / PC_FILE
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(PC_TEXT.format(version=found.group(1)), encoding="utf-8")
+    return dest
 
 
 def _cc() -> list[str]:
@@ -265,6 +303,7 @@ def build_all(out_root: str | os.PathLike[str], obj_root: str | os.PathLike[str]
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(CSRC / src, dest)
         written.append(dest)
+    written.append(_write_pc(out_root))
     return written
 
 

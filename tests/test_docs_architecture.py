@@ -2,7 +2,8 @@
 
 Every source file under csrc/ (outside csrc/sim/, a product of its own,
 described as a whole) and under memhook/ (outside the built simulator in
-memhook/sim/lib/ and __pycache__) must be named in the doc by its
+memhook/sim/lib/, the headers the build copies to memhook/include/, and
+__pycache__) must be named in the doc by its
 path from the repository root; every path-looking name in the doc (a token
 under one of the repository's folders, or a bare file name with a source
 extension) must exist. A file moved or added without the doc following
@@ -41,6 +42,8 @@ def source_files(root: Path) -> list[str]:
             if "__pycache__" in rel.parts or rel.parts[:2] == ("csrc", "sim"):
                 continue
             if rel.parts[:3] == ("memhook", "sim", "lib"):  # the built simulator
+                continue
+            if rel.parts[:2] == ("memhook", "include"):  # csrc/include's, copied by the build
                 continue
             found.append(rel.as_posix())
     return found

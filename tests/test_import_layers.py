@@ -80,12 +80,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the API (memhook/__init__.py)",
      ("",)),
     # The command line: front ends over the API and the trace's machinery.
-    ("the subcommands' package and the demo's workload (a script run under trace)",
-     ("cli", "cli.demo_workload")),
-    ("memhook trace, memhook info, memhook diff",
-     ("cli.trace", "cli.info", "cli.diff")),
-    ("memhook demo (runs trace), memhook merge (shares diff's checks)",
-     ("cli.demo", "cli.merge")),
+    ("the subcommands' package, the demo's workload (a script run under trace), the "
+     "launcher trace and run share",
+     ("cli", "cli.demo_workload", "cli.launch")),
+    ("memhook trace, memhook info, memhook diff, memhook config",
+     ("cli.trace", "cli.info", "cli.diff", "cli.config")),
+    ("memhook demo (runs trace), memhook merge (shares diff's checks), memhook run "
+     "(trace's mode check)",
+     ("cli.demo", "cli.merge", "cli.run")),
     ("python -m memhook / the console script",
      ("__main__",)),
 ]

@@ -78,6 +78,8 @@ def test_wheel_contains_native_parts(wheel: Path) -> None:
     for required in ("memhook/libmemhook.so", "memhook/sim/lib/libcuda.so.1",
                      "memhook/sim/lib/libcudart.so.13", "memhook/sim/lib/libcudart.so",
                      "memhook/sim/lib/libcudart_static.a", "memhook/sim/lib/cudart_sim.h",
+                     "memhook/include/memhook/memhook.h", "memhook/include/memhook/cuda_abi.h",
+                     "memhook/pkgconfig/memhook.pc",
                      "memhook/__init__.py", "memhook/sim/__init__.py",
                      "memhook/cli/__init__.py", "memhook/cli/demo_workload.py",
                      "memhook/tracing/__init__.py", "memhook/tracing/writers/__init__.py"):

@@ -37,10 +37,11 @@ __attribute__((constructor)) static void note_mode_without_trace(void)
 {
     const char *mode = mh_opts.cuda_mode;
     const char *socket = mh_opts.trace_socket;
-    if (mode == NULL || (socket != NULL && *socket != '\0'))
+    if (mode == NULL || (socket != NULL && *socket != '\0') || mh_opts.install_at_load)
         return;
     mh_info("MEMHOOK_CUDA_MODE=\"%s\" is set, but loading libmemhook.so installs no hooks by "
-            "itself: memhook.install() reads it (Python), and so does `memhook trace -- CMD`; "
-            "without one of those no hooks are installed",
+            "itself: memhook.install() reads it (Python), and so do `memhook trace -- CMD` and "
+            "`memhook run -- CMD` (or MEMHOOK_INSTALL_AT_LOAD=1); without one of those no "
+            "hooks are installed",
             mode);
 }

@@ -25,7 +25,7 @@ static const char *text(const char *name)
 struct junk {
     const char *name, *value, *valid;
 };
-static struct junk g_junk[2];
+static struct junk g_junk[3];
 static int g_njunk;
 
 /* Whether `v`, blanks around it ignored, is `word`. */
@@ -73,6 +73,10 @@ __attribute__((constructor(101))) static void options_from_env(void)
         "the default)");
     mh_opts.bistro_far_jump = switch_knob("MEMHOOK_BISTRO_FAR_JUMP", "1", "0",
                                           "1 (always the 12-byte jump) or 0 (the default)");
+    mh_opts.install_at_load =
+        switch_knob("MEMHOOK_INSTALL_AT_LOAD", "1", "0",
+                    "1 (install the hooks in MEMHOOK_CUDA_MODE at load, as `memhook run` "
+                    "does) or 0 (the default: a load installs nothing)");
 }
 
 /* Priority 103: once the log level is known, so MEMHOOK_LOG_LEVEL=error

@@ -26,9 +26,10 @@ typedef struct mh_options {
      * around it ignored.  Parsed by csrc/core/log.c. */
     const char *log_level;
     /* MEMHOOK_CUDA_MODE: none, bistro, reloc, a comma list of those, or
-     * 0-3.  Installed at load under `memhook trace` only (csrc/trace/);
-     * with a plain LD_PRELOAD the core says at info level why it installs
-     * nothing (csrc/core/loader.c).  Parsed by memhook_mode_parse. */
+     * 0-3.  Installed at load under `memhook trace` (csrc/trace/) and
+     * with MEMHOOK_INSTALL_AT_LOAD=1 (`memhook run`); with a plain
+     * LD_PRELOAD the core says at info level why it installs nothing
+     * (csrc/core/loader.c).  Parsed by memhook_mode_parse. */
     const char *cuda_mode;
     /* MEMHOOK_TRACE_SOCKET: the collector's AF_UNIX socket; set by
      * `memhook trace`, which turns the trace streamer on (csrc/trace/). */
@@ -59,6 +60,12 @@ typedef struct mh_options {
      * off.  (Blanks around a switch's value are ignored, as for the text
      * knobs.) */
     bool bistro_far_jump;
+    /* MEMHOOK_INSTALL_AT_LOAD=1: install the hooks in MEMHOOK_CUDA_MODE
+     * when the core loads, with no trace, and keep the process's own queue
+     * short while nothing else drains it (csrc/cuda/run_at_load.c); set by
+     * `memhook run`.  0, blank or unset: off (a plain LD_PRELOAD installs
+     * nothing).  Any other value: a warning, and off. */
+    bool install_at_load;
 } mh_options;
 
 /* Process-wide, as the environment it is read from; written once by the

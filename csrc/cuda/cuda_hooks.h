@@ -266,6 +266,11 @@ MH_HIDDEN void mh_install_fork_prepare(void);
 MH_HIDDEN void mh_install_fork_parent(void);
 MH_HIDDEN void mh_install_fork_child(void);
 
+/* ---- run_at_load.c (`memhook run`): fork() ---- */
+
+/* A fork child has no keeper thread: its first event starts its own. */
+MH_HIDDEN void mh_run_fork_child(void);
+
 /* Called by a wrapper whose real function is not known (cannot happen once
  * install finished; kept so a wrapper never jumps to NULL). */
 MH_HIDDEN int mh_unresolved(mh_fn f);

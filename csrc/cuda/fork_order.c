@@ -67,6 +67,7 @@ static void fork_child(void)
     mh_reloc_fork_child();
     mh_bistro_fork_child();
     mh_install_fork_child();
+    mh_run_fork_child();        /* memhook run's queue keeper, started again by an event */
     /* The "objects changed" observers' locks, not held across fork: made
      * afresh (mh_lock_order.h). */
     mh_caller_fork_child();

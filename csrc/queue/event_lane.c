@@ -172,6 +172,14 @@ static mh_lane *lane_take(void)
     return l;
 }
 
+/* Process-wide, as the lanes: set once at load, read by every producer. */
+static _Atomic(mh_lane_segment_fn) g_on_segment;
+
+void mh_lane_set_on_segment(mh_lane_segment_fn fn)
+{
+    atomic_store_explicit(&g_on_segment, fn, memory_order_release);
+}
+
 memhook_event *mh_lane_slow_slot(void)
 {
     mh_lane *lane = mh_my_lane;
@@ -188,6 +196,9 @@ memhook_event *mh_lane_slow_slot(void)
         atomic_store_explicit(&lane->write_seg->next, seg, memory_order_release);
         lane_start_segment(lane, seg);
     }
+    mh_lane_segment_fn on_segment = atomic_load_explicit(&g_on_segment, memory_order_acquire);
+    if (on_segment != NULL)
+        on_segment();
     return lane->write_at;
 }
 

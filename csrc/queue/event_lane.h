@@ -130,6 +130,15 @@ _Static_assert(sizeof(struct mh_pending_line) == 64, "the pending flag has a lin
  * current segment is full (the next one). */
 MH_HIDDEN memhook_event *mh_lane_slow_slot(void);
 
+/* Called by mh_lane_slow_slot, in the producing thread, after it has its
+ * slot: at a thread's first event and at each new segment (at most once per
+ * MH_LANE_SEG_SLOTS events of a thread), so a module above can start work
+ * once events flow, off the hooks' fast path.  It must not record an
+ * event, take a lock a hook may hold or drain.  NULL (the default): none.
+ * Set by csrc/cuda/run_at_load.c. */
+typedef void (*mh_lane_segment_fn)(void);
+MH_HIDDEN void mh_lane_set_on_segment(mh_lane_segment_fn fn);
+
 /* Segments: take a spare or map a fresh one; give one back. */
 MH_HIDDEN mh_lane_seg *mh_lane_seg_get(mh_lane *lane);
 MH_HIDDEN void mh_lane_seg_put(mh_lane *lane, mh_lane_seg *seg);

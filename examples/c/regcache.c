@@ -10,12 +10,14 @@
  * out again, so an entry for it can only miss (no stale hit on a reused
  * address) and is evicted lazily.
  *
- * Build (from a checkout, after pip install -e .):
- *   cc -std=c11 -Icsrc/include examples/c/regcache.c -Lmemhook -lmemhook \
+ * Build against the installed package (its header and its libmemhook.so):
+ *   cc -std=c11 $(memhook config --cflags) regcache.c $(memhook config --libs) \
  *      -ldl -lpthread -o regcache
- * Run it on the simulator (as tests/native_cache/test_regcache_example.py
- * does): LD_LIBRARY_PATH=<memhook.sim.library_dir()>
- *   LD_PRELOAD=<memhook.library_path()> ./regcache
+ * or through pkg-config:
+ *   export PKG_CONFIG_PATH=$(memhook config --pkgconfigdir)
+ *   cc -std=c11 regcache.c $(pkg-config --cflags --libs memhook) -ldl -o regcache
+ * Run it on the simulator (as tests/native_cache/test_c_api_config.py does;
+ * --libs' rpath finds the core): eval "$(memhook sim env)"; ./regcache
  */
 #include <dlfcn.h>
 #include <stdint.h>

@@ -34,7 +34,7 @@ and the summary.  Thread ids stay as the process numbers them.
 
 ``-m ''`` is an error (name a mode); without a loadable CUDA driver and
 without ``--sim`` CMD still runs, and the tracer says so and suggests
-``--sim``.  Signals: see :class:`_SignalRelay`.
+``--sim``.  Signals: see :class:`memhook.cli.launch.SignalRelay`.
 
 CMD outlives every failure on this side.  memhook never kills or signals
 CMD because of its own trouble:
@@ -69,7 +69,7 @@ one its reader closed) or that was removed or replaced under ``-o``, or
 the collector's own failure; the lines under the summary say what and
 why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
 a usage error (bad flag, missing CMD, unknown format or mode, unwritable
-output).  A second signal: see :class:`_SignalRelay` (128+N, CMD left
+output).  A second signal: see :class:`memhook.cli.launch.SignalRelay` (128+N, CMD left
 running).
 
 Nested: a ``memhook trace`` run by a traced program traces its own CMD
@@ -84,8 +84,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -95,10 +93,15 @@ from typing import IO, Any
 
 from .._printable import printable
 from .._sonames import LIBCUDA_SONAME
+from . import launch
+from .launch import SignalRelay as _SignalRelay
+from .launch import exit_status as _exit_status
+from .launch import resolve as _resolve
+from .launch import wait as _wait
 
 __all__ = ["DEGRADED_STATUS", "add_parser", "mode_error", "peak_rss", "run", "run_trace"]
 
-DEGRADED_STATUS = 70
+DEGRADED_STATUS = launch.DEGRADED
 """memhook's status when CMD succeeded but the trace is incomplete."""
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
@@ -171,14 +174,6 @@ def _fail(message: str, status: int = 2) -> int:
     # (A message may quote CMD or a path: see memhook._printable.)
     print(f"memhook trace: {printable(message)}", file=sys.stderr)
     return status
-
-
-def _resolve(command: list[str], env: dict[str, str]) -> str | None:
-    """The program CMD names, as the child's exec would find it, or None."""
-    prog = command[0]
-    if os.sep in prog:
-        return prog if os.path.exists(prog) else None
-    return shutil.which(prog, path=env.get("PATH", os.defpath))
 
 
 def _open_output(fmt: str, path: str | None) -> tuple[IO[Any], bool, str]:
@@ -277,7 +272,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
         env["MEMHOOK_TRACE_LIBRARY_PATH"] = _sim.library_dir()
     program = _resolve(command, env)
     if program is None:
-        return _fail(f"{command[0]}: command not found", 127)
+        return _fail(f"{command[0]}: command not found", launch.NOT_FOUND)
     try:
         if output is not None:
             output = expand_output(output)  # %p %h %r %%: one file per rank
@@ -388,17 +383,9 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
     child: subprocess.Popen | None = None
     try:
         try:
-            # restore_signals: CMD starts with SIGPIPE/SIGXFSZ at their
-            # defaults; our handlers are reset by exec; what we inherited as
-            # ignored stays ignored for CMD, as a shell would pass it.
-            child = subprocess.Popen(command, executable=program, env=env, stdout=child_stdout,
-                                     close_fds=True, restore_signals=True)
-        except FileNotFoundError:
-            return _fail(f"{command[0]}: command not found", 127)
-        except PermissionError as exc:
-            return _fail(f"{command[0]}: cannot execute: {exc.strerror}", 126)
-        except OSError as exc:
-            return _fail(f"{command[0]}: cannot execute: {exc.strerror or exc}", 126)
+            child = launch.start(command, program, env, stdout=child_stdout)
+        except launch.LaunchError as exc:
+            return _fail(str(exc), exc.status)
         relay.started(child)
         if escaped is not None:  # (every later program is checked where it starts)
             collector.note_escape(child.pid, Escape(escaped[1], escaped[0], spawned=False))
@@ -562,17 +549,6 @@ def _say(text: str) -> None:
         pass
 
 
-def _wait(child: subprocess.Popen, relay: _SignalRelay) -> int | None:
-    """CMD's status, once it ends; signals go on being relayed meanwhile
-    (None: a second signal said to stop waiting)."""
-    while True:
-        try:
-            return child.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            if relay.stopping():
-                return None
-
-
 class _Guarded:
     """A writer whose failures stay its own: the first exception of any of
     its calls closes it (nothing more is written there; the summary and the
@@ -622,109 +598,3 @@ class _Guarded:
 def _stream_of(writer: Any) -> Any:
     """The stream a writer (or a Reorder, which names its writer's) writes to."""
     return getattr(writer, "out", None)
-
-
-class _SignalRelay:
-    """Signals as a shell passes them to its foreground command.
-
-    CMD runs in our process group, so the terminal's ^C (SIGINT to the
-    foreground group) reaches CMD directly; we only note it and go on
-    collecting, and CMD decides (its KeyboardInterrupt handler runs; its
-    status becomes ours).  SIGTERM, SIGHUP and SIGQUIT sent to us are sent
-    on to CMD (one that came before CMD existed is sent once it does), and we
-    go on collecting until CMD and its processes are done.  A signal we
-    inherited as ignored (``nohup``, a background job of a script) stays
-    ignored, for us and for CMD.
-
-    Once CMD has ended, while the trace waits for the traced processes CMD
-    left running, SIGTERM, SIGHUP or SIGQUIT (there is no CMD to pass it
-    to), or a second ^C (the first reached them in the group), stops that
-    wait: they are named, and the status is CMD's, or 70 for a 0.
-
-    A second one of these signals (any of the four) while CMD still runs
-    means "stop now": it is passed on like the first, CMD gets
-    :data:`GRACE_S` more to end, and then we stop collecting, write the
-    summary of what we have (saying CMD was left running, with its pid) and
-    exit 128+N, N the last signal.  CMD is never killed or signalled by us
-    beyond what was sent to us: a CMD that ignores SIGTERM keeps running,
-    as it would untraced.
-
-    Handlers are Python-level: they run in the main thread between
-    collector steps (a select() they interrupt is resumed), and exec resets
-    them in CMD, so CMD starts with the defaults.  A signal sent to the
-    whole group (``kill -TERM -PGID``, the terminal's ^\\) reaches CMD
-    directly and once more from us; a second standard signal that arrives
-    while the first is pending is merged by the kernel.
-    """
-
-    FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    GRACE_S = 1.0
-
-    def __init__(self) -> None:
-        self.child: subprocess.Popen | None = None
-        self.pending: list[int] = []
-        self.old: dict[int, Any] = {}
-        self.count = 0
-        self.last = 0
-        self.stop_at: float | None = None
-        for sig in (signal.SIGINT, *self.FORWARD):
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                continue
-            self.old[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        self.count += 1
-        self.last = signum
-        if self.count >= 2 and self.stop_at is None:
-            self.stop_at = time.monotonic() + self.GRACE_S
-        if signum == signal.SIGINT:
-            return  # CMD, in our foreground group, had it from the terminal too
-        if self.child is not None and self.child.returncode is not None:
-            # CMD is gone: nobody to pass it on to, so it is for us (a
-            # supervisor's SIGTERM): stop waiting for what CMD left running.
-            self.stop_at = self.stop_at or time.monotonic()
-        elif self.child is None:
-            self.pending.append(signum)
-        else:
-            self._send(signum)
-
-    def name(self) -> str:
-        """The last signal's name."""
-        return signal.Signals(self.last).name if self.last else "a signal"
-
-    def stopping(self) -> bool:
-        """A second signal came, and CMD had its grace."""
-        return self.stop_at is not None and time.monotonic() >= self.stop_at
-
-    def abandoned(self, child: subprocess.Popen) -> str:
-        name = signal.Signals(self.last).name if self.last else "signal"
-        return (f"a second signal ({name}) stopped the trace before CMD ended: CMD "
-                f"(pid {child.pid}) was left running, untraced from then on; the trace "
-                f"holds what came before")
-
-    def _send(self, signum: int) -> None:
-        assert self.child is not None
-        if self.child.returncode is not None:
-            return  # reaped: its pid may be another process's now
-        try:
-            os.kill(self.child.pid, signum)
-        except OSError:  # pragma: no cover - it has just gone
-            pass
-
-    def started(self, child: subprocess.Popen) -> None:
-        self.child = child
-        pending, self.pending = self.pending, []
-        for signum in pending:
-            self._send(signum)
-
-    def restore(self) -> None:
-        for sig, handler in self.old.items():
-            signal.signal(sig, handler)
-        self.old.clear()
-
-
-def _exit_status(returncode: int, degraded: bool = False) -> int:
-    """CMD's status as a shell shows it; DEGRADED_STATUS in place of a 0
-    when the trace is incomplete (CMD's own failure always wins)."""
-    status = 128 - returncode if returncode < 0 else returncode
-    return DEGRADED_STATUS if status == 0 and degraded else status
