@@ -539,8 +539,8 @@ def _oom_lines(oom: dict) -> list[str]:
                f" of {procs} process{'es' if procs != 1 else ''}")
     out.append("  by calling library:")
     for e in oom["by_library"]:
-        out.append(f"    {_clip(e['library'], 40):<40} {e['count']:>6}x {human_size(e['bytes']):>10}"
-                   f"  ({e['bytes']} bytes)")
+        out.append(f"    {_clip(e['library'], 40):<40} {e['count']:>6}x "
+                   f"{human_size(e['bytes']):>10}  ({e['bytes']} bytes)")
     if oom["by_python_site"]:
         out.append("  by Python call site (--python):")
         for e in oom["by_python_site"][:20]:

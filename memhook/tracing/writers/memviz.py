@@ -277,8 +277,8 @@ def write_oom_snapshot(out: IO[bytes], ledger: Ledger, oom: OomReport) -> None:
         w.process_started(proc)
     for a in oom.allocations:
         if a.device != HOST_KEY:  # (pinned host memory is not drawn; see MemvizWriter)
-            w.live[(a.pid, a.address)] = (
-                max(a.device, 0), a.size, w._site((a.pid, a.function, (a.python, *(a.stack or (a.caller,))))))
+            site = w._site((a.pid, a.function, (a.python, *(a.stack or (a.caller,)))))
+            w.live[(a.pid, a.address)] = (max(a.device, 0), a.size, site)
     r = oom.request
     w._push(max(r.device, 0), _OOM, 0, r.size, r.ts_ns // 1000,
             w._site((r.pid, r.function, (r.python, *(r.stack or (r.caller,))))))
