@@ -152,3 +152,40 @@ def test_oom_snapshot_to_a_missing_folder_is_a_usage_error(tmp_path: Path) -> No
     assert proc.returncode == 2
     assert "--oom-snapshot" in proc.stderr and "no such directory" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _row(kind: int, fn: int, address: int, size: int, ts: int, pid: int, *, device: int = 0,
+         result: int = 0) -> tuple:
+    return (0, address, size, ts, kind, fn, 1, device, pid, pid, result, 0, None, None, None)
+
+
+def test_the_ledger_reports_the_device_at_the_failure_across_processes() -> None:
+    """The report is made when the failed ALLOC is accounted: the failing
+    process's later FREE does not shrink it; another process's allocations
+    on that device count if made before the failure, though read after it;
+    another device's never.  The first REPORTS_MAX failures get a report,
+    later ones are counted; a FREE or a module global that fails with 2 is
+    no OOM."""
+    from memhook.tracing.ledger import Ledger, Process
+    from memhook.tracing.oom import REPORTS_MAX
+
+    ledger = Ledger(["cuMemAlloc_v2", "cuMemFree_v2", "cuModuleGetGlobal", "cudaMalloc"],
+                    [False, False, False, True])
+    a, b = Process(0, kernel_pid=1), Process(1, kernel_pid=2)
+    ledger.process_started(a)
+    ledger.process_started(b)
+    ledger.add(b, [_row(1, 0, 0x10, 100, 10, 2), _row(1, 0, 0x30, 7, 5, 2, device=1),
+                   _row(1, 0, 0x20, 1000, 50, 2)])   # (read before a's failure, made after it)
+    failed = _row(1, 3, 0, 5000, 30, 1, result=2)
+    ledger.add(a, [_row(1, 0, 0x40, 200, 20, 1), failed, _row(2, 1, 0x40, 200, 40, 1),
+                   _row(2, 1, 0x40, 0, 41, 1, result=2), _row(1, 2, 0, 8, 42, 1, result=2)])
+    (oom,) = ledger.ooms
+    assert (oom.live_bytes, oom.live_count, oom.processes) == (300, 2, 2)
+    assert sorted((x.pid, x.address) for x in oom.allocations or ()) == [(1, 0x40), (2, 0x10)]
+    record = ledger.oom_json(oom)
+    assert record["error"] == "cudaErrorMemoryAllocation" and record["function"] == "cudaMalloc"
+    assert ledger.oom_of(failed) is oom and ledger.oom_of(failed) is None  # taken once
+    ledger.add(a, [_row(1, 0, 0, 1, 60 + i, 1, result=2) for i in range(REPORTS_MAX + 3)])
+    assert len(ledger.ooms) == REPORTS_MAX and ledger.ooms_more == 4
+    assert ledger.ooms[1].allocations is None  # only the first keeps its live set
+    assert ledger.summary()["oom"]["failures"] == REPORTS_MAX + 4
