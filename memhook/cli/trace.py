@@ -21,6 +21,11 @@ Where things go:
   ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
+* ``--oom-snapshot FILE``: a memviz pickle of what was live on the device
+  of the first allocation that failed for lack of memory, at that moment
+  (:mod:`memhook.tracing.oom`; the summary's OOM section and jsonl's
+  ``oom`` record say the same in every format); written when the trace
+  ends, and not at all (said under the summary) when nothing failed so;
 * the summary goes to stderr - except for text to stdout, where it ends
   the stream; to a file (``-o``) it goes there too for text, so the
   terminal shows it in every format.

@@ -9,6 +9,7 @@ call; ``-f jsonl`` gets the same facts as an ``oom`` record, and
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_testing import HERE, MiB, memhook, read_jsonl, summary_section
+from cli_testing import HERE, MiB, memhook, summary_section
 
 PROGRAM = HERE / "scripts" / "oom_fill.py"
 LINES = PROGRAM.read_text().splitlines()
@@ -97,7 +98,7 @@ def test_jsonl_has_an_oom_record_after_the_failed_call(tmp_path: Path) -> None:
     proc = memhook("trace", "--sim", "--python", "-f", "jsonl", "-o", str(out), "--",
                    sys.executable, str(PROGRAM), "kill", env=env)
     assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
-    records = read_jsonl(out)
+    records = [json.loads(line) for line in out.read_text().splitlines()][1:]  # (a header)
     at = next(i for i, r in enumerate(records) if r["kind"] == "oom")
     failed, oom = records[at - 1], records[at]
     assert failed["result"] == 2 and failed["size"] == 16 * MiB
