@@ -3,7 +3,8 @@
 Memory is bounded by what is *live*, never by how many events went by: per
 function a few counters, per failure kind one entry, per device the live
 and peak bytes, per traced process its live allocations (address -> size),
-and per process a small record.  Events themselves are not kept.
+and per process a small record.  Events themselves are not kept, but for
+the row of each live allocation (an OOM report names its frames).
 
 Accounting rules:
 
@@ -11,7 +12,8 @@ Accounting rules:
   of a FREE the size the allocation had (the event's, else the one this
   ledger remembered);
 * a failed call (result != 0) counts as a call and a failure, never as
-  bytes or live memory;
+  bytes or live memory; a failed ALLOC for lack of memory also gets an OOM
+  report, made then (:mod:`memhook.tracing.oom`);
 * module/library globals (``cuModuleGetGlobal``...``cudaGetSymbolAddress``)
   are calls with bytes but not allocations: they are never freed, so they
   are kept out of the live set and the never-freed list;
@@ -82,7 +84,7 @@ class Process:
     execed: bool = False                # a later connection came from the same pid
     live: dict[int, tuple] = dataclasses.field(default_factory=dict)
     # address -> (size, device key, function, calling library, Python call site or None,
-    #             ts_ns, tid, caller, --stacks frames or None, PyStack or None)
+    #             its row: the OOM report reads ts, tid, caller and frames from it)
     modules: ModuleMap = dataclasses.field(default_factory=ModuleMap)
     signal: int | None = None  # the signal that ended it, where known (CMD's own status)
 
@@ -219,7 +221,7 @@ class Ledger:
         py_sites = self.py_sites
         i = -1
         for row in rows:
-            _, address, size, ts, kind, fn, mem_type, device, _, tid, result, flags, caller, \
+            _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, \
                 stack, python = row
             i += 1
             calls[fn] += 1
@@ -245,7 +247,7 @@ class Ledger:
                         py_sites.free(old[4], old[0])
                 lib = caller.library if caller is not None else "?"
                 site = python.site if python is not None else None
-                live[address] = (size, dev, fn, lib, site, ts, tid, caller, stack, python)
+                live[address] = (size, dev, fn, lib, site, row)
                 lt = lib_live[lib] + size
                 lib_live[lib] = lt
                 if lt > lib_peak[lib]:
@@ -319,10 +321,11 @@ class Ledger:
 
         def live() -> Iterator[LiveAlloc]:
             for p in self.processes:
-                for address, (sz, key, f, lib, site, t, th, c, st, py) in p.live.items():
+                for address, (sz, key, f, lib, site, r) in p.live.items():
                     # (another process's: only what it had made by the failure)
-                    if key == dev and (p is proc or t <= ts):
-                        yield LiveAlloc(p.pid, address, sz, key, f, lib, site, t, th, c, st, py)
+                    if key == dev and (p is proc or r[3] <= ts):
+                        yield LiveAlloc(p.pid, address, sz, key, f, lib, site, r[3], r[9], r[12],
+                                        r[13], r[14])
 
         oom = report(request, result, live(), keep_all=not self.ooms)
         self.ooms.append(oom)
