@@ -190,3 +190,18 @@ def test_the_ledger_reports_the_device_at_the_failure_across_processes() -> None
     assert len(ledger.ooms) == REPORTS_MAX and ledger.ooms_more == 4
     assert ledger.ooms[1].allocations is None  # only the first keeps its live set
     assert ledger.summary()["oom"]["failures"] == REPORTS_MAX + 4
+
+
+def test_the_section_escapes_the_program_s_names(tmp_path: Path) -> None:
+    """A control character in a file name the report quotes (the request's
+    and the allocations' Python frames) is escaped, never sent raw."""
+    program = tmp_path / "oom\x1b[2Jfill.py"
+    program.write_text(PROGRAM.read_text())
+    env = dict(os.environ, MEMHOOK_SIM_DEVICE_MEMORY="32M", MEMHOOK_SIM_DEVICES="1")
+    proc = memhook("trace", "--sim", "--python", "--", sys.executable, str(program), "exit",
+                   env=env)
+    assert proc.returncode == 0, proc.stderr
+    section = _oom_section(proc.stdout)
+    assert "\x1b" not in "".join(section)
+    assert "in grow" in section[0] and "oom\\x1b[2Jfill.py" in section[0]
+    assert any("oom\\x1b[2Jfill.py" in ln and "in weights" in ln for ln in section)
