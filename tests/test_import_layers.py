@@ -43,8 +43,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("trace: the wire, the peer, Python frames",
      ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir",
       "tracing.runinfo", "tracing.progress")),
-    ("trace: a process's trace area and its loaded objects; a jsonl trace read back",
-     ("tracing.area", "tracing.escape", "tracing.modules", "tracing.tracefile")),
+    ("trace: a process's trace area and its loaded objects; a jsonl trace read back; "
+     "the OOM report",
+     ("tracing.area", "tracing.escape", "tracing.modules", "tracing.tracefile", "tracing.oom")),
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",

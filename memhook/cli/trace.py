@@ -21,6 +21,11 @@ Where things go:
   ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
 * ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
   ``memhook-trace.pickle``);
+* ``--oom-snapshot FILE``: a memviz pickle of what was live on the device
+  of the first allocation that failed for lack of memory, at that moment
+  (:mod:`memhook.tracing.oom`; the summary's OOM section and jsonl's
+  ``oom`` record say the same in every format); written when the trace
+  ends, and not at all (said under the summary) when nothing failed so;
 * the summary goes to stderr - except for text to stdout, where it ends
   the stream; to a file (``-o``) it goes there too for text, so the
   terminal shows it in every format.
@@ -106,7 +111,8 @@ DEGRADED_STATUS = launch.DEGRADED
 
 DEFAULT_FILES = {"chrome": "memhook-trace.json", "memviz": "memhook-trace.pickle"}
 USAGE = ("memhook trace [-m MODE] [--sim] [-f text|jsonl|chrome|memviz] [-o FILE] "
-         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] [--no-wait-orphans] "
+         "[--memviz-entries N] [--stacks[=DEPTH]] [--python[=DEPTH]] [--oom-snapshot FILE] "
+         "[--no-wait-orphans] "
          "-- CMD [ARGS...]")
 
 
@@ -146,6 +152,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    metavar="DEPTH",
                    help=f"record up to DEPTH Python frames of each allocation, innermost "
                         f"first (default {PYTHON_DEFAULT}; 1-{PYTHON_MAX}); use --python=N")
+    p.add_argument("--oom-snapshot", default=None, metavar="FILE",
+                   help="at the first allocation that fails for lack of memory, keep what "
+                        "was live on its device and write it to FILE as a memviz pickle "
+                        "(torch.cuda._memory_viz opens it)")
     p.add_argument("--no-wait-orphans", dest="wait_orphans", action="store_false",
                    help="stop when CMD ends (after a 1 s grace), not when the last traced "
                         "process it started does; one still running is named, and the exit "
@@ -236,17 +246,20 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     return run_trace(command, mode=args.mode, sim=args.sim, fmt=args.format,
                      output=args.output, memviz_entries=args.memviz_entries, stacks=stacks,
-                     python=python, wait_orphans=args.wait_orphans)
+                     python=python, wait_orphans=args.wait_orphans,
+                     oom_snapshot=args.oom_snapshot)
 
 
 def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
               fmt: str = "text", output: str | None = None,
               memviz_entries: int = 100_000, stacks: int = 0, python: int = 0,
-              wait_orphans: bool = True) -> int:
+              wait_orphans: bool = True, oom_snapshot: str | None = None) -> int:
     """The whole of ``memhook trace``; returns the exit status.  ``stacks``:
     native frames recorded per ALLOC (0: none); ``python``: Python frames
     (0: none); ``wait_orphans``: wait for traced processes that outlive
-    CMD (False: ``--no-wait-orphans``)."""
+    CMD (False: ``--no-wait-orphans``); ``oom_snapshot``: the file the live
+    set at the first failure for lack of memory is written to (a memviz
+    pickle), if there is one."""
     from .. import library_path
     from .._modes import HookMode
     from ..tracing.runinfo import expand_output
@@ -273,6 +286,10 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     program = _resolve(command, env)
     if program is None:
         return _fail(f"{command[0]}: command not found", launch.NOT_FOUND)
+    if oom_snapshot is not None:
+        problem = _unwritable(oom_snapshot)
+        if problem:
+            return _fail(f"--oom-snapshot {oom_snapshot}: {problem}")
     try:
         if output is not None:
             output = expand_output(output)  # %p %h %r %%: one file per rank
@@ -295,7 +312,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     status = 1
     try:
         status = _trace(command, program, env, hook_mode, fmt, out, to_stdout, out_name,
-                        library_path(), memviz_entries, warnings, wait_orphans)
+                        library_path(), memviz_entries, warnings, wait_orphans, oom_snapshot)
     finally:
         if not to_stdout:
             try:
@@ -356,7 +373,8 @@ def _function_table() -> tuple[list[str], list[bool]]:
 
 def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt: str,
            out: IO[Any], to_stdout: bool, out_name: str, core: str,
-           memviz_entries: int, warnings: list[str], wait_orphans: bool) -> int:
+           memviz_entries: int, warnings: list[str], wait_orphans: bool,
+           oom_snapshot: str | None = None) -> int:
     from ..tracing.collector import Collector
     from ..tracing.escape import escape_of
     from ..tracing.protocol import Escape
@@ -438,6 +456,14 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         except Exception as exc:  # noqa: BLE001
             failures.append(f"the summary could not be made ({type(exc).__name__}: {exc})")
             text = "== memhook trace summary: (none: see below)\n"
+        if oom_snapshot is not None:
+            note = _write_oom_snapshot(oom_snapshot, ledger)
+            if note.startswith("wrote "):
+                _say(f"memhook trace: {printable(note)}\n")
+            elif ledger.ooms:
+                failures.append(note)
+            else:
+                warnings.append(note)
         if reorder is not None and writer is not None:
             writer.flush()  # all of it out, so the count below is whole
         if not to_stdout:
@@ -486,6 +512,35 @@ def _trace(command: list[str], program: str, env: dict[str, str], mode: Any, fmt
         # here while it runs; it is left to run (relay.abandoned said so).
         relay.restore()
         collector.close()
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written to, or None: asked up front, so that
+    a typo is a usage error rather than a snapshot lost at the end."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "is a directory"
+    if not os.path.isdir(folder):
+        return f"no such directory {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and
+                                                   not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
+
+
+def _write_oom_snapshot(path: str, ledger: Any) -> str:
+    """``--oom-snapshot``: what happened, as one line ("wrote ..." when it was)."""
+    from ..tracing.writers.memviz import write_oom_snapshot
+
+    if not ledger.ooms:
+        return (f"--oom-snapshot: no allocation failed for lack of memory; {path} was not "
+                f"written")
+    try:
+        with open(path, "wb") as out:
+            write_oom_snapshot(out, ledger, ledger.ooms[0])
+    except OSError as exc:
+        return f"--oom-snapshot: writing {path} failed ({exc.strerror or exc})"
+    return f"wrote the OOM snapshot (memviz) to {path}"
 
 
 def _say_waiting(procs: list[Any]) -> None:

@@ -9,7 +9,10 @@ line, is :mod:`memhook.cli.trace`), bottom up:
 * :mod:`.area` - reading a traced process's trace area (its memfd);
   :mod:`.pyframes` - naming the Python frames recorded there;
   :mod:`.modules` - which object was loaded where, for callers;
-* :mod:`.ledger` - the summary's figures, bounded by what is live;
+* :mod:`.oom` - the OOM report: what was live on a device when an
+  allocation there failed for lack of memory;
+* :mod:`.ledger` - the summary's figures, bounded by what is live (it
+  builds the OOM report when it accounts for the failure);
 * :mod:`.reorder` - all processes' events merged into timestamp order;
 * :mod:`.writers` - the output formats, one module each;
 * :mod:`.collector` - the loop that ties them together;

@@ -3,7 +3,8 @@
 Memory is bounded by what is *live*, never by how many events went by: per
 function a few counters, per failure kind one entry, per device the live
 and peak bytes, per traced process its live allocations (address -> size),
-and per process a small record.  Events themselves are not kept.
+and per process a small record.  Events themselves are not kept, but for
+the row of each live allocation (an OOM report names its frames).
 
 Accounting rules:
 
@@ -11,7 +12,8 @@ Accounting rules:
   of a FREE the size the allocation had (the event's, else the one this
   ledger remembered);
 * a failed call (result != 0) counts as a call and a failure, never as
-  bytes or live memory;
+  bytes or live memory; a failed ALLOC for lack of memory also gets an OOM
+  report, made then (:mod:`memhook.tracing.oom`);
 * module/library globals (``cuModuleGetGlobal``...``cudaGetSymbolAddress``)
   are calls with bytes but not allocations: they are never freed, so they
   are kept out of the live set and the never-freed list;
@@ -33,10 +35,12 @@ from __future__ import annotations
 import dataclasses
 import signal
 from collections import defaultdict
+from collections.abc import Iterator
 
 from .._cuda_errors import error_name
 from .._printable import printable
 from .modules import ModuleMap
+from .oom import OOM_RESULT, REPORTS_MAX, LiveAlloc, OomReport, report
 from .protocol import Hello
 from .pyframes import SiteLedger
 
@@ -78,9 +82,9 @@ class Process:
     events_sent: int | None = None   # once its area says it reached exit(): events taken
     ended: bool = False
     execed: bool = False                # a later connection came from the same pid
-    live: dict[int, tuple[int, int, int, str, str | None]] = dataclasses.field(
-        default_factory=dict)
-    # address -> (size, device key, function, calling library, Python call site or None)
+    live: dict[int, tuple] = dataclasses.field(default_factory=dict)
+    # address -> (size, device key, function, calling library, Python call site or None,
+    #             its row: the OOM report reads ts, tid, caller and frames from it)
     modules: ModuleMap = dataclasses.field(default_factory=ModuleMap)
     signal: int | None = None  # the signal that ended it, where known (CMD's own status)
 
@@ -135,6 +139,10 @@ class Ledger:
         self.sites: dict[tuple, list[int]] = {}  # --stacks: (library, symbol...) -> [n, bytes]
         self.py_sites = SiteLedger()  # --python: by the innermost user frame
         self.processes: list[Process] = []
+        self.ooms: list[OomReport] = []  # the first REPORTS_MAX failures for lack of memory
+        self.ooms_more = 0               # and how many more there were
+        self.oom_rows: dict[int, tuple[tuple, OomReport]] = {}
+        # id(row) -> (that failed row, its report), until a writer takes it (oom_of)
         self.events = 0
         self.first_ns: int | None = None
         self.last_ns = 0
@@ -170,7 +178,7 @@ class Ledger:
     def _release(self, proc: Process) -> list[tuple[int, int, int]]:
         changes = []
         live_bytes = self.live_bytes
-        for size, key, fn, lib, site in proc.live.values():
+        for size, key, fn, lib, site, *_ in proc.live.values():
             if site is not None:
                 self.py_sites.leaked(site, size)
             entry = self.never_freed.get(fn)
@@ -212,12 +220,15 @@ class Ledger:
         lib_live, lib_peak = self.lib_live, self.lib_peak
         py_sites = self.py_sites
         i = -1
-        for _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, stack, \
-                python in rows:
+        for row in rows:
+            _, address, size, _, kind, fn, mem_type, device, _, _, result, flags, caller, \
+                stack, python = row
             i += 1
             calls[fn] += 1
             if result:
                 self._failed(fn, result, size)
+                if result == OOM_RESULT and kind == ALLOC and fn not in globals_:
+                    self._oom(proc, row)
                 continue
             if flags & CONTEXT_RESET:
                 changes += self._context_gone(proc, fn, device, i)
@@ -236,7 +247,7 @@ class Ledger:
                         py_sites.free(old[4], old[0])
                 lib = caller.library if caller is not None else "?"
                 site = python.site if python is not None else None
-                live[address] = (size, dev, fn, lib, site)
+                live[address] = (size, dev, fn, lib, site, row)
                 lt = lib_live[lib] + size
                 lib_live[lib] = lt
                 if lt > lib_peak[lib]:
@@ -281,11 +292,11 @@ class Ledger:
             -> list[tuple[int, int, int]]:
         """A context of ``device`` (-1: not known) was torn down: what
         ``proc`` held there is freed.  Returns the live-bytes changes."""
-        gone = [a for a, (_, key, _, _, _) in proc.live.items()
-                if device < 0 or key == device or key < 0]
+        gone = [a for a, v in proc.live.items()
+                if device < 0 or v[1] == device or v[1] < 0]
         keys: dict[int, None] = {}
         for address in gone:
-            size, key, _, lib, site = proc.live.pop(address)
+            size, key, _, lib, site, *_ = proc.live.pop(address)
             self.bytes[fn] += size
             self.lib_live[lib] -= size
             if site is not None:
@@ -294,6 +305,46 @@ class Ledger:
             self.live_bytes[key] -= size
             keys[key] = None
         return [(i, key, self.live_bytes[key]) for key in keys]
+
+    def _oom(self, proc: Process, row: tuple) -> None:
+        """``row``, an ALLOC of ``proc``, failed for lack of memory: report
+        what is live on its device now (see :mod:`memhook.tracing.oom`)."""
+        if len(self.ooms) >= REPORTS_MAX:
+            self.ooms_more += 1
+            return
+        _, _, size, ts, _, fn, mem_type, device, pid, tid, result, _, caller, stack, \
+            python = row
+        dev = HOST_KEY if mem_type == MEM_CUDA_HOST else device
+        request = LiveAlloc(pid, 0, size, dev, fn, caller.library if caller else "?",
+                            python.site if python is not None else None, ts, tid, caller,
+                            stack, python)
+
+        def live() -> Iterator[LiveAlloc]:
+            for p in self.processes:
+                for address, (sz, key, f, lib, site, r) in p.live.items():
+                    # (another process's: only what it had made by the failure)
+                    if key == dev and (p is proc or r[3] <= ts):
+                        yield LiveAlloc(p.pid, address, sz, key, f, lib, site, r[3], r[9], r[12],
+                                        r[13], r[14])
+
+        oom = report(request, result, live(), keep_all=not self.ooms)
+        self.ooms.append(oom)
+        self.oom_rows[id(row)] = (row, oom)
+
+    def oom_of(self, row: tuple) -> OomReport | None:
+        """The report of ``row``, a failed ALLOC, for the writer that
+        writes it (once: taken, it is forgotten here)."""
+        held = self.oom_rows.get(id(row))
+        if held is None or held[0] is not row:
+            return None
+        del self.oom_rows[id(row)]
+        return held[1]
+
+    def oom_json(self, oom: OomReport) -> dict:
+        """The jsonl ``oom`` record of ``oom``."""
+        r = oom.request
+        return oom.as_json(self.function_name, self.error_name(r.function, oom.result),
+                           device_label)
 
     def _site(self, frames: tuple, size: int) -> None:
         """--stacks: count an ALLOC at its call site (its first three frames
@@ -360,6 +411,8 @@ class Ledger:
                 for k, (n, b) in sorted(self.sites.items(), key=lambda kv: -kv[1][1])[:10]
             ],
             **self.py_sites.summary(),
+            "oom": ({**self.oom_json(self.ooms[0]),
+                     "failures": len(self.ooms) + self.ooms_more} if self.ooms else None),
         }
 
 
@@ -435,6 +488,8 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
                        f"  (largest request {human_size(f['max_size'])})")
     else:
         out.append("  (none)")
+    if summary.get("oom"):
+        out += _oom_lines(summary["oom"])
     out.append("allocations never freed:")
     if summary["never_freed"]:
         for f in summary["never_freed"]:
@@ -466,6 +521,55 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
     # Commands, libraries, sites and symbols are the program's names: a
     # control character in one would reach the terminal (memhook._printable).
     return "\n".join(printable(line) for line in out) + "\n"
+
+
+def _oom_lines(oom: dict) -> list[str]:
+    """The summary's OOM section: the first failure for lack of memory."""
+    dev = oom["device_name"]
+    n = oom["failures"]
+    more = f"; {n - 1} more failed after it (see failed calls)" if n > 1 else ""
+    out = [f"out of memory on {dev} (the first allocation that failed for lack of "
+           f"memory{more}):"]
+    py = oom.get("python")
+    at = f"; at {_py_frame(py[0])}" if py else ""
+    out.append(f"  request: {oom['function']} of {human_size(oom['size'])} ({oom['size']} "
+               f"bytes): {oom['error']} ({oom['result']}); pid {oom['pid']} tid {oom['tid']}; "
+               f"from {_frame_text(oom['caller'])}{at}")
+    out.append("  device memory free/total at the failure: not recorded")
+    procs = oom["processes"]
+    out.append(f"  live on {dev} then: {human_size(oom['live_bytes'])} ({oom['live_bytes']} "
+               f"bytes) in {oom['live_count']} allocation{'s' if oom['live_count'] != 1 else ''}"
+               f" of {procs} process{'es' if procs != 1 else ''}")
+    out.append("  by calling library:")
+    for e in oom["by_library"]:
+        out.append(f"    {_clip(e['library'], 40):<40} {e['count']:>6}x "
+                   f"{human_size(e['bytes']):>10}  ({e['bytes']} bytes)")
+    if oom["by_python_site"]:
+        out.append("  by Python call site (--python):")
+        for e in oom["by_python_site"][:20]:
+            out.append(f"    {_clip_left(e['site'], 50):<50} {e['count']:>6}x "
+                       f"{human_size(e['bytes']):>10}  ({e['bytes']} bytes)")
+    out.append("  largest live allocations:")
+    for a in oom["largest"]:
+        out.append(f"    {human_size(a['size']):>10}  {a['function']} {a['address']:#x} pid "
+                   f"{a['pid']} tid {a['tid']} from {_frame_text(a['caller'])}")
+        for f in a.get("python", [])[:8]:
+            out.append(f"        at {_py_frame(f)}")
+        for f in (a.get("stack") or [])[:8]:
+            out.append(f"        {_frame_text(f)}")
+    return out
+
+
+def _frame_text(frame: dict | None) -> str:
+    if frame is None:
+        return "?"
+    lib = frame["object"].rsplit("/", 1)[-1] or "?"
+    name = f"{lib}!{frame['symbol']}" if frame["symbol"] else lib
+    return f"{name}+{frame['offset']:#x}" if frame["offset"] else name
+
+
+def _py_frame(frame: dict) -> str:
+    return f"{frame['file']}:{frame['line']} in {frame['function']}"
 
 
 def _clip(text: str, width: int) -> str:

@@ -37,9 +37,10 @@ def memhook(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The events of a jsonl trace (its header record left out)."""
+    """The events of a jsonl trace (its other records - the header, an
+    ``oom`` report - left out, as a reader skips kinds it does not know)."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["kind"] != "header"]
+    return [r for r in records if r["kind"] in ("alloc", "free")]
 
 
 def summary_section(text: str, title: str) -> list[str]:

@@ -71,7 +71,10 @@ def test_jsonl_to_stdout_keeps_the_program_output_apart(programs) -> None:
     assert proc.returncode == 0
     header, *lines = proc.stdout.splitlines()
     assert json.loads(header)["kind"] == "header"
-    assert len(lines) == 12 and all(json.loads(ln)["function"] for ln in lines)
+    records = [json.loads(ln) for ln in lines]
+    assert all(r["function"] for r in records)
+    # The 12 events, and the OOM report of its failed allocation.
+    assert [r["kind"] for r in records].count("oom") == 1 and len(records) == 13
     assert "static_app: done" in proc.stderr
 
 

@@ -779,7 +779,7 @@ def run_trace_case(mode_label: str, case: str, timeout: float) -> dict[str, Any]
                                    str(app)], env=env, capture_output=True, text=True,
                                   timeout=timeout, check=False)
             events = [e for e in (json.loads(line) for line in trace.read_text().splitlines()
-                                  if line.strip()) if e["kind"] != "header"] \
+                                  if line.strip()) if e["kind"] in ("alloc", "free")] \
                 if trace.exists() else []
         check("program ran to the end", proc.returncode == 0 and "DONE" in proc.stdout,
               f"exit {proc.returncode}; stderr: {proc.stderr[-800:]}")

@@ -3,7 +3,14 @@
 """``memhook trace -f jsonl``: one JSON object per event, with the keys
 ``kind`` ("alloc"/"free"), ``function``, ``address``,
 ``size``, ``mem_type`` (name), ``device``, ``pid``, ``tid``, ``ts_ns``
-(CLOCK_MONOTONIC), ``result``, ``caller`` (and ``stack``, ``python``)."""
+(CLOCK_MONOTONIC), ``result``, ``caller`` (and ``stack``, ``python``).
+
+An allocation that failed for lack of memory is followed by an object of
+``"kind": "oom"``: the OOM report of :mod:`memhook.tracing.oom` (the
+request's keys, then ``device_free``/``device_total`` (null: not
+recorded), ``live_bytes``, ``live_count``, ``processes``, ``by_library``,
+``by_python_site``, ``largest``).  The first line is a header record;
+readers skip kinds they do not know."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from typing import IO, Any
 
 from ..._symbolize import Caller
 from ..ledger import ALLOC, Ledger, Process, mem_type_name
+from ..oom import OOM_RESULT
 from ..pyframes import PyStack
 from .base import Writer, Padded
 
@@ -69,8 +77,9 @@ class JsonlWriter(Writer):
         lines: list[str] = []
         append = lines.append
         pys = self._python
-        for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _, caller, \
-                frames, python in rows:
+        for row in rows:
+            _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, _, caller, \
+                frames, python = row
             # Names are C identifiers: no JSON escaping needed (paths and
             # symbols go through json.dumps).
             stack = ""
@@ -91,5 +100,9 @@ class JsonlWriter(Writer):
                        "alloc" if kind == ALLOC else "free", names[fn], address, size,
                        types[mem_type], device, pid, tid, ts, result,
                        self._caller(caller), stack))
+            if result == OOM_RESULT and kind == ALLOC:
+                oom = self.ledger.oom_of(row)
+                if oom is not None:
+                    append(json.dumps(self.ledger.oom_json(oom)) + "\n")
         self.out.write("".join(lines))
         self.out.flush()

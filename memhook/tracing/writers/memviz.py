@@ -9,11 +9,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..ledger import ALLOC, CONTEXT_RESET, MEM_CUDA_HOST, Ledger, Process
+from ..ledger import ALLOC, CONTEXT_RESET, HOST_KEY, MEM_CUDA_HOST, Ledger, Process
+from ..oom import OomReport
 from .base import Writer
 from .pickle_stream import PickleStream
 
-__all__ = ["MemvizWriter"]
+__all__ = ["MemvizWriter", "write_oom_snapshot"]
 
 ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed", "segment_free", "oom")
 (_SEGMENT_ALLOC, _ALLOC, _FREE_REQUESTED, _FREE_COMPLETED, _SEGMENT_FREE,
@@ -262,3 +263,23 @@ class MemvizWriter(Writer):
     def close(self, summary_text: str) -> None:
         self.finish()  # (a caller that never called finish)
         self.out.flush()
+
+
+def write_oom_snapshot(out: IO[bytes], ledger: Ledger, oom: OomReport) -> None:
+    """``memhook trace --oom-snapshot``: the snapshot of what was live on
+    the device of ``oom`` (a report that kept its live set) when that
+    allocation failed, as the segments still allocated, and one ``oom``
+    entry (the failed request) in the device's trace."""
+    if oom.allocations is None:
+        raise ValueError("this OOM report did not keep its live set")
+    w = MemvizWriter(out, ledger, 0, max_entries=1)
+    for proc in ledger.processes:
+        w.process_started(proc)
+    for a in oom.allocations:
+        if a.device != HOST_KEY:  # (pinned host memory is not drawn; see MemvizWriter)
+            site = w._site((a.pid, a.function, (a.python, *(a.stack or (a.caller,)))))
+            w.live[(a.pid, a.address)] = (max(a.device, 0), a.size, site)
+    r = oom.request
+    w._push(max(r.device, 0), _OOM, 0, r.size, r.ts_ns // 1000,
+            w._site((r.pid, r.function, (r.python, *(r.stack or (r.caller,))))))
+    w.finish()
