@@ -77,7 +77,21 @@ static inline CUcontext bench_primary_context(void *cuda)
 static size_t (*p_drain)(memhook_event *, size_t);
 static size_t (*p_drain_background)(memhook_event *, size_t);
 static atomic_int g_drainer_stop;
-static atomic_ullong g_drained;
+static atomic_ullong g_drained;  /* calls' events (ALLOC/FREE) drained */
+static atomic_ullong g_markers;  /* kind-0 markers drained (the hooks' gaps
+                                    at each install switch, driver unloads):
+                                    the core records them, no call made them */
+
+/* Count buf[0 .. n)'s markers into g_markers; returns the calls' events. */
+static inline size_t count_calls(const memhook_event *buf, size_t n)
+{
+    size_t markers = 0;
+    for (size_t i = 0; i < n; i++)
+        markers += buf[i].kind == 0;
+    if (markers)
+        atomic_fetch_add(&g_markers, markers);
+    return n - markers;
+}
 
 static inline void drainer_resolve(void *mh)
 {
@@ -94,7 +108,7 @@ static void *drainer(void *arg)
     static memhook_event buf[BATCH];
     for (;;) {
         size_t n = (p_drain_background != NULL ? p_drain_background : p_drain)(buf, BATCH);
-        atomic_fetch_add(&g_drained, n);
+        atomic_fetch_add(&g_drained, count_calls(buf, n));
         if (n == BATCH)
             continue;
         if (atomic_load(&g_drainer_stop))
