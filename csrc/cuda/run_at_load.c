@@ -31,6 +31,7 @@
 #include "event_lane.h"
 #include "log.h"
 #include "mh_options.h"
+#include "mh_thread.h"
 #include "queue.h"
 
 #include "memhook/memhook.h"
@@ -60,25 +61,11 @@ static void want_keeper(void)
     if (atomic_load_explicit(&g_keeper, memory_order_relaxed) != 0 ||
         !atomic_compare_exchange_strong(&g_keeper, &expect, 1))
         return;
-    /* The program's signals must never be delivered to our thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_t thread;
-    int rc = pthread_create(&thread, &attr, keeper_main, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    int rc = mh_thread_start_quiet(keeper_main, "memhook-keeper");
+    if (rc != 0)
         mh_warn("memhook run: cannot start the thread that keeps the event queue short (%s): "
                 "the queue grows until something queries or drains it",
                 strerror(rc));
-        return;
-    }
-    pthread_setname_np(thread, "memhook-keeper");
 }
 
 void mh_run_fork_child(void)

@@ -69,6 +69,7 @@
 #include "log.h"
 #include "mh_options.h"
 #include "mh_text.h"
+#include "mh_thread.h"
 #include "mh_time.h"
 #include "pyframes.h"
 #include "queue.h"
@@ -304,24 +305,10 @@ void mh_trace_want_streamer(void)
 
 static void start_streamer(void)
 {
-    /* The program's signals must never be delivered to our thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_t thread;
-    int rc = pthread_create(&thread, &attr, streamer_main, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    int rc = mh_thread_start_quiet(streamer_main, "memhook-trace");
+    if (rc != 0)
         mh_warn("memhook trace: pid %d cannot start its streamer thread (%s); its own "
                 "queue is not trimmed", (int)getpid(), strerror(rc));
-        return;
-    }
-    pthread_setname_np(thread, "memhook-trace");
 }
 
 /* A fresh area in t.area_fd; false (and a warning) if none could be made. */

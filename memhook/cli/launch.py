@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Any
 
-__all__ = ["DEGRADED", "NOT_EXECUTABLE", "NOT_FOUND", "LaunchError", "SignalRelay", "exit_status",
+__all__ = ["DEGRADED", "add_launch_arguments", "NOT_EXECUTABLE", "NOT_FOUND", "LaunchError", "SignalRelay", "exit_status",
            "resolve", "start", "wait"]
 
 NOT_FOUND = 127
@@ -33,6 +33,16 @@ class LaunchError(Exception):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+def add_launch_arguments(p: Any) -> None:
+    """The options every launcher takes (``trace`` and ``run``): the hook
+    mechanisms and the simulator."""
+    p.add_argument("-m", "--mode", default=None,
+                   help="hook mechanisms: none, bistro, reloc or bistro,reloc "
+                        "(default: $MEMHOOK_CUDA_MODE, else bistro,reloc)")
+    p.add_argument("--sim", action="store_true",
+                   help="run CMD on memhook's CUDA simulator (no GPU needed)")
 
 
 def start(command: list[str], program: str, env: dict[str, str],

@@ -42,11 +42,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Run CMD with memhook's core preloaded and its hooks installed at load, "
                     "so memhook_query (C) and memhook.memory_type (Python) in CMD answer "
                     "from the hooks. No trace is written. The exit status is CMD's.")
-    p.add_argument("-m", "--mode", default=None,
-                   help="hook mechanisms: none, bistro, reloc or bistro,reloc "
-                        "(default: $MEMHOOK_CUDA_MODE, else bistro,reloc)")
-    p.add_argument("--sim", action="store_true",
-                   help="run CMD on memhook's CUDA simulator (no GPU needed)")
+    launch.add_launch_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p

@@ -129,11 +129,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Run CMD with memhook's hooks preloaded (children and exec'd programs "
                     "too), stream every process's allocation events back, print them, and "
                     "end with a summary. The exit status is CMD's.")
-    p.add_argument("-m", "--mode", default=None,
-                   help="hook mechanisms: none, bistro, reloc or bistro,reloc "
-                        "(default: $MEMHOOK_CUDA_MODE, else bistro,reloc)")
-    p.add_argument("--sim", action="store_true",
-                   help="run CMD on memhook's CUDA simulator (no GPU needed)")
+    launch.add_launch_arguments(p)
     p.add_argument("-f", "--format", default="text", choices=FORMATS,
                    help="output format (default text)")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
