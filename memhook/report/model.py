@@ -5,9 +5,9 @@ of its trace:
 
 * per lane - one (rank, device) pair - live bytes per calling library as a
   :class:`Series` of at most ``2 * points`` buckets.  A bucket keeps the
-  moment its total was highest (with each library's share then) and the
-  state at its end, so peaks survive any amount of downsampling and a drop
-  to zero still shows;
+  moments its total was highest and lowest (with each library's share
+  then) and the state at its end, so peaks and drops survive any amount of
+  downsampling;
 * per distinct call path (Python frames, then native frames, then the API
   function) the bytes allocated through it;
 * the live allocations (what a FREE must find), each with its lane,
@@ -54,13 +54,16 @@ _MERGED_TAIL = re.compile(rb',"rank":(?:-?\d+|null),"host":(?:"(?:[^"\\]|\\.)*"|
 class Series:
     """Live bytes per library over time, folded to a bounded number of
     buckets: ``add`` each new state in time order (a late one is counted in
-    the bucket of the latest time seen)."""
+    the bucket of the latest time seen).  A bucket keeps its highest and its
+    lowest total, each with its moment and every library's share then, and
+    its last state: the envelope of the curve at any folding."""
 
+    # A bucket: [peak total, its time, its shares, low total, its time, its
+    # shares, time of the end, shares at the end (None: the state now)].
     def __init__(self, points: int = DEFAULT_POINTS) -> None:
         self.points = max(points, 2)
         self.start: int | None = None
         self.width = 1_000  # ns; doubled whenever the buckets outgrow 2 * points
-        # index -> [peak total, time of the peak, shares then, time of the end, shares at the end]
         self.buckets: dict[int, list] = {}
         self._index = -1
         self._latest = 0
@@ -76,19 +79,21 @@ class Series:
         if b is None:
             # A new bucket closes the last one: its end is the state before this change.
             last = self.buckets.get(self._index)
-            if last is not None and last[4] is None:
+            if last is not None and last[7] is None:
                 before = list(shares)
                 before[lib] -= delta
-                last[4] = tuple(before)
+                last[7] = tuple(before)
             snapshot = tuple(shares)
-            self.buckets[index] = [total, t_ns, snapshot, t_ns, snapshot]
+            self.buckets[index] = [total, t_ns, snapshot, total, t_ns, snapshot, t_ns, snapshot]
             self._index = index
             if len(self.buckets) > 2 * self.points:
                 self._fold()
             return
         if total > b[0]:
             b[0], b[1], b[2] = total, t_ns, tuple(shares)
-        b[3], b[4] = t_ns, None  # the end's shares are the state now, until the bucket closes
+        elif total < b[3]:
+            b[3], b[4], b[5] = total, t_ns, tuple(shares)
+        b[6], b[7] = t_ns, None  # the end's shares are the state now, until the bucket closes
 
     def _fold(self) -> None:
         folded: dict[int, list] = {}
@@ -99,22 +104,22 @@ class Series:
                 folded[index // 2] = b
                 continue
             if b[0] > into[0]:
-                into[0], into[1], into[2] = b[0], b[1], b[2]
-            into[3], into[4] = b[3], b[4]
+                into[0:3] = b[0:3]
+            if b[3] < into[3]:
+                into[3:6] = b[3:6]
+            into[6:8] = b[6:8]
         self.buckets = folded
         self.width *= 2
         self._index //= 2
 
     def samples(self, now: list[int]) -> list[tuple[int, tuple[int, ...]]]:
-        """(time ns, shares) in time order: each bucket's peak and its end."""
+        """(time ns, shares) in time order: each bucket's peak, low and end."""
         out: list[tuple[int, tuple[int, ...]]] = []
         for index in sorted(self.buckets):
-            peak_t, peak, end_t, end = self.buckets[index][1:]
-            if end is None:
-                end = tuple(now)
-            out.append((peak_t, peak))
-            if end_t != peak_t or end != peak:
-                out.append((end_t, end))
+            b = self.buckets[index]
+            end = b[7] if b[7] is not None else tuple(now)
+            points = sorted({(b[1], b[2]), (b[4], b[5]), (b[6], end)}, key=lambda p: p[0])
+            out += points
         return out
 
 
@@ -180,7 +185,7 @@ class FlameNode:
         out: dict = {"n": self.name, "k": self.kind, "v": self.value}
         kids = [c for c in self.children.values() if c.value >= floor]
         if kids and depth < _FLAME_DEPTH_MAX:
-            kids.sort(key=lambda c: -c.value)
+            kids.sort(key=lambda c: (-c.value, c.name))
             out["c"] = [c.as_json(floor, depth + 1) for c in kids]
         return out
 

@@ -27,7 +27,7 @@ h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; }
 .chart.live { height: 260px; }
 #flame { min-height: 120px; }
 .lane.oom h3 { color: #b00; }
-.oom-card { border-left: 4px solid #d00; padding: 2px 12px 8px; margin: 10px 0; background: #fff6f6; }
+.oom-card { border-left: 4px solid #b00; padding: 2px 12px 8px; margin: 10px 0; background: #fff6f6; }
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
