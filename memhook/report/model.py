@@ -316,8 +316,8 @@ class ReportModel:
                 old[0].change(t, old[1], -old[2])
             self.live[key] = (lane, lib, e.size, path)
             lane.change(t, lib, e.size)
-            k = (track, path)
-            self.allocated[k] = self.allocated.get(k, 0) + e.size
+            site = (track, path)
+            self.allocated[site] = self.allocated.get(site, 0) + e.size
         elif e.function.startswith(CONTEXT_TEARDOWNS):
             gone = [k for k, v in self.live.items()
                     if k[0] == track and k[1] == e.pid
