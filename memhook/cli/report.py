@@ -7,8 +7,8 @@ network: live device memory over time, stacked by calling library, one
 lane per rank and device, with the moment an allocation failed for lack of
 memory marked; and the largest call paths (Python, then native frames) as
 a flame graph - of the bytes allocated, of what was live at each OOM, and
-of what was never freed.  The inputs stream through; the time series are
-folded to ``--points`` per lane, keeping every peak.
+of what was never freed.  The inputs stream through; each lane's series is
+folded to ``--points`` to twice as many intervals, keeping every peak.
 
 The page is written to ``OUT.partial`` and renamed to OUT when whole.
 
@@ -51,8 +51,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help=f"the page to write (default {DEFAULT_OUTPUT})")
     p.add_argument("--title", default=None, help="the page's title (default: the inputs' names)")
     p.add_argument("--points", type=int, default=None, metavar="N",
-                   help="time points kept per lane, at least (default 1000; at most 2N are "
-                        "drawn, every peak kept)")
+                   help="each lane's series is folded to N to 2N intervals, each drawn as "
+                        "its highest, lowest and last total, so no peak is lost (default 1000)")
     p.add_argument("--mixed-versions", action="store_true",
                    help="read traces written by different memhook versions")
     p.set_defaults(func=run)
