@@ -26,11 +26,11 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import IO, Any
 
 from .._printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
-from .diff import DATA_ERROR, check_versions
+from .diff import DATA_ERROR, check_versions, write_stdout
 from .merge import UsageError, input_files
 
 __all__ = ["DEFAULT_OUTPUT", "add_parser", "run"]
@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="TRACE",
                    help="jsonl traces, or directories of them (their *.jsonl files)")
     p.add_argument("-o", "--output", default=DEFAULT_OUTPUT, metavar="OUT",
-                   help=f"the page to write (default {DEFAULT_OUTPUT})")
+                   help=f"the page to write ('-' = stdout; default {DEFAULT_OUTPUT})")
     p.add_argument("--title", default=None, help="the page's title (default: the inputs' names)")
     p.add_argument("--points", type=int, default=None, metavar="N",
                    help="each lane's series is folded to N to 2N intervals, each drawn as "
@@ -115,7 +115,8 @@ def _run(args: argparse.Namespace) -> int:
     lanes = len(model.lanes)
     ooms = sum(len(lane.ooms) for lane in model.lanes.values())
     text = "".join(f"memhook report: warning: {n}\n" for n in model.notes)
-    text += (f"memhook report: wrote {printable(args.output)} ({size / (1 << 20):.1f} MiB): "
+    where = "the page to stdout" if args.output == "-" else printable(args.output)
+    text += (f"memhook report: wrote {where} ({size / (1 << 20):.1f} MiB): "
              f"{model.events:,} events of {len(model.tracks)} "
              f"track{'s' if len(model.tracks) != 1 else ''}, {lanes} "
              f"lane{'s' if lanes != 1 else ''}, {ooms} OOM{'s' if ooms != 1 else ''}\n")
@@ -124,9 +125,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write(path: str, data: dict) -> int:
-    """The page, to ``path`` through ``path.partial``; its size in bytes."""
+    """The page, to ``path`` through ``path.partial`` (``-``: stdout); its size in bytes."""
     from ..report.page import render_page
 
+    if path == "-":
+        counted = _Counting(sys.stdout)
+        try:
+            render_page(counted, data)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped reading (| head): its choice
+            write_stdout("")
+        return counted.size
     partial = f"{path}.partial"
     try:
         with open(partial, "w", encoding="utf-8") as out:
@@ -138,3 +147,14 @@ def _write(path: str, data: dict) -> int:
             os.unlink(partial)
         raise
     return size
+
+
+class _Counting:
+    """A text stream's ``write`` that counts the bytes written through it."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out, self.size = out, 0
+
+    def write(self, text: str) -> int:
+        self.size += len(text.encode("utf-8"))
+        return self.out.write(text)

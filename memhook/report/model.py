@@ -440,7 +440,16 @@ class ReportModel:
         """The page's data, as JSON-ready values."""
         start = self.start_ns or 0
         lanes = []
-        for (track, device), lane in sorted(self.lanes.items()):
+        def order(item: tuple[tuple[int, int], Lane]) -> tuple:
+            # By rank where the files say it (t-10 after t-2, whatever the
+            # order of the arguments), then host, then input order; devices
+            # in number order, pinned host memory last.
+            (track, device), _ = item
+            info = self.tracks[track]
+            return (info.rank is None, info.rank or 0, info.host or "", track,
+                    device == HOST_KEY, device)
+
+        for (track, device), lane in sorted(self.lanes.items(), key=order):
             shares = lane.shares
             libs = [i for i in range(len(shares))
                     if any(i < len(s) and s[i] for _, s in lane.series.samples(shares))]

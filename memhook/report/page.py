@@ -8,11 +8,11 @@ from __future__ import annotations
 import html
 import json
 from importlib import resources
-from typing import IO, Any
+from typing import Any, Protocol
 
 from .._version import __version__
 
-__all__ = ["ASSETS", "render_page"]
+__all__ = ["ASSETS", "TextSink", "render_page"]
 
 ASSETS = ("echarts.min.js", "report.js")
 """The scripts the page inlines, in order, from memhook/report/assets/."""
@@ -24,7 +24,7 @@ h1 { font-size: 20px; margin: 18px 0 4px; }
 h2 { font-size: 16px; margin: 26px 0 6px; border-bottom: 1px solid #d0d7de; padding-bottom: 4px; }
 h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; }
 .muted, #summary { color: #57606a; }
-.chart.live { height: 260px; }
+#peaks { margin-bottom: 8px; }
 #flame { min-height: 120px; }
 .lane.oom h3 { color: #b00; }
 .oom-card { border-left: 4px solid #b00; padding: 2px 12px 8px; margin: 10px 0; background: #fff6f6; }
@@ -48,10 +48,18 @@ zoom together). Each point is the highest total of its interval, so no peak is l
 <h2 id="flames">Largest call paths</h2>
 <p class="muted">Python frames (orange), then native frames (blue), then the allocating call
 (red); a bar's width is its bytes. Click a bar to zoom into it.
-<label>View: <select id="flame-view"></select></label> <span id="flame-total"></span></p>
+<label>View: <select id="flame-view"></select></label>
+<label>Highlight: <input id="flame-search" type="search" placeholder="a function, file or library"></label>
+<span id="flame-total"></span></p>
 <div id="flame" class="chart"></div>
 <p class="muted">Made by memhook {version} with Apache ECharts (Apache License 2.0).</p>
 """
+
+
+class TextSink(Protocol):
+    """Where the page goes: anything with a text ``write``."""
+
+    def write(self, text: str, /) -> Any: ...
 
 
 def _script(text: str) -> str:
@@ -59,7 +67,7 @@ def _script(text: str) -> str:
     return text.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
 
-def render_page(out: IO[str], data: dict) -> None:
+def render_page(out: TextSink, data: dict) -> None:
     """Write the page for ``data`` (:meth:`memhook.report.model.ReportModel.page_data`)."""
     assets = resources.files(__package__).joinpath("assets")
     title = html.escape(str(data.get("title") or "memhook report"))

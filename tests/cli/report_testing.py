@@ -71,20 +71,18 @@ def browser() -> str | None:
 
 
 def render(exe: str, page: Path, screenshot: Path, size: tuple[int, int]) -> str:
-    """Open ``page`` in headless ``exe``: its DOM once the scripts ran, and a
-    screenshot of ``size`` to ``screenshot``."""
+    """Open ``page`` in headless ``exe`` once: its DOM after the scripts ran
+    (the ``<html>`` tag and what follows), and a screenshot of ``size`` to
+    ``screenshot``."""
     with tempfile.TemporaryDirectory(prefix="memhook-browser-") as profile:
-        common = [exe, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
-                  "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--hide-scrollbars",
-                  "--virtual-time-budget=10000", f"--window-size={size[0]},{size[1]}"]
-        url = page.resolve().as_uri()
-        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True,
-                             timeout=60, check=False)
-        assert dom.returncode == 0, dom.stderr[-2000:]
-        shot = subprocess.run([*common, f"--screenshot={screenshot}", url],
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert shot.returncode == 0 and screenshot.exists(), shot.stderr[-2000:]
-    return dom.stdout
+        proc = subprocess.run(
+            [exe, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+             "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--hide-scrollbars",
+             "--virtual-time-budget=10000", f"--window-size={size[0]},{size[1]}",
+             "--dump-dom", f"--screenshot={screenshot}", page.resolve().as_uri()],
+            capture_output=True, text=True, timeout=90, check=False)
+    assert proc.returncode == 0 and screenshot.exists(), proc.stderr[-2000:]
+    return proc.stdout
 
 
 def decode_png(path: Path) -> np.ndarray:

@@ -15,71 +15,74 @@ import numpy as np
 import pytest
 from cli_testing import memhook
 from report_testing import browser, decode_png, page_data, render, trace_oom, trace_ranks
-from trace_files_testing import records, rewrite
 
 # memhook/report/assets/report.js's colours, as the canvas paints them.
 PALETTE = ["#5470c6", "#91cc75", "#fac858", "#ee6666"]
 AREA_OPACITY = 0.85
 OOM_MARK = (0xdd, 0x00, 0x00)
 FLAME_CALL = (0xd9, 0x53, 0x4f)  # the allocating call's bars
+SIZE = (1280, 1600)
+
+
+@pytest.fixture(scope="module")
+def exe() -> str:
+    found = browser()
+    if found is None:
+        pytest.skip("no browser: install chromium (Debian: apt-get install chromium), or "
+                    "name one in MEMHOOK_TEST_BROWSER")
+    return found
 
 
 def _rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
 
-def _on_white(rgb: tuple[int, int, int], alpha: float) -> tuple[int, ...]:
-    return tuple(round(alpha * c + (1 - alpha) * 255) for c in rgb)
+def _area(lib: int) -> tuple[int, ...]:
+    """A library's stacked area: its colour at AREA_OPACITY over white."""
+    return tuple(round(AREA_OPACITY * c + (1 - AREA_OPACITY) * 255)
+                 for c in _rgb(PALETTE[lib % len(PALETTE)]))
 
 
 def _count(pixels: np.ndarray, rgb: tuple[int, ...], tolerance: int = 6) -> int:
     return int((np.abs(pixels.astype(np.int16) - np.array(rgb)).max(axis=2) <= tolerance).sum())
 
 
-def _start(trace: Path) -> int:
-    """The wall-clock time of a trace's first event."""
-    rows = records(trace)
-    first = next(r for r in rows if r["kind"] in ("alloc", "free"))
-    clock = rows[0]["clock"]
-    return first["ts_ns"] - clock["monotonic_ns"] + clock["realtime_ns"]
-
-
-def _starting_with(model: Path, trace: Path) -> Path:
-    """A copy of ``trace`` whose anchor puts its first event at ``model``'s."""
-    clock = records(trace)[0]["clock"]
-    moved = dict(clock, realtime_ns=clock["realtime_ns"] + _start(model) - _start(trace))
-    return rewrite(trace, trace.with_name(f"aligned-{trace.name}"), {"clock": moved})
-
-
-def test_the_page_draws_in_a_headless_browser(tmp_path: Path) -> None:
-    exe = browser()
-    if exe is None:
-        pytest.skip("no browser: install chromium (Debian: apt-get install chromium), or "
-                    "name one in MEMHOOK_TEST_BROWSER")
-    oom = trace_oom(tmp_path / "oom.jsonl")
-    # The three ran one after another; their anchors are moved so that they
-    # start together, as three ranks of one job would, and each lane is drawn
-    # across the chart rather than as a sliver of it.
-    traces = [oom, *(_starting_with(oom, t) for t in trace_ranks(tmp_path))]
-    page = tmp_path / "report.html"
+def _drawn(exe: str, traces: list[Path], tmp_path: Path, name: str) -> tuple[dict, str,
+                                                                              np.ndarray]:
+    """(the page's data, its DOM, its screenshot's pixels) of a report of ``traces``."""
+    page = tmp_path / f"{name}.html"
     proc = memhook("report", *map(str, traces), "-o", str(page))
     assert proc.returncode == 0, proc.stderr
     data = page_data(page)
-    assert len(data["lanes"]) == 3  # the OOM's process and two ranks
-
-    shot = tmp_path / "report.png"
-    dom = render(exe, page, shot, (1280, 2000))
-    html = re.search(r"<html[^>]*>", dom)
+    shot = tmp_path / f"{name}.png"
+    dom = render(exe, page, shot, SIZE)
+    html = re.search(r'<html lang="en"[^>]*>', dom)
     assert html, dom[:500]
+    # report.js: every chart said "finished", and nothing threw.
     assert 'data-render="done"' in html.group(0), (html.group(0), dom[-3000:])
     assert f'data-charts="{len(data["lanes"]) + 1}"' in html.group(0), html.group(0)
-    assert dom.count("<canvas") >= len(data["lanes"]) + 1
-
     pixels = decode_png(shot)
-    assert pixels.shape[:2] == (2000, 1280)
-    libraries = data["libraries"]
-    for lib in {i for lane in data["lanes"] for i in lane["libs"]}:
-        area = _count(pixels, _on_white(_rgb(PALETTE[lib % len(PALETTE)]), AREA_OPACITY))
-        assert area > 2000, f"{libraries[lib]}'s stacked area: {area} pixels"
+    assert pixels.shape[:2] == (SIZE[1], SIZE[0])
+    return data, dom, pixels
+
+
+def test_the_oom_page_draws_areas_the_mark_and_the_flame_graph(exe: str,
+                                                               tmp_path: Path) -> None:
+    data, dom, pixels = _drawn(exe, [trace_oom(tmp_path / "oom.jsonl")], tmp_path, "oom")
+    (lane,) = data["lanes"]
+    assert len(lane["libs"]) == 2  # cuda-python's binding and libffi
+    for lib in lane["libs"]:
+        area = _count(pixels, _area(lib))
+        assert area > 500, f"{data['libraries'][lib]}'s stacked area: {area} pixels"
     assert _count(pixels, OOM_MARK, 10) > 100, "the OOM's mark line"
+    assert _count(pixels, FLAME_CALL) > 2000, "the flame graph's bars"
+    assert "cuMemAlloc_v2 of 16 MiB failed (CUDA_ERROR_OUT_OF_MEMORY)" in dom
+
+
+def test_two_ranks_draw_a_lane_each(exe: str, tmp_path: Path) -> None:
+    data, dom, pixels = _drawn(exe, trace_ranks(tmp_path), tmp_path, "ranks")
+    assert [lane["label"].split(" @ ")[0] for lane in data["lanes"]] == ["rank 0", "rank 1"]
+    assert dom.count('class="lane"') == 2 and '<table id="peaks">' in dom
+    (lib,) = {i for lane in data["lanes"] for i in lane["libs"]}
+    assert _count(pixels, _area(lib)) > 500, "the ranks' stacked areas"
     assert _count(pixels, FLAME_CALL) > 2000, "the flame graph's bars"

@@ -27,7 +27,9 @@
     n = Math.abs(n);
     var u = 0;
     while (n >= 1024 && u < UNITS.length - 1) { n /= 1024; u++; }
-    return sign + (u === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0)) + " " + UNITS[u];
+    // As the trace summary writes sizes (memhook/tracing/ledger.py human_size).
+    return sign + (u === 0 || n >= 100 ? n.toFixed(0) : String(Number(n.toPrecision(3)))) + " " +
+      UNITS[u];
   }
   // Times are in seconds from the earliest start; shown in the unit that suits the span.
   var timeUnit = {scale: 1, name: "s"};
@@ -107,6 +109,8 @@
       box.appendChild(el("p", {"class": "empty"}, "No device memory was allocated in these traces."));
       return;
     }
+    peaks();
+    var height = data.lanes.length > 8 ? 180 : 260;
     var group = [];
     data.lanes.forEach(function (lane, n) {
       var title = lane.label + " \u2014 " + lane.device + ": peak " + lane.peak_text +
@@ -114,7 +118,8 @@
         (lane.ooms.length ? " \u2014 out of memory at " + seconds(lane.ooms[0].t) : "");
       var section = el("section", {"class": "lane" + (lane.ooms.length ? " oom" : "")});
       section.appendChild(el("h3", {}, title));
-      var div = el("div", {"class": "chart live", id: "lane-" + n});
+      var div = el("div", {"class": "chart live", id: "lane-" + n,
+                           style: "height: " + height + "px"});
       section.appendChild(div);
       box.appendChild(section);
       var chart = echarts.init(div, null, {renderer: "canvas"});
@@ -178,6 +183,34 @@
     if (group.length > 1) echarts.connect(group);
   }
 
+  // One row a lane: its peak, when, and which lane peaked first.
+  function peaks() {
+    if (data.lanes.length < 2) return;
+    var first = null;
+    data.lanes.forEach(function (lane) {
+      if (lane.peak > 0 && lane.device.indexOf("cuda") === 0 &&
+          (first === null || lane.peak_s < first.peak_s)) first = lane;
+    });
+    var t = el("table", {id: "peaks"});
+    var head = el("tr");
+    ["rank", "device", "peak", "at", "out of memory"].forEach(function (h) {
+      head.appendChild(el("th", {}, h));
+    });
+    t.appendChild(head);
+    data.lanes.forEach(function (lane) {
+      var tr = el("tr");
+      tr.appendChild(el("td", {}, lane.label));
+      tr.appendChild(el("td", {}, lane.device));
+      tr.appendChild(el("td", {"class": "num"}, lane.peak_text));
+      tr.appendChild(el("td", {"class": "num"}, lane.peak ? seconds(lane.peak_s) +
+        (lane === first ? " (first to peak)" : "") : ""));
+      tr.appendChild(el("td", {}, lane.ooms.length ? "at " + seconds(lane.ooms[0].t) +
+        (lane.ooms.length > 1 ? " and " + (lane.ooms.length - 1) + " more" : "") : ""));
+      t.appendChild(tr);
+    });
+    document.getElementById("lanes").appendChild(t);
+  }
+
   // ------------------------------------------------------- flame graph
 
   var KIND_COLORS = {
@@ -202,14 +235,28 @@
   var flameChart = null;
   var flameView = 0;
   var flameStack = [];
+  var flameSearch = "";
+
+  function matches(node) {
+    return flameSearch !== "" && node.n.toLowerCase().indexOf(flameSearch) >= 0;
+  }
+
+  // The bytes under frames that match the search, each path counted once.
+  function matchedBytes(node) {
+    if (matches(node)) return node.v;
+    var sum = 0;
+    (node.c || []).forEach(function (c) { sum += matchedBytes(c); });
+    return sum;
+  }
 
   function flatten(root) {
     var items = [];
     var depth = 0;
     (function walk(node, d, x0) {
       depth = Math.max(depth, d);
-      items.push({node: node, value: [d, x0, x0 + node.v],
-                  itemStyle: {color: KIND_COLORS[node.k] ? KIND_COLORS[node.k](hash(node.n)) : "#999"}});
+      var color = KIND_COLORS[node.k] ? KIND_COLORS[node.k](hash(node.n)) : "#999";
+      if (flameSearch !== "" && !matches(node)) color = "#e4e4e4";
+      items.push({node: node, value: [d, x0, x0 + node.v], itemStyle: {color: color}});
       var x = x0;
       (node.c || []).forEach(function (child) { walk(child, d + 1, x); x += child.v; });
     })(root, 0, 0);
@@ -222,9 +269,12 @@
     var flat = flatten(root);
     var div = document.getElementById("flame");
     div.style.height = Math.max(120, (flat.depth + 1) * 22 + 16) + "px";
+    var found = flameSearch === "" ? "" : "; matching \u201c" + flameSearch + "\u201d: " +
+      human(matchedBytes(root)) + (root.v ? " (" + (100 * matchedBytes(root) / root.v).toFixed(1) +
+      "%)" : "");
     document.getElementById("flame-total").textContent =
       (flameStack.length ? shortName(root) + ": " + human(root.v) + " of " : "") +
-      view.total_text + (flameStack.length ? " (click the top bar to go back up)" : "");
+      view.total_text + found + (flameStack.length ? " (click the top bar to go back up)" : "");
     if (flameChart === null) {
       flameChart = echarts.init(div, null, {renderer: "canvas"});
       track(flameChart);
@@ -287,6 +337,11 @@
     select.addEventListener("change", function () {
       flameView = Number(select.value);
       flameStack = [];
+      drawFlame();
+    });
+    var search = document.getElementById("flame-search");
+    search.addEventListener("input", function () {
+      flameSearch = search.value.trim().toLowerCase();
       drawFlame();
     });
     drawFlame();
