@@ -36,11 +36,14 @@ from ..tracing.diff import CONTEXT_TEARDOWNS
 from ..tracing.ledger import GLOBAL_FUNCTIONS, HOST_KEY, device_label, human_size
 from ..tracing.tracefile import Event, TraceError, TraceFile
 
-__all__ = ["DEFAULT_POINTS", "FlameNode", "Lane", "OomMark", "ReportModel", "Series",
+__all__ = ["DEFAULT_POINTS", "OOM_VIEWS_MAX", "FlameNode", "Lane", "OomMark", "ReportModel", "Series",
            "TrackInfo", "merged_sources"]
 
 DEFAULT_POINTS = 1000
 """Buckets a lane's series is folded to (it holds up to twice as many)."""
+
+OOM_VIEWS_MAX = 16
+"""Flame views of what was live at an OOM: the first OOM of each lane, up to this many."""
 
 _PATHS_MAX = 65_536             # distinct line tails kept parsed...
 _PATH_BYTES_MAX = 64 << 20      # ...and their bytes
@@ -232,10 +235,12 @@ class ReportModel:
         self._path_ids: dict[tuple, int] = {}
         self._tails: dict[bytes, int] = {}
         self._tail_bytes = 0
+        self._merged = False
         self.allocated: dict[tuple[int, int], int] = {}  # (track, path) -> bytes
         # (track, pid, address) -> (lane, library, size, path)
         self.live: dict[tuple[int, int, int], tuple[Lane, int, int, int]] = {}
         self.oom_views: list[tuple[str, dict[tuple[int, int], int]]] = []
+        self.oom_views_left = 0
         self.start_ns: int | None = None
         self.events = 0
         self.notes: list[str] = []
@@ -249,6 +254,7 @@ class ReportModel:
         ``merged``, a merged file's tracks (each line's own ``wall_ns``)."""
         base = len(self.tracks)
         self.tracks += tracks
+        self._merged = merged
         current = base
         ooms: list[dict] = []
         f.on_record = lambda r: ooms.append(r) if r.get("kind") == "oom" else None
@@ -335,9 +341,10 @@ class ReportModel:
         line = e.line
         at = line.find(b',"caller":')
         tail = line[at:] if at >= 0 else b""
-        m = _MERGED_TAIL.search(tail)
-        if m is not None:
-            tail = tail[:m.start()]
+        if self._merged:  # the keys merge added differ on every line: not part of the path
+            m = _MERGED_TAIL.search(tail)
+            if m is not None:
+                tail = tail[:m.start()]
         tail += e.function.encode()
         known = self._tails.get(tail)
         if known is not None:
@@ -380,7 +387,10 @@ class ReportModel:
             return None
         frames = []
         for c in reversed(stack):
-            frame = _frame_of(c) if isinstance(c, dict) else None
+            try:
+                frame = _frame_of(c) if isinstance(c, dict) else None
+            except (TypeError, ValueError):  # not what memhook writes: the frame is left out
+                continue
             if frame is not None:
                 frames.append(frame)
         return frames
@@ -403,14 +413,22 @@ class ReportModel:
         lane = self._lane(track, device)
         if t is None:
             t = lane.series._latest or (self.start_ns or 0)
+        mark = OomMark(t, r)
+        lane.ooms.append(mark)
+        # A flame view of what was live: for a lane's first OOM (a program
+        # that retries fails again, and memhook trace reports up to 16).
+        if len(lane.ooms) > 1:
+            return
+        if len(self.oom_views) >= OOM_VIEWS_MAX:
+            self.oom_views_left += 1
+            return
         snapshot: dict[tuple[int, int], int] = {}
-        for (tr, _, _), (l, _, size, path) in self.live.items():
-            if tr == track and l is lane:
+        for (tr, _, _), (held_in, _, size, path) in self.live.items():
+            if tr == track and held_in is lane:
                 snapshot[(tr, path)] = snapshot.get((tr, path), 0) + size
-        mark = OomMark(t, r, len(self.oom_views))
+        mark.flame = len(self.oom_views)
         label = self.tracks[track].label
         self.oom_views.append((f"live at the OOM on {label}, {device_label(device)}", snapshot))
-        lane.ooms.append(mark)
 
     # --------------------------------------------------------------- output
 
@@ -466,6 +484,10 @@ class ReportModel:
         views = [("bytes allocated", self.allocated),
                  ("live at the end (never freed)", self.never_freed())]
         views[1:1] = [(name, weights) for name, weights in self.oom_views]
+        notes = list(self.notes)
+        if self.oom_views_left:
+            notes.append(f"{self.oom_views_left} more lanes ran out of memory; the flame graph "
+                         f"shows what was live at the first OOM of {OOM_VIEWS_MAX} lanes only")
         flames = []
         for name, weights in views:
             root = self.flame(weights)
@@ -474,7 +496,7 @@ class ReportModel:
         return {"title": title, "inputs": list(inputs),
                 "tracks": [dataclasses.asdict(t) for t in self.tracks],
                 "events": self.events, "libraries": self.libraries, "lanes": lanes,
-                "flames": flames, "notes": self.notes}
+                "flames": flames, "notes": notes}
 
     @staticmethod
     def _oom_json(m: OomMark, start: int) -> dict:

@@ -242,3 +242,34 @@ def test_versions_directories_anchors_and_outputs(oom_trace: Path, rank_traces: 
     status, err = _report(str(oom_trace), "--points", "1")
     assert status == 2 and "--points 1" in err
     assert not os.path.exists("memhook-report.html.partial")
+
+
+def test_flame_views_of_ooms_are_bounded(oom_trace: Path, tmp_path: Path) -> None:
+    """A flame view for the first OOM of each lane, up to OOM_VIEWS_MAX; every
+    OOM is still marked."""
+    from memhook.report.model import OOM_VIEWS_MAX
+
+    rows = records(oom_trace)
+    failed = next(r for r in rows if r["kind"] == "alloc" and r["result"])
+    oom = next(r for r in rows if r["kind"] == "oom")
+    lines = [json.dumps(rows[0])]
+    devices = OOM_VIEWS_MAX + 4
+    for device in range(devices):
+        for attempt in range(2):  # each device fails twice
+            ok = dict(failed, result=0, device=device, address=4096 * (device * 2 + attempt + 1),
+                      size=MiB)
+            lines += [json.dumps(ok), json.dumps(dict(failed, device=device)),
+                      json.dumps(dict(oom, device=device))]
+    trace = tmp_path / "many.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    page = tmp_path / "many.html"
+    status, err = _report(str(trace), "-o", str(page))
+    assert status == 0, err
+    data = page_data(page)
+    assert [len(lane["ooms"]) for lane in data["lanes"]] == [2] * devices
+    assert len(data["flames"]) == 2 + OOM_VIEWS_MAX
+    assert [lane["ooms"][0]["flame"] for lane in data["lanes"]] == \
+        list(range(OOM_VIEWS_MAX)) + [None] * 4
+    assert all(lane["ooms"][1]["flame"] is None for lane in data["lanes"])
+    assert data["flames"][1]["total"] == MiB  # device 0's first allocation, live at its first OOM
+    assert any("4 more lanes ran out of memory" in n for n in data["notes"])
