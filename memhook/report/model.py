@@ -36,8 +36,8 @@ from ..tracing.diff import CONTEXT_TEARDOWNS
 from ..tracing.ledger import GLOBAL_FUNCTIONS, HOST_KEY, device_label, human_size
 from ..tracing.tracefile import Event, TraceError, TraceFile
 
-__all__ = ["DEFAULT_POINTS", "OOM_VIEWS_MAX", "FlameNode", "Lane", "OomMark", "ReportModel", "Series",
-           "TrackInfo", "merged_sources"]
+__all__ = ["DEFAULT_POINTS", "OOM_VIEWS_MAX", "FlameNode", "Lane", "OomMark", "ReportModel",
+           "Series", "TrackInfo", "merged_sources"]
 
 DEFAULT_POINTS = 1000
 """Buckets a lane's series is folded to (it holds up to twice as many)."""

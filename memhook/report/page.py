@@ -27,7 +27,8 @@ h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; }
 #peaks { margin-bottom: 8px; }
 #flame { min-height: 120px; }
 .lane.oom h3 { color: #b00; }
-.oom-card { border-left: 4px solid #b00; padding: 2px 12px 8px; margin: 10px 0; background: #fff6f6; }
+.oom-card { border-left: 4px solid #b00; padding: 2px 12px 8px; margin: 10px 0;
+            background: #fff6f6; }
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -49,7 +50,8 @@ zoom together). Each point is the highest total of its interval, so no peak is l
 <p class="muted">Python frames (orange), then native frames (blue), then the allocating call
 (red); a bar's width is its bytes. Click a bar to zoom into it.
 <label>View: <select id="flame-view"></select></label>
-<label>Highlight: <input id="flame-search" type="search" placeholder="a function, file or library"></label>
+<label>Highlight: <input id="flame-search" type="search"
+placeholder="a function, file or library"></label>
 <span id="flame-total"></span></p>
 <div id="flame" class="chart"></div>
 <p class="muted">Made by memhook {version} with Apache ECharts (Apache License 2.0).</p>

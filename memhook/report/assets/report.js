@@ -106,7 +106,8 @@
     });
     chooseTimeUnit(tmax);
     if (data.lanes.length === 0) {
-      box.appendChild(el("p", {"class": "empty"}, "No device memory was allocated in these traces."));
+      box.appendChild(el("p", {"class": "empty"},
+                         "No device memory was allocated in these traces."));
       return;
     }
     peaks();
@@ -145,7 +146,8 @@
             symbol: "none", animation: false, lineStyle: {color: "#d00", width: 2, type: "solid"},
             label: {formatter: "{b}", color: "#d00", fontWeight: "bold", position: "insideEndTop"},
             data: lane.ooms.map(function (o) {
-              return {xAxis: o.t * timeUnit.scale, name: "OOM: " + o.function + " of " + o.size_text};
+              return {xAxis: o.t * timeUnit.scale,
+                      name: "OOM: " + o.function + " of " + o.size_text};
             })
           }
         });
