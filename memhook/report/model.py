@@ -49,6 +49,7 @@ _PATHS_MAX = 65_536             # distinct line tails kept parsed...
 _PATH_BYTES_MAX = 64 << 20      # ...and their bytes
 _FLAME_DEPTH_MAX = 96
 _INTERPRETER = re.compile(r"^(lib)?python\d*(\.\d+)*[a-z]*(\.so.*)?$")
+_STACK = re.compile(rb'"stack"\s*:\s*')
 # The keys `memhook merge -f jsonl` adds at the end of every line it copies.
 _MERGED_TAIL = re.compile(rb',"rank":(?:-?\d+|null),"host":(?:"(?:[^"\\]|\\.)*"|null),'
                           rb'"track":(\d+),"wall_ns":(-?\d+)\}\s*$')
@@ -339,8 +340,11 @@ class ReportModel:
     def _path(self, e: Event) -> int:
         """The id of an ALLOC's call path, outermost first."""
         line = e.line
-        at = line.find(b',"caller":')
-        tail = line[at:] if at >= 0 else b""
+        # Lines that differ only before their caller (address, size, time)
+        # share a path: the rest of the line is its key.  ("caller" is the
+        # first key whose value is not a number or a plain name.)
+        at = line.find(b'"caller"')
+        tail = line[at:] if at >= 0 else line
         if self._merged:  # the keys merge added differ on every line: not part of the path
             m = _MERGED_TAIL.search(tail)
             if m is not None:
@@ -376,11 +380,11 @@ class ReportModel:
     def _native(line: bytes) -> list[tuple[str, str]] | None:
         """The ``stack`` of a line (--stacks), outermost first, without the
         interpreter's frames; None when the line has none."""
-        at = line.find(b',"stack":')
-        if at < 0:
+        m = _STACK.search(line)
+        if m is None:
             return None
         try:
-            stack, _ = json.JSONDecoder().raw_decode(line[at + 9:].decode("utf-8"))
+            stack, _ = json.JSONDecoder().raw_decode(line[m.end():].decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         if not isinstance(stack, list):

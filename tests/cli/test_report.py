@@ -127,6 +127,25 @@ def test_one_lane_per_rank_from_files_or_a_merged_file(rank_traces: list[Path],
     assert again["flames"] == data["flames"]
 
 
+def test_a_trace_laid_out_by_another_writer_reads_the_same(oom_trace: Path,
+                                                           tmp_path: Path) -> None:
+    """The same records in another JSON layout (json.dumps' spaces: a tool
+    that rewrote the file) give the same page, call paths and all."""
+    pages = []
+    for name, path in (("as-written", oom_trace),
+                       ("rewritten", rewrite(oom_trace, tmp_path / "rewritten.jsonl"))):
+        page = tmp_path / f"{name}.html"
+        status, err = _report(str(path), "-o", str(page))
+        assert status == 0, err
+        pages.append(page_data(page))
+    assert b'"caller": {' in (tmp_path / "rewritten.jsonl").read_bytes()
+    for lane in (*pages[0]["lanes"], *pages[1]["lanes"]):
+        del lane["label"]  # (the file's name)
+    assert pages[1]["lanes"] == pages[0]["lanes"]
+    assert json.dumps(pages[1]["flames"]).replace("rewritten.jsonl", "oom.jsonl") == \
+        json.dumps(pages[0]["flames"])
+
+
 def _synthetic(src: Path, dst: Path, n: int) -> tuple[int, int]:
     """``src``'s header, then ``n`` events of one library: a sawtooth of
     64 KiB allocations, one 1 GiB spike freed at once, in the middle.
