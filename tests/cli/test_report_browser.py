@@ -9,6 +9,7 @@ chromium; MEMHOOK_TEST_BROWSER names another)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -30,7 +31,9 @@ SIZE = (1280, 1600)
 def exe() -> str:
     found = browser()
     if found is None:
-        pytest.skip("no browser: install chromium (Debian: apt-get install chromium), or "
+        named = os.environ.get("MEMHOOK_TEST_BROWSER")
+        pytest.skip(f"no browser: MEMHOOK_TEST_BROWSER={named} is not on PATH" if named else
+                    "no browser: install chromium (Debian: apt-get install chromium), or "
                     "name one in MEMHOOK_TEST_BROWSER")
     return found
 
