@@ -62,15 +62,16 @@ class Series:
     lowest total, each with its moment and every library's share then, and
     its last state: the envelope of the curve at any folding."""
 
-    # A bucket: [peak total, its time, its shares, low total, its time, its
-    # shares, time of the end, shares at the end (None: the state now)].
+    # A bucket: three states - [peak, low, end] - each [total, time, sequence
+    # number, shares]; the end's shares are None while it is the state now.
     def __init__(self, points: int = DEFAULT_POINTS) -> None:
         self.points = max(points, 2)
         self.start: int | None = None
         self.width = 1_000  # ns; doubled whenever the buckets outgrow 2 * points
-        self.buckets: dict[int, list] = {}
+        self.buckets: dict[int, list[list]] = {}
         self._index = -1
         self._latest = 0
+        self._seq = 0  # orders states of one time (equal stamps, late events)
 
     def add(self, t_ns: int, total: int, shares: list[int], lib: int, delta: int) -> None:
         """The state after ``delta`` bytes of library ``lib`` at ``t_ns``."""
@@ -78,52 +79,55 @@ class Series:
             self.start = t_ns
         t_ns = max(t_ns, self._latest)
         self._latest = t_ns
+        self._seq += 1
         index = (t_ns - self.start) // self.width
         b = self.buckets.get(index)
         if b is None:
             # A new bucket closes the last one: its end is the state before this change.
             last = self.buckets.get(self._index)
-            if last is not None and last[7] is None:
+            if last is not None and last[2][3] is None:
                 before = list(shares)
                 before[lib] -= delta
-                last[7] = tuple(before)
+                last[2][3] = tuple(before)
             snapshot = tuple(shares)
-            self.buckets[index] = [total, t_ns, snapshot, total, t_ns, snapshot, t_ns, snapshot]
+            self.buckets[index] = [[total, t_ns, self._seq, snapshot] for _ in range(3)]
             self._index = index
             if len(self.buckets) > 2 * self.points:
                 self._fold()
             return
-        if total > b[0]:
-            b[0], b[1], b[2] = total, t_ns, tuple(shares)
-        elif total < b[3]:
-            b[3], b[4], b[5] = total, t_ns, tuple(shares)
-        b[6], b[7] = t_ns, None  # the end's shares are the state now, until the bucket closes
+        peak, low, end = b
+        if total > peak[0]:
+            peak[:] = total, t_ns, self._seq, tuple(shares)
+        elif total < low[0]:
+            low[:] = total, t_ns, self._seq, tuple(shares)
+        end[:] = total, t_ns, self._seq, None
 
     def _fold(self) -> None:
-        folded: dict[int, list] = {}
+        folded: dict[int, list[list]] = {}
         for index in sorted(self.buckets):
             b = self.buckets[index]
             into = folded.get(index // 2)
             if into is None:
                 folded[index // 2] = b
                 continue
-            if b[0] > into[0]:
-                into[0:3] = b[0:3]
-            if b[3] < into[3]:
-                into[3:6] = b[3:6]
-            into[6:8] = b[6:8]
+            if b[0][0] > into[0][0]:
+                into[0] = b[0]
+            if b[1][0] < into[1][0]:
+                into[1] = b[1]
+            into[2] = b[2]
         self.buckets = folded
         self.width *= 2
         self._index //= 2
 
     def samples(self, now: list[int]) -> list[tuple[int, tuple[int, ...]]]:
-        """(time ns, shares) in time order: each bucket's peak, low and end."""
+        """(time ns, shares) in the order they were reached: each bucket's
+        peak, low and end."""
         out: list[tuple[int, tuple[int, ...]]] = []
         for index in sorted(self.buckets):
-            b = self.buckets[index]
-            end = b[7] if b[7] is not None else tuple(now)
-            points = sorted({(b[1], b[2]), (b[4], b[5]), (b[6], end)}, key=lambda p: p[0])
-            out += points
+            states = {}
+            for _, t, seq, shares in self.buckets[index]:
+                states[seq] = (t, shares if shares is not None else tuple(now))
+            out += [states[seq] for seq in sorted(states)]
         return out
 
 

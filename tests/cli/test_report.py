@@ -209,6 +209,24 @@ def test_series_fold_to_a_bound_and_keep_peaks_and_ends() -> None:
     assert min(v[0] for _, v in samples) <= min(states[250:])  # the valleys show too
 
 
+def test_series_states_of_one_time_keep_their_order() -> None:
+    """Events of one time stamp (a late event is counted at the latest time
+    seen): peak, low and end come out in the order they were reached."""
+    for order in ([30, 5, 20], [5, 30, 20], [20, 30, 5], [30, 20, 5]):
+        s = Series(points=4)
+        s.add(0, 10, [10], 0, 10)
+        shares = [10]
+        for total in order:
+            delta = total - shares[0]
+            shares[0] = total
+            s.add(50, total, shares, 0, delta)
+        samples = s.samples(shares)
+        assert samples[-1] == (50, (order[-1],)), (order, samples)
+        totals = [v[0] for _, v in samples]
+        assert [t for t in totals if t in (30, 5)] == [t for t in order if t in (30, 5)], \
+            (order, samples)
+
+
 def test_a_cut_trace_is_drawn_and_said(oom_trace: Path, tmp_path: Path) -> None:
     data = oom_trace.read_bytes()
     cut = tmp_path / "cut.jsonl"
