@@ -312,3 +312,35 @@ def test_flame_views_of_ooms_are_bounded(oom_trace: Path, tmp_path: Path) -> Non
     assert all(lane["ooms"][1]["flame"] is None for lane in data["lanes"])
     assert data["flames"][1]["total"] == MiB  # device 0's first allocation, live at its first OOM
     assert any("4 more lanes ran out of memory" in n for n in data["notes"])
+
+
+def test_an_interrupt_writes_nothing(rank_traces: list[Path], tmp_path: Path) -> None:
+    """^C while the traces are read: status 130, a line saying so, no page."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    trace = tmp_path / "long.jsonl"
+    _synthetic(rank_traces[0], trace, 100_000)
+    page = tmp_path / "r.html"
+    proc = subprocess.Popen([sys.executable, "-m", "memhook", "report", str(trace), "-o",
+                             str(page)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fds = Path(f"/proc/{proc.pid}/fd")
+    deadline = time.monotonic() + 120
+
+    def reading() -> bool:
+        try:
+            return any(os.readlink(fd) == str(trace) for fd in fds.iterdir())
+        except OSError:  # (a descriptor closed while listed)
+            return False
+
+    while not reading() and proc.poll() is None:
+        assert time.monotonic() < deadline, "the report did not open its input in 120 s"
+        time.sleep(0.005)
+    assert proc.poll() is None, "the report ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted; nothing was written" in err, err
+    assert "Traceback" not in err
+    assert not page.exists() and not Path(f"{page}.partial").exists()
