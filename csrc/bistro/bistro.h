@@ -4,7 +4,7 @@
  *
  *   x86.h        decode / relocate / branch sweep (no side effects)
  *   island.c     executable memory near a target (never writable+executable)
- *   trampoline.c relocated prologue + jump back, and far-jump slots
+ *   trampoline_x86_64.c  relocated prologue + jump back, far-jump slots
  *   plan.c       the one decision whether and how an entry is patched
  *   text_poke.c  the live-write protocol (int3, core sync, moving threads out)
  *   patch.c      install/remove and the public memhook_bistro_* API
@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "x86.h"
+#include "arch/x86_64/x86.h"
 
 /* Reachable by a rel32 displacement from the end of a 5-byte jmp/call. */
 static inline bool mh_rel32_reachable(uint64_t insn_end, uint64_t dest)
@@ -70,7 +70,7 @@ MH_HIDDEN void mh_bistro_fork_prepare(void);
 MH_HIDDEN void mh_bistro_fork_parent(void);
 MH_HIDDEN void mh_bistro_fork_child(void);
 
-/* ---- trampoline.c -------------------------------------------------------- */
+/* ---- arch/x86_64/trampoline_x86_64.c ------------------------------------ */
 
 #define MH_TRAMP_MAX 160        /* endbr64 + relocated window + jump back */
 #define MH_FARSLOT_SIZE 14      /* jmp *0(%rip); .quad dest */

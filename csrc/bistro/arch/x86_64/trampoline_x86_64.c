@@ -1,5 +1,5 @@
 /*
- * trampoline.c - the code bistro writes: trampolines (the displaced prologue,
+ * trampoline_x86_64.c - the code bistro writes: trampolines (the displaced prologue,
  * relocated, then a jump back), far-jump slots, and the patch jumps.
  *
  * Trampoline layout, at tramp_addr (an island within +-2 GiB of the target,
