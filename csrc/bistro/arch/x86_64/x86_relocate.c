@@ -70,13 +70,196 @@ static size_t widened_size(const mh_x86_insn *in)
     return in->length;  /* loop family stays rel8 */
 }
 
+/* One window on its way to the trampoline: the whole instructions that
+ * cover it, where each starts in the old bytes and in the new. */
+typedef struct window {
+    const uint8_t *src;
+    uint64_t src_addr;
+    uint8_t *dst;
+    uint64_t dst_addr;
+    size_t n;
+    mh_x86_insn insns[MAX_WINDOW_INSNS];
+    size_t src_off[MAX_WINDOW_INSNS + 1], new_off[MAX_WINDOW_INSNS + 1];
+} window;
+
+/* Step 1: decode whole instructions until [0, need) is covered. */
+static bool window_decode(window *w, size_t avail, size_t need, mh_reloc_result *res)
+{
+    size_t off = 0;
+    while (off < need) {
+        if (w->n == MAX_WINDOW_INSNS) {
+            refuse(res, MH_RELOC_UNSUPPORTED, off, "more than %d instructions in the window",
+                   MAX_WINDOW_INSNS);
+            return false;
+        }
+        mh_x86_status st = mh_x86_decode(w->src + off, avail - off, &w->insns[w->n]);
+        if (st == MH_X86_TRUNCATED && avail - off < MH_X86_MAX_INSN) {
+            refuse(res, MH_RELOC_TOO_SHORT, off,
+                   "the code ends (%zu bytes) inside the instruction at +%zu", avail, off);
+            return false;
+        }
+        if (st != MH_X86_OK) {
+            refuse(res, MH_RELOC_DECODE_FAILED, off, "cannot decode the instruction at +%zu (%s)",
+                   off, status_text(st));
+            return false;
+        }
+        w->src_off[w->n] = off;
+        off += w->insns[w->n].length;
+        w->n++;
+    }
+    w->src_off[w->n] = off;
+    return true;
+}
+
+/* Step 2, the layout: every instruction keeps its size except rel8
+ * jmp/jcc, which become rel32 (whether they leave the window or not: one
+ * layout pass, and every internal target still fits).  Returns the bytes
+ * the relocated code takes. */
+static size_t window_layout(window *w)
+{
+    w->new_off[0] = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const mh_x86_insn *in = &w->insns[i];
+        w->new_off[i + 1] = w->new_off[i] + (in->rel_size == 1 ? widened_size(in) : in->length);
+    }
+    return w->new_off[w->n];
+}
+
+static bool has_prefix(const mh_x86_insn *in, const uint8_t *s, uint8_t prefix)
+{
+    for (size_t k = 0; k < in->prefix_count; k++)
+        if (s[k] == prefix)
+            return true;
+    return false;
+}
+
+/* Where the i-th instruction's branch goes once moved: a target inside
+ * the moved window is aimed at the moved copy, and must hit an instruction
+ * boundary there, or the code overlaps.  *target is the old target. */
+static bool branch_new_target(const window *w, size_t i, const char *what, uint64_t *target,
+                              uint64_t *new_target, mh_reloc_result *res)
+{
+    const mh_x86_insn *in = &w->insns[i];
+    const uint64_t win_lo = w->src_addr, win_hi = w->src_addr + w->src_off[w->n];
+    *target = w->src_addr + w->src_off[i] + in->length + (uint64_t)in->rel;
+    *new_target = *target;
+    if (*target < win_lo || *target >= win_hi)
+        return true;
+    size_t t = (size_t)(*target - win_lo), k = 0;
+    while (k < w->n && w->src_off[k] < t)
+        k++;
+    if (w->src_off[k] != t) {
+        refuse(res, MH_RELOC_UNSUPPORTED, w->src_off[i],
+               "%s at +%zu lands inside the instruction at +%zu", what, w->src_off[i],
+               w->src_off[k - 1]);
+        return false;
+    }
+    *new_target = w->dst_addr + w->new_off[k];
+    return true;
+}
+
+/* A relative branch (jmp, jcc, call, loop family) re-aimed from its new
+ * place; a rel8 jmp/jcc is widened to rel32. */
+static bool emit_branch(const window *w, size_t i, mh_reloc_result *res)
+{
+    const mh_x86_insn *in = &w->insns[i];
+    const uint8_t *s = w->src + w->src_off[i];
+    uint8_t *d = w->dst + w->new_off[i];
+    const char *what = in->flow == MH_FLOW_CALL_REL ? "call" :
+                       in->flow == MH_FLOW_JMP_REL ? "jmp" : "conditional branch";
+    /* 66-prefixed rel8 branches: Intel ignores the prefix, AMD truncates
+     * the target to 16 bits.  No compiler emits them.  (The decoder
+     * already refuses 66 on rel32 without REX.W.) */
+    if ((has_prefix(in, s, 0x66) && !(in->rex & 8)) || in->rel_size == 2) {
+        refuse(res, MH_RELOC_UNSUPPORTED, w->src_off[i],
+               "%s at +%zu has an operand-size prefix (CPU-dependent target)", what,
+               w->src_off[i]);
+        return false;
+    }
+    uint64_t target, new_target;
+    if (!branch_new_target(w, i, what, &target, &new_target, res))
+        return false;
+    int64_t rel = (int64_t)(new_target - (w->dst_addr + w->new_off[i + 1]));
+    if (is_loop_family(in)) {
+        bool inside = target >= w->src_addr && target < w->src_addr + w->src_off[w->n];
+        if (!inside || !fits_i8(rel)) {
+            refuse(res, MH_RELOC_UNSUPPORTED, w->src_off[i],
+                   "loop/jrcxz at +%zu leaves the window (it has no rel32 form)", w->src_off[i]);
+            return false;
+        }
+        memcpy(d, s, in->length);
+        d[in->imm_offset] = (uint8_t)(int8_t)rel;
+        return true;
+    }
+    if (!fits_i32(rel)) {
+        refuse(res, MH_RELOC_BRANCH_OUT_OF_RANGE, w->src_off[i],
+               "%s at +%zu targets 0x%" PRIx64 ", %.1f GiB from the trampoline", what,
+               w->src_off[i], new_target, (double)(rel < 0 ? -rel : rel) / (1 << 30));
+        return false;
+    }
+    if (in->rel_size != 1) {
+        memcpy(d, s, in->length);
+        put_i32(d + in->imm_offset, rel);
+        return true;
+    }
+    size_t pre = in->opcode_offset;
+    memcpy(d, s, pre); /* keep prefixes (e.g. 3E notrack/hint) */
+    if (in->opcode == 0xEB) {
+        d[pre] = 0xE9;
+        put_i32(d + pre + 1, rel);
+    } else { /* 7x rel8 -> 0F 8x rel32, same condition code */
+        d[pre] = 0x0F;
+        d[pre + 1] = (uint8_t)(0x80 | (in->opcode & 0x0F));
+        put_i32(d + pre + 2, rel);
+    }
+    return true;
+}
+
+/* Any other instruction is copied; a disp32(%rip) operand is re-encoded
+ * against the copy's address. */
+static bool emit_other(const window *w, size_t i, mh_reloc_result *res)
+{
+    const mh_x86_insn *in = &w->insns[i];
+    const uint8_t *s = w->src + w->src_off[i];
+    uint8_t *d = w->dst + w->new_off[i];
+    memcpy(d, s, in->length);
+    if (!in->rip_relative)
+        return true;
+    if (has_prefix(in, s, 0x67)) { /* disp32(%eip): the result wraps to 32 bits */
+        refuse(res, MH_RELOC_UNSUPPORTED, w->src_off[i],
+               "eip-relative operand (67 prefix) at +%zu", w->src_off[i]);
+        return false;
+    }
+    uint64_t target = w->src_addr + w->src_off[i] + in->length + (uint64_t)(int64_t)in->disp;
+    int64_t disp = (int64_t)(target - (w->dst_addr + w->new_off[i + 1]));
+    if (!fits_i32(disp)) {
+        refuse(res, MH_RELOC_RIP_OUT_OF_RANGE, w->src_off[i],
+               "rip-relative operand at +%zu reaches 0x%" PRIx64 ", %.1f GiB from the trampoline",
+               w->src_off[i], target, (double)(disp < 0 ? -disp : disp) / (1 << 30));
+        return false;
+    }
+    put_i32(d + in->disp_offset, disp);
+    return true;
+}
+
+/* The result of a relocation that succeeded, with its boundary map. */
+static void result_fill(const window *w, size_t written, mh_reloc_result *res)
+{
+    res->refusal = MH_RELOC_OK;
+    res->consumed = w->src_off[w->n];
+    res->written = written;
+    res->insn_count = w->n;
+    for (size_t i = 0; i < w->n && i < MH_RELOC_MAP_MAX && w->new_off[i] <= UINT8_MAX &&
+                       w->src_off[i] <= UINT8_MAX; i++) {
+        res->map_src[i] = (uint8_t)w->src_off[i];
+        res->map_dst[i] = (uint8_t)w->new_off[i];
+        res->map_n = i + 1;
+    }
+}
+
 bool mh_x86_relocate(const uint8_t *src, uint64_t src_addr, size_t avail, size_t need,
                      uint8_t *dst, uint64_t dst_addr, size_t dst_cap, mh_reloc_result *res)
 {
-    mh_x86_insn insns[MAX_WINDOW_INSNS];
-    size_t src_off[MAX_WINDOW_INSNS + 1], new_off[MAX_WINDOW_INSNS + 1];
-    size_t n = 0, off = 0;
-
     if (res == NULL)
         return false;
     memset(res, 0, sizeof(*res));
@@ -89,163 +272,22 @@ bool mh_x86_relocate(const uint8_t *src, uint64_t src_addr, size_t avail, size_t
                "only %zu bytes of code, the patch needs %zu", avail, need);
         return false;
     }
-
-    /* 1. Decode whole instructions until the window [0, need) is covered. */
-    while (off < need) {
-        if (n == MAX_WINDOW_INSNS) {
-            refuse(res, MH_RELOC_UNSUPPORTED, off, "more than %d instructions in the window",
-                   MAX_WINDOW_INSNS);
-            return false;
-        }
-        mh_x86_status st = mh_x86_decode(src + off, avail - off, &insns[n]);
-        if (st == MH_X86_TRUNCATED && avail - off < MH_X86_MAX_INSN) {
-            refuse(res, MH_RELOC_TOO_SHORT, off,
-                   "the code ends (%zu bytes) inside the instruction at +%zu", avail, off);
-            return false;
-        }
-        if (st != MH_X86_OK) {
-            refuse(res, MH_RELOC_DECODE_FAILED, off, "cannot decode the instruction at +%zu (%s)",
-                   off, status_text(st));
-            return false;
-        }
-        src_off[n] = off;
-        off += insns[n].length;
-        n++;
-    }
-    src_off[n] = off;
-    const size_t consumed = off;
-    const uint64_t win_lo = src_addr, win_hi = src_addr + consumed;
-
-    /* 2. Layout: every instruction keeps its size except rel8 jmp/jcc, which
-     * become rel32 (whether they leave the window or not: one layout pass,
-     * and every internal target still fits). */
-    new_off[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        const mh_x86_insn *in = &insns[i];
-        size_t size = in->length;
-        if (in->rel_size == 1)
-            size = widened_size(in);
-        new_off[i + 1] = new_off[i] + size;
-    }
-    const size_t written = new_off[n];
+    window w = {.src = src, .src_addr = src_addr, .dst = dst, .dst_addr = dst_addr};
+    if (!window_decode(&w, avail, need, res))
+        return false;
+    const size_t written = window_layout(&w);
     if (written > dst_cap) {
         refuse(res, MH_RELOC_NO_ROOM, 0, "the relocated code needs %zu bytes, room for %zu",
                written, dst_cap);
         return false;
     }
-
-    /* 3. Emit. */
-    for (size_t i = 0; i < n; i++) {
-        const mh_x86_insn *in = &insns[i];
-        const uint8_t *s = src + src_off[i];
-        uint8_t *d = dst + new_off[i];
-        const size_t new_len = new_off[i + 1] - new_off[i];
-        const uint64_t next_src = src_addr + src_off[i] + in->length;
-        const uint64_t next_dst = dst_addr + new_off[i + 1];
-        const char *what = in->flow == MH_FLOW_CALL_REL ? "call" :
-                           in->flow == MH_FLOW_JMP_REL ? "jmp" : "conditional branch";
-
-        if (in->rel_size) {
-            /* 66-prefixed rel8 branches: Intel ignores the prefix, AMD
-             * truncates the target to 16 bits.  No compiler emits them.
-             * (The decoder already refuses 66 on rel32 without REX.W.) */
-            bool opsize = false;
-            for (size_t k = 0; k < in->prefix_count; k++)
-                if (s[k] == 0x66)
-                    opsize = true;
-            if ((opsize && !(in->rex & 8)) || in->rel_size == 2) {
-                refuse(res, MH_RELOC_UNSUPPORTED, src_off[i],
-                       "%s at +%zu has an operand-size prefix (CPU-dependent target)", what,
-                       src_off[i]);
-                return false;
-            }
-            uint64_t target = next_src + (uint64_t)in->rel;
-            uint64_t new_target = target;
-            if (target >= win_lo && target < win_hi) {
-                /* Lands inside the moved window: aim at the moved copy.  It
-                 * must hit an instruction boundary, or the code overlaps. */
-                size_t t = (size_t)(target - win_lo), k = 0;
-                while (k < n && src_off[k] < t)
-                    k++;
-                if (src_off[k] != t) {
-                    refuse(res, MH_RELOC_UNSUPPORTED, src_off[i],
-                           "%s at +%zu lands inside the instruction at +%zu", what, src_off[i],
-                           src_off[k - 1]);
-                    return false;
-                }
-                new_target = dst_addr + new_off[k];
-            }
-            int64_t rel = (int64_t)(new_target - next_dst);
-
-            if (is_loop_family(in)) {
-                if (!(target >= win_lo && target < win_hi) || !fits_i8(rel)) {
-                    refuse(res, MH_RELOC_UNSUPPORTED, src_off[i],
-                           "loop/jrcxz at +%zu leaves the window (it has no rel32 form)",
-                           src_off[i]);
-                    return false;
-                }
-                memcpy(d, s, in->length);
-                d[in->imm_offset] = (uint8_t)(int8_t)rel;
-                continue;
-            }
-            if (!fits_i32(rel)) {
-                refuse(res, MH_RELOC_BRANCH_OUT_OF_RANGE, src_off[i],
-                       "%s at +%zu targets 0x%" PRIx64 ", %.1f GiB from the trampoline", what,
-                       src_off[i], new_target, (double)(rel < 0 ? -rel : rel) / (1 << 30));
-                return false;
-            }
-            if (in->rel_size == 1) {
-                size_t pre = in->opcode_offset;
-                memcpy(d, s, pre); /* keep prefixes (e.g. 3E notrack/hint) */
-                if (in->opcode == 0xEB) {
-                    d[pre] = 0xE9;
-                    put_i32(d + pre + 1, rel);
-                } else { /* 7x rel8 -> 0F 8x rel32, same condition code */
-                    d[pre] = 0x0F;
-                    d[pre + 1] = (uint8_t)(0x80 | (in->opcode & 0x0F));
-                    put_i32(d + pre + 2, rel);
-                }
-            } else {
-                memcpy(d, s, in->length);
-                put_i32(d + in->imm_offset, rel);
-            }
-            continue;
-        }
-
-        memcpy(d, s, in->length);
-        if (in->rip_relative) {
-            bool addr32 = false;
-            for (size_t k = 0; k < in->prefix_count; k++)
-                if (s[k] == 0x67)
-                    addr32 = true;
-            if (addr32) { /* disp32(%eip): the result wraps to 32 bits */
-                refuse(res, MH_RELOC_UNSUPPORTED, src_off[i],
-                       "eip-relative operand (67 prefix) at +%zu", src_off[i]);
-                return false;
-            }
-            uint64_t target = next_src + (uint64_t)(int64_t)in->disp;
-            int64_t disp = (int64_t)(target - (dst_addr + new_off[i] + new_len));
-            if (!fits_i32(disp)) {
-                refuse(res, MH_RELOC_RIP_OUT_OF_RANGE, src_off[i],
-                       "rip-relative operand at +%zu reaches 0x%" PRIx64
-                       ", %.1f GiB from the trampoline",
-                       src_off[i], target, (double)(disp < 0 ? -disp : disp) / (1 << 30));
-                return false;
-            }
-            put_i32(d + in->disp_offset, disp);
-        }
+    /* Step 3: emit, each instruction at its new place. */
+    for (size_t i = 0; i < w.n; i++) {
+        bool ok = w.insns[i].rel_size ? emit_branch(&w, i, res) : emit_other(&w, i, res);
+        if (!ok)
+            return false;
     }
-
-    res->refusal = MH_RELOC_OK;
-    res->consumed = consumed;
-    res->written = written;
-    res->insn_count = n;
-    for (size_t i = 0; i < n && i < MH_RELOC_MAP_MAX && new_off[i] <= UINT8_MAX &&
-                       src_off[i] <= UINT8_MAX; i++) {
-        res->map_src[i] = (uint8_t)src_off[i];
-        res->map_dst[i] = (uint8_t)new_off[i];
-        res->map_n = i + 1;
-    }
+    result_fill(&w, written, res);
     return true;
 }
 
