@@ -19,7 +19,7 @@
  * pushes in reverse order, then a jump to the hook, so the hook starts
  * with the registers and stack of the function's entry.
  */
-#include "bistro.h"
+#include "arch.h"
 
 #include <string.h>
 
