@@ -20,6 +20,9 @@ Headers are included by bare name (csrc/build_native.py puts every layer's
 folder on the include path), so a header name must also be unique across
 the layers, or one would silently shadow another.
 
+bistro's generic files reach its x86-64 part (bistro/arch/x86_64/) through
+bistro/arch.h only, and name no opcode, register or decoder (ARCH_SPECIFIC).
+
 The core keeps one of each helper (the environment, the monotonic clock, the
 driver's soname, the /proc/self/maps reader, MH_HIDDEN); ONE_OF_EACH holds
 each to its one file.
