@@ -21,7 +21,7 @@ frames.
 
 >>> binding_of("/usr/lib/x86_64-linux-gnu/libffi.so.8").name
 'ctypes'
->>> binding_of("/venv/lib/python3.12/site-packages/cuda/bindings/cydriver.cpython-312-x86_64-linux-gnu.so").name
+>>> binding_of("/venv/lib/python3.12/site-packages/cuda/bindings/cydriver.cpython-312.so").name
 'cuda-python'
 >>> binding_of("/opt/app/libmine.so") is None
 True

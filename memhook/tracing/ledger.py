@@ -448,6 +448,7 @@ class Ledger:
                 {"frames": list(k[1:]), "site": k[0], "count": n, "bytes": b}
                 for k, (n, b) in sorted(self.sites.items(), key=lambda kv: -kv[1][1])[:10]
             ],
+            "bindings": sorted(set(self.bindings.values())),
             **self.py_sites.summary(),
             "oom": ({**self.oom_json(self.ooms[0]),
                      "failures": len(self.ooms) + self.ooms_more} if self.ooms else None),
@@ -516,6 +517,9 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
             lib = library_label(p["library"], p.get("binding"))
             out.append(f"  {_clip(lib, 34):<34} {human_size(p['at_peak']):>12}  "
                        f"{human_size(p['own_peak']):>12}")
+        if summary.get("bindings") and not summary.get("peak_by_python_site"):
+            out.append(f"  ({' and '.join(summary['bindings'])} only carried the calls: "
+                       f"--python names the Python code that made them)")
     if summary.get("peak_by_python_site"):
         out.append("peak live bytes by Python call site (--python; at the peak of all; "
                    "each one's own):")

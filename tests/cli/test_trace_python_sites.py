@@ -121,3 +121,15 @@ def test_jsonl_names_the_binding_and_the_site(tmp_path: Path) -> None:
     assert weights["python"][0] == {"file": str(PROGRAM), "line": ALLOC, "function": "alloc"}
     assert by_size[2 * MiB]["binding"] == "cuda-python", by_size[2 * MiB]
     assert sum(r["site"] == WORKER_SITE for r in allocs) == 3
+
+
+def test_without_python_frames_the_summary_says_how_to_get_them(tmp_path: Path) -> None:
+    out = tmp_path / "t.txt"
+    proc = memhook("trace", "--sim", "-o", str(out), "--", sys.executable, str(PROGRAM), "free")
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "\n  (ctypes and cuda-python only carried the calls: --python names the Python code " \
+           "that made them)\n" in text, text
+    # Each line names the binding's library, as nothing else is known.
+    assert sum(ln.rsplit(" from ", 1)[-1].startswith("libffi.so") for ln in text.splitlines()
+               if "] alloc " in ln or "] free " in ln) == 5, text

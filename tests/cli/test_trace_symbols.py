@@ -18,7 +18,8 @@ from memhook import _debuginfo
 from memhook._symbolize import ElfSymbols, describe
 
 SOURCE = """
-__attribute__((noinline)) static int hidden_helper(int x) { __asm__ volatile(""); return x * 3 + 1; }
+__attribute__((noinline)) static int hidden_helper(int x)
+{ __asm__ volatile(""); return x * 3 + 1; }
 int exported_entry(int x) { return hidden_helper(x) + 2; }
 """
 
