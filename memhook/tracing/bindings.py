@@ -58,7 +58,7 @@ BINDINGS: tuple[Binding, ...] = (
     Binding("cuda-python", r"/cuda/(bindings|core|_cuda|_lib)/.*\.so$",
             "NVIDIA's cuda-python: cuda.bindings (driver, runtime, cydriver, cyruntime, "
             "_lib) and cuda.core"),
-    Binding("cuda-python", r"/cuda/(ccuda|ccudart|cuda|cudart)" + _SO,
+    Binding("cuda-python", r"/cuda/(ccuda|ccudart|cuda|cudart)\.cpython-[^/]*\.so$",
             "cuda-python before 12.6 (cuda.cuda, cuda.cudart)"),
     Binding("CuPy", r"/cupy_backends/cuda/(api|libs)/" + _SO,
             "CuPy's driver and runtime wrappers (cupy_backends.cuda.api)"),
@@ -74,7 +74,8 @@ BINDINGS: tuple[Binding, ...] = (
     Binding("JAX", r"/jaxlib/(xla_extension|_jax)" + _SO,
             "jaxlib's XLA client, when called from Python"),
 )
-"""Every binding layer memhook knows, by library.  Order matters only for
+"""Every binding layer memhook knows, by library (docs/python-programs.md
+shows this table; a test holds the two together).  Order matters only for
 the name: the first that matches names the layer."""
 
 _COMPILED = tuple((b, re.compile(b.path)) for b in BINDINGS)

@@ -96,3 +96,13 @@ def test_a_native_program_keeps_its_native_caller() -> None:
     out = io.StringIO()
     TextWriter(out, ledger, 0).events(proc, [row], ledger.add(proc, [row]))
     assert out.getvalue().rstrip().endswith("from libc10_cuda.so"), out.getvalue()
+
+
+def test_the_docs_show_the_table_as_it_is() -> None:
+    """docs/python-programs.md shows BINDINGS row for row."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "python-programs.md").read_text()
+    rows = [ln for ln in doc.splitlines() if ln.startswith("| ") and "`" in ln]
+    want = [f"| {b.name} | `{b.path.replace('|', chr(92) + '|')}` | {b.why} |" for b in BINDINGS]
+    assert rows == want
