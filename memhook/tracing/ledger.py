@@ -38,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from .._cuda_errors import error_name
+from .._symbolize import Caller
 from .._printable import printable
 from .modules import ModuleMap
 from .oom import OOM_RESULT, REPORTS_MAX, LiveAlloc, OomReport, report
@@ -353,11 +354,11 @@ class Ledger:
         return oom.as_json(self.function_name, self.error_name(r.function, oom.result),
                            device_label)
 
-    def _library(self, caller: object) -> str:
+    def _library(self, caller: Caller | None) -> str:
         """``caller``'s library (its file name), noting the binding layer
         it is; cached by caller."""
-        lib = caller.library if caller is not None else "?"  # type: ignore[attr-defined]
-        binding = binding_name(caller)  # type: ignore[arg-type]
+        lib = caller.library if caller is not None else "?"
+        binding = binding_name(caller)
         if binding is not None:
             self.bindings[lib] = binding
         if len(self._libs) > 100_000:
