@@ -36,6 +36,7 @@ import dataclasses
 import signal
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 from .._cuda_errors import error_name
 from .._symbolize import Caller
@@ -599,11 +600,8 @@ def _oom_lines(oom: dict) -> list[str]:
            f"memory{more}):"]
     py = oom.get("python")
     caller = oom["caller"]
-    binding = binding_of(caller["object"]) if caller else None
-    if py and binding is not None:  # the Python frame that called through the binding
-        who = f"{_py_frame(py[0])} via {binding.name} ({_frame_text(caller)})"
-    else:
-        who = _frame_text(caller) + (f"; at {_py_frame(py[0])}" if py else "")
+    who = _who(caller, py) if _binding_of(caller) is not None and py else \
+        _frame_text(caller) + (f"; at {_py_frame(py[0])}" if py else "")
     out.append(f"  request: {oom['function']} of {human_size(oom['size'])} ({oom['size']} "
                f"bytes): {oom['error']} ({oom['result']}); pid {oom['pid']} tid {oom['tid']}; "
                f"from {who}")
@@ -630,12 +628,25 @@ def _oom_lines(oom: dict) -> list[str]:
                f"frames")
     for a in oom["largest"]:
         out.append(f"    {human_size(a['size']):>10}  {a['function']} {a['address']:#x} pid "
-                   f"{a['pid']} tid {a['tid']} from {_frame_text(a['caller'])}")
+                   f"{a['pid']} tid {a['tid']} from {_who(a['caller'], a.get('python'))}")
         for f in a.get("python", [])[:8]:
             out.append(f"        at {_py_frame(f)}")
         for f in (a.get("stack") or [])[:8]:
             out.append(f"        {_frame_text(f)}")
     return out
+
+
+def _binding_of(frame: dict | None) -> Any:
+    return binding_of(frame["object"]) if frame else None
+
+
+def _who(caller: dict | None, python: list[dict] | None) -> str:
+    """An OOM line's caller: the Python frame that called through a
+    binding layer, the binding beside it; else the native frame."""
+    binding = _binding_of(caller)
+    if binding is None or not python:
+        return _frame_text(caller)
+    return f"{_py_frame(python[0])} via {binding.name} ({_frame_text(caller)})"
 
 
 def _frame_text(frame: dict | None) -> str:
