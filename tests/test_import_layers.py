@@ -64,6 +64,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
      ("tracing.merge",)),
     ("traces read back: merge's outputs",
      ("tracing.merge_writers",)),
+    ("traces read back: memhook report's figures and its page",
+     ("report", "report.model", "report.page")),
+    ("traces read back: which ranks each of memhook report's inputs holds",
+     ("report.inputs",)),
     # The library proper.
     ("the core's control calls, the driver's answers, the simulator",
      ("_control", "_driver", "sim", "_fastpath", "_search")),
@@ -90,6 +94,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("memhook demo (runs trace), memhook merge (shares diff's checks), memhook run "
      "(trace's mode check)",
      ("cli.demo", "cli.merge", "cli.run")),
+    ("memhook report (merge's inputs, diff's checks)",
+     ("cli.report",)),
     ("python -m memhook / the console script",
      ("__main__",)),
 ]
