@@ -106,10 +106,18 @@ int main(int argc, char **argv)
     char *host = malloc(4096);
     unsigned long long h = (uintptr_t)host;
     unsigned long long before = memhook_testing_pointer_attributes_answered();
+    int attrs[4] = {2, 9, 11, 12};
+    unsigned type = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data[4] = {&type, &dev, &start, &size};
     get(&(unsigned){0}, 2, h);
     get(&(unsigned){0}, 2, d);
+    gets(4, attrs, data, h);
+    gets(4, attrs, data, d);
     int answered = (int)(memhook_testing_pointer_attributes_answered() - before);
-    printf("memhook answered %d of 2 probe calls (host, device)\n", answered);
+    printf("memhook answered %d of 4 probe calls (host, device; one and four attributes)\n",
+           answered);
     printf("%-44s %10s %10s\n", "ns per call (median of 9 rounds)", "driver", "memhook");
     printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttribute(MEMORY_TYPE)",
            time_get(real_get, h, n), time_get(get, h, n));
@@ -120,5 +128,5 @@ int main(int argc, char **argv)
     printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4 attributes)",
            time_gets(real_gets, d, n), time_gets(gets, d, n));
     free(host);
-    return answered == 2 ? 0 : 1;
+    return answered == 4 ? 0 : 1;
 }
