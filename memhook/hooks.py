@@ -126,8 +126,8 @@ class HookReport:
         present = sum(h.present for h in self.hooks)
         lines = [f"memhook hooks: mode {self.mode}; {covered} of {len(self.hooks)} functions "
                  f"covered, {present} present in the loaded libraries; coverage "
-                 f"{'complete' if self.coverage_complete else 'not complete'}; pointer "
-                 f"attributes {'answered' if self.pointer_attributes else 'off'}"]
+                 f"{'complete' if self.coverage_complete else 'not complete'}"
+                 f"{'; pointer attributes answered' if self.pointer_attributes else ''}"]
         q = self.queue
         lines.append(f"event queue: {q.pending} pending ({q.produced} produced, {q.consumed} "
                      f"drained), {q.lanes} thread lanes")
