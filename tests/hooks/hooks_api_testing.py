@@ -24,6 +24,7 @@ from memhook.cache import process_cache
 
 __all__ = [
     "CONTEXT_NAMES",
+    "DRIVER_API_NAMES",
     "DRIVER_NAMES",
     "POINTER_ATTRIBUTE_NAMES",
     "RUNTIME_NAMES",
@@ -60,7 +61,9 @@ POINTER_ATTRIBUTE_NAMES = ("cuPointerGetAttribute", "cuPointerGetAttributes",
 """The pointer-attribute calls (kind NONE: no event), appended after them."""
 TABLE = DRIVER_NAMES + RUNTIME_NAMES + CONTEXT_NAMES + POINTER_ATTRIBUTE_NAMES
 """The hook table of DESIGN.md section 3, in table order."""
-DRIVER_NAMES += CONTEXT_NAMES + POINTER_ATTRIBUTE_NAMES[:2]
+DRIVER_NAMES += CONTEXT_NAMES
+DRIVER_API_NAMES = DRIVER_NAMES + POINTER_ATTRIBUTE_NAMES[:2]
+"""Every driver function of the table (DRIVER_NAMES: those that record events)."""
 
 WINDOW = 0x7E00_0000_0000
 """Start of the address window the in-process tests record events in."""

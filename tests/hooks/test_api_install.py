@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hooks_api_testing import DRIVER_NAMES, RUNTIME_NAMES, TABLE, run_sim_script
+from hooks_api_testing import DRIVER_API_NAMES, RUNTIME_NAMES, TABLE, run_sim_script
 
 import memhook
 from memhook import HookInfo, HookMode, HookReport
@@ -18,7 +18,7 @@ from memhook import HookInfo, HookMode, HookReport
 SETUP = f"""
 from memhook import HookMode, EventKind, MemoryType as M
 TABLE = {TABLE!r}
-DRIVER = {DRIVER_NAMES!r}
+DRIVER = {DRIVER_API_NAMES!r}
 RUNTIME = {RUNTIME_NAMES!r}
 def ok(rc):
     assert rc == 0, rc
@@ -50,7 +50,7 @@ def test_status_in_this_process_lists_the_table_uninstalled() -> None:
     assert [h.index for h in report.hooks] == list(range(len(TABLE)))
     for h in report.hooks:
         assert isinstance(h, HookInfo)
-        assert h.api == ("driver" if h.name in DRIVER_NAMES else "runtime")
+        assert h.api == ("driver" if h.name in DRIVER_API_NAMES else "runtime")
         assert h.mechanism is HookMode.NONE and not h.installed and h.reason
         if h.name.startswith(("cuPointer", "cudaPointer")):
             assert h.kind is memhook.EventKind(0), h  # answers, records nothing
