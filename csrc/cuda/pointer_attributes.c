@@ -226,83 +226,73 @@ static pa_view view_of(uint64_t p)
     return v;
 }
 
-/* How attribute `a` of a pointer seen as *v is answered: by
- * cuPointerGetAttributes (`many`) or cuPointerGetAttribute.  Returns
- * false to pass the call through; else *rc is the call's result and, when
- * it is CUDA_SUCCESS and `data` is not NULL, the value is written there. */
-static bool answer(const pa_view *v, CUpointer_attribute a, uint64_t p, bool many, void *data,
-                   CUresult *rc)
+#define BIT(a) (1u << (a))
+/* The attributes answered for a pointer in no CUDA allocation: by
+ * cuPointerGetAttribute (with CUDA_ERROR_INVALID_VALUE, documented for
+ * these three) and by cuPointerGetAttributes (their defaults). */
+#define NOT_CUDA_GET                                                                  \
+    (BIT(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) | BIT(CU_POINTER_ATTRIBUTE_IS_MANAGED) |   \
+     BIT(CU_POINTER_ATTRIBUTE_CONTEXT))
+#define NOT_CUDA_GETS                                                                 \
+    (NOT_CUDA_GET | BIT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) |                        \
+     BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE))
+/* ... and for a pointer in a region (HOST_POINTER: not device memory's). */
+#define REGION_ATTRS                                                                  \
+    (BIT(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) | BIT(CU_POINTER_ATTRIBUTE_IS_MANAGED) |   \
+     BIT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) | BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | \
+     BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE) | BIT(CU_POINTER_ATTRIBUTE_MAPPED))
+
+/* The attributes answered for a pointer seen as *v, as a bit mask (bit a:
+ * attribute a; none above 31 is answered). */
+static inline uint32_t answerable(const pa_view *v, bool many)
 {
-    *rc = CUDA_SUCCESS;
-    if (v->kind == PA_NOT_CUDA) {
-        if (!many) {
-            /* Documented: not allocated, mapped or registered by CUDA. */
-            if (a != CU_POINTER_ATTRIBUTE_MEMORY_TYPE && a != CU_POINTER_ATTRIBUTE_IS_MANAGED &&
-                a != CU_POINTER_ATTRIBUTE_CONTEXT)
-                return false;
-            *rc = CUDA_ERROR_INVALID_VALUE;
-            return true;
-        }
-        switch (a) {  /* the defaults the driver assigns */
-        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-            if (data)
-                *(unsigned int *)data = 0;
-            return true;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-            if (data)
-                *(int *)data = CU_DEVICE_INVALID;
-            return true;
-        case CU_POINTER_ATTRIBUTE_CONTEXT:
-            if (data)
-                *(CUcontext *)data = NULL;
-            return true;
-        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-            if (data)
-                *(CUdeviceptr *)data = 0;
-            return true;
-        case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-            if (data)
-                *(size_t *)data = 0;
-            return true;
-        default:
-            return false;
-        }
-    }
+    if (v->kind == PA_NOT_CUDA)
+        return many ? NOT_CUDA_GETS : NOT_CUDA_GET;
+    if (v->kind != PA_REGION)
+        return 0;
+    return REGION_ATTRS |
+           (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+}
+
+static inline bool in(uint32_t mask, CUpointer_attribute a)
+{
+    return (unsigned)a < 32 && (mask >> (unsigned)a) & 1u;
+}
+
+/* Write attribute a (answerable) of a pointer p seen as *v, in the C type
+ * cuda.h gives it (the booleans: 4 bytes, as the driver writes them). */
+static inline void write_value(const pa_view *v, CUpointer_attribute a, uint64_t p, void *data)
+{
+    bool region = v->kind == PA_REGION;
     switch (a) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        if (data)
-            *(unsigned int *)data = v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST
-                                                                       : CU_MEMORYTYPE_DEVICE;
-        return true;
+        *(unsigned int *)data = !region ? 0u
+                                : v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST
+                                                                      : CU_MEMORYTYPE_DEVICE;
+        break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        if (data)
-            *(unsigned int *)data = v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
-        return true;
+        *(unsigned int *)data = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+        break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        if (data)
-            *(int *)data = v->device;
-        return true;
+        *(int *)data = region ? v->device : CU_DEVICE_INVALID;
+        break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        if (data)
-            *(CUdeviceptr *)data = v->start;
-        return true;
+        *(CUdeviceptr *)data = region ? v->start : 0;
+        break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        if (data)
-            *(size_t *)data = v->size;
-        return true;
+        *(size_t *)data = region ? v->size : 0;
+        break;
     case CU_POINTER_ATTRIBUTE_MAPPED:
-        if (data)
-            *(unsigned int *)data = 1;
-        return true;
+        *(unsigned int *)data = 1;
+        break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (v->type == MEMHOOK_MEMORY_CUDA)
-            return false;
-        if (data)
-            *(void **)data = (void *)(uintptr_t)p;
-        return true;
+        *(void **)data = (void *)(uintptr_t)p;
+        break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = NULL;
+        break;
     default:
-        return false;
+        break;
     }
 }
 
@@ -320,13 +310,14 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
         return real_(data, attribute, ptr);
     mh_hook_depth++;
     pa_view v = view_of(ptr);
-    CUresult rc;
-    bool answered = v.kind != PA_PASS && answer(&v, attribute, ptr, false, data, &rc);
     mh_hook_depth--;
-    if (!answered)
+    if (!in(answerable(&v, false), attribute))
         return real_(data, attribute, ptr);
     t_answered++;
-    return rc;
+    if (v.kind == PA_NOT_CUDA)
+        return CUDA_ERROR_INVALID_VALUE;  /* nothing written, as the driver */
+    write_value(&v, attribute, ptr, data);
+    return CUDA_SUCCESS;
 }
 
 CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
@@ -340,17 +331,17 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
         return real_(numAttributes, attributes, data, ptr);
     mh_hook_depth++;
     pa_view v = view_of(ptr);
-    bool answered = v.kind != PA_PASS;
-    CUresult rc;
+    mh_hook_depth--;
+    uint32_t mask = answerable(&v, true);
     /* Every attribute first, writing nothing: a call passed through finds
      * its outputs as the caller left them. */
+    bool answered = mask != 0;
     for (unsigned int i = 0; answered && i < numAttributes; i++)
-        answered = data[i] != NULL && answer(&v, attributes[i], ptr, true, NULL, &rc);
-    for (unsigned int i = 0; answered && i < numAttributes; i++)
-        answer(&v, attributes[i], ptr, true, data[i], &rc);
-    mh_hook_depth--;
+        answered = data[i] != NULL && in(mask, attributes[i]);
     if (!answered)
         return real_(numAttributes, attributes, data, ptr);
+    for (unsigned int i = 0; i < numAttributes; i++)
+        write_value(&v, attributes[i], ptr, data[i]);
     t_answered++;
     return CUDA_SUCCESS;
 }
