@@ -138,3 +138,14 @@ def test_a_bad_environment_value_is_refused(native: NativeBuild) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "VE MEMHOOK_POINTER_ATTRIBUTES='yes': valid values are 1" in proc.stdout
     assert proc.stdout.splitlines()[-1] == "none"
+
+
+def test_a_bad_knob_at_load_warns_and_stays_off(native: NativeBuild, differential: Path) -> None:
+    env = native.env(LD_PRELOAD=str(native.core), MEMHOOK_INSTALL_AT_LOAD="1",
+                     MEMHOOK_CUDA_MODE="bistro,reloc", MEMHOOK_POINTER_ATTRIBUTES="on")
+    proc = subprocess.run([str(differential)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MEMHOOK_POINTER_ATTRIBUTES" in proc.stderr and "1 (answer" in proc.stderr, proc.stderr
+    # off: the calls are not routed to memhook, whatever the program toggles
+    assert not any(v.startswith("memhook") for v in _lines(proc.stdout).values())
