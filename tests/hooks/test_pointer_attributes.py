@@ -149,3 +149,23 @@ def test_a_bad_knob_at_load_warns_and_stays_off(native: NativeBuild, differentia
     assert "MEMHOOK_POINTER_ATTRIBUTES" in proc.stderr and "1 (answer" in proc.stderr, proc.stderr
     # off: the calls are not routed to memhook, whatever the program toggles
     assert not any(v.startswith("memhook") for v in _lines(proc.stdout).values())
+
+
+@pytest.mark.parametrize("mode", ["bistro,reloc", "reloc"])
+def test_threads_allocating_and_asking_at_once(native: NativeBuild, c_test_dir: Path,
+                                               mode: str) -> None:
+    """Four threads each allocate, ask about the allocation (its ALLOC must be
+    in the cache before memhook answers: a stale cache answers "not CUDA"),
+    free and ask again; then a fork child, whose driver is not initialised,
+    asks too (NOT_INITIALIZED, as the driver answers, not the inherited
+    cache's answer)."""
+    exe = native.compile(FIXTURE.parent / "pointer_attributes_threads.c",
+                         c_test_dir / "pointer_attributes_threads", extra=["-ldl", "-lpthread"])
+    env = native.env(LD_PRELOAD=str(native.core), MEMHOOK_INSTALL_AT_LOAD="1",
+                     MEMHOOK_CUDA_MODE=mode, MEMHOOK_POINTER_ATTRIBUTES="1")
+    proc = subprocess.run([str(exe), "4", "1500", "fork"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wrong 0 " in proc.stdout and "child: device rc 3, host rc 3" in proc.stdout
+    answered = int(proc.stdout.split("answered ")[1].split()[0])
+    assert answered > 1000, proc.stdout  # memhook answered, not only the driver
