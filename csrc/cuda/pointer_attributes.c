@@ -259,41 +259,48 @@ static inline bool in(uint32_t mask, CUpointer_attribute a)
     return (unsigned)a < 32 && (mask >> (unsigned)a) & 1u;
 }
 
-/* Write attribute a (answerable) of a pointer p seen as *v, in the C type
- * cuda.h gives it (the booleans: 4 bytes, as the driver writes them). */
-static inline void write_value(const pa_view *v, CUpointer_attribute a, uint64_t p, void *data)
+/* The answerable attributes' values, indexed by attribute, and the width
+ * of each in the C type cuda.h gives it (the booleans: 4 bytes, as the
+ * driver writes them).  A table, not a switch: a call asking for several
+ * attributes takes no indirect branch per attribute. */
+#define MAX_ANSWERED CU_POINTER_ATTRIBUTE_MAPPED
+static const uint8_t WIDTH[MAX_ANSWERED + 1] = {
+    [CU_POINTER_ATTRIBUTE_CONTEXT] = sizeof(CUcontext),
+    [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = sizeof(unsigned int),
+    [CU_POINTER_ATTRIBUTE_HOST_POINTER] = sizeof(void *),
+    [CU_POINTER_ATTRIBUTE_IS_MANAGED] = sizeof(unsigned int),
+    [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = sizeof(int),
+    [CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = sizeof(CUdeviceptr),
+    [CU_POINTER_ATTRIBUTE_RANGE_SIZE] = sizeof(size_t),
+    [CU_POINTER_ATTRIBUTE_MAPPED] = sizeof(unsigned int),
+};
+_Static_assert((REGION_ATTRS | NOT_CUDA_GETS | BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER)) >>
+                       (MAX_ANSWERED + 1) == 0,
+               "every answered attribute has a value and a width");
+
+static inline void values_of(const pa_view *v, uint64_t p, uint64_t out[MAX_ANSWERED + 1])
 {
     bool region = v->kind == PA_REGION;
-    switch (a) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data = !region ? 0u
-                                : v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST
-                                                                      : CU_MEMORYTYPE_DEVICE;
-        break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned int *)data = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
-        break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = region ? v->device : CU_DEVICE_INVALID;
-        break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = region ? v->start : 0;
-        break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = region ? v->size : 0;
-        break;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-        *(unsigned int *)data = 1;
-        break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void **)data = (void *)(uintptr_t)p;
-        break;
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = NULL;
-        break;
-    default:
-        break;
-    }
+    out[CU_POINTER_ATTRIBUTE_CONTEXT] = 0;
+    out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = !region ? 0u
+                                            : v->type == MEMHOOK_MEMORY_CUDA_HOST
+                                                ? CU_MEMORYTYPE_HOST
+                                                : CU_MEMORYTYPE_DEVICE;
+    out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
+    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)(region ? v->device : CU_DEVICE_INVALID);
+    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = region ? v->start : 0;
+    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = region ? v->size : 0;
+    out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
+}
+
+/* Write attribute a (answerable, so at most MAX_ANSWERED) to data. */
+static inline void write_value(const uint64_t *values, CUpointer_attribute a, void *data)
+{
+    if (WIDTH[a] == 4)
+        *(uint32_t *)data = (uint32_t)values[a];
+    else
+        *(uint64_t *)data = values[a];
 }
 
 static inline bool answering(void)
@@ -316,7 +323,9 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
     t_answered++;
     if (v.kind == PA_NOT_CUDA)
         return CUDA_ERROR_INVALID_VALUE;  /* nothing written, as the driver */
-    write_value(&v, attribute, ptr, data);
+    uint64_t values[MAX_ANSWERED + 1];
+    values_of(&v, ptr, values);
+    write_value(values, attribute, data);
     return CUDA_SUCCESS;
 }
 
@@ -340,8 +349,10 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
         answered = data[i] != NULL && in(mask, attributes[i]);
     if (!answered)
         return real_(numAttributes, attributes, data, ptr);
+    uint64_t values[MAX_ANSWERED + 1];
+    values_of(&v, ptr, values);
     for (unsigned int i = 0; i < numAttributes; i++)
-        write_value(&v, attributes[i], ptr, data[i]);
+        write_value(values, attributes[i], data[i]);
     t_answered++;
     return CUDA_SUCCESS;
 }
