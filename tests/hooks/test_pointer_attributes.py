@@ -106,6 +106,10 @@ def test_install_switch_status_and_uninstall(native: NativeBuild, mode: str) -> 
     # installed after the driver was loaded, does not: the driver answers)
     vouched = int(mode != "reloc")
     assert out["on_answers"] == [[0, 2, 1], [1, 0xAAAAAAAA, vouched]]
+    assert out["patched_on"] is ("bistro" in mode)
+    off, off_rows, restored, answer = out["off_again"]
+    assert off is False and all(r[0] == "none" for r in off_rows.values()), off_rows
+    assert restored is True and answer == [0, 2, 0]  # the driver's answer, not memhook's
     assert "must be True, False or None" in out["bad_1"] and "not 'yes'" in out["bad_yes"]
     assert out["after_bad"] is True  # a refused value installs nothing
     assert out["uninstalled"][0] is False or out["uninstalled"][1]["cuPointerGetAttribute"][0] == "none"

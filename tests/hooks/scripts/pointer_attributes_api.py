@@ -45,6 +45,13 @@ report = memhook.install(mode, pointer_attributes=True)
 out["on"] = [report.pointer_attributes, rows(report), [h.name for h in report.uncovered]]
 out["on_answers"] = [memory_type(dptr.value), memory_type(ctypes.addressof(host))]
 out["on_str"] = "pointer attributes answered" in str(report)
+out["patched_on"] = ctypes.string_at(entry, 16) != original
+# Off again with the hooks kept: bistro's patch of the entry comes out; reloc's
+# slots stay routed, and the wrapper passes every call to the driver.
+report = memhook.install(mode, pointer_attributes=False)
+out["off_again"] = [report.pointer_attributes, rows(report), ctypes.string_at(entry, 16) == original,
+                    memory_type(dptr.value)]
+report = memhook.install(mode, pointer_attributes=True)
 for bad in (1, "yes"):
     try:
         memhook.install(mode, pointer_attributes=bad)  # type: ignore[arg-type]
