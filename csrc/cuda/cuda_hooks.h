@@ -273,6 +273,9 @@ MH_HIDDEN void mh_install_fork_child(void);
  * pointer-attribute answers pass it to the driver.  Called by its
  * wrapper before the ALLOC is published. */
 MH_HIDDEN void mh_pointer_attributes_note_irregular(uint64_t addr, uint64_t size);
+/* The same for a VMM map at [addr, addr + size), and the whole address
+ * reservation it lies in (asked of the driver: RANGE_*). */
+MH_HIDDEN void mh_pointer_attributes_note_vmm(uint64_t addr, uint64_t size);
 /* Look the driver's entry points up now (install, like
  * mh_driver_calls_prepare); forget them when the driver leaves. */
 MH_HIDDEN void mh_pointer_attributes_prepare(void);

@@ -50,8 +50,9 @@
  * cuMemAddressReserve range), module and library globals (a __managed__
  * variable comes back typed CUDA) and IPC mappings (of another device's
  * memory).  Their wrappers mark the 2 MiB granules they touch in a bitmap
- * (mh_pointer_attributes_note_irregular) before their ALLOC is published;
- * a pointer, or a region starting, in a marked granule is passed through.
+ * (mh_pointer_attributes_note_irregular; a VMM map its whole reservation)
+ * before their ALLOC is published; a pointer, or a region starting, in a
+ * marked granule is passed through.
  * Marks stay: a stale one only sends a call to the driver.
  */
 #include <dlfcn.h>
@@ -127,6 +128,27 @@ void mh_pointer_attributes_note_irregular(uint64_t addr, uint64_t size)
         atomic_fetch_or_explicit(&bits[g >> 6], 1ull << (g & 63), memory_order_release);
 }
 
+static void *driver_fn(_Atomic(void *) *slot, const char *name);
+static _Atomic(void *) g_pointer_get_attribute;
+
+void mh_pointer_attributes_note_vmm(uint64_t addr, uint64_t size)
+{
+    mh_pointer_attributes_note_irregular(addr, size);
+    /* The whole reservation the map lies in (its RANGE_*, documented as the
+     * cuMemAddressReserve range): an address of it with nothing mapped is
+     * not "no CUDA allocation" either.  The caller is a recording wrapper
+     * (mh_hook_depth raised): this query passes straight through. */
+    cuPointerGetAttribute_fn get = (cuPointerGetAttribute_fn)mh_next(MH_FN_cuPointerGetAttribute);
+    if (get == NULL)
+        get = (cuPointerGetAttribute_fn)driver_fn(&g_pointer_get_attribute,
+                                                  "cuPointerGetAttribute");
+    CUdeviceptr start = 0;
+    size_t length = 0;
+    if (get != NULL && get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) == CUDA_SUCCESS &&
+        get(&length, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) == CUDA_SUCCESS)
+        mh_pointer_attributes_note_irregular(start, length);
+}
+
 /* Whether addr's granule may hold memory whose attributes are not its
  * region's.  (An address above the 47-bit space always may; a bitmap that
  * could not be mapped was never written, so marks were lost: every one.) */
@@ -173,6 +195,7 @@ void mh_pointer_attributes_driver_unloaded(void)
 {
     atomic_store(&g_device_count, NULL);
     atomic_store(&g_ctx_get_device, NULL);
+    atomic_store(&g_pointer_get_attribute, NULL);
     atomic_store(&g_driver_ready, 0);
 }
 

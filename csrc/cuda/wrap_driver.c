@@ -63,7 +63,7 @@ CUresult mh_w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     int mem_type = MEMHOOK_MEM_UNKNOWN, device = -1;
     if (r == CUDA_SUCCESS) {
         mh_handle_kind(handle, &mem_type, &device);
-        mh_pointer_attributes_note_irregular(ptr, size);  /* RANGE_*: the reservation */
+        mh_pointer_attributes_note_vmm(ptr, size);  /* RANGE_*: the reservation */
     }
     mh_emit_alloc(MH_FN_cuMemMap, stamp, r, r == CUDA_SUCCESS ? ptr : 0, size, mem_type, device);
     mh_record_end();

@@ -36,7 +36,7 @@ ANSWERED = [
     "host_malloc ctx cudaPointerGetAttributes", "device_base ctx cudaPointerGetAttributes",
 ]
 # ... and must leave to the driver (their attributes are not their regions').
-PASSED = ["vmm_mapped ctx gets:four", "global_managed ctx get:IS_MANAGED",
+PASSED = ["vmm_mapped ctx gets:four", "vmm_unmapped_half ctx gets:four", "global_managed ctx get:IS_MANAGED",
           "ipc_imported ctx get:DEVICE_ORDINAL", "device_base ctx get:CONTEXT",
           "device_base ctx get:BUFFER_ID"]
 
