@@ -136,7 +136,7 @@ class HookReport:
         if shared:  # e.g. mode none: one reason for every row
             lines.append(f"every function: {shared}")
         header = ("function", "api", "kind", "present", "mechanism", "jump", "reason")
-        rows = [(h.name, h.api, h.kind.name or str(int(h.kind)), "yes" if h.present else "no",
+        rows = [(h.name, h.api, h.kind.name or str(h.kind), "yes" if h.present else "no",
                  str(h.mechanism), str(h.bistro_jump) if h.bistro_jump else "-",
                  "" if shared else h.reason) for h in self.hooks]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
