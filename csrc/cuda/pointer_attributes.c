@@ -52,7 +52,7 @@
  * memory).  Their wrappers mark the 2 MiB granules they touch in a bitmap
  * (mh_pointer_attributes_note_irregular; a VMM map its whole reservation)
  * before their ALLOC is published; a pointer, or a region starting, in a
- * marked granule is passed through.
+ * marked granule is passed through (an irregular range is marked whole).
  * Marks stay: a stale one only sends a call to the driver.
  */
 #include <dlfcn.h>
@@ -200,16 +200,20 @@ void mh_pointer_attributes_driver_unloaded(void)
 }
 
 /* (mh_hook_depth raised by the caller: nothing the driver calls records.) */
-static bool driver_ready(void)
+static __attribute__((noinline)) bool driver_ready_slow(void)
 {
-    if (__builtin_expect(atomic_load_explicit(&g_driver_ready, memory_order_acquire), 1))
-        return true;
     device_count_fn fn = (device_count_fn)driver_fn(&g_device_count, "cuDeviceGetCount");
     int n = 0;
     if (fn == NULL || fn(&n) != CUDA_SUCCESS)
         return false;
     atomic_store_explicit(&g_driver_ready, 1, memory_order_release);
     return true;
+}
+
+static inline bool driver_ready(void)
+{
+    return __builtin_expect(atomic_load_explicit(&g_driver_ready, memory_order_acquire), 1) ||
+           driver_ready_slow();
 }
 
 /* What the cache vouches for about one pointer. */
@@ -222,7 +226,7 @@ typedef struct pa_view {
     uint64_t start, size;
 } pa_view;
 
-static pa_view view_of(uint64_t p)
+static inline __attribute__((always_inline)) pa_view view_of(uint64_t p)
 {
     pa_view v = {PA_PASS, 0, 0, 0, 0};
     if (p == UINT64_MAX || !driver_ready())
@@ -239,8 +243,10 @@ static pa_view view_of(uint64_t p)
             v.kind = PA_NOT_CUDA;
         return v;
     }
+    /* (p's granule, not the region's first: an irregular range is marked
+     * whole, so a pointer into one always finds its mark) */
     if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS ||
-        f.r.device < 0 || irregular(f.r.start))
+        f.r.device < 0 || irregular(p))
         return v;
     if (f.r.type != MEMHOOK_MEMORY_CUDA && f.r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
         f.r.type != MEMHOOK_MEMORY_CUDA_HOST)
