@@ -24,6 +24,9 @@
  *      MAPPED            1: the range is mapped while the allocation lives
  *      HOST_POINTER      the pointer itself, for managed and page-locked
  *                        host memory (their host address is the region's)
+ *      DEVICE_POINTER    the pointer itself, for device and managed memory
+ *                        of the current context's device (unified
+ *                        addressing; device_pointer_is_ptr says when)
  *  - a pointer in no region while the hooks cover every allocation entry
  *    point of the loaded driver (the cache's host_vouched): no CUDA
  *    allocation holds it, which is how the driver sees host memory, freed
@@ -39,9 +42,8 @@
  * Passed through always: attributes whose value only the driver holds
  * (CONTEXT and BUFFER_ID of CUDA memory, P2P_TOKENS and its side effect,
  * SYNC_MEMOPS, which cuPointerSetAttribute changes, ACCESS_FLAGS,
- * MEMPOOL_HANDLE, MAPPING_*, MEMORY_BLOCK_ID, the capability flags) and
- * DEVICE_POINTER (it depends on the calling thread's context); recording
- * them at allocation would cost every allocation a driver call.  Passed
+ * MEMPOOL_HANDLE, MAPPING_*, MEMORY_BLOCK_ID, the capability flags);
+ * recording them at allocation would cost every allocation a driver call.  Passed
  * through also: every call before the driver is initialised in this process
  * image (it answers NOT_INITIALIZED then, and in a fork child for ever),
  * a cache that may lack a pending event (the drain was busy elsewhere), a
@@ -296,6 +298,7 @@ static inline bool in(uint32_t mask, CUpointer_attribute a)
 static const uint8_t WIDTH[MAX_ANSWERED + 1] = {
     [CU_POINTER_ATTRIBUTE_CONTEXT] = sizeof(CUcontext),
     [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = sizeof(unsigned int),
+    [CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = sizeof(CUdeviceptr),
     [CU_POINTER_ATTRIBUTE_HOST_POINTER] = sizeof(void *),
     [CU_POINTER_ATTRIBUTE_IS_MANAGED] = sizeof(unsigned int),
     [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = sizeof(int),
@@ -315,6 +318,7 @@ static inline void values_of(const pa_view *v, uint64_t p, uint64_t out[MAX_ANSW
                                             : v->type == MEMHOOK_MEMORY_CUDA_HOST
                                                 ? CU_MEMORYTYPE_HOST
                                                 : CU_MEMORYTYPE_DEVICE;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
     out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)(region ? v->device : CU_DEVICE_INVALID);
@@ -332,6 +336,25 @@ static inline void write_value(const uint64_t *values, CUpointer_attribute a, vo
         *(uint64_t *)data = values[a];
 }
 
+/* DEVICE_POINTER is the address kernels of the calling thread's current
+ * context use: the pointer itself for device and managed memory of that
+ * context's device (unified addressing).  With no current context the
+ * driver answers INVALID_CONTEXT, for another device's memory it depends on
+ * peer access, and page-locked memory may have a device alias of its own:
+ * those go to the driver.  One driver call (cuCtxGetDevice), made only
+ * when DEVICE_POINTER is asked for. */
+static bool device_pointer_is_ptr(const pa_view *v)
+{
+    if (v->kind != PA_REGION || v->type == MEMHOOK_MEMORY_CUDA_HOST)
+        return false;
+    ctx_get_device_fn cur = (ctx_get_device_fn)driver_fn(&g_ctx_get_device, "cuCtxGetDevice");
+    CUdevice dev = -1;
+    mh_hook_depth++;
+    bool same = cur != NULL && cur(&dev) == CUDA_SUCCESS && dev == v->device;
+    mh_hook_depth--;
+    return same;
+}
+
 static inline bool answering(void)
 {
     return atomic_load_explicit(&g_enabled, memory_order_relaxed) && mh_hook_depth == 0;
@@ -347,7 +370,10 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
     mh_hook_depth++;
     pa_view v = view_of(ptr);
     mh_hook_depth--;
-    if (!in(answerable(&v, false), attribute))
+    uint32_t mask = answerable(&v, false);
+    if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && device_pointer_is_ptr(&v))
+        mask |= BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER);
+    if (!in(mask, attribute))
         return real_(data, attribute, ptr);
     t_answered++;
     if (v.kind == PA_NOT_CUDA)
@@ -373,9 +399,15 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
     uint32_t mask = answerable(&v, true);
     /* Every attribute first, writing nothing: a call passed through finds
      * its outputs as the caller left them. */
-    bool answered = mask != 0;
-    for (unsigned int i = 0; answered && i < numAttributes; i++)
-        answered = data[i] != NULL && in(mask, attributes[i]);
+    bool answered = mask != 0, asked_device_pointer = false;
+    for (unsigned int i = 0; answered && i < numAttributes; i++) {
+        asked_device_pointer |= attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER;
+        answered = data[i] != NULL &&
+                   (in(mask, attributes[i]) ||
+                    attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER);
+    }
+    if (answered && asked_device_pointer)
+        answered = device_pointer_is_ptr(&v);
     if (!answered)
         return real_(numAttributes, attributes, data, ptr);
     uint64_t values[MAX_ANSWERED + 1];

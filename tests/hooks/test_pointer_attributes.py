@@ -34,11 +34,14 @@ ANSWERED = [
     "device_freed ctx get:MEMORY_TYPE", "managed ctx get:IS_MANAGED", "pool ctx gets:four",
     "pinned_hostalloc ctx gets:four", "pinned_registered ctx get:RANGE_SIZE",
     "host_malloc ctx cudaPointerGetAttributes", "device_base ctx cudaPointerGetAttributes",
+    "device_interior ctx get:DEVICE_POINTER", "managed ctx gets:DEVICE_POINTER",
 ]
 # ... and must leave to the driver (their attributes are not their regions').
 PASSED = ["vmm_mapped ctx gets:four", "vmm_unmapped_half ctx gets:four", "global_managed ctx get:IS_MANAGED",
           "ipc_imported ctx get:DEVICE_ORDINAL", "device_base ctx get:CONTEXT",
-          "device_base ctx get:BUFFER_ID"]
+          "device_base ctx get:BUFFER_ID", "device_base noctx get:DEVICE_POINTER",
+          "device_base noctx gets:DEVICE_POINTER", "pinned_hostalloc ctx get:DEVICE_POINTER",
+          "host_malloc ctx get:DEVICE_POINTER"]
 
 
 @pytest.fixture(scope="module")
