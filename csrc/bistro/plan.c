@@ -30,6 +30,22 @@ static bool refuse(mh_plan *out, int refusal, const char *fmt, ...)
     return false;
 }
 
+/* An entry that opens with a jump is, as often as not, another patcher's
+ * work: the bytes after its jump are the tail of the instructions it
+ * displaced, and its trampoline jumps back to the first whole instruction
+ * after them.  A patch longer than that jump would put that return in the
+ * middle of our bytes (two patchers corrupting each other), so the window
+ * may cover the jump and nothing after it. */
+static bool jumps_away(mh_x86_flow flow)
+{
+    return flow == MH_FLOW_JMP_REL || flow == MH_FLOW_JMP_INDIRECT;
+}
+
+static const char *flow_name(mh_x86_flow flow)
+{
+    return flow == MH_FLOW_JMP_REL ? "jump" : "indirect jump";
+}
+
 static const char *status_text(mh_x86_status st)
 {
     return st == MH_X86_TRUNCATED ? "truncated" : st == MH_X86_INVALID ? "invalid" : "unknown opcode";
@@ -86,6 +102,11 @@ bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t s
             return refuse(out, MH_RELOC_UNSUPPORTED,
                           "the call at +%zu returns to +%zu, inside the %d-byte patch", off,
                           off + in.length, jump_size);
+        if (off == 0 && jumps_away(in.flow) && in.length < (size_t)jump_size)
+            return refuse(out, MH_RELOC_UNSUPPORTED, "the entry opens with a %d-byte %s "
+                          "(another patcher's?): a %d-byte patch would cover where its "
+                          "trampoline returns",
+                          (int)in.length, flow_name(in.flow), jump_size);
         off += in.length;
     }
 

@@ -150,7 +150,7 @@ typedef struct patch_ctx {
  * A lazy slot not bound yet (it points into the object's own PLT) is judged
  * by what the object's scope would bind.  A slot holding something that is
  * not a definition of the name at all is another tool's hook (UCX's UCM
- * puts its own there): it is left alone too.  Writing over it would cut
+ * puts its own there): it is left alone too.  Writing over it would take
  * that tool out (memhook's wrapper calls the definition, not the hook),
  * and such a tool re-applies its slots when objects load, so the two would
  * take the slot from each other; the tool's hook calls on to the
