@@ -244,7 +244,20 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
 /* All patches out in one pass.  One that stays (EAGAIN: a thread blocks
  * SIGTRAP or the probe signal; or a refused mprotect) keeps its row: the
  * wrapper passes calls through while nothing is recorded, and a later
- * install finds it in place. */
+ * install finds it in place.
+ *
+ * EBUSY: another patcher wrote its jump over ours after memhook installed
+ * (bistro.h).  Its trampoline holds our jump, relocated, so its hook still
+ * leads into our wrapper; putting the bytes memhook saw before back would
+ * erase its jump, and leave its trampoline returning into the middle of
+ * whatever we wrote (two patchers corrupting each other).  So nothing is
+ * written: our jump and trampoline stay under its patch, the row keeps
+ * them (the wrapper, recording nothing once uninstalled, calls our
+ * trampoline, which is the original code: a call through the other
+ * patcher's chain still completes), and status() says so
+ * (bistro_overwritten).  The other patcher, removing its own patch, puts
+ * our jump back, which then passes calls through; a later install finds
+ * the row in place and records again. */
 static void bistro_remove_all(void)
 {
     memhook_bistro_patch *patches[MH_FN_COUNT];
@@ -263,9 +276,15 @@ static void bistro_remove_all(void)
     for (int k = 0; k < n; k++) {
         mh_hook *h = &mh_hooks[who[k]];
         int rc = errs[k];
+        if (rc == EBUSY) {
+            mh_warn("bistro: %s was patched over by another library after memhook; memhook's "
+                    "jump stays under it (its trampoline leads into memhook's), so nothing "
+                    "is restored", h->name);
+            continue;
+        }
         if (rc != 0)
             mh_warn("bistro: restoring %s failed: %s", h->name, strerror(rc));
-        if (rc == 0 || rc == EINVAL || rc == EBUSY) {
+        if (rc == 0 || rc == EINVAL) {
             h->patch = NULL;
             h->patched_at = NULL;
             /* A thread that already loaded the trampoline may still run it:
@@ -525,10 +544,18 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
     out->api = h->api;
     out->kind = h->kind;
     out->present = present(h, driver);
-    out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
-                      (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
-    out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
-    if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
+    bool patched = h->patch != NULL && (g_mode & MEMHOOK_MODE_BISTRO);
+    out->mechanisms = (patched ? MEMHOOK_MODE_BISTRO : 0) | (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
+    out->bistro_jump = patched ? memhook_bistro_patch_jump_size(h->patch) : 0;
+    out->bistro_overwritten = h->patch != NULL && !memhook_bistro_patch_intact(h->patch);
+    if (out->bistro_overwritten)
+        snprintf(out->reason, sizeof out->reason,
+                 "bistro: another library patched this entry after memhook; memhook's jump "
+                 "stays under its patch (%s), since restoring the bytes memhook saw would "
+                 "erase it", g_mode & MEMHOOK_MODE_BISTRO
+                     ? "calls that come through it are recorded"
+                     : "uninstalled: calls that come through it are passed on, unrecorded");
+    else if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)
         snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
