@@ -10,6 +10,9 @@
 #   n+mh     the same, both processes under `memhook run --pointer-attributes`
 #            (plain `memhook run` where that flag is missing)
 #   y        UCX_MEMTYPE_CACHE=y: UCX's own CUDA hooks and cache
+#   y+mh     =y under `memhook run`: memhook's hooks are in before UCX's cache
+#            asks for its own, so memhook feeds UCX's cache (the
+#            memhook-first order of docs/design/ucx-coexistence.md)
 # and prints, per test and size, the p50 and average latency (us) and the
 # message rate (msg/s) of each.  Client CSV lines land in OUTDIR too.
 #
@@ -74,8 +77,8 @@ echo "== n+mh: $mh_label"
 one() {  # config test size
     local cfg=$1 test=$2 size=$3 iters=$ITERS_LAT cache=n pre=()
     [ "$test" = tag_bw ] && iters=$ITERS_BW
-    [ "$cfg" = y ] && cache=y
-    [ "$cfg" = n+mh ] && pre=("${memhook_run[@]}" --)
+    case $cfg in y*) cache=y ;; esac
+    case $cfg in *+mh) pre=("${memhook_run[@]}" --) ;; esac
     PORT=$((PORT + 1))
     UCX_MEMTYPE_CACHE=$cache "${pre[@]}" "$perftest" -p "$PORT" >"$tmp/server.log" 2>&1 &
     local srv=$!
@@ -100,10 +103,11 @@ one() {  # config test size
 for test in tag_lat tag_bw; do
     echo
     echo "== $test, -m $MEM: p50 / average latency (us), message rate (msg/s)"
-    printf "%8s | %-30s | %-30s | %-30s\n" size "MEMTYPE_CACHE=n" "=n under memhook" "MEMTYPE_CACHE=y"
+    printf "%8s | %-30s | %-30s | %-30s | %-30s\n" size "MEMTYPE_CACHE=n" "=n under memhook" \
+        "MEMTYPE_CACHE=y" "=y under memhook"
     for size in $SIZES; do
         row=$(printf "%8s" "$size")
-        for cfg in n n+mh y; do
+        for cfg in n n+mh y y+mh; do
             read -r p50 avg mr < <(one "$cfg" "$test" "$size")
             row+=$(printf " | %8s %9s %11s" "$p50" "$avg" "$mr")
         done
