@@ -26,6 +26,12 @@ ORDERS = ("memhook-first", "ucx-first")
 MEMHOOK_MODES = ("bistro", "bistro-far", "reloc", "bistro,reloc")
 UCX_MODES = ("bistro", "reloc", "bistro,reloc")
 CASES = list(itertools.product(ORDERS, MEMHOOK_MODES, UCX_MODES))
+# Four threads making pairs at once: the feed from every thread (memhook
+# first), and UCX's own hooks beside memhook's (UCX first).
+THREADS, TN = 4, 200
+THREADED = [("memhook-first", "bistro", "bistro"), ("memhook-first", "reloc", "reloc"),
+            ("memhook-first", "bistro,reloc", "bistro,reloc"), ("ucx-first", "bistro", "bistro"),
+            ("ucx-first", "reloc", "reloc")]
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +50,8 @@ def ucx_pair(native, c_test_dir: Path) -> Path:
         f"-Wl,-rpath,{native.sim_dir}:{core}", "-ldl"])
 
 
-def _run(native, exe: Path, lib: Path,
-         case: tuple[str, str, str]) -> dict[str, int | str] | str:
+def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
+         threads: int = 1) -> dict[str, int | str] | str:
     order, mode, ucx_mode = case
     env = native.env(UCX_MEM_CUDA_HOOK_MODE=ucx_mode, UCX_MODULE_DIR=str(lib / "ucx"),
                      UCX_WARN_UNUSED_ENV_VARS="n")
@@ -53,8 +59,9 @@ def _run(native, exe: Path, lib: Path,
     if mode == "bistro-far":
         mode = "bistro"
         env["MEMHOOK_BISTRO_FAR_JUMP"] = "1"
-    proc = subprocess.run([str(exe), order, mode, str(lib), str(N), str(M)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    n = N if threads == 1 else TN
+    proc = subprocess.run([str(exe), order, mode, str(lib), str(n), str(M), str(threads)],
+                          env=env, capture_output=True, text=True, timeout=120)
     found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
     row = re.search(r"^ROW cuMemAlloc_v2 mechanisms=(\d+) jump=(\d+) reason=(.*)$", proc.stdout,
                     re.M)
@@ -67,9 +74,10 @@ def _run(native, exe: Path, lib: Path,
 
 
 @pytest.fixture(scope="session")
-def outcomes(native, ucx_pair: Path, ucx_lib: Path) -> dict[tuple[str, str, str], object]:
+def outcomes(native, ucx_pair: Path, ucx_lib: Path) -> dict[tuple, object]:
+    jobs = [(c, 1) for c in CASES] + [(c, THREADS) for c in THREADED]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
-        done = pool.map(lambda c: (c, _run(native, ucx_pair, ucx_lib, c)), CASES)
+        done = pool.map(lambda j: ((*j[0], j[1]), _run(native, ucx_pair, ucx_lib, *j)), jobs)
         return dict(done)
 
 
@@ -91,7 +99,7 @@ def _memhook_sees(order: str, mode: str, ucx_mode: str) -> int:
 
 @pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
 def test_both_see_every_allocation_and_ucx_outlives_memhook(outcomes, case) -> None:
-    got = outcomes[case]
+    got = outcomes[(*case, 1)]
     assert isinstance(got, dict), got
     order, _mode, ucx_mode = case
     # UCX's handler registration (which installs its hooks, unless memhook
@@ -117,8 +125,19 @@ def test_far_form_over_ucx_jump_is_refused_with_the_reason(outcomes, ucx_mode: s
     # The far form would overwrite 12 bytes where UCX's jump holds 5: UCX's
     # trampoline returns to the first whole instruction after the bytes it
     # displaced, which would be inside memhook's jump (a crash, or worse).
-    got = outcomes[("ucx-first", "bistro-far", ucx_mode)]
+    got = outcomes[("ucx-first", "bistro-far", ucx_mode, 1)]
     assert isinstance(got, dict), got
     assert got["jump"] == 0, got
     assert "opens with a 5-byte jump" in str(got["reason"]), got
     assert "would cover where its trampoline returns" in str(got["reason"]), got
+
+
+@pytest.mark.parametrize("case", THREADED, ids=["/".join(c) for c in THREADED])
+def test_every_thread_s_calls_reach_both(outcomes, case) -> None:
+    got = outcomes[(*case, THREADS)]
+    assert isinstance(got, dict), got
+    total = THREADS * TN
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["free_early"]) == (total,) * 3, got
+    assert (got["mh_alloc"], got["mh_free"]) == (total, total), got
+    assert (got["after_alloc"], got["after_free"]) == (M, M), got
