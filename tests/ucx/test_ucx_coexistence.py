@@ -5,7 +5,8 @@ Every case is a fresh process: both orders (memhook installed first, UCX's
 memtype handler first) x memhook's modes (bistro, the far form, reloc,
 bistro,reloc) x UCX_MEM_CUDA_HOOK_MODE (bistro, reloc, bistro,reloc).  Each
 makes 50 cuMemAlloc_v2/cuMemFree_v2 pairs through its PLT, uninstalls
-memhook, and makes 20 more.  The cases run in parallel, a few at a time.
+memhook, and makes 20 more; a handler of its own and UCX's memtype cache
+(UCX_MEMTYPE_CACHE=y) are asked about every pointer.  The cases run in parallel, a few at a time.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
          threads: int = 1) -> dict[str, int | str] | str:
     order, mode, ucx_mode = case
     env = native.env(UCX_MEM_CUDA_HOOK_MODE=ucx_mode, UCX_MODULE_DIR=str(lib / "ucx"),
-                     UCX_WARN_UNUSED_ENV_VARS="n")
+                     UCX_MEMTYPE_CACHE="y", UCX_WARN_UNUSED_ENV_VARS="n")
     env.pop("MEMHOOK_BISTRO_FAR_JUMP", None)
     if mode == "bistro-far":
         mode = "bistro"
@@ -115,9 +116,13 @@ def test_both_see_every_allocation_and_ucx_outlives_memhook(outcomes, case) -> N
     assert got["ucx_types"] == (N if order == "memhook-first" else 0), got
     want = _memhook_sees(order, _mode, ucx_mode)
     assert (got["mh_alloc"], got["mh_free"]) == (want, want), got
+    # UCX's own memtype cache, asked right after each call: every live
+    # pointer is in it (not taken for host memory), no freed one is.
+    assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
     # After memhook.uninstall() UCX keeps seeing every call (its own hooks,
-    # handed back, or never taken away).
+    # handed back, or never taken away), and its cache stays right.
     assert (got["after_alloc"], got["after_free"]) == (M, M), got
+    assert (got["after_hit"], got["after_gone"]) == (M, M), got
 
 
 @pytest.mark.parametrize("ucx_mode", ["bistro", "bistro,reloc"])

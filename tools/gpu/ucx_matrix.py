@@ -16,6 +16,8 @@ uninstalls memhook and makes M more.  Prints one table row per case:
   mh a/f    memhook's ALLOC / FREE events of those pointers (of N)
   early     FREEs that reached UCX while the memory was still allocated
   typed     UCX ALLOCs with a known type (memhook's, when it feeds UCX)
+  cache     UCX's memtype cache asked right after each call: live pointers
+            found (not host) / freed pointers gone (of N)
   after     allocations / frees UCX saw after memhook.uninstall() (of M)
   row       memhook's row of cuMemAlloc_v2: mechanisms and bistro jump
 
@@ -95,7 +97,7 @@ def run_case(exe: Path, lib: Path, cuda: Path, case: tuple[str, str, str], n: in
              m: int) -> dict[str, object]:
     order, mode, ucx_mode = case
     env = dict(os.environ, UCX_MEM_CUDA_HOOK_MODE=ucx_mode, UCX_MODULE_DIR=str(lib / "ucx"),
-               UCX_WARN_UNUSED_ENV_VARS="n")
+               UCX_MEMTYPE_CACHE="y", UCX_WARN_UNUSED_ENV_VARS="n")
     env["LD_LIBRARY_PATH"] = f"{cuda}:{env.get('LD_LIBRARY_PATH', '')}"
     env.pop("MEMHOOK_BISTRO_FAR_JUMP", None)
     if mode == "bistro-far":
@@ -134,7 +136,7 @@ def main() -> int:
         rows = [run_case(exe, lib, cuda, c, a.n, a.m)
                 for c in itertools.product(ORDERS, MODES, UCX_MODES)]
     head = (f"{'order':<14} {'memhook':<13} {'UCX mode':<13} {'ucx st':>6} {'ucx a/f':>9} "
-            f"{'mh a/f':>9} {'early':>5} {'typed':>5} {'after':>7}  row")
+            f"{'mh a/f':>9} {'early':>5} {'typed':>5} {'cache':>9} {'after':>7}  row")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -144,7 +146,8 @@ def main() -> int:
             continue
         print(f"{r['order']:<14} {r['mode']:<13} {r['ucx_mode']:<13} {r['ucx_status']:>6} "
               f"{r['ucx_alloc']:>4}/{r['ucx_free']:<4} {r['mh_alloc']:>4}/{r['mh_free']:<4} "
-              f"{r['free_early']:>5} {r['ucx_types']:>5} {r['after_alloc']:>3}/{r['after_free']:<3}"
+              f"{r['free_early']:>5} {r['ucx_types']:>5} {r['cache_hit']:>4}/{r['cache_gone']:<4} "
+              f"{r['after_alloc']:>3}/{r['after_free']:<3}"
               f"  mech={r.get('mechanisms', '?')} jump={r.get('jump', '?')}")
     for r in rows:
         if r.get("reason") and r.get("jump") == 0 and "bistro" in str(r["mode"]):
