@@ -88,7 +88,7 @@ TARGETS: tuple[Target, ...] = (
         # trace/ after queue/ and cuda/: .init_array runs in link order, and
         # trace's constructor must come after the event queue's and the
         # hooks' (their atfork child handlers first: csrc/trace/trace.c).
-        sources=("core/*.c", "queue/*.c", "bistro/*.c", "reloc/*.c", "reloc/*.S", "cache/*.c",
+        sources=("core/*.c", "queue/*.c", "bistro/*.c", "bistro/arch/x86_64/*.c", "reloc/*.c", "reloc/*.S", "cache/*.c",
                  "cuda/*.c", "trace/*.c"),
         soname="libmemhook.so",
         # nodelete: patched entry points, GOT slots and each thread's lane

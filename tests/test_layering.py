@@ -20,6 +20,9 @@ Headers are included by bare name (csrc/build_native.py puts every layer's
 folder on the include path), so a header name must also be unique across
 the layers, or one would silently shadow another.
 
+bistro's generic files reach its x86-64 part (bistro/arch/x86_64/) through
+bistro/arch.h only, and name no opcode, register or decoder (ARCH_SPECIFIC).
+
 The core keeps one of each helper (the environment, the monotonic clock, the
 driver's soname, the /proc/self/maps reader, MH_HIDDEN); ONE_OF_EACH holds
 each to its one file.
@@ -175,6 +178,76 @@ def test_the_one_of_each_check_catches_a_second_reader(tmp_path: Path) -> None:
                      'static const char *knob(void) { return getenv("MEMHOOK_X"); }\n')
     assert one_of_each_violations(root) == [
         "trace/trace.c reads the environment; only core/mh_options.c may (use its helper)"]
+
+
+# bistro's generic patcher (plan, write, publish, restore) knows no
+# instruction set: x86-64's encodings, registers and decoder live in
+# csrc/bistro/arch/x86_64/, reached through the one door bistro/arch.h (the
+# split of funchook's funchook_internal.h + funchook_x86.c and UCX's
+# bistro.c + bistro_x86_64.c).  Looked for in code, comments and strings
+# stripped: a comment may explain int3, a refusal may name an endbr64.
+ARCH_DOOR = "bistro/arch.h"
+ARCH_SPECIFIC: dict[str, str] = {
+    "an x86-64 opcode byte": r"\b0x(?:E9|CC|EB|FEEB|48|B8|0F|50|57|58)\b",
+    "a machine register of the signal context": r"\bREG_[A-Z0-9]+\b|\bgregs\b|\buc_mcontext\b",
+    "the x86-64 decoder": r"\b(?:mh_x86_|MH_X86_|MH_FLOW_)\w*",
+    "x86-64 instructions": r"\b__builtin_ia32_\w+|\b__asm__\b|\basm\b|\bmovabs\b|\bint3\b",
+}
+# Only the door names the instruction set and includes its files.
+ARCH_SELECTION = r'\b__x86_64__\b|#\s*include\s*"(?:arch/|x86\.h|arch_x86_64\.h)'
+_STRING = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
+
+
+def arch_violations(root: Path) -> list[str]:
+    """One line per x86-64 specific in a generic bistro file under `root`
+    (a csrc/ tree): outside bistro/arch/, and outside the door but for its
+    selection of the instruction set."""
+    problems = []
+    for src in _core_files(root):
+        rel = src.relative_to(root)
+        if rel.parts[0] != "bistro" or rel.parts[1] == "arch":
+            continue
+        code = _COMMENT.sub("", src.read_text())
+        bare = _STRING.sub('""', code)
+        found = [what for what, pattern in ARCH_SPECIFIC.items() if re.search(pattern, bare, re.I)]
+        if rel.as_posix() != ARCH_DOOR and re.search(ARCH_SELECTION, code):
+            found.append("the instruction set's own files")
+        problems += [f"{rel.as_posix()} names {what}: it belongs in bistro/arch/x86_64/, "
+                     f"reached through {ARCH_DOOR}" for what in found]
+    return problems
+
+
+def test_generic_bistro_files_hold_no_x86_specifics() -> None:
+    problems = arch_violations(CSRC)
+    assert not problems, "\n  ".join(["x86-64 outside bistro/arch/:", *problems])
+
+
+def test_the_arch_check_catches_x86_in_generic_files(tmp_path: Path) -> None:
+    """On a copy of the core: the pc read through the ucontext's REG_RIP
+    in the live write, a jmp opcode in the patch record, the decoder's
+    header included by the planner.  Comments and messages may say it."""
+    root = tmp_path / "csrc"
+    shutil.copytree(CSRC, root, ignore=shutil.ignore_patterns("sim", "__pycache__", "*.py"))
+    assert arch_violations(root) == []
+    arch = root / "bistro" / "arch" / "x86_64" / "arch_x86_64.h"
+    assert re.search(ARCH_SPECIFIC["a machine register of the signal context"], arch.read_text())
+    poke = root / "bistro" / "text_poke.c"
+    poke.write_text(poke.read_text() + "\n/* int3 and movabs in a comment are fine */\n"
+                    "static uint64_t pc_of(ucontext_t *uc)\n"
+                    "{ return (uint64_t)uc->uc_mcontext.gregs[REG_RIP]; }\n")
+    patch = root / "bistro" / "patch.c"
+    patch.write_text(patch.read_text() + '\nstatic const char *said = "movabs, 0xe9";\n'
+                     "static const uint8_t jmp_rel32 = 0xe9;\n")
+    plan = root / "bistro" / "plan.c"
+    plan.write_text('#include "arch/x86_64/x86.h"\n' + plan.read_text())
+    assert arch_violations(root) == [
+        "bistro/patch.c names an x86-64 opcode byte: it belongs in bistro/arch/x86_64/, "
+        "reached through bistro/arch.h",
+        "bistro/plan.c names the instruction set's own files: it belongs in "
+        "bistro/arch/x86_64/, reached through bistro/arch.h",
+        "bistro/text_poke.c names a machine register of the signal context: it belongs in "
+        "bistro/arch/x86_64/, reached through bistro/arch.h",
+    ]
 
 
 # A layer may split its header in two: the one the layers above include,

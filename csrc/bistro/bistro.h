@@ -2,9 +2,10 @@
  * bistro.h - internal API of the bistro patch engine (binary instrumentation
  * of function entries).  Layers, bottom up:
  *
- *   x86.h        decode / relocate / branch sweep (no side effects)
+ *   arch.h       the instruction set: jump forms, trampolines, decoding,
+ *                relocation, a signal handler's view of a thread
+ *                (arch/x86_64/; no side effects but the stores it names)
  *   island.c     executable memory near a target (never writable+executable)
- *   trampoline.c relocated prologue + jump back, and far-jump slots
  *   plan.c       the one decision whether and how an entry is patched
  *   text_poke.c  the live-write protocol (int3, core sync, moving threads out)
  *   patch.c      install/remove and the public memhook_bistro_* API
@@ -21,14 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "x86.h"
-
-/* Reachable by a rel32 displacement from the end of a 5-byte jmp/call. */
-static inline bool mh_rel32_reachable(uint64_t insn_end, uint64_t dest)
-{
-    int64_t d = (int64_t)(dest - insn_end);
-    return d >= INT32_MIN && d <= INT32_MAX;
-}
+#include "arch.h"
 
 /* ---- island.c: executable memory within +-2 GiB of a target ------------ */
 
@@ -70,48 +64,20 @@ MH_HIDDEN void mh_bistro_fork_prepare(void);
 MH_HIDDEN void mh_bistro_fork_parent(void);
 MH_HIDDEN void mh_bistro_fork_child(void);
 
-/* ---- trampoline.c -------------------------------------------------------- */
-
-#define MH_TRAMP_MAX 160        /* endbr64 + relocated window + jump back */
-#define MH_FARSLOT_SIZE 14      /* jmp *0(%rip); .quad dest */
-
-/* Build the trampoline for the window src[0 .. need) of a function at
- * src_addr (avail readable bytes), to run at tramp_addr:
- *   endbr64; <relocated whole instructions>; jmp src_addr+consumed
- * The jump back is rel32 when reachable, else jmp *0(%rip) + .quad.
- * Returns the trampoline length (0 on refusal: res says why). */
-MH_HIDDEN size_t mh_tramp_build(const uint8_t *src, uint64_t src_addr, size_t avail, size_t need,
-                                uint64_t tramp_addr, uint8_t out[MH_TRAMP_MAX],
-                                mh_reloc_result *res);
-/* Offset of the relocated code inside a trampoline (after its endbr64). */
-#define MH_TRAMP_BODY 4
-/* jmp *0(%rip); .quad dest */
-MH_HIDDEN void mh_farslot_build(uint64_t dest, uint8_t out[MH_FARSLOT_SIZE]);
-/* At most this many one-byte pushes (50+r) are stepped over to place a
- * jump after them (patch.c, docs/design/live-patching.md). */
-#define MH_PUSH_RUN_MAX 3
-#define MH_UNDO_STUB_MAX (MH_PUSH_RUN_MAX + MH_FARSLOT_SIZE)
-/* pop of each push of pushes[0 .. n) in reverse order, then a jump to dest
- * (rel32 from stub_addr when reachable, else jmp *0(%rip)).  Returns the
- * length, 0 when n is too large or a byte is no one-byte push. */
-MH_HIDDEN size_t mh_undo_stub_build(const uint8_t *pushes, size_t n, uint64_t stub_addr,
-                                    uint64_t dest, uint8_t out[MH_UNDO_STUB_MAX]);
-/* The patch bytes: jmp rel32 (5) or movabs $dest,%rax; jmp *%rax (12). */
-MH_HIDDEN size_t mh_patch_jump_build(uint64_t at, uint64_t dest, int size, uint8_t out[16]);
-
 /* ---- text_poke.c: the live-write protocol ------------------------------- */
 
 /* Serializing event on every CPU that runs a thread of this process. */
 MH_HIDDEN void mh_sync_cores(void);
 
-/* One patch window known to the signal handlers: [at, at+len) (len 5 or
- * 12) with its trampoline at `tramp`.  A thread that hits the int3 at `at`
- * continues at tramp + MH_TRAMP_BODY (the trampoline body: "original
- * behaviour"); one the probe finds at an old instruction boundary at+k
- * (k < 16) continues at tramp + map[k] (0xFF: no boundary); one found at
- * +10 of movabs $dest,%rax; jmp *%rax with %rax == dest continues at dest
- * (dest 0: keep the one registered before).  Entries are never removed: a
- * trap or probe taken just before a write may be delivered after it. */
+/* One patch window known to the signal handlers: [at, at+len) (len: a
+ * jump form's size) with its trampoline at `tramp`.  A thread that hits
+ * the trap at `at` continues at tramp + map[0] (the trampoline's copy:
+ * "original behaviour"); one the probe finds at an old instruction
+ * boundary at+k (k < 16) continues at tramp + map[k] (0xFF: no boundary);
+ * one found midway through the far jump to dest (mh_arch_far_jump_midway)
+ * continues at dest (dest 0: keep the one registered before).  Entries are
+ * never removed: a trap or probe taken just before a write may be
+ * delivered after it. */
 MH_HIDDEN int mh_trap_register(uint64_t at, uint64_t tramp, int len, const uint8_t map[16],
                                uint64_t dest);
 /* Make sure our SIGTRAP handler is the installed one (chains to others). */

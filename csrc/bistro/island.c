@@ -307,7 +307,7 @@ int mh_island_commit(mh_island_chunk *chunk, const void *bytes, size_t len)
     memcpy((void *)(uintptr_t)chunk->addr, bytes, len);
     if (mprotect((void *)(uintptr_t)pg->addr, ps, PROT_READ | PROT_EXEC) != 0) {
         int err = errno;
-        memset((void *)(uintptr_t)chunk->addr, 0xCC, len);
+        memset((void *)(uintptr_t)chunk->addr, MH_ARCH_TRAP_BYTE, len);
         return err;
     }
     pg->sealed = true;

@@ -2,12 +2,11 @@
  * patch.c - install and remove bistro patches: the public memhook_bistro_*
  * API.
  *
- * A patch replaces the first bytes of a function (after an endbr64, which
- * stays at the entry) with
- *   e9 rel32                      when the hook, or a far-jump slot in an
- *                                 island near the target, is within rel32;
- *   48 b8 imm64 ff e0             movabs $hook,%rax; jmp *%rax otherwise,
- *                                 or when MEMHOOK_BISTRO_FAR_JUMP=1.
+ * A patch replaces the first bytes of a function (after what the
+ * instruction set keeps at the entry: mh_arch_entry_skip) with the near
+ * jump when the hook, or a far-jump slot in an island near the target, is
+ * within its reach; with the far jump otherwise, or when
+ * MEMHOOK_BISTRO_FAR_JUMP=1 (the forms: arch.h).
  * The displaced whole instructions are relocated into a trampoline (an
  * island within +-2 GiB of the target) that the caller gets back as
  * "original".
@@ -53,7 +52,6 @@
 
 #include "memhook/memhook.h"
 
-#define ENDBR64_SIZE 4
 #define WHY_BYTES 16
 
 typedef struct mh_site {
@@ -229,7 +227,8 @@ static int plan_target(pending *e)
     e->site = find_site(e->target);
     if (e->site && e->site->live)
         return fail(e, EEXIST, e->site->at, 0, "already patched by memhook");
-    e->size = r->jump_size ? r->jump_size : far_jump_forced() ? 12 : 5;
+    e->size = r->jump_size ? r->jump_size
+                           : far_jump_forced() ? MH_ARCH_FAR_JUMP : MH_ARCH_NEAR_JUMP;
     /* The planner keeps an endbr64; its verdict on the skip is all we need
      * to place the island near the patch point. */
     mh_plan first;
@@ -257,20 +256,20 @@ static int plan_target(pending *e)
 static int place_island(pending *e)
 {
     mh_site *site = e->site;
-    if (site && site->tramp[e->size == 12]) {
-        e->tramp = site->tramp[e->size == 12];
+    if (site && site->tramp[e->size == MH_ARCH_FAR_JUMP]) {
+        e->tramp = site->tramp[e->size == MH_ARCH_FAR_JUMP];
         return 0;
     }
     int err = mh_island_reserve(e->at, MH_TRAMP_MAX, &e->chunk);
     if (err) {
-        if (e->req->jump_size == 5 && !mh_rel32_reachable(e->at + 5, e->hook))
+        if (e->req->jump_size == MH_ARCH_NEAR_JUMP && !mh_arch_near_reaches(e->at, e->hook))
             return fail(e, EINVAL, e->at, e->avail,
                         "a 5-byte jump was demanded but the hook is beyond +-2 GiB and no "
                         "memory could be mapped near the function (%s)", strerror(err));
-        if (e->size == 5 && !mh_rel32_reachable(e->at + 5, e->hook))
-            e->size = 12;
-        if (site && site->tramp[e->size == 12]) {
-            e->tramp = site->tramp[e->size == 12];
+        if (e->size == MH_ARCH_NEAR_JUMP && !mh_arch_near_reaches(e->at, e->hook))
+            e->size = MH_ARCH_FAR_JUMP;
+        if (site && site->tramp[e->size == MH_ARCH_FAR_JUMP]) {
+            e->tramp = site->tramp[e->size == MH_ARCH_FAR_JUMP];
             return 0;
         }
         err = mh_island_reserve(0, MH_TRAMP_MAX, &e->chunk);
@@ -301,7 +300,8 @@ static void ensure_wide(pending *e)
         return;
     uint8_t buf[MH_TRAMP_MAX];
     mh_plan wide;
-    if (!mh_plan_entry(e->code, e->target, e->total, e->total, 12, chunk.addr, buf, &wide)) {
+    if (!mh_plan_entry(e->code, e->target, e->total, e->total, MH_ARCH_FAR_JUMP, chunk.addr, buf,
+                       &wide)) {
         mh_island_release(&chunk);
         return;
     }
@@ -310,7 +310,7 @@ static void ensure_wide(pending *e)
         mh_island_release(&chunk);
         return;
     }
-    if (mh_trap_register(e->at, chunk.addr, 12, wide.map, 0) != 0)
+    if (mh_trap_register(e->at, chunk.addr, MH_ARCH_FAR_JUMP, wide.map, 0) != 0)
         return;
     site->tramp[1] = chunk.addr;
     memcpy(site->map[1], wide.map, MH_PLAN_MAP);
@@ -332,7 +332,7 @@ static int record_trampoline(pending *e)
         g_sites = site;
         e->site = site;
     }
-    int form = e->size == 12;
+    int form = e->size == MH_ARCH_FAR_JUMP;
     site->tramp[form] = e->tramp;
     memcpy(site->map[form], e->plan.map, MH_PLAN_MAP);
     return 0;
@@ -359,7 +359,7 @@ static int place_trampoline(pending *e)
         if (err)
             return err;
     }
-    if (e->size == 5)
+    if (e->size == MH_ARCH_NEAR_JUMP)
         ensure_wide(e);
     return 0;
 }
@@ -368,13 +368,13 @@ static int place_trampoline(pending *e)
 static int jump_destination(pending *e, uint64_t *dest)
 {
     *dest = e->hook;
-    if (e->size == 12 || mh_rel32_reachable(e->at + 5, e->hook))
+    if (e->size == MH_ARCH_FAR_JUMP || mh_arch_near_reaches(e->at, e->hook))
         return 0;
     mh_island_chunk slot;
     int err = mh_island_reserve(e->at, MH_FARSLOT_SIZE, &slot);
     uint8_t sb[MH_FARSLOT_SIZE];
     mh_farslot_build(e->hook, sb);
-    if (!err && !mh_rel32_reachable(e->at + 5, slot.addr)) {
+    if (!err && !mh_arch_near_reaches(e->at, slot.addr)) {
         mh_island_release(&slot);
         err = ENOMEM;
     }
@@ -390,14 +390,14 @@ static int jump_destination(pending *e, uint64_t *dest)
     return 0;
 }
 
-/* How many one-byte pushes (50+r) open the window before an instruction
+/* How many one-byte pushes open the window before an instruction
  * longer than a byte, by the 12-byte window's map; 0 when the first
  * instruction is a longer one, -1 when the run is no such prefix. */
 static int push_run(const mh_site *site, const uint8_t *code)
 {
     const uint8_t *map = site->map[1];
     int b = 0;
-    while (b < MH_PUSH_RUN_MAX && code[b] >= 0x50 && code[b] <= 0x57)
+    while (b < MH_PUSH_RUN_MAX && mh_arch_is_one_byte_push(code[b]))
         b++;
     if (map[b] == MH_PLAN_NO_BOUNDARY || map[b + 1] != MH_PLAN_NO_BOUNDARY)
         return -1;
@@ -415,7 +415,7 @@ static int undo_stub(pending *e, size_t b, uint64_t *stub)
     }
     mh_island_chunk chunk;
     int err = mh_island_reserve(e->at, MH_UNDO_STUB_MAX, &chunk);
-    if (!err && !mh_rel32_reachable(e->at + b + 5, chunk.addr)) {
+    if (!err && !mh_arch_near_reaches(e->at + b, chunk.addr)) {
         mh_island_release(&chunk);
         err = ENOMEM;
     }
@@ -485,14 +485,15 @@ static int place_jump(pending *e)
     p->tramp = e->tramp;
     memcpy(p->map, e->plan.map, MH_PLAN_MAP);
     int err;
-    if (e->spin && e->size == 5 && e->plan.map[1] != MH_PLAN_NO_BOUNDARY)
+    if (e->spin && e->size == MH_ARCH_NEAR_JUMP && e->plan.map[1] != MH_PLAN_NO_BOUNDARY)
         err = shift_past_pushes(e, p); /* the stub jumps on to the hook */
     else
         err = jump_destination(e, &p->dest);
     if (err)
         return err;
     mh_patch_jump_build(p->at, p->dest, e->size, p->bytes);
-    err = mh_trap_register(p->at, p->tramp, e->size, p->map, e->size == 12 ? p->dest : 0);
+    err = mh_trap_register(p->at, p->tramp, e->size, p->map,
+                           mh_arch_jump_has_interior(e->size) ? p->dest : 0);
     if (err)
         return fail(e, err, e->at, e->avail, "too many patch sites");
     return 0;
@@ -598,7 +599,8 @@ static size_t install_locked(memhook_bistro_request *req, size_t n)
 static bool bad_request(const memhook_bistro_request *r)
 {
     return !r->target || !r->hook || !r->original ||
-           (r->jump_size != 0 && r->jump_size != 5 && r->jump_size != 12);
+           (r->jump_size != 0 && r->jump_size != MH_ARCH_NEAR_JUMP &&
+            r->jump_size != MH_ARCH_FAR_JUMP);
 }
 
 size_t memhook_bistro_install_batch(memhook_bistro_request *req, size_t n)
@@ -668,11 +670,11 @@ size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, int *errs, si
              * restoring would break theirs. */
             errs[i] = EBUSY;
         } else {
-            int form = patch->jump_size == 12;
+            bool form = mh_arch_jump_has_interior(patch->jump_size);
             errs[i] = mh_trap_register(patch->at, patch->tramp, patch->jump_size, patch->map,
                                        form ? patch->dest : 0);
             if (errs[i] == 0) {
-                /* movabs+jmp has a boundary at +10 where a thread may stand. */
+                /* The far jump has a boundary inside where a thread may stand. */
                 pk[np] = (mh_poke){.at = patch->at, .bytes = site->orig + (patch->at - site->at),
                                    .len = (size_t)patch->jump_size, .interior = form};
                 idx[np++] = i;

@@ -30,27 +30,6 @@ static bool refuse(mh_plan *out, int refusal, const char *fmt, ...)
     return false;
 }
 
-/* An entry that opens with a jump is, as often as not, another patcher's
- * work: the bytes after its jump are the tail of the instructions it
- * displaced, and its trampoline jumps back to the first whole instruction
- * after them.  A patch longer than that jump would put that return in the
- * middle of our bytes (two patchers corrupting each other), so the window
- * may cover the jump and nothing after it. */
-static bool jumps_away(mh_x86_flow flow)
-{
-    return flow == MH_FLOW_JMP_REL || flow == MH_FLOW_JMP_INDIRECT;
-}
-
-static const char *flow_name(mh_x86_flow flow)
-{
-    return flow == MH_FLOW_JMP_REL ? "jump" : "indirect jump";
-}
-
-static const char *status_text(mh_x86_status st)
-{
-    return st == MH_X86_TRUNCATED ? "truncated" : st == MH_X86_INVALID ? "invalid" : "unknown opcode";
-}
-
 bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t symbol_size,
                    int jump_size, uint64_t tramp_addr, uint8_t *tramp, mh_plan *out)
 {
@@ -62,18 +41,21 @@ bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t s
     if (symbol_size != 0 && symbol_size < limit)
         limit = symbol_size;
 
-    mh_x86_insn first;
-    if (mh_x86_decode(code, limit, &first) == MH_X86_OK && first.endbr64)
-        out->skip = MH_PLAN_ENDBR64;
+    out->skip = mh_arch_entry_skip(code, limit);
     const size_t po = out->skip;
     const size_t need = po + (size_t)jump_size;
     if (symbol_size == 0 && limit < need)
         return refuse(out, MH_RELOC_TOO_SHORT, "only %zu bytes of the function are known, "
                       "the %d-byte patch needs %zu", limit, jump_size, need);
-    if (limit < need)
+    if (limit < need) {
+        char kept[64] = "";
+        if (po)
+            snprintf(kept, sizeof kept, " (%zu of them an %s kept at the entry)", po,
+                     MH_ARCH_KEPT_AT_ENTRY);
         return refuse(out, MH_RELOC_TOO_SHORT,
                       "the function is %zu bytes long%s, shorter than the %d-byte patch",
-                      limit, po ? " (4 of them an endbr64 kept at the entry)" : "", jump_size);
+                      limit, kept, jump_size);
+    }
 
     uint8_t scratch[MH_TRAMP_MAX];
     uint8_t *buf = tramp ? tramp : scratch;
@@ -83,7 +65,7 @@ bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t s
     if (n == 0)
         return refuse(out, (int)rr.refusal, "cannot relocate the prologue: %s%s",
                       rr.reason[0] ? rr.reason : "refused by the relocator",
-                      po ? " (offsets after the endbr64)" : "");
+                      po ? " (offsets after the " MH_ARCH_KEPT_AT_ENTRY ")" : "");
     out->consumed = rr.consumed;
     out->tramp_len = n;
     for (size_t i = 0; i < rr.map_n; i++) {
@@ -93,40 +75,38 @@ bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t s
             out->interior = true;
     }
 
-    for (size_t off = 0; off < (size_t)jump_size;) {
-        mh_x86_insn in;
-        if (mh_x86_decode(code + po + off, limit - po - off, &in) != MH_X86_OK)
-            break; /* the relocator accepted it, so this cannot happen */
-        if ((in.flow == MH_FLOW_CALL_REL || in.flow == MH_FLOW_CALL_INDIRECT) &&
-            off + in.length < (size_t)jump_size)
-            return refuse(out, MH_RELOC_UNSUPPORTED,
-                          "the call at +%zu returns to +%zu, inside the %d-byte patch", off,
-                          off + in.length, jump_size);
-        if (off == 0 && jumps_away(in.flow) && in.length < (size_t)jump_size)
-            return refuse(out, MH_RELOC_UNSUPPORTED, "the entry opens with a %d-byte %s "
-                          "(another patcher's?): a %d-byte patch would cover where its "
-                          "trampoline returns",
-                          (int)in.length, flow_name(in.flow), jump_size);
-        off += in.length;
-    }
+    size_t call_at, return_at;
+    if (mh_arch_call_returns_inside(code + po, limit - po, (size_t)jump_size, &call_at,
+                                    &return_at))
+        return refuse(out, MH_RELOC_UNSUPPORTED,
+                      "the call at +%zu returns to +%zu, inside the %d-byte patch", call_at,
+                      return_at, jump_size);
+    /* An entry that opens with a jump is, as often as not, another
+     * patcher's work: the bytes after its jump are the tail of the
+     * instructions it displaced, and its trampoline jumps back to the first
+     * whole instruction after them.  A patch longer than that jump would put
+     * that return in the middle of ours (two patchers corrupting each
+     * other), so the window may cover the jump and nothing after it. */
+    size_t opening = mh_arch_entry_jump(code + po, limit - po);
+    if (opening != 0 && opening < (size_t)jump_size)
+        return refuse(out, MH_RELOC_UNSUPPORTED, "the entry opens with a %zu-byte jump "
+                      "(another patcher's?): a %d-byte patch would cover where its "
+                      "trampoline returns", opening, jump_size);
 
-    size_t where = 0;
-    mh_x86_status stop = MH_X86_OK;
     const size_t end = po + rr.consumed;
-    int hit = mh_x86_sweep_branches(code, address, limit, end, po + 1, end, &where, &stop);
-    if (hit == 1) {
-        mh_x86_insn br;
-        mh_x86_decode(code + where, limit - where, &br);
+    mh_arch_sweep sweep;
+    mh_arch_sweep_branches_into(code, address, limit, end, po + 1, end, &sweep);
+    if (sweep.hit == 1)
         return refuse(out, MH_RELOC_BRANCH_INTO_WINDOW,
                       "the branch at +%zu jumps back into the %zu bytes the patch displaces "
-                      "(to +%lld, inside [%zu, %zu))", where, rr.consumed,
-                      (long long)((int64_t)(where + br.length) + br.rel), po, end);
-    }
+                      "(to +%lld, inside [%zu, %zu))", sweep.where, rr.consumed,
+                      (long long)sweep.target, po, end);
     bool partial = symbol_size == 0 || avail < symbol_size;
-    if (hit < 0 && !(stop == MH_X86_TRUNCATED && partial))
+    size_t where = sweep.where;
+    if (sweep.hit < 0 && !(sweep.truncated && partial))
         return refuse(out, MH_RELOC_DECODE_FAILED,
                       "cannot decode the function body at +%zu (%s: %02x %02x %02x) to rule "
-                      "out branches back into the prologue", where, status_text(stop),
+                      "out branches back into the prologue", where, sweep.stop,
                       code[where], where + 1 < limit ? code[where + 1] : 0,
                       where + 2 < limit ? code[where + 2] : 0);
     out->ok = true;

@@ -15,14 +15,13 @@
 
 #include "bistro.h"
 
-#define MH_PLAN_ENDBR64 4
 #define MH_PLAN_NO_BOUNDARY 0xFF
 #define MH_PLAN_MAP 16
 
 typedef struct mh_plan {
     bool ok;
     int refusal;            /* mh_reloc_refusal (MH_RELOC_OK when ok) */
-    size_t skip;            /* 4 when an endbr64 stays at the entry */
+    size_t skip;            /* bytes kept at the entry (mh_arch_entry_skip) */
     int jump_size;          /* 5 or 12 */
     size_t consumed;        /* old bytes moved to the trampoline */
     size_t tramp_len;       /* endbr64 + relocated body + jump back */

@@ -2,8 +2,10 @@
  * text_poke.c - writing live code that other threads may be executing.
  *
  * The int3 protocol, run once for a whole batch of patch windows
- * [at, at+len) (len 5 or 12), in bounded time - it never waits for a
- * thread to leave a window:
+ * [at, at+len) (len: a jump form's size), in bounded time - it never waits
+ * for a thread to leave a window.  The protocol is generic; the bytes,
+ * registers and jump forms it names are x86-64's, and come from arch.h
+ * (arch/x86_64/arch_x86_64.h):
  *
  *   0. plan the signals: read every thread's State, SigBlk and Name from
  *      /proc/self/task/<tid>/status.  A thread that blocks SIGTRAP would be
@@ -21,16 +23,17 @@
  *      installing thread unblocks SIGTRAP for the duration.
  *   1. read the protections of every page once from /proc/self/maps and
  *      mprotect them R+W+X (a W^X host refuses: nothing written).
- *   2. store 0xCC at every window's byte 0; sync cores once.  From here a
+ *   2. store int3 at every window's byte 0; sync cores once.  From here a
  *      thread entering a window traps; the SIGTRAP handler sends it to the
  *      trampoline (original behaviour).
  *   3. when a window has an instruction boundary inside it (the old bytes
- *      have one, or it is the +10 of movabs;jmp *%rax being removed), send
- *      every runnable thread one probe.  The probe handler does not report
+ *      have one, or the far jump being removed has one), send every
+ *      runnable thread one probe.  The probe handler does not report
  *      "inside" - it moves the thread: from an old instruction boundary to
  *      the same boundary in the trampoline (the relocator's offset map), or
- *      from +10 of movabs;jmp *%rax to where the jmp goes (%rax).  We wait
- *      for the answers only a bounded time: a thread that has not answered
+ *      from midway through the far jump to where it goes
+ *      (mh_arch_far_jump_midway).  We wait for the answers only a
+ *      bounded time: a thread that has not answered
  *      is not running user code (a running thread is interrupted at once to
  *      take the signal), and it takes the probe before its next user
  *      instruction, so it is moved before it could execute the new bytes.
@@ -62,8 +65,9 @@
  * blocks the probe signal after step 0 keeps its probe pending and is moved
  * when it unblocks (it is not running user code inside the window then
  * only if it was not there: we cannot tell, as with any unprobed thread).
- * A thread that stands at +10 of a window whose old code also has a
- * boundary at +10 is told apart by %rax holding the hook address.
+ * A thread that stands at the far jump's midpoint of a window whose old
+ * code also has a boundary there is told apart by the register the first
+ * half loaded holding the hook address.
  *
  * "Sync cores" is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE):
  * every CPU running a thread of ours executes a core-serializing instruction
@@ -237,8 +241,7 @@ static void chain(int sig, siginfo_t *si, void *ctx)
  * gone.  Returns false when it stands inside but on no known boundary. */
 static bool move_out(ucontext_t *uc)
 {
-    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-    uint64_t rax = (uint64_t)uc->uc_mcontext.gregs[REG_RAX];
+    uint64_t pc = mh_arch_pc(uc);
     int n = atomic_load_explicit(&g_nsites, memory_order_acquire);
     uint64_t to_tramp = 0, best = 0;
     bool inside = false;
@@ -248,16 +251,15 @@ static bool move_out(ucontext_t *uc)
         trap_site *t = &g_sites[i];
         uint64_t at = atomic_load_explicit(&t->at, memory_order_acquire);
         int len = atomic_load_explicit(&t->len, memory_order_acquire);
-        if (!(rip > at && rip < at + (uint64_t)len))
+        if (!(pc > at && pc < at + (uint64_t)len))
             continue;
         inside = true;
-        size_t off = (size_t)(rip - at);
-        /* +10 of movabs $dest,%rax; jmp *%rax: the movabs ran, so do the
-         * jmp.  %rax == dest also tells it from an old instruction that
-         * happens to start at +10. */
+        size_t off = (size_t)(pc - at);
+        /* Midway through the far jump: its first half ran, so do the rest
+         * (the arch tells it from an old instruction that starts there). */
         uint64_t dest = atomic_load_explicit(&t->dest, memory_order_relaxed);
-        if (len == 12 && off == 10 && dest != 0 && rax == dest) {
-            uc->uc_mcontext.gregs[REG_RIP] = (greg_t)rax;
+        if (mh_arch_far_jump_midway(uc, len, off, dest)) {
+            mh_arch_set_pc(uc, dest);
             return true;
         }
         uint64_t w = atomic_load_explicit(off < 8 ? &t->map_lo : &t->map_hi,
@@ -275,7 +277,7 @@ static bool move_out(ucontext_t *uc)
         return true;
     if (!to_tramp)
         return false;
-    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to_tramp;
+    mh_arch_set_pc(uc, to_tramp);
     return true;
 }
 
@@ -291,7 +293,7 @@ static void on_probe(int sig, siginfo_t *si, void *ctx)
         return; /* not ours: for SIGURG/SIGWINCH the default is to ignore */
     int saved = errno;
     if (!move_out(ctx)) {
-        atomic_store(&g_q.stuck_at, (uint64_t)((ucontext_t *)ctx)->uc_mcontext.gregs[REG_RIP]);
+        atomic_store(&g_q.stuck_at, mh_arch_pc(ctx));
         atomic_fetch_add(&g_q.stuck, 1);
     }
     /* A late probe of an earlier round still moves the thread (the move
@@ -331,8 +333,8 @@ static int probe_handler_set(int sig)
 static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
 {
     ucontext_t *uc = ctx;
-    uint64_t rip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-    if (si->si_code == SI_KERNEL) { /* int3 */
+    uint64_t trap = mh_arch_trap_address(si, uc);
+    if (trap) {
         /* The trampoline's copy of the window's first byte (map[0]: the
          * body's start for a window at the entry, later for one placed
          * after the entry's pushes), in the form whose window ends last
@@ -344,13 +346,13 @@ static void on_sigtrap(int sig, siginfo_t *si, void *ctx)
             uint64_t at = atomic_load_explicit(&g_sites[i].at, memory_order_acquire);
             uint8_t first = (uint8_t)atomic_load_explicit(&g_sites[i].map_lo,
                                                           memory_order_relaxed);
-            if (at == rip - 1 && first != 0xFF && at + (uint64_t)len > best) {
+            if (at == trap && first != 0xFF && at + (uint64_t)len > best) {
                 to = atomic_load_explicit(&g_sites[i].tramp, memory_order_acquire) + first;
                 best = at + (uint64_t)len;
             }
         }
         if (to) {
-            uc->uc_mcontext.gregs[REG_RIP] = (greg_t)to;
+            mh_arch_set_pc(uc, to);
             return;
         }
     }
@@ -596,13 +598,6 @@ static void pages_prot(const uint64_t *page, int n, int *prot)
         mh_maps_each(page_line, &w);
 }
 
-/* One atomic 2-byte store (x86: atomic for cacheable memory when it fits
- * in one cache line, which the caller checked). */
-static inline void store_pair(uint64_t at, uint16_t v)
-{
-    __asm__ volatile("movw %1, (%0)" : : "r"((uintptr_t)at), "r"(v) : "memory");
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -837,7 +832,7 @@ static void barrier_choose(poke_batch *b)
     b->spin = true;
     mh_poke *s = b->s;
     for (size_t i = 0; i < b->n; i++) {
-        if ((s[i].at & 63) == 63 || s[i].len < 2 || s[i].boundary1) {
+        if (!mh_arch_spin_barrier_fits(s[i].at) || s[i].len < 2 || s[i].boundary1) {
             s[i].err = EAGAIN;
             snprintf(s[i].why, sizeof s[i].why, "thread %d (%s) blocks SIGTRAP (an int3 "
                      "would kill it) and %s", (int)trap_blocker->tid, trap_blocker->name,
@@ -978,9 +973,9 @@ static void barriers_store(poke_batch *b)
         memcpy(&s[i].old01, (const void *)(uintptr_t)s[i].at, 2);
         if (!s[i].err) {
             if (b->spin)
-                store_pair(s[i].at, 0xFEEB);
+                mh_arch_store_pair(s[i].at, MH_ARCH_SPIN_BARRIER);
             else
-                store_byte(s[i].at, 0xCC);
+                store_byte(s[i].at, MH_ARCH_TRAP_BYTE);
         }
     }
     mh_sync_cores();
@@ -1065,17 +1060,17 @@ static void threads_move_out(poke_batch *b)
      * the answers that matter come from threads on other CPUs. */
     uint64_t end = mh_monotonic_ns() + PROBE_WAIT_NS;
     while (atomic_load_explicit(&g_q.acks, memory_order_acquire) < sent && mh_monotonic_ns() < end)
-        __builtin_ia32_pause();
+        mh_arch_cpu_relax();
     if (atomic_load(&g_q.stuck) == 0)
         return;
-    uint64_t rip = atomic_load(&g_q.stuck_at);
+    uint64_t pc = atomic_load(&g_q.stuck_at);
     mh_poke *s = b->s;
     for (size_t i = 0; i < b->n; i++) {
-        if (!s[i].err && rip > s[i].at && rip < s[i].at + s[i].len) {
+        if (!s[i].err && pc > s[i].at && pc < s[i].at + s[i].len) {
             s[i].err = EAGAIN;
             snprintf(s[i].why, sizeof s[i].why, "a thread stands at +%llu of the "
                      "window, which is no instruction boundary of it",
-                     (unsigned long long)(rip - s[i].at));
+                     (unsigned long long)(pc - s[i].at));
         }
     }
 }
@@ -1097,15 +1092,17 @@ static size_t windows_write(poke_batch *b)
             if (b->spin) {
                 uint16_t v;
                 memcpy(&v, s[i].bytes, 2);
-                store_pair(s[i].at, v);
+                mh_arch_store_pair(s[i].at, v);
             } else {
                 store_byte(s[i].at, s[i].bytes[0]);
             }
             written++;
-        } else if (b->spin && now2 == 0xFEEB && s[i].old01 != 0xFEEB) {
-            store_pair(s[i].at, s[i].old01); /* our barrier comes out */
-        } else if (!b->spin && (now2 & 0xFF) == 0xCC && s[i].old0 != 0xCC) {
-            store_byte(s[i].at, s[i].old0); /* our int3 comes out */
+        } else if (b->spin && now2 == MH_ARCH_SPIN_BARRIER &&
+                   s[i].old01 != MH_ARCH_SPIN_BARRIER) {
+            mh_arch_store_pair(s[i].at, s[i].old01); /* our barrier comes out */
+        } else if (!b->spin && (now2 & 0xFF) == MH_ARCH_TRAP_BYTE &&
+                   s[i].old0 != MH_ARCH_TRAP_BYTE) {
+            store_byte(s[i].at, s[i].old0); /* our trap comes out */
         }
     }
     mh_sync_cores();

@@ -54,7 +54,7 @@ MEMHOOK_API const char *memhook_log_level_name(int level);
  * layer's own diagnostics that must interleave with the native ones. */
 MEMHOOK_API void memhook_log_write(int level, const char *message);
 
-/* ---- bistro: x86-64 analysis (csrc/bistro/analyze.c) ---- */
+/* ---- bistro: the x86-64 decoder and relocator (csrc/bistro/arch/x86_64/x86_exports.c) ---- */
 
 /* Length of the x86-64 instruction at code (at most avail bytes), or a
  * negative mh_x86_status (-1 truncated, -2 unknown opcode, -3 invalid). */

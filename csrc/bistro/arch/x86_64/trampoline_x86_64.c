@@ -1,5 +1,5 @@
 /*
- * trampoline.c - the code bistro writes: trampolines (the displaced prologue,
+ * trampoline_x86_64.c - the code bistro writes: trampolines (the displaced prologue,
  * relocated, then a jump back), far-jump slots, and the patch jumps.
  *
  * Trampoline layout, at tramp_addr (an island within +-2 GiB of the target,
@@ -19,7 +19,7 @@
  * pushes in reverse order, then a jump to the hook, so the hook starts
  * with the registers and stack of the function's entry.
  */
-#include "bistro.h"
+#include "arch.h"
 
 #include <string.h>
 

@@ -424,175 +424,207 @@ static mh_x86_status group_check(const cursor *c, mh_x86_insn *in, uint8_t rep, 
     return MH_X86_OK;
 }
 
-mh_x86_status mh_x86_decode(const uint8_t *code, size_t avail, mh_x86_insn *out)
+/* What the legacy prefixes said (REX goes straight into the insn). */
+typedef struct prefixes {
+    bool opsize, addrsize;
+    bool vex_forbidden;   /* 66/F2/F3/F0 seen: a VEX/EVEX after them is #UD */
+    uint8_t rep;          /* F2, F3 or 0 */
+} prefixes;
+
+/* Legacy prefixes in any order, then at most one effective REX: a REX
+ * that is followed by a legacy prefix is ignored by the CPU, so the last
+ * one before the opcode is the one that counts. */
+static mh_x86_status decode_prefixes(cursor *c, mh_x86_insn *in, prefixes *p)
 {
-    mh_x86_insn in;
-    memset(&in, 0, sizeof(in));
-    if (code == NULL || out == NULL)
-        return MH_X86_INVALID;
-
-    cursor c = {code, avail, 0};
-    mh_x86_status st;
-    bool opsize = false, addrsize = false, vex_forbidden = false;
-    uint8_t rep = 0;
-
-    /* Legacy prefixes in any order, then at most one effective REX: a REX
-     * that is followed by a legacy prefix is ignored by the CPU, so the
-     * last one before the opcode is the one that counts. */
     for (;;) {
-        if ((st = need(&c, 1)) != MH_X86_OK)
+        mh_x86_status st = need(c, 1);
+        if (st != MH_X86_OK)
             return st;
-        uint8_t b = code[c.pos];
+        uint8_t b = c->code[c->pos];
         if (is_legacy_prefix(b)) {
-            in.prefix_count++;
-            in.rex = 0;
+            in->prefix_count++;
+            in->rex = 0;
             if (b == 0x66)
-                opsize = true;
+                p->opsize = true;
             else if (b == 0x67)
-                addrsize = true;
+                p->addrsize = true;
             else if (b == 0xF2 || b == 0xF3)
-                rep = b;
+                p->rep = b;
             if (b == 0x66 || b == 0xF2 || b == 0xF3 || b == 0xF0)
-                vex_forbidden = true;
-            c.pos++;
+                p->vex_forbidden = true;
+            c->pos++;
             continue;
         }
         if ((b & 0xF0) == 0x40) {
-            in.rex = b;
-            c.pos++;
+            in->rex = b;
+            c->pos++;
             continue;
         }
-        break;
+        return MH_X86_OK;
     }
+}
 
-    uint8_t b = code[c.pos];
-    if (b == 0xC4 || b == 0xC5 || b == 0x62) {
-        /* In 64-bit mode these are always VEX/EVEX (LES/LDS/BOUND are gone).
-         * A REX or a 66/F2/F3/F0 prefix in front is #UD (SDM 2.3.2). */
-        if (vex_forbidden || in.rex)
-            return MH_X86_INVALID;
-        if ((st = decode_vex(&c, &in, b)) != MH_X86_OK)
-            return st;
-        goto done;
-    }
-
-    uint16_t attr;
-    in.opcode_offset = (uint8_t)c.pos;
-    if (b == 0x0F) {
-        if ((st = need(&c, 2)) != MH_X86_OK)
-            return st;
-        uint8_t b2 = code[c.pos + 1];
-        if (b2 == 0x38 || b2 == 0x3A) {
-            if ((st = need(&c, 3)) != MH_X86_OK)
-                return st;
-            in.map = b2 == 0x38 ? 2 : 3;
-            in.opcode = code[c.pos + 2];
-            c.pos += 3;
-            int known = in.map == 2
-                ? in_ranges(map2_defined, sizeof(map2_defined) / sizeof(map2_defined[0]),
-                            in.opcode, opsize)
-                : in_ranges(map3_defined, sizeof(map3_defined) / sizeof(map3_defined[0]),
-                            in.opcode, opsize);
-            if (known == 0)
-                return MH_X86_UNKNOWN_OPCODE;
-            if (known < 0)
-                return MH_X86_INVALID;
-            attr = in.map == 2 ? A_M : (A_M | A_I8);
-        } else {
-            in.map = 1;
-            in.opcode = b2;
-            c.pos += 2;
-            attr = map1[b2];
-        }
+/* The opcode in its map (one-byte, 0F, 0F38, 0F3A) and its attributes. */
+static mh_x86_status decode_opcode(cursor *c, mh_x86_insn *in, bool opsize, uint16_t *attr)
+{
+    const uint8_t *code = c->code;
+    uint8_t b = code[c->pos];
+    mh_x86_status st;
+    if (b != 0x0F) {
+        in->map = 0;
+        in->opcode = b;
+        c->pos += 1;
+        *attr = map0[b];
+    } else if ((st = need(c, 2)) != MH_X86_OK) {
+        return st;
+    } else if (code[c->pos + 1] != 0x38 && code[c->pos + 1] != 0x3A) {
+        in->map = 1;
+        in->opcode = code[c->pos + 1];
+        c->pos += 2;
+        *attr = map1[in->opcode];
     } else {
-        in.map = 0;
-        in.opcode = b;
-        c.pos += 1;
-        attr = map0[b];
+        if ((st = need(c, 3)) != MH_X86_OK)
+            return st;
+        in->map = code[c->pos + 1] == 0x38 ? 2 : 3;
+        in->opcode = code[c->pos + 2];
+        c->pos += 3;
+        int known = in->map == 2
+            ? in_ranges(map2_defined, sizeof(map2_defined) / sizeof(map2_defined[0]),
+                        in->opcode, opsize)
+            : in_ranges(map3_defined, sizeof(map3_defined) / sizeof(map3_defined[0]),
+                        in->opcode, opsize);
+        if (known == 0)
+            return MH_X86_UNKNOWN_OPCODE;
+        if (known < 0)
+            return MH_X86_INVALID;
+        *attr = in->map == 2 ? A_M : (A_M | A_I8);
     }
     /* The opcode byte proper (the last escape byte is not it). */
-    in.opcode_offset = (uint8_t)(c.pos - 1);
-
-    if (attr == A_UNK)
+    in->opcode_offset = (uint8_t)(c->pos - 1);
+    if (*attr == A_UNK)
         return MH_X86_UNKNOWN_OPCODE;
-    if (attr & A_INV)
+    if (*attr & A_INV)
         return MH_X86_INVALID;
+    return MH_X86_OK;
+}
 
-    if (attr & A_M) {
-        if ((st = decode_modrm(&c, &in, (attr & A_MREG) != 0)) != MH_X86_OK)
-            return st;
-    }
-
-    size_t imm = 0;
-    if (attr & A_GRP) {
-        if ((st = group_check(&c, &in, rep, opsize, &imm)) != MH_X86_OK)
-            return st;
-    } else if (attr & A_I8) {
-        imm = 1;
+/* The immediate's size an opcode's attributes (and, for a group, its
+ * ModRM) give; a relative branch's displacement counts as one. */
+static mh_x86_status immediate_size(const cursor *c, mh_x86_insn *in, uint16_t attr,
+                                    const prefixes *p, size_t *imm)
+{
+    *imm = 0;
+    if (attr & A_GRP)
+        return group_check(c, in, p->rep, p->opsize, imm);
+    if (attr & A_I8) {
+        *imm = 1;
     } else if (attr & A_I16) {
-        imm = 2;
+        *imm = 2;
     } else if (attr & A_IZ) {
-        imm = opsize && !(in.rex & 8) ? 2 : 4;
+        *imm = p->opsize && !(in->rex & 8) ? 2 : 4;
     } else if (attr & A_IV) {
-        imm = (in.rex & 8) ? 8 : opsize ? 2 : 4;
+        *imm = (in->rex & 8) ? 8 : p->opsize ? 2 : 4;
     } else if (attr & A_ENTER) {
-        imm = 3;
+        *imm = 3;
     } else if (attr & A_MOFFS) {
-        imm = addrsize ? 4 : 8;
+        *imm = p->addrsize ? 4 : 8;
     } else if (attr & A_R8) {
-        imm = 1;
-        in.rel_size = 1;
+        *imm = 1;
+        in->rel_size = 1;
     } else if (attr & A_R32) {
         /* Intel ignores 66 on near rel32 branches in 64-bit mode, AMD
          * makes them rel16 (and disassemblers disagree): refused, no
          * compiler emits them.  With REX.W the operand size is 64 on both:
          * `66 66 48 e8` is the TLS general-dynamic call to __tls_get_addr,
          * common in shared libraries. */
-        if (opsize && !(in.rex & 8))
+        if (p->opsize && !(in->rex & 8))
             return MH_X86_UNKNOWN_OPCODE;
-        imm = 4;
-        in.rel_size = 4;
+        *imm = 4;
+        in->rel_size = 4;
     }
-    if ((st = take_imm(&c, &in, imm)) != MH_X86_OK)
+    return MH_X86_OK;
+}
+
+/* Where control goes after the instruction (what the sweep and the
+ * relocator need; groups set theirs in group_check). */
+static void control_flow(mh_x86_insn *in, uint16_t attr)
+{
+    if (attr & (A_R8 | A_R32)) {
+        if (in->map == 1 || (in->opcode >= 0x70 && in->opcode <= 0x7F) ||
+            (in->opcode >= 0xE0 && in->opcode <= 0xE3))
+            in->flow = MH_FLOW_JCC_REL;
+        else if (in->opcode == 0xE8)
+            in->flow = MH_FLOW_CALL_REL;
+        else
+            in->flow = MH_FLOW_JMP_REL;
+    } else if (in->map == 0) {
+        switch (in->opcode) {
+        case 0xC2: case 0xC3:
+            in->flow = MH_FLOW_RET;
+            break;
+        case 0xCA: case 0xCB: case 0xCC: case 0xCD: case 0xCF: case 0xF1: case 0xF4:
+            in->flow = MH_FLOW_OTHER; /* far ret, int3, int n, iret, int1, hlt */
+            break;
+        }
+    } else if (in->map == 1) {
+        switch (in->opcode) {
+        case 0x05: case 0x07: case 0x0B: case 0x34: case 0x35: case 0xB9: case 0xFF:
+            in->flow = MH_FLOW_OTHER; /* syscall, sysret, ud2, sysenter, sysexit, ud1, ud0 */
+            break;
+        }
+    }
+}
+
+/* A legacy-encoded instruction from its opcode on. */
+static mh_x86_status decode_legacy(cursor *c, mh_x86_insn *in, const prefixes *p)
+{
+    uint16_t attr;
+    mh_x86_status st = decode_opcode(c, in, p->opsize, &attr);
+    if (st != MH_X86_OK)
+        return st;
+    if ((attr & A_M) && (st = decode_modrm(c, in, (attr & A_MREG) != 0)) != MH_X86_OK)
+        return st;
+    size_t imm;
+    if ((st = immediate_size(c, in, attr, p, &imm)) != MH_X86_OK)
+        return st;
+    if ((st = take_imm(c, in, imm)) != MH_X86_OK)
         return st;
     /* LOCK on a non-RMW instruction is #UD, but it does not change the
      * length, and disassemblers do not agree on which forms they accept:
      * not validated. */
-    if (in.map == 0 && in.opcode == 0x8D && (in.modrm >> 6) == 3)
+    if (in->map == 0 && in->opcode == 0x8D && (in->modrm >> 6) == 3)
         return MH_X86_INVALID; /* lea needs a memory operand */
+    control_flow(in, attr);
+    if (in->rel_size)
+        in->rel = read_signed(c->code + in->imm_offset, in->rel_size);
+    in->endbr64 = p->rep == 0xF3 && in->map == 1 && in->opcode == 0x1E && in->modrm == 0xFA &&
+                  c->pos == 4;
+    return MH_X86_OK;
+}
 
-    /* Control flow. */
-    if (attr & (A_R8 | A_R32)) {
-        if (in.map == 1 || (in.opcode >= 0x70 && in.opcode <= 0x7F) ||
-            (in.opcode >= 0xE0 && in.opcode <= 0xE3))
-            in.flow = MH_FLOW_JCC_REL;
-        else if (in.opcode == 0xE8)
-            in.flow = MH_FLOW_CALL_REL;
-        else
-            in.flow = MH_FLOW_JMP_REL;
-    } else if (in.map == 0) {
-        switch (in.opcode) {
-        case 0xC2: case 0xC3:
-            in.flow = MH_FLOW_RET;
-            break;
-        case 0xCA: case 0xCB: case 0xCC: case 0xCD: case 0xCF: case 0xF1: case 0xF4:
-            in.flow = MH_FLOW_OTHER; /* far ret, int3, int n, iret, int1, hlt */
-            break;
-        }
-    } else if (in.map == 1) {
-        switch (in.opcode) {
-        case 0x05: case 0x07: case 0x0B: case 0x34: case 0x35: case 0xB9: case 0xFF:
-            in.flow = MH_FLOW_OTHER; /* syscall, sysret, ud2, sysenter, sysexit, ud1, ud0 */
-            break;
-        }
+mh_x86_status mh_x86_decode(const uint8_t *code, size_t avail, mh_x86_insn *out)
+{
+    mh_x86_insn in;
+    memset(&in, 0, sizeof(in));
+    if (code == NULL || out == NULL)
+        return MH_X86_INVALID;
+    cursor c = {code, avail, 0};
+    prefixes p = {0};
+    mh_x86_status st = decode_prefixes(&c, &in, &p);
+    if (st != MH_X86_OK)
+        return st;
+    uint8_t b = code[c.pos];
+    if (b == 0xC4 || b == 0xC5 || b == 0x62) {
+        /* In 64-bit mode these are always VEX/EVEX (LES/LDS/BOUND are gone).
+         * A REX or a 66/F2/F3/F0 prefix in front is #UD (SDM 2.3.2). */
+        if (p.vex_forbidden || in.rex)
+            return MH_X86_INVALID;
+        st = decode_vex(&c, &in, b);
+    } else {
+        st = decode_legacy(&c, &in, &p);
     }
-    if (in.rel_size)
-        in.rel = read_signed(code + in.imm_offset, in.rel_size);
-
-    in.endbr64 = rep == 0xF3 && in.map == 1 && in.opcode == 0x1E && in.modrm == 0xFA &&
-                 c.pos == 4;
-
-done:
+    if (st != MH_X86_OK)
+        return st;
     in.length = (uint8_t)c.pos;
     *out = in;
     return MH_X86_OK;
