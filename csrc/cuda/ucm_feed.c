@@ -104,7 +104,11 @@ MH_HOT int mh_ucm_feeding;
 
 /* Attach and hand-back, which libucm serialises too; never from a hook. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static mh_ucm_state g_state;
+static mh_ucm_state g_state; /* written under g_lock, read atomically */
+
+void mh_ucm_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+
+static void set_state(mh_ucm_state st) { __atomic_store_n(&g_state, st, __ATOMIC_RELEASE); }
 
 static void *sym(void *h, const char *name, bool *ok)
 {
@@ -150,17 +154,18 @@ void mh_ucm_attach(void)
     /* libucm stays loaded while we hold the reference: its functions are
      * called from the hooks. */
     if (!resolve(h)) {
-        g_state = MH_UCM_UNUSABLE;
+        set_state(MH_UCM_UNUSABLE);
+        mh_real_dlclose(h);
         mh_warn("ucm: %s lacks an entry point memhook needs to feed it (a UCX older than "
                 "its MEM_TYPE events?); UCX keeps its own CUDA hooks", UCM_SONAME);
     } else if (loaded(UCM_CUDA_SONAME)) {
-        g_state = MH_UCM_OWN_HOOKS;
+        set_state(MH_UCM_OWN_HOOKS);
         mh_real_dlclose(h);
         mh_info("ucm: UCX's CUDA module was loaded before memhook found libucm: UCX keeps its "
                 "own CUDA hooks and memhook feeds it nothing");
     } else {
         g_ucm.set_external(UCM_EV_MEM_TYPE);
-        g_state = MH_UCM_FED;
+        set_state(MH_UCM_FED);
         __atomic_store_n(&mh_ucm_feeding, 1, __ATOMIC_RELEASE);
         mh_info("ucm: memhook feeds UCX's MEM_TYPE events (declared external)");
     }
@@ -171,10 +176,13 @@ void mh_ucm_attach(void)
 /* A libucm dlopened after install (the common case for a Python UCX,
  * imported late) must be fed before its first handler is registered,
  * which happens after its dlopen returns: reloc's wrapper tells us.  The
- * look costs one RTLD_NOLOAD lookup per dlopen, until libucm is found. */
-static void after_dlopen(void)
+ * look is one dlsym in what that dlopen brought in (the object and its
+ * dependencies: libucm comes with libucs), no search of the library path,
+ * and no lock of ours unless libucm is there. */
+static void after_dlopen(void *handle)
 {
-    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == MH_UCM_ABSENT)
+    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == MH_UCM_ABSENT &&
+        mh_real_dlsym(handle, "ucm_set_external_event") != NULL)
         mh_ucm_attach();
 }
 
@@ -273,7 +281,7 @@ void mh_ucm_hand_back(void)
     if (st == 0)
         g_ucm.unset_handler(UCM_EV_MEM_TYPE, noop_handler, &token);
     (void)mh_maps_each(rescan_one, NULL);
-    g_state = st == 0 ? MH_UCM_OWN_HOOKS : MH_UCM_HANDED_BACK_FAILED;
+    set_state(st == 0 ? MH_UCM_OWN_HOOKS : MH_UCM_HANDED_BACK_FAILED);
     if (st != 0)
         mh_warn("ucm: memhook's hooks are out and UCX could not install its own CUDA hooks "
                 "(status %d): UCX sees no CUDA allocation from here on", st);

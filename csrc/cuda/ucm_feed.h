@@ -29,6 +29,9 @@ MH_HIDDEN void mh_ucm_attach(void);
  * held, after every patch and GOT slot of memhook's was restored). */
 MH_HIDDEN void mh_ucm_hand_back(void);
 MH_HIDDEN mh_ucm_state mh_ucm_state_get(void);
+/* fork(): the attach lock is not held across it (csrc/core/mh_lock_order.h);
+ * the child makes it afresh and keeps the state, as it keeps libucm's. */
+MH_HIDDEN void mh_ucm_fork_child(void);
 
 /* From the hooks, in the calling thread: an ALLOC after the call, a FREE
  * before the real free (MEMHOOK_MEM_* types). */

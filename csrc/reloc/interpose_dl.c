@@ -305,10 +305,10 @@ static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, cons
 /* Process-wide: registered by other layers' constructors, read by the
  * dlopen wrappers. */
 #define MAX_LOAD_WATCHES 2
-static void (*g_load_watches[MAX_LOAD_WATCHES])(void);
+static void (*g_load_watches[MAX_LOAD_WATCHES])(void *);
 static size_t g_nload_watches;
 
-int mh_reloc_watch_load(void (*arrived)(void))
+int mh_reloc_watch_load(void (*arrived)(void *))
 {
     if (arrived == NULL)
         return EINVAL;
@@ -329,7 +329,7 @@ static void after_open(void *h)
         mh_reloc_refresh(h);
         mh_objects_changed_by_dl();  /* the trace's module records */
         for (size_t i = 0; i < g_nload_watches; i++)
-            g_load_watches[i]();
+            g_load_watches[i](h);
     }
     dl_clear_error();
 }

@@ -76,7 +76,7 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
 
 @pytest.fixture(scope="session")
 def outcomes(native, ucx_pair: Path, ucx_lib: Path) -> dict[tuple, object]:
-    jobs = [(c, 1) for c in CASES] + [(c, THREADS) for c in THREADED]
+    jobs = [(c, 1) for c in CASES + LATE] + [(c, THREADS) for c in THREADED]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
         done = pool.map(lambda j: ((*j[0], j[1]), _run(native, ucx_pair, ucx_lib, *j)), jobs)
         return dict(done)
@@ -135,6 +135,22 @@ def test_far_form_over_ucx_jump_is_refused_with_the_reason(outcomes, ucx_mode: s
     assert got["jump"] == 0, got
     assert "opens with a 5-byte jump" in str(got["reason"]), got
     assert "would cover where its trampoline returns" in str(got["reason"]), got
+
+
+LATE = [("memhook-before-load", m, u) for m in ("reloc", "bistro,reloc") for u in UCX_MODES]
+
+
+@pytest.mark.parametrize("case", LATE, ids=["/".join(c) for c in LATE])
+def test_ucx_loaded_after_memhook_is_fed_from_its_dlopen(outcomes, case) -> None:
+    # UCX's libraries dlopened after memhook's install: reloc's dlopen wrapper
+    # shows memhook libucm before UCX's handler can ask for its own hooks.
+    got = outcomes[(*case, 1)]
+    assert isinstance(got, dict), got
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
+    assert (got["mh_alloc"], got["mh_free"], got["free_early"]) == (N, N, N), got
+    assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
+    assert (got["after_alloc"], got["after_free"]) == (M, M), got
 
 
 @pytest.mark.parametrize("case", THREADED, ids=["/".join(c) for c in THREADED])
