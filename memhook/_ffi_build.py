@@ -35,6 +35,7 @@ int memhook_bistro_install(void *target, void *hook, int jump_size, void **origi
                            memhook_bistro_patch **out, char *why, size_t why_len);
 int memhook_bistro_remove(memhook_bistro_patch *patch);
 int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
+int memhook_bistro_patch_intact(const memhook_bistro_patch *patch);
 typedef struct memhook_bistro_request {
     void *target;
     void *hook;
@@ -129,6 +130,7 @@ typedef struct memhook_hook_info {
     unsigned mechanisms;
     int bistro_jump;
     char reason[320];
+    int bistro_overwritten;
 } memhook_hook_info;
 size_t memhook_hook_count(void);
 int memhook_hook_get(size_t index, memhook_hook_info *out);

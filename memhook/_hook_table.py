@@ -29,7 +29,9 @@ class Row:
     ``api`` is ``"driver"`` or ``"runtime"``; ``kind`` the core's event kind
     (MEMHOOK_EVENT_ALLOC or _FREE); ``mechanisms`` the MEMHOOK_MODE_* bits
     covering it; ``bistro_jump`` 5 or 12 where bistro patched it, else 0;
-    ``reason`` why it is not covered (or why bistro refused it), else ""."""
+    ``reason`` why it is not covered (or why bistro refused it), else "";
+    ``bistro_overwritten`` True where another patcher wrote its jump over
+    bistro's (which then stays under it)."""
 
     index: int
     name: str
@@ -39,6 +41,7 @@ class Row:
     mechanisms: int
     bistro_jump: int
     reason: str
+    bistro_overwritten: bool = False
 
 
 def rows() -> list[Row]:
@@ -60,6 +63,7 @@ def rows() -> list[Row]:
             mechanisms=int(raw.mechanisms),
             bistro_jump=int(raw.bistro_jump),
             reason=ffi.string(raw.reason).decode(errors="replace"),
+            bistro_overwritten=bool(raw.bistro_overwritten),
         ))
     return out
 

@@ -38,7 +38,10 @@ class HookInfo:
     (or why bistro refused it while reloc covers it), "" otherwise.
     ``present`` is True when the loaded library exports the function,
     ``bistro_jump`` the size of bistro's jump (5 or 12, 0 when bistro did
-    not patch it), ``index`` its place in the table (``Event`` order)."""
+    not patch it), ``index`` its place in the table (``Event`` order).
+    ``bistro_overwritten`` is True when another library patched the entry
+    over bistro's jump after memhook did: memhook then never takes its own
+    jump out (that would erase the other's), and ``reason`` says so."""
 
     name: str
     api: str
@@ -49,6 +52,7 @@ class HookInfo:
     present: bool
     bistro_jump: int
     index: int
+    bistro_overwritten: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,8 @@ def _hook_info(row: _hook_table.Row) -> HookInfo:
     mechanism = HookMode(row.mechanisms & int(HookMode.BISTRO | HookMode.RELOC))
     return HookInfo(name=row.name, api=row.api, mechanism=mechanism, installed=bool(mechanism),
                     reason=row.reason, kind=EventKind(row.kind), present=row.present,
-                    bistro_jump=row.bistro_jump, index=row.index)
+                    bistro_jump=row.bistro_jump, index=row.index,
+                    bistro_overwritten=row.bistro_overwritten)
 
 
 def status() -> HookReport:

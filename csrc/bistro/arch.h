@@ -52,6 +52,10 @@ MH_HIDDEN size_t mh_arch_entry_skip(const uint8_t *code, size_t limit);
 MH_HIDDEN bool mh_arch_call_returns_inside(const uint8_t *code, size_t limit, size_t window,
                                            size_t *call_at, size_t *return_at);
 
+/* The length of the unconditional jump code[0 ..) opens with (direct or
+ * indirect), or 0: the planner lets no window run past one (plan.c). */
+MH_HIDDEN size_t mh_arch_entry_jump(const uint8_t *code, size_t limit);
+
 /* A linear sweep of code[from .. size) (running at addr) for a relative
  * branch landing in [lo, hi). */
 typedef struct mh_arch_sweep {

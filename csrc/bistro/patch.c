@@ -710,3 +710,11 @@ int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch)
 {
     return patch ? patch->jump_size : 0;
 }
+
+/* Read without the lock: a patch record lives until a successful remove,
+ * which its owner would have made itself. */
+int memhook_bistro_patch_intact(const memhook_bistro_patch *patch)
+{
+    return patch != NULL &&
+           memcmp((const void *)(uintptr_t)patch->at, patch->bytes, (size_t)patch->jump_size) == 0;
+}

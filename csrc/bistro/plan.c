@@ -81,6 +81,17 @@ bool mh_plan_entry(const uint8_t *code, uint64_t address, size_t avail, size_t s
         return refuse(out, MH_RELOC_UNSUPPORTED,
                       "the call at +%zu returns to +%zu, inside the %d-byte patch", call_at,
                       return_at, jump_size);
+    /* An entry that opens with a jump is, as often as not, another
+     * patcher's work: the bytes after its jump are the tail of the
+     * instructions it displaced, and its trampoline jumps back to the first
+     * whole instruction after them.  A patch longer than that jump would put
+     * that return in the middle of ours (two patchers corrupting each
+     * other), so the window may cover the jump and nothing after it. */
+    size_t opening = mh_arch_entry_jump(code + po, limit - po);
+    if (opening != 0 && opening < (size_t)jump_size)
+        return refuse(out, MH_RELOC_UNSUPPORTED, "the entry opens with a %zu-byte jump "
+                      "(another patcher's?): a %d-byte patch would cover where its "
+                      "trampoline returns", opening, jump_size);
 
     const size_t end = po + rr.consumed;
     mh_arch_sweep sweep;

@@ -10,6 +10,13 @@
  *     install's g_lock                  -> bistro's g_lock (bistro/patch.c)
  *                                          -> the loader's lock (dladdr)
  *
+ *     install's g_lock, or none (reloc's dlopen wrapper, after the real
+ *     call and its refresh)             -> the UCM feed's g_lock
+ *                                          (cuda/ucm_feed.c) -> libucm's
+ *                                          event lock (written) -> the
+ *                                          loader's lock; not held across
+ *                                          fork(): made afresh in the child
+ *
  *     install's g_lock, or reloc's lock (the dlopen wrapper, after the
  *     real call)                        -> the "objects changed" observers'
  *                                          locks (cuda/caller.c's refresh
@@ -40,6 +47,9 @@
  *
  * No hook takes any of these: a wrapper runs lock-free (cuda/cuda_hooks.h),
  * so a thread stopped in a hook holds nothing a drain or install waits for.
+ * One foreign lock: while memhook feeds UCX (cuda/ucm_feed.c) a hook holds
+ * libucm's event lock for reading around the dispatch, as libucm's own
+ * hooks do; the feed's attach and hand-back take it for writing.
  *
  * fork(): every lock above the leaves but the observers', and the
  * queue's consumer lock, is held across fork(), so the child starts with

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "cuda_hooks.h"
 #include "mh_sonames.h"
+#include "reloc.h"
 
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
 typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -57,13 +58,13 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
     void *fn = atomic_load_explicit(cache, memory_order_acquire);
     if (fn != NULL)
         return fn;
-    void *h = dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    void *h = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
     if (h == NULL) {
         (void)dlerror();  /* memhook's miss is not the caller's to see */
         return NULL;
     }
-    fn = dlsym(h, name);
-    dlclose(h);  /* NOLOAD took a reference; the library stays loaded */
+    fn = mh_real_dlsym(h, name);
+    mh_real_dlclose(h);  /* NOLOAD took a reference; the library stays loaded */
     if (fn != NULL)
         atomic_store_explicit(cache, fn, memory_order_release);
     return fn;
@@ -157,11 +158,11 @@ bool mh_runtime_symbol_size(void *get_symbol_address_fn, const void *symbol, uin
         if (get_symbol_address_fn == NULL || dladdr(get_symbol_address_fn, &info) == 0 ||
             info.dli_fname == NULL)
             return false;
-        void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        void *h = mh_real_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
         if (h == NULL)
             return false;
-        fn = dlsym(h, "cudaGetSymbolSize");
-        dlclose(h);
+        fn = mh_real_dlsym(h, "cudaGetSymbolSize");
+        mh_real_dlclose(h);
         if (fn == NULL)
             return false;
         atomic_store_explicit(&g_symbol_size, fn, memory_order_release);

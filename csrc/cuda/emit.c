@@ -16,6 +16,7 @@
 #include "event_lane.h"
 #include "log.h"
 #include "trace_lane.h"
+#include "ucm_feed.h"
 
 /* Process-wide by nature: the pid of this process, refreshed in a fork
  * child.  0 until first needed. */
@@ -118,6 +119,10 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
         fenced = mh_live_insert(addr, &rec);
     }
     mh_lane_announce(fenced);
+    /* UCX's libucm, when memhook feeds it (ucm_feed.c): before the caller
+     * has the pointer. */
+    if (__builtin_expect(__atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED), 0) && addr != 0)
+        mh_ucm_alloc(addr, size, mem_type);
 }
 
 void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan)
@@ -151,6 +156,10 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
         plan->flags |= MEMHOOK_EVENT_SIZE_UNKNOWN;
         mh_free_source_note(false, true);
     }
+    /* UCX's libucm, when memhook feeds it (ucm_feed.c): before the real
+     * free, so its cache never holds a range the driver may reuse. */
+    if (__builtin_expect(__atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED), 0))
+        mh_ucm_free(addr, plan->rec.size, plan->rec.mem_type);
     if (!plan->known)
         return;
     /* A precise stamp after its ALLOC's, whichever thread made that: a
@@ -190,6 +199,9 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
                  (unsigned long long)plan->addr, result);
         if (plan->from_table)
             mh_live_insert(plan->addr, &plan->rec);
+        /* and UCX, told of the free before the call, learns it back */
+        if (__atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED))
+            mh_ucm_alloc(plan->addr, plan->rec.size, plan->rec.mem_type);
     }
 }
 

@@ -36,6 +36,7 @@
 #include "cache.h"
 #include "caller.h"
 #include "cuda_hooks.h"
+#include "ucm_feed.h"
 #include "log.h"
 #include "mh_text.h"
 #include "pyframes_abi.h"
@@ -69,6 +70,7 @@ static void fork_child(void)
     mh_bistro_fork_child();
     mh_install_fork_child();
     mh_run_fork_child();        /* memhook run's queue keeper, started again by an event */
+    mh_ucm_fork_child();        /* the UCM feed's attach lock, made afresh */
     /* The "objects changed" observers' locks, not held across fork: made
      * afresh (mh_lock_order.h). */
     mh_caller_fork_child();

@@ -24,6 +24,7 @@
 #include "mh_sonames.h"
 #include "queue.h"
 #include "reloc.h"
+#include "ucm_feed.h"
 
 static void cache_period_end(void);
 static void cache_coverage_update(unsigned mode, bool new_period);
@@ -89,7 +90,7 @@ static void hooks_gap(bool stopping)
  * leave an error behind for a caller's dlerror(): the API functions below
  * end with dl_clear (a wrapper of the dl functions themselves leaves what
  * the real call left: csrc/reloc/interpose_dl.c). */
-static void *loaded_driver(void) { return dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD); }
+static void *loaded_driver(void) { return mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD); }
 static void dl_clear(void) { (void)dlerror(); }
 
 static bool driver_initialised(void)
@@ -98,12 +99,12 @@ static bool driver_initialised(void)
     if (h == NULL)
         return false;
     typedef CUresult (*count_fn)(int *);
-    count_fn count = (count_fn)dlsym(h, "cuDeviceGetCount");
+    count_fn count = (count_fn)mh_real_dlsym(h, "cuDeviceGetCount");
     int n = 0;
     mh_hook_depth++;  /* our own query: nothing it reaches is recorded */
     bool used = count != NULL && count(&n) == CUDA_SUCCESS;  /* NOT_INITIALIZED before cuInit */
     mh_hook_depth--;
-    dlclose(h);
+    mh_real_dlclose(h);
     return used;
 }
 /* bistro's reference on libcuda.so.1, kept for the life of the process:
@@ -114,7 +115,7 @@ static char g_libcuda_error[200];
 static const char *loaded_driver_path(void *handle, const char *any_symbol, char *buf, size_t n)
 {
     Dl_info info;
-    void *sym = handle ? dlsym(handle, any_symbol) : NULL;
+    void *sym = handle ? mh_real_dlsym(handle, any_symbol) : NULL;
     snprintf(buf, n, "%s", sym && dladdr(sym, &info) && info.dli_fname ? info.dli_fname
                                                                      : MH_LIBCUDA_SONAME);
     return buf;
@@ -137,10 +138,10 @@ static bool bistro_want_one(mh_hook *h, void *lib, const char *lib_path, void *c
                             int nasked, memhook_bistro_request *req)
 {
     const char *fallback = mh_fallback_name(h);
-    void *addr = dlsym(lib, h->name);
+    void *addr = mh_real_dlsym(lib, h->name);
     const char *via = h->name;
     if (addr == NULL && fallback != NULL) {
-        addr = dlsym(lib, fallback);
+        addr = mh_real_dlsym(lib, fallback);
         via = fallback;
     }
     if (addr == NULL) {
@@ -198,7 +199,7 @@ static void bistro_done_one(mh_hook *h, const memhook_bistro_request *req)
 static int bistro_apply(bool alone, char *why, size_t why_len)
 {
     if (g_libcuda == NULL) {
-        g_libcuda = dlopen(MH_LIBCUDA_SONAME, RTLD_NOW | RTLD_LOCAL);
+        g_libcuda = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_NOW | RTLD_LOCAL);
         if (g_libcuda == NULL) {
             const char *e = dlerror();
             snprintf(g_libcuda_error, sizeof g_libcuda_error, "%s", e ? e : "not found");
@@ -256,7 +257,16 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
  * pointer-attribute rows, pointer attributes being off).  One that stays
  * (EAGAIN: a thread blocks SIGTRAP or the probe signal; or a refused
  * mprotect) keeps its row: the wrapper passes calls through while nothing
- * is recorded, and a later install finds it in place. */
+ * is recorded, and a later install finds it in place.
+ *
+ * EBUSY: another patcher wrote its jump over ours after memhook installed
+ * (bistro.h).  Its trampoline holds our jump, relocated, so its hook still
+ * leads into our wrapper; putting back the bytes memhook saw before would
+ * erase its jump and leave its trampoline returning into the middle of
+ * what we wrote.  So nothing is written: our jump and trampoline stay under
+ * its patch, the row keeps them (the wrapper, recording nothing once
+ * uninstalled, calls our trampoline, the original code), and status() says
+ * so (bistro_overwritten); docs/design/ucx-coexistence.md has the argument. */
 static void bistro_remove(bool answers_only)
 {
     memhook_bistro_patch *patches[MH_FN_COUNT];
@@ -277,9 +287,15 @@ static void bistro_remove(bool answers_only)
     for (int k = 0; k < n; k++) {
         mh_hook *h = &mh_hooks[who[k]];
         int rc = errs[k];
+        if (rc == EBUSY) {
+            mh_warn("bistro: %s was patched over by another library after memhook; memhook's "
+                    "jump stays under it (its trampoline leads into memhook's), so nothing "
+                    "is restored", h->name);
+            continue;
+        }
         if (rc != 0)
             mh_warn("bistro: restoring %s failed: %s", h->name, strerror(rc));
-        if (rc == 0 || rc == EINVAL || rc == EBUSY) {
+        if (rc == 0 || rc == EINVAL) {
             h->patch = NULL;
             h->patched_at = NULL;
             /* A thread that already loaded the trampoline may still run it:
@@ -311,7 +327,7 @@ static int reloc_apply(char *why, size_t why_len)
         void *h = loaded_driver();
         g_driver_before_reloc = h != NULL;
         if (h)
-            dlclose(h);
+            mh_real_dlclose(h);
     }
     int rc = memhook_reloc_install(syms, nsyms, g_reloc_why, sizeof g_reloc_why);
     if (rc != 0) {
@@ -377,6 +393,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     unsigned g_mode_before = g_mode;
     __atomic_store_n(&g_mode, mode, __ATOMIC_RELEASE); /* (read unlocked: the token) */
     if (mode != 0) {
+        mh_ucm_attach();  /* UCX in the process: feed it (ucm_feed.c) */
         mh_driver_calls_prepare();
         mh_pointer_attributes_prepare();
     }
@@ -396,6 +413,7 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_live_new_generation(false);  /* after recording stopped: live_table.c */
         hooks_gap(true);
         cache_period_end();
+        mh_ucm_hand_back();  /* every patch is out: UCX's own hooks go in */
     }
     dl_clear();
     pthread_mutex_unlock(&g_lock);
@@ -423,6 +441,7 @@ int memhook_hooks_uninstall(void)
      * for coming after it (memhook/_query.py, _remember). */
     if (was_on)
         hooks_gap(true);
+    mh_ucm_hand_back();  /* every patch is out: UCX's own hooks go in */
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return 0;
@@ -451,7 +470,7 @@ static int coverage_complete(bool consumer)
             /* (the pointer-attribute calls make no allocation) */
             if (h->api != MEMHOOK_API_DRIVER || h->kind == MEMHOOK_EVENT_NONE)
                 continue;
-            void *addr = dlsym(lib, h->name);
+            void *addr = mh_real_dlsym(lib, h->name);
             if (addr == NULL)
                 continue;
             bool patched = h->patch != NULL && h->patched_at == addr;
@@ -465,7 +484,7 @@ static int coverage_complete(bool consumer)
             complete = 0;
     }
     if (lib != NULL)
-        dlclose(lib);
+        mh_real_dlclose(lib);
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return complete;
@@ -536,7 +555,7 @@ static bool present(const mh_hook *h, void *driver)
         __atomic_load_n(&h->reloc_original, __ATOMIC_ACQUIRE) != NULL)
         return true;
     void *lib = h->api == MEMHOOK_API_DRIVER ? driver : RTLD_DEFAULT;
-    return lib != NULL && dlsym(lib, h->name) != NULL;
+    return lib != NULL && mh_real_dlsym(lib, h->name) != NULL;
 }
 
 /* Row `index` (install lock held). */
@@ -549,10 +568,19 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
     out->kind = h->kind;
     out->present = present(h, driver);
     bool off = answers_off(h);
-    out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
+    bool patched = h->patch != NULL && (g_mode & MEMHOOK_MODE_BISTRO);
+    out->mechanisms = (patched ? MEMHOOK_MODE_BISTRO : 0) |
                       (g_reloc_on && !off ? MEMHOOK_MODE_RELOC : 0);
-    out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
-    if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
+    out->bistro_jump = patched ? memhook_bistro_patch_jump_size(h->patch) : 0;
+    out->bistro_overwritten = h->patch != NULL && !memhook_bistro_patch_intact(h->patch);
+    if (out->bistro_overwritten)
+        snprintf(out->reason, sizeof out->reason,
+                 "bistro: another library patched this entry after memhook; memhook's jump "
+                 "stays under its patch (%s), since restoring the bytes memhook saw would "
+                 "erase it", g_mode & MEMHOOK_MODE_BISTRO
+                     ? "calls that come through it are recorded"
+                     : "uninstalled: calls that come through it are passed on, unrecorded");
+    else if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)
         snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
@@ -589,7 +617,7 @@ size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out
     for (size_t i = 0; i < count; i++)
         hook_info_locked(first + i, driver, &out[i]);
     if (driver != NULL)
-        dlclose(driver);
+        mh_real_dlclose(driver);
     dl_clear();
     pthread_mutex_unlock(&g_lock);
     return count;

@@ -302,6 +302,22 @@ static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, cons
     return real_open(lmid, is_mopen, file, mode);
 }
 
+/* Process-wide: registered by other layers' constructors, read by the
+ * dlopen wrappers. */
+#define MAX_LOAD_WATCHES 2
+static void (*g_load_watches[MAX_LOAD_WATCHES])(void *);
+static size_t g_nload_watches;
+
+int mh_reloc_watch_load(void (*arrived)(void *))
+{
+    if (arrived == NULL)
+        return EINVAL;
+    if (g_nload_watches == MAX_LOAD_WATCHES)
+        return ENOSPC;
+    g_load_watches[g_nload_watches++] = arrived;
+    return 0;
+}
+
 /* A refused open (h NULL) ends with the real call's error and nothing
  * after it; a successful one ends with dlerror() clear, whatever the
  * probes before it or the refresh after it left. */
@@ -312,6 +328,8 @@ static void after_open(void *h)
     if (t_in_real_dl == 0) {
         mh_reloc_refresh(h);
         mh_objects_changed_by_dl();  /* the trace's module records */
+        for (size_t i = 0; i < g_nload_watches; i++)
+            g_load_watches[i](h);
     }
     dl_clear_error();
 }

@@ -293,18 +293,26 @@ int mh_registry_add(const char *name, void *replacement, void **original_out)
     return add(name, replacement, original_out, MH_ENTRY_USER, NULL);
 }
 
-/* The entries that stay: the loader's entry points with their definitions
- * (libc's, from memhook's own GOT, which is never rewritten), then the
- * interposers. */
-void mh_registry_add_kept(void)
+/* The loader's entry points, taken from memhook's own GOT as the loader
+ * bound it, at load: memhook never rewrites its own GOT, but another GOT
+ * patcher loaded first may later (UCX's reloc points every object's dlopen
+ * at its own, which re-applies its patches over memhook's slots), so they
+ * are read before anyone else's code can have run on this object. */
+__attribute__((constructor)) static void capture_loader(void)
 {
-    if (g_count > 0)
-        return;
     mh_real_dlsym = dlsym;
     mh_real_dlvsym = dlvsym;
     mh_real_dlopen = dlopen;
     mh_real_dlmopen = dlmopen;
     mh_real_dlclose = dlclose;
+}
+
+/* The entries that stay: the loader's entry points with their definitions
+ * (libc's, captured at load), then the interposers. */
+void mh_registry_add_kept(void)
+{
+    if (g_count > 0)
+        return;
     const struct { const char *name; void *replacement, *definition; } loader[] = {
         {"dlopen", (void *)mh_dlopen_wrapper, (void *)mh_real_dlopen},
         {"dlmopen", (void *)mh_dlmopen_wrapper, (void *)mh_real_dlmopen},

@@ -63,5 +63,11 @@ MH_HIDDEN void mh_reloc_note_definition(const char *name, void *definition);
  * named soname out of the process (it was loaded before the call, and is
  * not after).  Only from a constructor; 0, or ENOSPC when full. */
 MH_HIDDEN int mh_reloc_watch_unload(const char *soname, void (*gone)(void));
+/* Call arrived(handle) after every successful dlopen/dlmopen the wrapper
+ * made (outside the loader's lock and memhook's, not from a constructor's
+ * nested dlopen), for a layer that looks for a library of its own among
+ * what the handle brought in (a dlsym on it searches its dependencies too).
+ * Only from a constructor; 0, or ENOSPC when full. */
+MH_HIDDEN int mh_reloc_watch_load(void (*arrived)(void *handle));
 
 #endif

@@ -149,8 +149,13 @@ typedef struct patch_ctx {
  * would hand their calls to the wrong library.  Such slots are left alone.
  * A lazy slot not bound yet (it points into the object's own PLT) is judged
  * by what the object's scope would bind.  A slot holding something that is
- * not a definition of the name (another tool's hook) is not "another
- * definition": it is patched as before. */
+ * not a definition of the name at all is another tool's hook (UCX's UCM
+ * puts its own there): it is left alone too.  Writing over it would take
+ * that tool out (memhook's wrapper calls the definition, not the hook),
+ * and such a tool re-applies its slots when objects load, so the two would
+ * take the slot from each other; the tool's hook calls on to the
+ * definition, where memhook's entry patch (or, through a dlsym, its
+ * wrapper) still sees the call. */
 static bool binds_elsewhere(const mh_elf_object *elf, object *o, const mh_elf_reloc *rel,
                             const mh_reloc_entry *e)
 {
@@ -165,12 +170,12 @@ static bool binds_elsewhere(const mh_elf_object *elf, object *o, const mh_elf_re
         if (bound == NULL || bound == e->definition)
             return false;
     }
-    if (!mh_registry_other_definition(e, bound))
-        return false;
     Dl_info info;
-    mh_info("reloc: %s binds %s to %s, not the definition memhook calls; left alone",
+    mh_info("reloc: %s binds %s to %s (%s), not the definition memhook calls; left alone",
             o->name && o->name[0] ? o->name : "the executable", e->name,
-            dladdr(bound, &info) && info.dli_fname ? info.dli_fname : "?");
+            dladdr(bound, &info) && info.dli_fname ? info.dli_fname : "?",
+            mh_registry_other_definition(e, bound) ? "another library's definition"
+                                                   : "another tool's hook");
     return true;
 }
 
@@ -208,9 +213,12 @@ static bool patch_reloc(const mh_elf_object *elf, const mh_elf_reloc *rel, void 
         return true;
     record *r = find_record(o, rel->slot);
     if (r != NULL) {
-        if (r->now != e->replacement || *rel->slot != e->replacement) {
-            if (*rel->slot != r->now)
-                r->old = *rel->slot;    /* someone rebound it (lazy binding) */
+        void *now = *rel->slot;
+        if (now != r->now && now != e->definition && !mh_elf_contains(elf, (uintptr_t)now))
+            return true;  /* another tool's hook went over ours: its slot now */
+        if (r->now != e->replacement || now != e->replacement) {
+            if (now != r->now)
+                r->old = now;    /* someone rebound it (lazy binding) */
             if (mh_got_write(pc->maps, rel->slot, e->replacement, slot_prot(o, rel->slot)) == 0)
                 r->now = e->replacement;
         }

@@ -151,6 +151,10 @@ MEMHOOK_API size_t memhook_bistro_remove_batch(memhook_bistro_patch **patches, i
                                                size_t n);
 /* 5 or 12: the size of the jump the patch wrote. */
 MEMHOOK_API int memhook_bistro_patch_jump_size(const memhook_bistro_patch *patch);
+/* 1 while the patch's jump is still at its site, 0 once another patcher has
+ * written over it (memhook_bistro_remove then answers EBUSY and restores
+ * nothing) or for NULL. */
+MEMHOOK_API int memhook_bistro_patch_intact(const memhook_bistro_patch *patch);
 
 /* ---- reloc: GOT/PLT rewriting (csrc/reloc/) ---- */
 
@@ -339,6 +343,9 @@ typedef struct memhook_hook_info {
     unsigned mechanisms;     /* MEMHOOK_MODE_* bits covering it now */
     int bistro_jump;         /* 5 or 12 when bistro patched it, else 0 */
     char reason[320];        /* why not covered (or why bistro refused) */
+    int bistro_overwritten;  /* 1: another patcher wrote its jump over memhook's
+                                after memhook patched the entry; memhook's jump
+                                and trampoline stay under it, never taken out */
 } memhook_hook_info;
 
 /* The number of functions in the hook table. */

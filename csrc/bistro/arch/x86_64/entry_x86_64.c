@@ -1,7 +1,8 @@
 /*
  * entry_x86_64.c - the planner's questions about an x86-64 function entry
  * (arch.h): what stays at the entry, whether a call in the window returns
- * inside the jump, and whether a later branch lands in the moved bytes.
+ * inside the jump, whether the entry opens with a jump (another
+ * patcher's), and whether a later branch lands in the moved bytes.
  * The answers come from the decoder (x86_decode.c) and its sweep.
  */
 #include "arch.h"
@@ -30,6 +31,14 @@ bool mh_arch_call_returns_inside(const uint8_t *code, size_t limit, size_t windo
         off += in.length;
     }
     return false;
+}
+
+size_t mh_arch_entry_jump(const uint8_t *code, size_t limit)
+{
+    mh_x86_insn in;
+    if (mh_x86_decode(code, limit, &in) != MH_X86_OK)
+        return 0;
+    return in.flow == MH_FLOW_JMP_REL || in.flow == MH_FLOW_JMP_INDIRECT ? in.length : 0;
 }
 
 static const char *stop_text(mh_x86_status st)

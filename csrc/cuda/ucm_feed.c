@@ -1,0 +1,292 @@
+/*
+ * ucm_feed.c - memhook's events handed to UCX's memory hooks (libucm) in
+ * the same process, when memhook holds the CUDA entry points first.
+ *
+ * UCX's memtype cache learns of CUDA allocations from libucm's own CUDA
+ * hooks (bistro or reloc, installed when the first MEM_TYPE handler is
+ * registered).  With memhook's jump already at a driver entry, UCX's
+ * bistro refuses the entry (it relocates only a compiler's frame setup),
+ * its handler registration fails, and a UCX in that process gets no CUDA
+ * events at all.  libucm has a way for a library with hooks of its own to
+ * feed it (documented for Open MPI): declare the events external
+ * (ucm_set_external_event), so that registering a handler installs no
+ * hook, and dispatch them.  docs/design/ucx-coexistence.md argues the
+ * choice and its limits.
+ *
+ * When: memhook attaches the first time it finds libucm.so.0 in the
+ * process - at install, and at every later dlopen reloc's wrapper sees.
+ * If UCX's CUDA module (libucm_cuda.so.0) is already loaded then, UCX's
+ * memtype handler came first and installed UCX's own hooks (which sit
+ * under or over memhook's and see the calls themselves): memhook feeds
+ * nothing, so UCX never sees a call twice.  Otherwise memhook declares
+ * MEM_TYPE_ALLOC|FREE external and dispatches, from the hooks, one event
+ * per call memhook records: an ALLOC after the call returned and before
+ * the caller has the pointer, a FREE before the real free (so UCX's cache
+ * never holds a range the driver may already have handed out again);
+ * a FREE the driver refused is followed by the ALLOC again.
+ *
+ * At uninstall memhook hands UCX its hooks back: the events stop being
+ * external and a handler registered for a moment makes libucm install its
+ * own CUDA hooks, on entries memhook has just restored.  A call made by
+ * another thread between memhook's last patch coming out and UCX's first
+ * going in is seen by nobody, so memhook then dispatches what libucm
+ * itself dispatches for hooks that come late (UCM_EVENT_FLAG_EXISTING_
+ * ALLOC): every inaccessible or /dev/nvidia mapping as an ALLOC of unknown
+ * type, which makes UCX ask the driver for any address there (a stale
+ * cached type is overwritten; a range allocated unseen is no longer a
+ * miss, which UCX would take for host memory).
+ *
+ * Re-entrancy: the dispatch holds libucm's event lock for reading, as
+ * libucm's own hooks do (a reader lock: a handler that calls into CUDA and
+ * comes back through memhook dispatches again under it).  Threads: the
+ * hot flag is read once per event; attach and hand-back run under g_lock.
+ * fork(): a child keeps the parent's state (libucm is in it too).
+ *
+ * ABI: the declarations below are memhook's own, from UCX's public
+ * ucm/api/ucm.h (UCX 1.22): the event bits, and the mem_type member of
+ * ucm_event_t (address, size, the memory type as UCX's enum, then the
+ * system device and memory flags, both bytes).  UCX releases before the
+ * last two fields ignore them; the storage is memhook's and larger than
+ * any member of the union.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cuda_hooks.h"
+#include "log.h"
+#include "procfs.h"
+#include "reloc.h"
+#include "ucm_feed.h"
+
+#define UCM_SONAME "libucm.so.0"
+#define UCM_CUDA_SONAME "libucm_cuda.so.0"
+
+/* ucm_event_type_t bits */
+#define UCM_EV_MEM_TYPE_ALLOC (1 << 20)
+#define UCM_EV_MEM_TYPE_FREE (1 << 21)
+#define UCM_EV_MEM_TYPE (UCM_EV_MEM_TYPE_ALLOC | UCM_EV_MEM_TYPE_FREE)
+
+/* ucs_memory_type_t values */
+enum { UCS_MT_HOST = 0, UCS_MT_CUDA = 1, UCS_MT_CUDA_MANAGED = 2, UCS_MT_UNKNOWN = 10 };
+#define UCS_SYS_DEV_UNKNOWN 0xff
+#define UCS_MEM_FLAG_REGISTRABLE 1
+
+typedef union mh_ucm_event {
+    struct {
+        void *address;
+        size_t size;
+        int mem_type;        /* ucs_memory_type_t */
+        uint8_t sys_dev;     /* ucs_sys_device_t */
+        uint8_t mem_flags;
+    } mem_type;
+    uint8_t storage[128];
+} mh_ucm_event;
+
+typedef void (*ucm_cb_fn)(int, mh_ucm_event *, void *);
+
+/* libucm's entry points, resolved at attach.  Process-wide like libucm. */
+static struct {
+    void (*set_external)(int);
+    void (*unset_external)(int);
+    int (*set_handler)(int, int, ucm_cb_fn, void *);
+    void (*unset_handler)(int, ucm_cb_fn, void *);
+    void (*dispatch)(int, mh_ucm_event *);
+    void (*enter)(void);
+    void (*leave)(void);
+} g_ucm;
+
+/* Read on every event by the hooks: whether memhook feeds libucm now. */
+MH_HOT int mh_ucm_feeding;
+
+/* Attach and hand-back, which libucm serialises too; never from a hook. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static mh_ucm_state g_state; /* written under g_lock, read atomically */
+
+void mh_ucm_fork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+
+static void set_state(mh_ucm_state st) { __atomic_store_n(&g_state, st, __ATOMIC_RELEASE); }
+
+static void *sym(void *h, const char *name, bool *ok)
+{
+    void *p = mh_real_dlsym(h, name);
+    *ok &= p != NULL;
+    return p;
+}
+
+static bool resolve(void *h)
+{
+    bool ok = true;
+    g_ucm.set_external = (void (*)(int))sym(h, "ucm_set_external_event", &ok);
+    g_ucm.unset_external = (void (*)(int))sym(h, "ucm_unset_external_event", &ok);
+    g_ucm.set_handler = (int (*)(int, int, ucm_cb_fn, void *))sym(h, "ucm_set_event_handler", &ok);
+    g_ucm.unset_handler = (void (*)(int, ucm_cb_fn, void *))sym(h, "ucm_unset_event_handler", &ok);
+    g_ucm.dispatch = (void (*)(int, mh_ucm_event *))sym(h, "ucm_event_dispatch", &ok);
+    g_ucm.enter = (void (*)(void))sym(h, "ucm_event_enter", &ok);
+    g_ucm.leave = (void (*)(void))sym(h, "ucm_event_leave", &ok);
+    return ok;
+}
+
+static bool loaded(const char *soname)
+{
+    void *h = mh_real_dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+    if (h != NULL)
+        mh_real_dlclose(h);
+    return h != NULL;
+}
+
+void mh_ucm_attach(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_state != MH_UCM_ABSENT) {
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    void *h = mh_real_dlopen(UCM_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) {
+        (void)dlerror();
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    /* libucm stays loaded while we hold the reference: its functions are
+     * called from the hooks. */
+    if (!resolve(h)) {
+        set_state(MH_UCM_UNUSABLE);
+        mh_real_dlclose(h);
+        mh_warn("ucm: %s lacks an entry point memhook needs to feed it (a UCX older than "
+                "its MEM_TYPE events?); UCX keeps its own CUDA hooks", UCM_SONAME);
+    } else if (loaded(UCM_CUDA_SONAME)) {
+        set_state(MH_UCM_OWN_HOOKS);
+        mh_real_dlclose(h);
+        mh_info("ucm: UCX's CUDA module was loaded before memhook found libucm: UCX keeps its "
+                "own CUDA hooks and memhook feeds it nothing");
+    } else {
+        g_ucm.set_external(UCM_EV_MEM_TYPE);
+        set_state(MH_UCM_FED);
+        __atomic_store_n(&mh_ucm_feeding, 1, __ATOMIC_RELEASE);
+        mh_info("ucm: memhook feeds UCX's MEM_TYPE events (declared external)");
+    }
+    (void)dlerror();
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* A libucm dlopened after install (the common case for a Python UCX,
+ * imported late) must be fed before its first handler is registered,
+ * which happens after its dlopen returns: reloc's wrapper tells us.  The
+ * look is one dlsym in what that dlopen brought in (the object and its
+ * dependencies: libucm comes with libucs), no search of the library path,
+ * and no lock of ours unless libucm is there. */
+static void after_dlopen(void *handle)
+{
+    if (__atomic_load_n(&g_state, __ATOMIC_ACQUIRE) == MH_UCM_ABSENT &&
+        mh_real_dlsym(handle, "ucm_set_external_event") != NULL)
+        mh_ucm_attach();
+}
+
+__attribute__((constructor)) static void watch_dlopen(void)
+{
+    (void)mh_reloc_watch_load(after_dlopen);
+}
+
+mh_ucm_state mh_ucm_state_get(void)
+{
+    return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+}
+
+static int to_ucs(int mem_type)
+{
+    switch (mem_type) {
+    case MEMHOOK_MEM_CUDA:
+        return UCS_MT_CUDA;
+    case MEMHOOK_MEM_CUDA_MANAGED:
+        return UCS_MT_CUDA_MANAGED;
+    case MEMHOOK_MEM_HOST:
+    case MEMHOOK_MEM_CUDA_HOST:
+        return UCS_MT_HOST;
+    default:
+        return UCS_MT_UNKNOWN;
+    }
+}
+
+static void dispatch(int event, uint64_t addr, uint64_t size, int ucs_type, uint8_t flags)
+{
+    mh_ucm_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.mem_type.address = (void *)(uintptr_t)addr;
+    ev.mem_type.size = size;
+    ev.mem_type.mem_type = ucs_type;
+    ev.mem_type.sys_dev = UCS_SYS_DEV_UNKNOWN;
+    ev.mem_type.mem_flags = flags;
+    g_ucm.enter();
+    g_ucm.dispatch(event, &ev);
+    g_ucm.leave();
+}
+
+void mh_ucm_alloc(uint64_t addr, uint64_t size, int mem_type)
+{
+    /* Page-locked host memory is host memory to UCX: its cache holds only
+     * what is not (a miss means host), as libucm's own hooks do. */
+    int t = to_ucs(mem_type);
+    if (addr == 0 || t == UCS_MT_HOST)
+        return;
+    /* No device and no flags: UCX asks the driver for the attributes it
+     * needs besides the type (its system device) at its first lookup, as
+     * it does after libucm's own hooks. */
+    dispatch(UCM_EV_MEM_TYPE_ALLOC, addr, size, t, 0);
+}
+
+void mh_ucm_free(uint64_t addr, uint64_t size, int mem_type)
+{
+    if (addr == 0)
+        return;
+    /* An unknown size: the least range that still takes addr out. */
+    dispatch(UCM_EV_MEM_TYPE_FREE, addr, size ? size : 1, to_ucs(mem_type),
+             UCS_MEM_FLAG_REGISTRABLE);
+}
+
+static void noop_handler(int type, mh_ucm_event *ev, void *arg)
+{
+    (void)type;
+    (void)ev;
+    (void)arg;
+}
+
+/* What libucm does for a handler that arrives after allocations were made:
+ * every mapping the process cannot touch (CUDA's reserved VA) or that maps
+ * a /dev/nvidia* device, as an ALLOC of unknown type. */
+static bool rescan_one(const mh_map_entry *e, void *ctx)
+{
+    (void)ctx;
+    bool none = !(e->prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
+    if (none || strncmp(e->name, "/dev/nvidia", 11) == 0)
+        dispatch(UCM_EV_MEM_TYPE_ALLOC, e->start, e->end - e->start, UCS_MT_UNKNOWN,
+                 UCS_MEM_FLAG_REGISTRABLE);
+    return true;
+}
+
+void mh_ucm_hand_back(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_state != MH_UCM_FED) {
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    __atomic_store_n(&mh_ucm_feeding, 0, __ATOMIC_RELEASE);
+    g_ucm.unset_external(UCM_EV_MEM_TYPE);
+    static int token; /* the handler's identity for the unset */
+    int st = g_ucm.set_handler(UCM_EV_MEM_TYPE, 0, noop_handler, &token);
+    if (st == 0)
+        g_ucm.unset_handler(UCM_EV_MEM_TYPE, noop_handler, &token);
+    (void)mh_maps_each(rescan_one, NULL);
+    set_state(st == 0 ? MH_UCM_OWN_HOOKS : MH_UCM_HANDED_BACK_FAILED);
+    if (st != 0)
+        mh_warn("ucm: memhook's hooks are out and UCX could not install its own CUDA hooks "
+                "(status %d): UCX sees no CUDA allocation from here on", st);
+    else
+        mh_info("ucm: memhook's hooks are out; UCX installed its own CUDA hooks");
+    (void)dlerror();
+    pthread_mutex_unlock(&g_lock);
+}

@@ -1,0 +1,41 @@
+/*
+ * ucm_feed.h - memhook's events handed to UCX's libucm in the same process
+ * (ucm_feed.c says when and why; docs/design/ucx-coexistence.md argues it).
+ */
+#ifndef MEMHOOK_UCM_FEED_H
+#define MEMHOOK_UCM_FEED_H
+
+#include <stdint.h>
+
+#include "mh_visibility.h"
+
+typedef enum mh_ucm_state {
+    MH_UCM_ABSENT = 0,         /* no libucm seen yet */
+    MH_UCM_FED,                /* memhook declared UCX's MEM_TYPE events external
+                                  and dispatches them */
+    MH_UCM_OWN_HOOKS,          /* UCX has (or was handed back) its own CUDA hooks */
+    MH_UCM_HANDED_BACK_FAILED, /* at memhook's uninstall UCX could not install its own */
+    MH_UCM_UNUSABLE,           /* libucm lacks an entry point memhook needs */
+} mh_ucm_state;
+
+/* Non-zero while memhook feeds libucm: the hooks test it before calling
+ * mh_ucm_alloc / mh_ucm_free. */
+MH_HIDDEN extern int mh_ucm_feeding;
+
+/* Look for libucm.so.0 and, the first time it is there, decide whether
+ * memhook feeds it.  At install and after every dlopen; never from a hook. */
+MH_HIDDEN void mh_ucm_attach(void);
+/* memhook's hooks are out: UCX gets its own CUDA hooks back (install lock
+ * held, after every patch and GOT slot of memhook's was restored). */
+MH_HIDDEN void mh_ucm_hand_back(void);
+MH_HIDDEN mh_ucm_state mh_ucm_state_get(void);
+/* fork(): the attach lock is not held across it (csrc/core/mh_lock_order.h);
+ * the child makes it afresh and keeps the state, as it keeps libucm's. */
+MH_HIDDEN void mh_ucm_fork_child(void);
+
+/* From the hooks, in the calling thread: an ALLOC after the call, a FREE
+ * before the real free (MEMHOOK_MEM_* types). */
+MH_HIDDEN void mh_ucm_alloc(uint64_t addr, uint64_t size, int mem_type);
+MH_HIDDEN void mh_ucm_free(uint64_t addr, uint64_t size, int mem_type);
+
+#endif

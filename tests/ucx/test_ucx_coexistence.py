@@ -1,0 +1,164 @@
+"""memhook and UCX's UCM hooks in one process, on the simulator, with the
+libucx-cu13 wheel's libucm (fixtures/ucx_pair.c; docs/design/ucx-coexistence.md).
+
+Every case is a fresh process: both orders (memhook installed first, UCX's
+memtype handler first) x memhook's modes (bistro, the far form, reloc,
+bistro,reloc) x UCX_MEM_CUDA_HOOK_MODE (bistro, reloc, bistro,reloc).  Each
+makes 50 cuMemAlloc_v2/cuMemFree_v2 pairs through its PLT, uninstalls
+memhook, and makes 20 more; a handler of its own and UCX's memtype cache
+(UCX_MEMTYPE_CACHE=y) are asked about every pointer.  The cases run in parallel, a few at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from ucx_testing import NO_UCX, find_ucx_lib
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "ucx_pair.c"
+N, M = 50, 20
+ORDERS = ("memhook-first", "ucx-first")
+MEMHOOK_MODES = ("bistro", "bistro-far", "reloc", "bistro,reloc")
+UCX_MODES = ("bistro", "reloc", "bistro,reloc")
+CASES = list(itertools.product(ORDERS, MEMHOOK_MODES, UCX_MODES))
+# Four threads making pairs at once: the feed from every thread (memhook
+# first), and UCX's own hooks beside memhook's (UCX first).
+THREADS, TN = 4, 200
+THREADED = [("memhook-first", "bistro", "bistro"), ("memhook-first", "reloc", "reloc"),
+            ("memhook-first", "bistro,reloc", "bistro,reloc"), ("ucx-first", "bistro", "bistro"),
+            ("ucx-first", "reloc", "reloc")]
+
+
+@pytest.fixture(scope="session")
+def ucx_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lib = find_ucx_lib(tmp_path_factory.mktemp("ucx"))
+    if lib is None:
+        pytest.skip(NO_UCX)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def ucx_pair(native, c_test_dir: Path) -> Path:
+    core = native.core.parent
+    return native.compile(FIXTURE, c_test_dir / "ucx_pair", extra=[
+        f"-L{native.sim_dir}", "-l:libcuda.so.1", f"-L{core}", "-l:libmemhook.so",
+        f"-Wl,-rpath,{native.sim_dir}:{core}", "-ldl"])
+
+
+def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
+         threads: int = 1) -> dict[str, int | str] | str:
+    order, mode, ucx_mode = case
+    env = native.env(UCX_MEM_CUDA_HOOK_MODE=ucx_mode, UCX_MODULE_DIR=str(lib / "ucx"),
+                     UCX_MEMTYPE_CACHE="y", UCX_WARN_UNUSED_ENV_VARS="n")
+    env.pop("MEMHOOK_BISTRO_FAR_JUMP", None)
+    if mode == "bistro-far":
+        mode = "bistro"
+        env["MEMHOOK_BISTRO_FAR_JUMP"] = "1"
+    n = N if threads == 1 else TN
+    proc = subprocess.run([str(exe), order, mode, str(lib), str(n), str(M), str(threads)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    found = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    row = re.search(r"^ROW cuMemAlloc_v2 mechanisms=(\d+) jump=(\d+) reason=(.*)$", proc.stdout,
+                    re.M)
+    if proc.returncode != 0 or not found or not row:
+        return f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    got: dict[str, int | str] = {k: int(v) for k, v in
+                                 (kv.split("=") for kv in found.group(1).split())}
+    got.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3))
+    return got
+
+
+@pytest.fixture(scope="session")
+def outcomes(native, ucx_pair: Path, ucx_lib: Path) -> dict[tuple, object]:
+    jobs = [(c, 1) for c in CASES + LATE] + [(c, THREADS) for c in THREADED]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
+        done = pool.map(lambda j: ((*j[0], j[1]), _run(native, ucx_pair, ucx_lib, *j)), jobs)
+        return dict(done)
+
+
+def _memhook_sees(order: str, mode: str, ucx_mode: str) -> int:
+    if order == "memhook-first":
+        return N
+    # UCX first with its reloc and bistro both in: UCX's GOT hook calls UCX's
+    # trampoline, which enters the driver's code past its entry.  memhook's
+    # reloc leaves UCX's slot alone (writing over it would take UCX out) and
+    # no entry patch sees a call that skips the entry.
+    if ucx_mode == "bistro,reloc":
+        return 0
+    # The far form over UCX's 5-byte jump is refused: its 12 bytes would
+    # cover the bytes UCX's trampoline returns to (test below).
+    if mode == "bistro-far" and ucx_mode == "bistro":
+        return 0
+    return N
+
+
+@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+def test_both_see_every_allocation_and_ucx_outlives_memhook(outcomes, case) -> None:
+    got = outcomes[(*case, 1)]
+    assert isinstance(got, dict), got
+    order, _mode, ucx_mode = case
+    # UCX's handler registration (which installs its hooks, unless memhook
+    # feeds it) succeeded, and UCX saw every call exactly once: no
+    # duplicates from memhook's feed beside UCX's own hooks.
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"]) == (N, N), got
+    # Every FREE reached UCX while the memory was still allocated (the
+    # handler asked the driver): UCX's cache never outlives an allocation.
+    assert got["free_early"] == N, got
+    # Fed by memhook, UCX gets memhook's memory types; from its own hooks,
+    # "unknown" (UCX asks the driver later).
+    assert got["ucx_types"] == (N if order == "memhook-first" else 0), got
+    want = _memhook_sees(order, _mode, ucx_mode)
+    assert (got["mh_alloc"], got["mh_free"]) == (want, want), got
+    # UCX's own memtype cache, asked right after each call: every live
+    # pointer is in it (not taken for host memory), no freed one is.
+    assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
+    # After memhook.uninstall() UCX keeps seeing every call (its own hooks,
+    # handed back, or never taken away), and its cache stays right.
+    assert (got["after_alloc"], got["after_free"]) == (M, M), got
+    assert (got["after_hit"], got["after_gone"]) == (M, M), got
+
+
+@pytest.mark.parametrize("ucx_mode", ["bistro", "bistro,reloc"])
+def test_far_form_over_ucx_jump_is_refused_with_the_reason(outcomes, ucx_mode: str) -> None:
+    # The far form would overwrite 12 bytes where UCX's jump holds 5: UCX's
+    # trampoline returns to the first whole instruction after the bytes it
+    # displaced, which would be inside memhook's jump (a crash, or worse).
+    got = outcomes[("ucx-first", "bistro-far", ucx_mode, 1)]
+    assert isinstance(got, dict), got
+    assert got["jump"] == 0, got
+    assert "opens with a 5-byte jump" in str(got["reason"]), got
+    assert "would cover where its trampoline returns" in str(got["reason"]), got
+
+
+LATE = [("memhook-before-load", m, u) for m in ("reloc", "bistro,reloc") for u in UCX_MODES]
+
+
+@pytest.mark.parametrize("case", LATE, ids=["/".join(c) for c in LATE])
+def test_ucx_loaded_after_memhook_is_fed_from_its_dlopen(outcomes, case) -> None:
+    # UCX's libraries dlopened after memhook's install: reloc's dlopen wrapper
+    # shows memhook libucm before UCX's handler can ask for its own hooks.
+    got = outcomes[(*case, 1)]
+    assert isinstance(got, dict), got
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
+    assert (got["mh_alloc"], got["mh_free"], got["free_early"]) == (N, N, N), got
+    assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
+    assert (got["after_alloc"], got["after_free"]) == (M, M), got
+
+
+@pytest.mark.parametrize("case", THREADED, ids=["/".join(c) for c in THREADED])
+def test_every_thread_s_calls_reach_both(outcomes, case) -> None:
+    got = outcomes[(*case, THREADS)]
+    assert isinstance(got, dict), got
+    total = THREADS * TN
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["free_early"]) == (total,) * 3, got
+    assert (got["mh_alloc"], got["mh_free"]) == (total, total), got
+    assert (got["after_alloc"], got["after_free"]) == (M, M), got
