@@ -262,7 +262,7 @@ void memhook_testing_cache_apply(memhook_testing_cache *cache, const memhook_eve
     if (c == NULL || (events == NULL && count != 0))
         return;
     mh_cache_write_begin(c, true);
-    mh_cache_feed_events(c, events, count);
+    mh_cache_feed_events(c, events, NULL, count, false);
     mh_cache_write_end(c);
 }
 

@@ -144,11 +144,21 @@ typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
 MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
 /* The cache's feed: every event, at the moment it is put in the order
  * (handed out by a drain, read by the tee or by mh_queue_feed_run: once
- * each, markers included), in order, under the consumer lock; `commit`
- * before the lock is let go by any call that fed.  Set once, by
- * csrc/cache/ (which ranks above the queue). */
-typedef void (*mh_queue_feed_fn)(const memhook_event *events, size_t count);
-MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, void (*commit)(void));
+ * each, markers included), in order, under the consumer lock; then, before
+ * the lock is let go by any call that fed, `mark` for each lane whose count
+ * of events put in the order moved (the cache stores the count into the
+ * lane's `cached` once it published those events) and `commit`.  `ids`
+ * (NULL when out of memory): each event's identity (mh_lane_slot_id's:
+ * lane id and index, unique for the life of the process; 0 for a lane
+ * without an id), which the cache makes an ALLOC's alloc_id - so a query
+ * answering from the event itself, still in its lane, could give the same
+ * id.  Set once,
+ * by csrc/cache/ (which ranks above the queue). */
+typedef void (*mh_queue_feed_fn)(const memhook_event *events, const uint64_t *ids,
+                                 size_t count);
+typedef void (*mh_queue_mark_fn)(_Atomic uint64_t *where, uint64_t value);
+MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, mh_queue_mark_fn mark,
+                                 void (*commit)(void));
 /* Put everything published before the call in the order and feed it,
  * without taking it out (the consumer still drains it: the tee's way);
  * where nobody ever drained (no consumer in the process), take it out too,
