@@ -82,8 +82,8 @@ MH_HIDDEN void mh_cache_write_end(mh_cache *c);
  * (the drain's commit): mh_cache_publish_deferred publishes it. */
 MH_HIDDEN void mh_cache_write_end_deferrable(mh_cache *c);
 /* Publish what a drain left queued (before a query reads).  `wait` false:
- * gives up after a short while when another writer keeps the seat.
- * Returns whether nothing is left queued. */
+ * gives up at once when another writer holds the seat.  Returns whether
+ * nothing is left queued. */
 MH_HIDDEN bool mh_cache_publish_deferred(mh_cache *c, bool wait);
 /* The feed's side (the queue's consumer lock held, the seat NOT held):
  * operations of a drain call are staged, then moved to the queue by

@@ -52,7 +52,6 @@
 
 #include "cache.h"
 #include "log.h"
-#include "mh_time.h"
 
 /* ---- memory ---- */
 
@@ -962,18 +961,10 @@ bool mh_cache_publish_deferred(mh_cache *c, bool wait)
 {
     if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
         return true;
-    uint64_t until = 0;
-    while (!mh_cache_write_begin(c, false)) {
-        /* A writer is at work: it publishes, or defers again. */
-        if (!wait) {
-            uint64_t t = mh_monotonic_ns();
-            if (until == 0)
-                until = t + 20000;
-            else if (t > until)
-                return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
-        }
-        __builtin_ia32_pause();
-    }
+    /* A writer at work publishes, or defers again: a reader does not wait
+     * for it (`wait` false), it reads what the map lacks elsewhere. */
+    if (!mh_cache_write_begin(c, wait))
+        return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
     mh_cache_write_end(c);
     return true;
 }

@@ -159,6 +159,7 @@
  * then sees a FREE of unknown size and marks the region UNKNOWN, which
  * memory_type() resolves through the driver.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1564,9 +1565,6 @@ static bool any_unsequenced(void)
     return false;
 }
 
-/* How long a query tries for the consumer lock another thread holds. */
-#define FEED_WAIT_NS 20000u
-
 /* Up to date without a run of its own: no news and nothing in flight, or a
  * call begun after `since` (the caller's start) is done. */
 static bool caught_up(uint64_t since)
@@ -1588,20 +1586,9 @@ bool mh_queue_feed_run(bool wait)
         pthread_mutex_lock(&g_lock);
     } else if (pthread_mutex_trylock(&g_lock) != 0) {
         /* Another thread drains: its call may have begun before an event
-         * this query needs.  Wait a little - bounded: the caller asks the
-         * driver after that, as Python's query does past its wait - for
-         * the lock, or for a call begun after this one's start to end
-         * (threads that query at once share one run). */
-        uint64_t until = mh_monotonic_ns() + FEED_WAIT_NS;
-        for (;;) {
-            __builtin_ia32_pause();
-            if (caught_up(since))
-                return true;
-            if (pthread_mutex_trylock(&g_lock) == 0)
-                break;
-            if (mh_monotonic_ns() > until)
-                return false;
-        }
+         * this query needs.  The query does not wait for it: it reads what
+         * the map lacks from the lanes' counts (mh_queue_unapplied_get). */
+        return false;
     }
     if (caught_up(since)) {
         pthread_mutex_unlock(&g_lock);
@@ -1716,3 +1703,54 @@ void mh_queue_fork_child(void)
     atomic_store(&mh_events_pending.flag, 1);
 }
 
+/* ---- what the cache lacks, without the consumer lock ---- */
+
+void mh_queue_unapplied_get(mh_queue_unapplied *out)
+{
+    mh_lane *mine = mh_my_lane;
+    *out = (mh_queue_unapplied){0, 0, false};
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        /* (`published` first: a count the cache stored after it covers it) */
+        uint64_t pub = l == mine ? l->written
+                                 : atomic_load_explicit(&l->published, memory_order_acquire);
+        uint64_t have = atomic_load_explicit(&l->cached, memory_order_acquire);
+        if (pub <= have)
+            continue;
+        if (l == mine) {
+            out->own_from = have;
+            out->own_to = pub;
+        } else {
+            out->foreign = true;
+        }
+    }
+}
+
+const memhook_event *mh_queue_own_events(uint64_t from, uint64_t to, uint64_t *first_id)
+{
+    mh_lane *l = mh_my_lane;
+    if (l == NULL || from >= to || to != l->written || l->id == 0)
+        return NULL;
+    mh_lane_seg *seg = l->write_seg;
+    if (from < seg->first || to > seg->first + MH_LANE_SEG_SLOTS)
+        return NULL;
+    *first_id = (uint64_t)l->id << MH_LANE_INDEX_BITS | from;
+    return &seg->slots[from - seg->first];
+}
+
+/* ---- testing ---- */
+
+int memhook_testing_drain_hold(int hold)
+{
+    /* (whether this thread holds it: a mutex let go by another thread is
+     * undefined behaviour) */
+    static __thread bool held;
+    if ((hold != 0) == held)
+        return -EINVAL;
+    if (hold)
+        pthread_mutex_lock(&g_lock);
+    else
+        pthread_mutex_unlock(&g_lock);
+    held = hold != 0;
+    return 0;
+}

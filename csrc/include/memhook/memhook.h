@@ -521,6 +521,13 @@ MEMHOOK_API int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t 
 MEMHOOK_API int memhook_query_types_cached(const uint64_t *ptrs, size_t count,
                                             uint8_t *types);
 
+/* Testing: take (hold nonzero) or let go (hold 0) the event queue's consumer
+ * lock in the calling thread, as a drain in progress holds it - for tests
+ * that show a query neither waits for a drain nor misses its own thread's
+ * events meanwhile.  Returns 0, or -EINVAL when the calling thread does not
+ * hold it (let go) or holds it already (take).  Not for production use. */
+MEMHOOK_API int memhook_testing_drain_hold(int hold);
+
 /* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
  * For the property test that replays event streams into this cache and into
  * memhook.MemtypeCache; not for production use (no drain, no driver). */
