@@ -43,7 +43,7 @@ void mh_cache_feed_events(mh_cache *c, const memhook_event *events, const uint64
      * (the queue's own fold, oplist_add, without its call and its table:
      * an allocator handing one address out and back costs a compare an
      * event). */
-    mh_op held, op;
+    mh_op held = {0}, op;
     bool holding = false;
     for (size_t i = 0; i < count; i++) {
         if (!mh_cache_event_op(&events[i], &op))

@@ -2,15 +2,38 @@
  * cache_query.c - memhook_query and its batch forms (the contract is in
  * memhook.h), and the testing entry points of a private cache.
  *
- * A query: apply what is pending (a run of the queue read for the cache,
- * only if the consumer lock is free), read the snapshot, and answer from it
- * where the hooks vouch; otherwise ask the driver - only one the process
- * has loaded and initialised - and remember a CUDA answer as a region if
- * nothing was applied meanwhile (an event applied between the driver's
- * answer and the write may be the FREE of that very range).  Where the
- * drain was busy in another thread, the cache may lack an event published
- * before the query: the driver answers then, and only where there is no
- * driver does the query wait for the cache to be brought up to date.
+ * A query reads the published snapshot and answers from it where the hooks
+ * vouch; otherwise it asks the driver - only one the process has loaded and
+ * initialised - and remembers a CUDA answer as a region if nothing was
+ * queued meanwhile (an event applied between the driver's answer and the
+ * write may be the FREE of that very range).
+ *
+ * Why a query never waits for a writer.  Before it reads, the map must
+ * hold every event published before the query began (a pointer another
+ * thread allocated and handed over; this thread's own allocation).  Where
+ * the queue's consumer lock and the cache's writer seat are free, the query
+ * puts the pending events in the order and publishes them itself (work,
+ * not a wait: trylocks only).  Where another thread holds either - a drain
+ * in progress, which may have begun before an event the query needs - the
+ * query does not wait for it: it reads what the map lacks from the lanes'
+ * counts, with no lock (each lane's published count against the count the
+ * cache stored once it published that lane's events: mh_queue_unapplied_get).
+ *   - Nothing: the map is up to date.
+ *   - Only this thread's own events (read-your-writes): they are read from
+ *     its lane (its current segment, which the consumer never retires) and
+ *     laid over the map's answer.  They come after every event the map
+ *     holds (a lane is put in the order in its own order), so the last one
+ *     that covers [ptr, ptr+len) decides; one that cuts the answer's extent
+ *     partly sends the query to the driver.  An allocation answered so gets
+ *     the alloc_id the feed will give it: its event's identity.
+ *   - Another thread's events: they may touch the range, and the lanes
+ *     alone cannot tell without reading them (their segments may be retired
+ *     under a reader that holds no lock): the driver answers, as the truth
+ *     for every pointer the hooks would have told the cache about.  With no
+ *     driver to ask, the map's answer, unverified (origin UNKNOWN).
+ * Rejected: waiting (bounded or not) for the drain - the query's latency
+ * would be the drain's; reading other threads' lanes without the lock -
+ * their retired segments are recycled or unmapped under the reader.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -199,7 +222,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
     int k = mh_cache_classify(c, p, end, &f);
     bool fresh = v->standing != BEHIND;
     if (v->standing == OWN_PENDING) {
-        mh_op op;
+        mh_op op = {0};
         switch (own_say(c, v, p, end, k, &f, &op)) {
         case SAY_MAP:
             break;

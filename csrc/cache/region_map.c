@@ -104,8 +104,14 @@ typedef struct snap {
     uint64_t retire_epoch;
     struct snap *retired_next;
     const uint64_t *keys;  /* the regions' starts */
+    /* The last key of each BLOCK of keys (NULL below 2 * BLOCK keys): the
+     * levels of the search above a block, dense enough to stay in the L1
+     * cache, where the same levels over `keys` touch a line each. */
+    const uint64_t *top;
     const mh_region *regions;
 } snap;
+
+#define BLOCK 16
 
 static const uint64_t g_no_keys[1] = {UINT64_MAX};
 /* The snapshot of an empty cache: static, never retired. */
@@ -121,7 +127,8 @@ static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
     while (pow < n)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
-    size_t bytes = page_round(head + pow * sizeof(uint64_t) + n * sizeof(mh_region));
+    size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
+    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + n * sizeof(mh_region));
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
         if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
@@ -135,14 +142,18 @@ static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    mh_region *out = (mh_region *)(keys + pow);
+    uint64_t *top = keys + pow;
+    mh_region *out = (mh_region *)(top + ntop);
     for (size_t i = 0; i < n; i++)
         keys[i] = regions[i].start;
     for (size_t i = n; i < pow; i++)
         keys[i] = UINT64_MAX;
+    for (size_t j = 0; j < ntop; j++)
+        top[j] = keys[j * BLOCK + BLOCK - 1];
     if (n)
         memcpy(out, regions, n * sizeof(mh_region));
-    *s = (snap){.n = n, .pow = pow, .bytes = bytes, .keys = keys, .regions = out};
+    *s = (snap){.n = n, .pow = pow, .bytes = bytes, .keys = keys,
+                .top = ntop ? top : NULL, .regions = out};
     return s;
 }
 
@@ -376,12 +387,29 @@ static void publish(mh_cache *c, snap *s)
 
 /* The index of the last region whose start is <= x, or -1: branchless
  * (the keys' length is a power of two). */
+static inline size_t search_pos(const snap *s, uint64_t x)
+{
+    const uint64_t *k = s->keys;
+    size_t pos = 0, step = s->pow >> 1;
+    if (s->top != NULL) {
+        /* (the levels above a block: a step of sb blocks compares the key
+         * at pos + sb * BLOCK - 1, the last of a block) */
+        const uint64_t *t = s->top;
+        size_t pb = 0;
+        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1)
+            pb += t[pb + sb - 1] <= x ? sb : 0;
+        pos = pb * BLOCK;
+        step = BLOCK >> 1;
+    }
+    for (; step != 0; step >>= 1)
+        pos += k[pos + step - 1] <= x ? step : 0;
+    return pos;
+}
+
 static inline long last_at_or_before(const snap *s, uint64_t x)
 {
     const uint64_t *k = s->keys;
-    size_t pos = 0;
-    for (size_t step = s->pow >> 1; step != 0; step >>= 1)
-        pos += step & -(size_t)(k[pos + step - 1] <= x);
+    size_t pos = search_pos(s, x);
     pos += (size_t)(k[pos] <= x);
     long i = (long)pos - 1;
     return i < (long)s->n ? i : (long)s->n - 1;
@@ -477,39 +505,55 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
     const uint64_t *k = s->keys;
     const mh_region *rs = s->regions;
     size_t n = s->n;
-    enum { LANES = 16 };
     size_t done = 0;
     if (n == 0) {
         memset(types, MH_TYPE_ABSENT, count);
         done = count;
     }
-    /* LANES searches side by side: their loads are independent, so the
-     * core overlaps their misses. */
+    /* Sixteen searches side by side, each lane its own variables (its
+     * position and its pointer, not an array the compiler keeps in memory):
+     * their loads are independent, so the core overlaps their misses, and
+     * a level costs a lane a load, a compare and a conditional add. */
+    enum { LANES = 16 };
+#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
     for (; done + LANES <= count; done += LANES) {
-        size_t pos[LANES] = {0};
-        uint64_t x[LANES];
-        for (int l = 0; l < LANES; l++)
-            x[l] = ptrs[done + l];
-        for (size_t step = s->pow >> 1; step != 0; step >>= 1)
-            for (int l = 0; l < LANES; l++)
-                pos[l] += step & -(size_t)(k[pos[l] + step - 1] <= x[l]);
-        long idx[LANES];
-        for (int l = 0; l < LANES; l++) {
-            size_t p = pos[l] + (size_t)(k[pos[l]] <= x[l]);
-            long i = (long)p - 1;
-            idx[l] = i < (long)n ? i : (long)n - 1;
-            if (idx[l] >= 0)
-                __builtin_prefetch(&rs[idx[l]]);
+        const uint64_t *q = ptrs + done;
+#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
+        MH_LANES(MH_LOAD)
+#undef MH_LOAD
+        size_t step = s->pow >> 1;
+        if (s->top != NULL) {
+            const uint64_t *t = s->top;
+            for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
+#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
+                MH_LANES(MH_TOP)
+#undef MH_TOP
+            }
+#define MH_BLOCK(l) p##l *= BLOCK;
+            MH_LANES(MH_BLOCK)
+#undef MH_BLOCK
+            step = BLOCK >> 1;
         }
-        for (int l = 0; l < LANES; l++) {
-            long i = idx[l];
-            uint8_t t = MH_TYPE_ABSENT;
-            if (i >= 0 && x[l] < rs[i].end)
-                t = is_vouched(&rs[i], period, coverage) ? rs[i].type
-                                                         : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
-            types[done + l] = t;
+        for (; step != 0; step >>= 1) {
+#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
+            MH_LANES(MH_STEP)
+#undef MH_STEP
         }
+#define MH_FINISH(l)                                                                    \
+    {                                                                                   \
+        long i = (long)(p##l + (size_t)(k[p##l] <= x##l)) - 1;                           \
+        i = i < (long)n ? i : (long)n - 1;                                              \
+        uint8_t t = MH_TYPE_ABSENT;                                                     \
+        if (i >= 0 && x##l < rs[i].end)                                                 \
+            t = is_vouched(&rs[i], period, coverage)                                    \
+                    ? rs[i].type                                                        \
+                    : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);                        \
+        types[done + l] = t;                                                            \
     }
+        MH_LANES(MH_FINISH)
+#undef MH_FINISH
+    }
+#undef MH_LANES
     for (; done < count; done++) {
         long i = last_at_or_before(s, ptrs[done]);
         uint8_t t = MH_TYPE_ABSENT;

@@ -471,11 +471,15 @@ MEMHOOK_API int memhook_events_record(int kind, int function, uint64_t address,
  *  - Returns 0 with *out filled; -EINVAL for out NULL or out->struct_size
  *    below MEMHOOK_REGION_MIN_SIZE (nothing written); -EOVERFLOW when
  *    ptr + len runs past the end of the address space.
- *  - Any thread; it takes no lock (readers never wait for writers), and makes
- *    no malloc: the cache's memory is mapped by its writers.  When events
- *    are pending it first applies them (taking the queue's consumer lock only
- *    if it is free: otherwise the driver is asked, as the cache may lack an
- *    event another thread's drain holds).
+ *  - Any thread; it waits for no lock and no writer, and makes no malloc:
+ *    the cache's memory is mapped by its writers.  When events are pending
+ *    it first applies them, taking the queue's consumer lock and the
+ *    cache's writer seat only if they are free.  Where another thread holds
+ *    them (a drain in progress), the calling thread's own pending events
+ *    are still seen (read from its lane: an allocation it made is answered
+ *    by the hooks, with the alloc_id it keeps), and the driver is asked
+ *    only when another thread's events are pending too (the cache may lack
+ *    one of them).
  *
  * Async-signal-safety: memhook_query_cached and memhook_query_types_cached
  * are async-signal-safe (no drain, no driver call, no lock: they read the
