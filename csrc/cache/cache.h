@@ -42,7 +42,9 @@ typedef struct mh_region {
  * (memhook_testing_cache_*). */
 typedef struct mh_cache mh_cache;
 
-MH_HIDDEN mh_cache *mh_cache_process(void);
+/* (its address, inline: every query asks for it) */
+MH_HIDDEN extern mh_cache mh_process_cache;
+static inline mh_cache *mh_cache_process(void) { return &mh_process_cache; }
 
 /* ---- writing (one writer at a time: mh_cache_write_begin/_end) ---- */
 

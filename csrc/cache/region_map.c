@@ -232,12 +232,11 @@ struct mh_cache {
  * handed to another allocation. */
 static _Atomic uint64_t g_next_alloc_id = 1;
 
-/* The process's one cache: static, so that it exists before any
+/* The process's one cache: of static storage, so that it exists before any
  * constructor feeds it and is never freed (readers may be anywhere). */
-static mh_cache g_process = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT,
-                             .q = &g_process.lists[0], .stage = &g_process.lists[1]};
-
-mh_cache *mh_cache_process(void) { return &g_process; }
+mh_cache mh_process_cache = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT,
+                             .q = &mh_process_cache.lists[0],
+                             .stage = &mh_process_cache.lists[1]};
 
 /* ---- readers: epoch slots ---- */
 
@@ -1104,7 +1103,7 @@ mh_cache *mh_cache_new(void)
 
 void mh_cache_destroy(mh_cache *c)
 {
-    if (c == NULL || c == &g_process)
+    if (c == NULL || c == &mh_process_cache)
         return;
     mh_cache_write_begin(c, true);
     snap *s = atomic_exchange(&c->current, &g_empty);
@@ -1162,7 +1161,7 @@ void mh_cache_fork_child(void)
      * deferred events among them), for the child's next writer; one the
      * vanished writer was applying is applied again, which leaves the map
      * as it was. */
-    atomic_flag_clear(&g_process.seat);
+    atomic_flag_clear(&mh_process_cache.seat);
     /* The parent's other threads' slots are idle in the child. */
     for (int i = 0; i < READER_SLOTS; i++)
         if (i != t_slot - 1) {

@@ -1567,7 +1567,7 @@ static bool any_unsequenced(void)
 
 /* Up to date without a run of its own: no news and nothing in flight, or a
  * call begun after `since` (the caller's start) is done. */
-static bool caught_up(uint64_t since)
+static inline bool caught_up(uint64_t since)
 {
     if (atomic_load(&mh_events_pending.flag) != MH_PENDING_NEWS) {
         uint64_t begun = atomic_load(&g_calls.begun);
