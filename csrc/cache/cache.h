@@ -132,12 +132,15 @@ typedef struct mh_found_region {
  * allocation and free entry point (else a free may go unseen). */
 MH_HIDDEN int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *out);
 /* Types of single bytes, count of them: MEMHOOK_MEMORY_* per pointer, or
- * MH_TYPE_ABSENT (in no region) / MH_TYPE_UNVOUCHED (a region the cache
- * may not answer from: its type is in the low bits) for the caller to
- * resolve. */
+ * MH_TYPE_ABSENT (in no region; MEMHOOK_MEMORY_HOST instead where
+ * `host` says the caller may answer so) / MH_TYPE_UNVOUCHED (a region the
+ * cache may not answer from: its type is in the low bits) for the caller
+ * to resolve.  Returns how many are left to resolve (0: the batch is
+ * answered in one pass). */
 #define MH_TYPE_ABSENT 0x80u
 #define MH_TYPE_UNVOUCHED 0x40u
-MH_HIDDEN void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types);
+MH_HIDDEN size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types,
+                                bool host);
 
 /* ---- the install periods and coverage (set by csrc/cuda/install.c) ---- */
 

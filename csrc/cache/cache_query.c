@@ -362,9 +362,11 @@ static int types_of(const uint64_t *ptrs, size_t count, uint8_t *types, bool liv
     view v = g_up_to_date;
     if (live)
         look_up(c, &v);
-    mh_cache_types(c, ptrs, count, types);
     bool fresh = v.standing == UP_TO_DATE;
-    bool host_ok = fresh && host_vouched(c);
+    bool host_ok = live && fresh && host_vouched(c);
+    /* (one pass answers it all where the map is up to date and vouched) */
+    if (mh_cache_types(c, ptrs, count, types, host_ok) == 0 && live && fresh)
+        return 0;
     for (size_t i = 0; i < count; i++) {
         uint8_t t = types[i];
         uint8_t held = t == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(t & 0x3fu);
@@ -476,7 +478,7 @@ void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *p
 {
     if (cache == NULL || ptrs == NULL || types == NULL)
         return;
-    mh_cache_types((mh_cache *)cache, ptrs, count, types);
+    mh_cache_types((mh_cache *)cache, ptrs, count, types, false);
     for (size_t i = 0; i < count; i++)
         types[i] = types[i] == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(types[i] & 0x3fu);
 }

@@ -493,8 +493,10 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     return found;
 }
 
-void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types)
+size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
 {
+    uint8_t absent = host ? MEMHOOK_MEMORY_HOST : MH_TYPE_ABSENT;
+    size_t open = 0;  /* (types left to resolve: counted branch-free) */
     uint32_t period = mh_cache_period(c);
     bool coverage = mh_cache_coverage(c);
     if (atomic_load_explicit(&c->broken, memory_order_relaxed))
@@ -506,8 +508,9 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
     size_t n = s->n;
     size_t done = 0;
     if (n == 0) {
-        memset(types, MH_TYPE_ABSENT, count);
+        memset(types, absent, count);
         done = count;
+        open = host ? 0 : count;
     }
     /* Sixteen searches side by side, each lane its own variables (its
      * position and its pointer, not an array the compiler keeps in memory):
@@ -542,12 +545,13 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
     {                                                                                   \
         long i = (long)(p##l + (size_t)(k[p##l] <= x##l)) - 1;                           \
         i = i < (long)n ? i : (long)n - 1;                                              \
-        uint8_t t = MH_TYPE_ABSENT;                                                     \
+        uint8_t t = absent;                                                             \
         if (i >= 0 && x##l < rs[i].end)                                                 \
             t = is_vouched(&rs[i], period, coverage)                                    \
                     ? rs[i].type                                                        \
                     : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);                        \
         types[done + l] = t;                                                            \
+        open += t >= MH_TYPE_UNVOUCHED;                                                 \
     }
         MH_LANES(MH_FINISH)
 #undef MH_FINISH
@@ -555,13 +559,15 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
 #undef MH_LANES
     for (; done < count; done++) {
         long i = last_at_or_before(s, ptrs[done]);
-        uint8_t t = MH_TYPE_ABSENT;
+        uint8_t t = absent;
         if (i >= 0 && ptrs[done] < rs[i].end)
             t = is_vouched(&rs[i], period, coverage) ? rs[i].type
                                                      : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
         types[done] = t;
+        open += t >= MH_TYPE_UNVOUCHED;
     }
     read_end(&rd);
+    return open;
 }
 
 /* ---- the writer ---- */
