@@ -806,6 +806,31 @@ static void heap_pop(uint32_t *h, size_t *n)
  * over it (later events win: each assigns its range). */
 static bool overlay(mh_cache *c, const mh_op *ops, size_t k, seg **out, size_t *nout)
 {
+    /* Ops in address order that do not overlap (an allocator handing out
+     * ascending addresses, a leak): each is its own segment - no ends to
+     * sort, no sweep. */
+    size_t live = 0;
+    uint64_t last_end = 0;
+    bool ordered = true;
+    for (size_t i = 0; i < k && ordered; i++) {
+        if (ops[i].start >= ops[i].end)
+            continue;  /* (dead) */
+        ordered = live == 0 || ops[i].start >= last_end;
+        last_end = ops[i].end;
+        live++;
+    }
+    if (ordered) {
+        if (!grow(&c->segs, &c->segs_cap, live + 1, sizeof(seg)))
+            return false;
+        seg *segs = c->segs;
+        size_t ns = 0;
+        for (size_t i = 0; i < k; i++)
+            if (ops[i].start < ops[i].end)
+                segs[ns++] = (seg){ops[i].start, ops[i].end, (uint32_t)i};
+        *out = segs;
+        *nout = ns;
+        return true;
+    }
     if (!grow(&c->coords, &c->coords_cap, 2 * k, sizeof(coord)) ||
         !grow((void **)&c->heap, &c->heap_cap, k, sizeof(uint32_t)) ||
         !grow((void **)&c->alive, &c->alive_cap, k, 1) ||
