@@ -91,7 +91,7 @@ typedef struct mh_lane {
     /* Events of this lane the cache's published map holds (a prefix of
      * the lane: stored by the cache after the publish that applied them,
      * mh_queue_set_feed's mark), read by queries without the consumer
-     * lock (mh_queue_unapplied). */
+     * lock (mh_queue_unapplied_get). */
     _Atomic uint64_t cached;
     _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
     struct mh_lane *next;                     /* the list of lanes; set before publication */
