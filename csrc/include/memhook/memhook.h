@@ -508,7 +508,10 @@ typedef struct memhook_region {
 #define MEMHOOK_REGION_MIN_SIZE sizeof(memhook_region)
 
 MEMHOOK_API int memhook_query(const void *ptr, size_t len, memhook_region *out);
-/* memhook_query without a drain or a driver call: what the cache holds now.
+/* memhook_query without a drain or a driver call: what the cache holds now
+ * (its published map: on a map of 2,048 regions or more, the events a drain
+ * applied are published by the next memhook_query, or by a later drain
+ * once they are as many as twice the map's regions).
  * Where memhook_query would ask the driver, answers what the cache has with
  * origin MEMHOOK_ORIGIN_UNKNOWN.  Async-signal-safe. */
 MEMHOOK_API int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
