@@ -121,14 +121,17 @@ static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL};
  * per drained batch would hold the consumer lock longer). */
 #define SPARE_SNAPS 4
 
-static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+/* A snapshot with room for `cap` regions, written by the caller into
+ * s->regions before snap_finish (its keys are laid out for `cap`; a
+ * smaller map uses a prefix of them). */
+static snap *snap_alloc(snap **spare, size_t cap)
 {
     size_t pow = 1;
-    while (pow < n)
+    while (pow < cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + n * sizeof(mh_region));
+    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + cap * sizeof(mh_region));
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
         if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
@@ -142,18 +145,38 @@ static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    uint64_t *top = keys + pow;
-    mh_region *out = (mh_region *)(top + ntop);
+    *s = (snap){.bytes = bytes, .keys = keys,
+                .regions = (const mh_region *)(keys + pow + ntop)};
+    return s;
+}
+
+/* The keys and the block index of the n regions written into s. */
+static void snap_finish(snap *s, size_t n)
+{
+    size_t pow = 1;
+    while (pow < n)
+        pow <<= 1;
+    size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
+    uint64_t *keys = (uint64_t *)s->keys, *top = keys + pow;
     for (size_t i = 0; i < n; i++)
-        keys[i] = regions[i].start;
+        keys[i] = s->regions[i].start;
     for (size_t i = n; i < pow; i++)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
+    s->n = n;
+    s->pow = pow;
+    s->top = ntop ? top : NULL;
+}
+
+static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+{
+    snap *s = snap_alloc(spare, n);
+    if (s == NULL)
+        return NULL;
     if (n)
-        memcpy(out, regions, n * sizeof(mh_region));
-    *s = (snap){.n = n, .pow = pow, .bytes = bytes, .keys = keys,
-                .top = ntop ? top : NULL, .regions = out};
+        memcpy((mh_region *)s->regions, regions, n * sizeof(mh_region));
+    snap_finish(s, n);
     return s;
 }
 
@@ -898,7 +921,7 @@ static void piece(mh_region *out, size_t *n, const mh_region *r, uint64_t a, uin
  * is set when the result differs from cur (a hole over no region does not:
  * the map stays as it is, and nothing is published). */
 static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *ops, size_t k,
-                  bool *changed)
+                  bool *changed, snap **into)
 {
     seg *segs;
     size_t ns;
@@ -924,7 +947,15 @@ static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *op
     }
     *changed = true;
     uint64_t id_base = atomic_fetch_add(&g_next_alloc_id, k);
-    mh_region *out = work_other(c, *cur, *n + 2 * ns + 1);
+    /* `into`: straight into a new snapshot (the last step of a commit:
+     * one copy of the map less). */
+    mh_region *out;
+    if (into != NULL) {
+        *into = snap_alloc(c->spare, *n + 2 * ns + 1);
+        out = *into != NULL ? (mh_region *)(*into)->regions : NULL;
+    } else {
+        out = work_other(c, *cur, *n + 2 * ns + 1);
+    }
     if (out == NULL)
         return false;
     const mh_region *old = *cur;
@@ -1051,12 +1082,14 @@ void mh_cache_write_end(mh_cache *c)
         const mh_region *cur = s->regions;
         size_t n = s->n;
         bool ok = true, changed = false;
+        snap *direct = NULL;
         for (size_t i = 0; i < q->n && ok;) {
             if (is_paint(&q->ops[i])) {
                 size_t j = i;
                 while (j < q->n && is_paint(&q->ops[j]))
                     j++;
-                ok = paint(c, &cur, &n, q->ops + i, j - i, &changed);
+                /* (the last run paints into the snapshot itself) */
+                ok = paint(c, &cur, &n, q->ops + i, j - i, &changed, j == q->n ? &direct : NULL);
                 i = j;
             } else {
                 ok = barrier(c, &cur, &n, &q->ops[i]);
@@ -1064,7 +1097,15 @@ void mh_cache_write_end(mh_cache *c)
                 i++;
             }
         }
-        snap *next = ok && changed ? snap_build(c->spare, cur, n) : NULL;
+        snap *next = NULL;
+        if (direct != NULL && ok) {
+            snap_finish(direct, n);
+            next = direct;
+        } else if (direct != NULL) {
+            snap_free(c->spare, direct);
+        } else if (ok && changed) {
+            next = snap_build(c->spare, cur, n);
+        }
         if (next != NULL)
             publish(c, next);
         else if (ok && !changed) {
