@@ -18,6 +18,7 @@
 #ifndef MEMHOOK_CACHE_H
 #define MEMHOOK_CACHE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,7 +42,9 @@ typedef struct mh_region {
  * (memhook_testing_cache_*). */
 typedef struct mh_cache mh_cache;
 
-MH_HIDDEN mh_cache *mh_cache_process(void);
+/* (its address, inline: every query asks for it) */
+MH_HIDDEN extern mh_cache mh_process_cache;
+static inline mh_cache *mh_cache_process(void) { return &mh_process_cache; }
 
 /* ---- writing (one writer at a time: mh_cache_write_begin/_end) ---- */
 
@@ -81,9 +84,22 @@ MH_HIDDEN void mh_cache_write_end(mh_cache *c);
  * (the drain's commit): mh_cache_publish_deferred publishes it. */
 MH_HIDDEN void mh_cache_write_end_deferrable(mh_cache *c);
 /* Publish what a drain left queued (before a query reads).  `wait` false:
- * gives up after a short while when another writer keeps the seat.
- * Returns whether nothing is left queued. */
+ * gives up at once when another writer holds the seat.  Returns whether
+ * nothing is left queued. */
 MH_HIDDEN bool mh_cache_publish_deferred(mh_cache *c, bool wait);
+/* The feed's side (the queue's consumer lock held, the seat NOT held):
+ * operations of a drain call are staged, then moved to the queue by
+ * mh_cache_stage_commit, which takes the seat only for the move and the
+ * publish (or the deferral) - so a query finds the seat free while a drain
+ * merges the lanes.  A mark stores `value` into *where (release) once every
+ * operation staged before it is published: the queue's per-lane counts of
+ * the events the published map holds.  A mark that found no memory is
+ * lost (the counter lags: readers see those events as pending longer). */
+MH_HIDDEN bool mh_cache_stage_op(mh_cache *c, const mh_op *op);
+MH_HIDDEN bool mh_cache_stage_mark(mh_cache *c, _Atomic uint64_t *where, uint64_t value);
+/* Move what was staged to the queue and write it (deferrable: as
+ * mh_cache_write_end_deferrable).  Takes the seat, waiting for it. */
+MH_HIDDEN void mh_cache_stage_commit(mh_cache *c, bool deferrable);
 /* How many operations were queued so far: a reader that asked the driver
  * remembers the answer only if this did not move meanwhile (an operation
  * queued then may be that range's FREE). */
@@ -116,12 +132,15 @@ typedef struct mh_found_region {
  * allocation and free entry point (else a free may go unseen). */
 MH_HIDDEN int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *out);
 /* Types of single bytes, count of them: MEMHOOK_MEMORY_* per pointer, or
- * MH_TYPE_ABSENT (in no region) / MH_TYPE_UNVOUCHED (a region the cache
- * may not answer from: its type is in the low bits) for the caller to
- * resolve. */
+ * MH_TYPE_ABSENT (in no region; MEMHOOK_MEMORY_HOST instead where
+ * `host` says the caller may answer so) / MH_TYPE_UNVOUCHED (a region the
+ * cache may not answer from: its type is in the low bits) for the caller
+ * to resolve.  Returns how many are left to resolve (0: the batch is
+ * answered in one pass). */
 #define MH_TYPE_ABSENT 0x80u
 #define MH_TYPE_UNVOUCHED 0x40u
-MH_HIDDEN void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types);
+MH_HIDDEN size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types,
+                                bool host);
 
 /* ---- the install periods and coverage (set by csrc/cuda/install.c) ---- */
 
@@ -137,10 +156,64 @@ MH_HIDDEN bool mh_cache_coverage(const mh_cache *c);
 
 /* ---- events (cache_feed.c) ---- */
 
-/* Turn events into operations of the process cache, in order (the queue's
- * feed: under its consumer lock, which also orders the feeds), and publish
- * them (mh_cache_feed_commit) before the drain call returns. */
-MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events, size_t count);
+/* Turn events into operations, in order - an ALLOC's alloc_id is its
+ * event's identity from `ids` (NULL, or 0 in it: a number of the cache's
+ * own, below 2^48, which no identity is) - staged (the queue's feed, under
+ * its consumer lock, which also orders the feeds; mh_cache_feed_commit
+ * moves them to the queue before the drain call returns) or queued (the
+ * seat held: a test cache's apply). */
+MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events,
+                                    const uint64_t *ids, size_t count, bool staged);
+/* The operation one event makes (memhook/_apply.py's apply_row, and
+ * cache_feed.c's table): false for an event that changes nothing
+ * (skipped, failed, HOOKS_GAP, size 0).  Inline: the feed's per-event
+ * cost. */
+static inline bool mh_cache_event_op(const memhook_event *e, mh_op *out)
+{
+    /* (the flags word is read once, atomically: the drain may write its
+     * private bits in a pending slot a query reads: mh_queue_own_events) */
+    uint32_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+    mh_op op = {.device = -1, .origin = MEMHOOK_ORIGIN_HOOKS};
+    if (flags & MEMHOOK_EVENT_SKIPPED)
+        return false;
+    if (flags & MEMHOOK_EVENT_DRIVER_UNLOADED) {
+        op.kind = MH_OP_CLEAR;
+    } else if (flags & MEMHOOK_EVENT_CONTEXT_RESET) {
+        if (e->result != 0)
+            return false;
+        op.kind = MH_OP_FORGET_DEVICE;
+        op.device = e->device < 0 ? -1 : e->device;
+    } else if (e->result != 0) {
+        return false;
+    } else if (e->kind == MEMHOOK_EVENT_ALLOC || e->kind == MEMHOOK_EVENT_FREE) {
+        uint64_t end = e->address + e->size;
+        if (e->size == 0) {
+            if (e->kind != MEMHOOK_EVENT_FREE || !(flags & MEMHOOK_EVENT_SIZE_UNKNOWN))
+                return false;
+            op.kind = MH_OP_DEMOTE_AT;
+            op.start = e->address;
+        } else {
+            if (end < e->address && end != 0)
+                return false;  /* past 2^64 */
+            op.start = e->address;
+            op.end = end == 0 ? UINT64_MAX : end;
+            if (e->kind == MEMHOOK_EVENT_FREE) {
+                op.kind = MH_OP_REMOVE;
+            } else {
+                op.kind = MH_OP_ASSIGN;
+                op.type = e->mem_type >= 0 && e->mem_type <= MEMHOOK_MEMORY_UNKNOWN
+                              ? (uint8_t)e->mem_type
+                              : MEMHOOK_MEMORY_UNKNOWN;
+                op.device = e->device < -1 ? -1 : e->device;
+            }
+        }
+    } else {
+        return false;
+    }
+    *out = op;
+    return true;
+}
+
 MH_HIDDEN void mh_cache_feed_commit(void);
 
 /* ---- the driver (cache_query.c; set by csrc/cuda/) ---- */

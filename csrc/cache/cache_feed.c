@@ -4,6 +4,11 @@
  * The queue hands every event to the feed at the moment it is put in the
  * order (a drain's look, the trace's tee, a query's run: each event once),
  * under its consumer lock, and calls the commit before that lock is let go.
+ * The feed stages ops without the cache's writer seat (the lock orders
+ * feeds); the commit moves them to the cache's queue under the seat, with
+ * the lanes' counts of events put in the order (marks), which the cache
+ * stores once those events are published: what a query that cannot take
+ * the consumer lock reads to tell whether the map holds a lane's events.
  * So the cache is fed whoever drains - Python, the trace's reader, a C
  * transport's query, or a query of a process where nobody else drains -
  * and every drain call returns with what it handed out published.
@@ -31,75 +36,53 @@
 #include "cache.h"
 #include "queue.h"
 
-void mh_cache_feed_events(mh_cache *c, const memhook_event *events, size_t count)
+void mh_cache_feed_events(mh_cache *c, const memhook_event *events, const uint64_t *ids,
+                          size_t count, bool staged)
 {
+    /* One op held back: the next one of its exact range replaces it here
+     * (the queue's own fold, oplist_add, without its call and its table:
+     * an allocator handing one address out and back costs a compare an
+     * event). */
+    mh_op held = {0}, op;
+    bool holding = false;
     for (size_t i = 0; i < count; i++) {
-        const memhook_event *e = &events[i];
-        uint32_t flags = e->flags;
-        mh_op op = {.device = -1, .origin = MEMHOOK_ORIGIN_HOOKS};
-        if (flags & MEMHOOK_EVENT_SKIPPED)
+        if (!mh_cache_event_op(&events[i], &op))
             continue;
-        if (flags & MEMHOOK_EVENT_DRIVER_UNLOADED) {
-            op.kind = MH_OP_CLEAR;
-        } else if (flags & MEMHOOK_EVENT_CONTEXT_RESET) {
-            if (e->result != 0)
-                continue;
-            op.kind = MH_OP_FORGET_DEVICE;
-            op.device = e->device < 0 ? -1 : e->device;
-        } else if (e->result != 0) {
-            continue;
-        } else if (e->kind == MEMHOOK_EVENT_ALLOC || e->kind == MEMHOOK_EVENT_FREE) {
-            uint64_t end = e->address + e->size;
-            if (e->size == 0) {
-                if (e->kind != MEMHOOK_EVENT_FREE || !(flags & MEMHOOK_EVENT_SIZE_UNKNOWN))
-                    continue;
-                op.kind = MH_OP_DEMOTE_AT;
-                op.start = e->address;
-            } else {
-                if (end < e->address && end != 0)
-                    continue;  /* past 2^64 */
-                op.start = e->address;
-                op.end = end == 0 ? UINT64_MAX : end;
-                if (e->kind == MEMHOOK_EVENT_FREE) {
-                    op.kind = MH_OP_REMOVE;
-                } else {
-                    op.kind = MH_OP_ASSIGN;
-                    op.type = e->mem_type >= 0 && e->mem_type <= MEMHOOK_MEMORY_UNKNOWN
-                                  ? (uint8_t)e->mem_type
-                                  : MEMHOOK_MEMORY_UNKNOWN;
-                    op.device = e->device < -1 ? -1 : e->device;
-                }
-            }
-        } else {
+        if (op.kind == MH_OP_ASSIGN && ids != NULL)
+            op.alloc_id = ids[i];  /* (0: numbered by the cache) */
+        if (holding && (op.kind == MH_OP_ASSIGN || op.kind == MH_OP_REMOVE) &&
+            op.start == held.start && op.end == held.end &&
+            (held.kind == MH_OP_ASSIGN || held.kind == MH_OP_REMOVE)) {
+            held = op;
             continue;
         }
-        mh_cache_op(c, &op);
+        if (holding)
+            staged ? mh_cache_stage_op(c, &held) : mh_cache_op(c, &held);
+        held = op;
+        holding = true;
     }
+    if (holding)
+        staged ? mh_cache_stage_op(c, &held) : mh_cache_op(c, &held);
 }
 
-/* Under the queue's consumer lock: the writer's seat is held from the
- * first event of a drain call to its commit. */
-static bool g_feeding;
-
-static void feed(const memhook_event *events, size_t count)
+/* The queue's feed: under its consumer lock, which orders the calls; the
+ * cache's seat is taken only by the commit (mh_cache_stage_commit). */
+static void feed(const memhook_event *events, const uint64_t *ids, size_t count)
 {
-    mh_cache *c = mh_cache_process();
-    if (!g_feeding) {
-        mh_cache_write_begin(c, true);
-        g_feeding = true;
-    }
-    mh_cache_feed_events(c, events, count);
+    mh_cache_feed_events(mh_cache_process(), events, ids, count, true);
+}
+
+static void feed_mark(_Atomic uint64_t *where, uint64_t value)
+{
+    mh_cache_stage_mark(mh_cache_process(), where, value);
 }
 
 void mh_cache_feed_commit(void)
 {
-    if (g_feeding) {
-        g_feeding = false;
-        mh_cache_write_end_deferrable(mh_cache_process());
-    }
+    mh_cache_stage_commit(mh_cache_process(), true);
 }
 
 __attribute__((constructor)) static void feed_register(void)
 {
-    mh_queue_set_feed(feed, mh_cache_feed_commit);
+    mh_queue_set_feed(feed, feed_mark, mh_cache_feed_commit);
 }

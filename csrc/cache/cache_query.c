@@ -2,15 +2,38 @@
  * cache_query.c - memhook_query and its batch forms (the contract is in
  * memhook.h), and the testing entry points of a private cache.
  *
- * A query: apply what is pending (a run of the queue read for the cache,
- * only if the consumer lock is free), read the snapshot, and answer from it
- * where the hooks vouch; otherwise ask the driver - only one the process
- * has loaded and initialised - and remember a CUDA answer as a region if
- * nothing was applied meanwhile (an event applied between the driver's
- * answer and the write may be the FREE of that very range).  Where the
- * drain was busy in another thread, the cache may lack an event published
- * before the query: the driver answers then, and only where there is no
- * driver does the query wait for the cache to be brought up to date.
+ * A query reads the published snapshot and answers from it where the hooks
+ * vouch; otherwise it asks the driver - only one the process has loaded and
+ * initialised - and remembers a CUDA answer as a region if nothing was
+ * queued meanwhile (an event applied between the driver's answer and the
+ * write may be the FREE of that very range).
+ *
+ * Why a query never waits for a writer.  Before it reads, the map must
+ * hold every event published before the query began (a pointer another
+ * thread allocated and handed over; this thread's own allocation).  Where
+ * the queue's consumer lock and the cache's writer seat are free, the query
+ * puts the pending events in the order and publishes them itself (work,
+ * not a wait: trylocks only).  Where another thread holds either - a drain
+ * in progress, which may have begun before an event the query needs - the
+ * query does not wait for it: it reads what the map lacks from the lanes'
+ * counts, with no lock (each lane's published count against the count the
+ * cache stored once it published that lane's events: mh_queue_unapplied_get).
+ *   - Nothing: the map is up to date.
+ *   - Only this thread's own events (read-your-writes): they are read from
+ *     its lane (its current segment, which the consumer never retires) and
+ *     laid over the map's answer.  They come after every event the map
+ *     holds (a lane is put in the order in its own order), so the last one
+ *     that covers [ptr, ptr+len) decides; one that cuts the answer's extent
+ *     partly sends the query to the driver.  An allocation answered so gets
+ *     the alloc_id the feed will give it: its event's identity.
+ *   - Another thread's events: they may touch the range, and the lanes
+ *     alone cannot tell without reading them (their segments may be retired
+ *     under a reader that holds no lock): the driver answers, as the truth
+ *     for every pointer the hooks would have told the cache about.  With no
+ *     driver to ask, the map's answer, unverified (origin UNKNOWN).
+ * Rejected: waiting (bounded or not) for the drain - the query's latency
+ * would be the drain's; reading other threads' lanes without the lock -
+ * their retired segments are recycled or unmapped under the reader.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -88,14 +111,145 @@ static void remember(mh_cache *c, const mh_driver_answer *d, uint64_t since)
     mh_cache_write_end(c);
 }
 
-/* The answer for [p, end) from the cache, the driver where the hooks do not
- * vouch.  `fresh`: the cache holds every event published before the query;
- * `use_driver` false: the cache alone (memhook_query_cached). */
-static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_driver,
+/* ---- how the map stands for a query ---- */
+
+/* What the map holds of what was published before the query. */
+enum standing {
+    UP_TO_DATE,   /* everything */
+    OWN_PENDING,  /* all but the calling thread's own latest events (own[0..nown)) */
+    BEHIND,       /* another thread's events may be missing */
+};
+
+typedef struct view {
+    enum standing standing;
+    const memhook_event *own;
+    size_t nown;
+    uint64_t own_id;  /* own[0]'s identity: the alloc_id the feed will give it */
+} view;
+
+/* Bring the map up to date where that needs nobody's lock another thread
+ * holds: put the pending events in the order and publish them, each only
+ * if its lock is free; else read from the lanes' counts what the map
+ * lacks.  Never waits. */
+static void look_up(mh_cache *c, view *v)
+{
+    v->own = NULL;
+    v->nown = 0;
+    v->standing = UP_TO_DATE;
+    if (mh_queue_feed_run(false) && mh_cache_publish_deferred(c, false))
+        return;
+    mh_queue_unapplied u;
+    mh_queue_unapplied_get(&u);
+    if (u.foreign) {
+        v->standing = BEHIND;
+    } else if (u.own_from < u.own_to) {
+        v->own = mh_queue_own_events(u.own_from, u.own_to, &v->own_id);
+        v->nown = (size_t)(u.own_to - u.own_from);
+        v->standing = v->own != NULL ? OWN_PENDING : BEHIND;
+    }
+}
+
+/* What the calling thread's own pending events say of [p, end), after what
+ * the map says (k, f): they all come after every event the map holds (a
+ * lane's events are put in the order in its order, after what was put
+ * there before).  SAY_MAP: none of them touches the answer's extent;
+ * SAY_REGION / SAY_HOLE: the last of those that do covers [p, end) whole
+ * (*op); SAY_UNSURE: one cuts it (a partial unmap, a context reset, a
+ * FREE whose allocation is not known): the driver decides. */
+enum say { SAY_MAP, SAY_REGION, SAY_HOLE, SAY_UNSURE };
+
+static enum say own_say(mh_cache *c, const view *v, uint64_t p, uint64_t end, int k,
+                        const mh_found_region *f, mh_op *op)
+{
+    enum say say = SAY_MAP;
+    uint64_t lo = p, hi = end;  /* the extent the answer reports */
+    if (k == MH_FOUND_IN || k == MH_FOUND_RUN) {
+        lo = f->r.start;
+        hi = f->r.end;
+    }
+    for (size_t i = 0; i < v->nown; i++) {
+        mh_op o;
+        if (!mh_cache_event_op(&v->own[i], &o))
+            continue;
+        if (o.kind == MH_OP_DEMOTE_AT) {
+            /* A FREE of unknown size: of the allocation at its address, as
+             * this thread's own events and then the map have it. */
+            bool found = false;
+            for (size_t j = i; j-- > 0 && !found;) {
+                mh_op a;
+                if (mh_cache_event_op(&v->own[j], &a) && a.kind == MH_OP_ASSIGN &&
+                    a.start == o.start) {
+                    o.end = a.end;
+                    found = true;
+                }
+            }
+            mh_found_region g;
+            if (!found && mh_cache_classify(c, o.start, o.start + 1, &g) == MH_FOUND_IN &&
+                g.r.start == o.start) {
+                o.end = g.r.end;
+                found = true;
+            }
+            if (!found)
+                return SAY_UNSURE;
+            o.kind = MH_OP_REMOVE;
+        }
+        if (o.kind != MH_OP_ASSIGN && o.kind != MH_OP_REMOVE)
+            return SAY_UNSURE;  /* a context reset, the driver unloaded */
+        o.alloc_id = v->own_id + i;  /* (the id the feed gives it: its identity) */
+        if (o.end <= lo || o.start >= hi)
+            continue;  /* (leaves the answer as it is) */
+        if (o.start <= p && end <= o.end) {
+            say = o.kind == MH_OP_ASSIGN ? SAY_REGION : SAY_HOLE;
+            *op = o;
+            lo = say == SAY_REGION ? o.start : p;
+            hi = say == SAY_REGION ? o.end : end;
+        } else if (o.end > p && o.start < end) {
+            return SAY_UNSURE;  /* covers part of [p, end) */
+        } else if (say != SAY_HOLE) {
+            return SAY_UNSURE;  /* cuts the allocation the answer reports */
+        }
+    }
+    return say;
+}
+
+/* The answer for [p, end) from the cache - with the calling thread's own
+ * pending events over it - and from the driver where the hooks do not
+ * vouch.  `use_driver` false: the cache alone (memhook_query_cached). */
+static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool use_driver,
                    memhook_region *out)
 {
     mh_found_region f;
     int k = mh_cache_classify(c, p, end, &f);
+    bool fresh = v->standing != BEHIND;
+    if (v->standing == OWN_PENDING) {
+        mh_op op = {0};
+        switch (own_say(c, v, p, end, k, &f, &op)) {
+        case SAY_MAP:
+            break;
+        case SAY_REGION:
+            /* (recorded in the current period: install and uninstall apply
+             * what is pending before they change it) */
+            if (((mh_cache_period(c) & 1u) && op.type != MEMHOOK_MEMORY_UNKNOWN) || !use_driver) {
+                fill(out, op.type, op.device, op.start, op.end - op.start, op.alloc_id,
+                     use_driver ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
+                return;
+            }
+            fresh = false;
+            break;
+        case SAY_HOLE:
+            if (f.host_vouched || !use_driver) {
+                fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0,
+                     f.host_vouched ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
+                return;
+            }
+            fresh = false;
+            k = MH_FOUND_ABSENT;
+            break;
+        case SAY_UNSURE:
+            fresh = false;
+            break;
+        }
+    }
     if (fresh || !use_driver) {
         if ((k == MH_FOUND_IN || k == MH_FOUND_RUN) && f.vouched) {
             fill_found(out, &f, MEMHOOK_ORIGIN_HOOKS);
@@ -110,6 +264,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
             return;
         }
     }
+    bool may_remember = v->standing == UP_TO_DATE;
     mh_cache_driver_fn driver = use_driver ? atomic_load_explicit(&g_driver,
                                                                   memory_order_acquire)
                                            : NULL;
@@ -125,13 +280,13 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
                 fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_DRIVER);
             return;
         }
-        if (fresh)
+        if (may_remember)
             remember(c, &d, since);
         if (d.base <= p && end <= d.base + d.size) {
             /* The remembered region's id, when it was remembered. */
             mh_found_region g;
             uint64_t id = 0;
-            if (fresh && mh_cache_classify(c, p, end, &g) == MH_FOUND_IN &&
+            if (may_remember && mh_cache_classify(c, p, end, &g) == MH_FOUND_IN &&
                 g.r.start == d.base && g.r.end == d.base + d.size && g.r.type == d.type)
                 id = g.r.alloc_id;
             fill(out, d.type, d.device, d.base, d.size, id, MEMHOOK_ORIGIN_DRIVER);
@@ -140,16 +295,9 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
         }
         return;
     }
-    if (!fresh && use_driver) {
-        /* No driver to ask: the cache, once it holds what was published. */
-        mh_queue_feed_run(true);
-        mh_cache_publish_deferred(c, true);
-        answer(c, p, end, true, false, out);
-        if (out->origin == MEMHOOK_ORIGIN_HOOKS)
-            return;
-        k = mh_cache_classify(c, p, end, &f);
-    }
-    /* Nobody vouches: what the cache has. */
+    /* Nobody vouches (no driver to ask, or the cache alone was asked):
+     * what the cache has, unverified.  (Never a wait for another thread's
+     * drain: readers wait for no writer.) */
     if (k == MH_FOUND_IN || k == MH_FOUND_RUN)
         fill_found(out, &f, MEMHOOK_ORIGIN_UNKNOWN);
     else if (k == MH_FOUND_MIXED)
@@ -158,12 +306,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, bool fresh, bool use_d
         fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_UNKNOWN);
 }
 
-/* Apply what is pending; true when the cache then holds every event
- * published before the call. */
-static inline bool drained(void)
-{
-    return mh_queue_feed_run(false) && mh_cache_publish_deferred(mh_cache_process(), false);
-}
+static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
 
 int memhook_query(const void *ptr, size_t len, memhook_region *out)
 {
@@ -171,7 +314,10 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
     int rc = check_args(ptr, len, out, &end);
     if (rc != 0)
         return rc;
-    answer(mh_cache_process(), (uint64_t)(uintptr_t)ptr, end, drained(), true, out);
+    mh_cache *c = mh_cache_process();
+    view v;
+    look_up(c, &v);
+    answer(c, (uint64_t)(uintptr_t)ptr, end, &v, true, out);
     return 0;
 }
 
@@ -181,7 +327,7 @@ int memhook_query_cached(const void *ptr, size_t len, memhook_region *out)
     int rc = check_args(ptr, len, out, &end);
     if (rc != 0)
         return rc;
-    answer(mh_cache_process(), (uint64_t)(uintptr_t)ptr, end, true, false, out);
+    answer(mh_cache_process(), (uint64_t)(uintptr_t)ptr, end, &g_up_to_date, false, out);
     return 0;
 }
 
@@ -192,15 +338,16 @@ int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *o
     if (ptrs == NULL || out == NULL || out->struct_size < MEMHOOK_REGION_MIN_SIZE)
         return -EINVAL;
     size_t stride = out->struct_size;
-    bool fresh = drained();
     mh_cache *c = mh_cache_process();
+    view v;
+    look_up(c, &v);
     for (size_t i = 0; i < count; i++) {
         memhook_region *o = (memhook_region *)((char *)out + i * stride);
         o->struct_size = stride;
         uint64_t p = (uint64_t)(uintptr_t)ptrs[i];
         if (p == UINT64_MAX)
             return -EOVERFLOW;
-        answer(c, p, p + 1, fresh, true, o);
+        answer(c, p, p + 1, &v, true, o);
     }
     return 0;
 }
@@ -211,10 +358,15 @@ static int types_of(const uint64_t *ptrs, size_t count, uint8_t *types, bool liv
         return 0;
     if (ptrs == NULL || types == NULL)
         return -EINVAL;
-    bool fresh = live ? drained() : true;
     mh_cache *c = mh_cache_process();
-    mh_cache_types(c, ptrs, count, types);
-    bool host_ok = fresh && host_vouched(c);
+    view v = g_up_to_date;
+    if (live)
+        look_up(c, &v);
+    bool fresh = v.standing == UP_TO_DATE;
+    bool host_ok = live && fresh && host_vouched(c);
+    /* (one pass answers it all where the map is up to date and vouched) */
+    if (mh_cache_types(c, ptrs, count, types, host_ok) == 0 && live && fresh)
+        return 0;
     for (size_t i = 0; i < count; i++) {
         uint8_t t = types[i];
         uint8_t held = t == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(t & 0x3fu);
@@ -226,7 +378,7 @@ static int types_of(const uint64_t *ptrs, size_t count, uint8_t *types, bool liv
             types[i] = MEMHOOK_MEMORY_HOST;
         } else {
             memhook_region r = {.struct_size = sizeof r};
-            answer(c, ptrs[i], ptrs[i] + 1, fresh, true, &r);
+            answer(c, ptrs[i], ptrs[i] + 1, &v, true, &r);
             types[i] = (uint8_t)r.mem_type;
         }
     }
@@ -262,7 +414,7 @@ void memhook_testing_cache_apply(memhook_testing_cache *cache, const memhook_eve
     if (c == NULL || (events == NULL && count != 0))
         return;
     mh_cache_write_begin(c, true);
-    mh_cache_feed_events(c, events, count);
+    mh_cache_feed_events(c, events, NULL, count, false);
     mh_cache_write_end(c);
 }
 
@@ -326,7 +478,7 @@ void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *p
 {
     if (cache == NULL || ptrs == NULL || types == NULL)
         return;
-    mh_cache_types((mh_cache *)cache, ptrs, count, types);
+    mh_cache_types((mh_cache *)cache, ptrs, count, types, false);
     for (size_t i = 0; i < count; i++)
         types[i] = types[i] == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(types[i] & 0x3fu);
 }

@@ -52,13 +52,21 @@
 
 #include "cache.h"
 #include "log.h"
-#include "mh_time.h"
 
 /* ---- memory ---- */
 
 static void *map_bytes(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* The same, populated at once: a snapshot is written whole right after,
+ * and a fault a page costs a large commit more than its copy. */
+static void *map_populated(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -96,8 +104,14 @@ typedef struct snap {
     uint64_t retire_epoch;
     struct snap *retired_next;
     const uint64_t *keys;  /* the regions' starts */
+    /* The last key of each BLOCK of keys (NULL below 2 * BLOCK keys): the
+     * levels of the search above a block, dense enough to stay in the L1
+     * cache, where the same levels over `keys` touch a line each. */
+    const uint64_t *top;
     const mh_region *regions;
 } snap;
+
+#define BLOCK 16
 
 static const uint64_t g_no_keys[1] = {UINT64_MAX};
 /* The snapshot of an empty cache: static, never retired. */
@@ -107,13 +121,17 @@ static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL};
  * per drained batch would hold the consumer lock longer). */
 #define SPARE_SNAPS 4
 
-static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+/* A snapshot with room for `cap` regions, written by the caller into
+ * s->regions before snap_finish (its keys are laid out for `cap`; a
+ * smaller map uses a prefix of them). */
+static snap *snap_alloc(snap **spare, size_t cap)
 {
     size_t pow = 1;
-    while (pow < n)
+    while (pow < cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
-    size_t bytes = page_round(head + pow * sizeof(uint64_t) + n * sizeof(mh_region));
+    size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
+    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + cap * sizeof(mh_region));
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
         if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
@@ -122,19 +140,43 @@ static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
             spare[i] = NULL;
         }
     if (m == NULL)
-        m = map_bytes(bytes);
+        m = map_populated(bytes);
     if (m == NULL)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    mh_region *out = (mh_region *)(keys + pow);
+    *s = (snap){.bytes = bytes, .keys = keys,
+                .regions = (const mh_region *)(keys + pow + ntop)};
+    return s;
+}
+
+/* The keys and the block index of the n regions written into s. */
+static void snap_finish(snap *s, size_t n)
+{
+    size_t pow = 1;
+    while (pow < n)
+        pow <<= 1;
+    size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
+    uint64_t *keys = (uint64_t *)s->keys, *top = keys + pow;
     for (size_t i = 0; i < n; i++)
-        keys[i] = regions[i].start;
+        keys[i] = s->regions[i].start;
     for (size_t i = n; i < pow; i++)
         keys[i] = UINT64_MAX;
+    for (size_t j = 0; j < ntop; j++)
+        top[j] = keys[j * BLOCK + BLOCK - 1];
+    s->n = n;
+    s->pow = pow;
+    s->top = ntop ? top : NULL;
+}
+
+static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+{
+    snap *s = snap_alloc(spare, n);
+    if (s == NULL)
+        return NULL;
     if (n)
-        memcpy(out, regions, n * sizeof(mh_region));
-    *s = (snap){.n = n, .pow = pow, .bytes = bytes, .keys = keys, .regions = out};
+        memcpy((mh_region *)s->regions, regions, n * sizeof(mh_region));
+    snap_finish(s, n);
     return s;
 }
 
@@ -152,6 +194,28 @@ static void snap_free(snap **spare, snap *s)
 
 /* ---- the cache ---- */
 
+/* mh_cache_op's fold: a direct-mapped table from an op's exact range to
+ * the last queued op of that range (a collision only loses a fold). */
+#define FOLD_SLOTS 4096u
+
+typedef struct mh_mark {
+    _Atomic uint64_t *where;
+    uint64_t value;
+} mh_mark;
+
+/* Ops in event order, and the counters to store once they are published. */
+typedef struct oplist {
+    mh_op *ops;
+    size_t n, cap;
+    size_t run_start;             /* ops before it lie behind a barrier: never folded */
+    /* The last op of a range (oplist_add): the range's hash above, the op's
+     * index + 1 below (0: none), so a slot of another range is told apart
+     * without loading its op. */
+    uint64_t last_of[FOLD_SLOTS];
+    mh_mark *marks;
+    size_t nmarks, marks_cap;
+} oplist;
+
 struct mh_cache {
     _Atomic(snap *) current;
     _Atomic uint32_t period;      /* odd: hooks installed */
@@ -160,9 +224,14 @@ struct mh_cache {
     _Atomic uint64_t generation;  /* operations queued (mh_cache_generation) */
     _Atomic size_t deferred;      /* operations queued, not published yet */
     atomic_flag seat;             /* the writer's */
-    /* The writer's own (the seat held). */
-    mh_op *ops;
-    size_t nops, ops_cap;
+    /* The writer's own (the seat held): the ops queued, in event order. */
+    oplist *q;
+    /* The feed's (the queue's consumer lock held): ops of the drain call in
+     * progress, moved to q at its commit - so the feed holds the seat only
+     * for that move and the publish, and a query finds it free otherwise. */
+    oplist *stage;
+    oplist lists[2];
+    uint64_t queued;              /* ops queued so far (`generation` at each seat release) */
     mh_region *work[2];
     size_t work_cap[2];
     void *coords;
@@ -176,10 +245,6 @@ struct mh_cache {
     size_t alive_cap;
     void *segs;
     size_t segs_cap;
-    uint32_t *fold;               /* fold_ops' hash table */
-    size_t fold_cap;
-    mh_op *folded;
-    size_t folded_cap;
     snap *retired;
     size_t retired_bytes, retired_count;
     snap *spare[SPARE_SNAPS];
@@ -190,11 +255,11 @@ struct mh_cache {
  * handed to another allocation. */
 static _Atomic uint64_t g_next_alloc_id = 1;
 
-/* The process's one cache: static, so that it exists before any
+/* The process's one cache: of static storage, so that it exists before any
  * constructor feeds it and is never freed (readers may be anywhere). */
-static mh_cache g_process = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT};
-
-mh_cache *mh_cache_process(void) { return &g_process; }
+mh_cache mh_process_cache = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT,
+                             .q = &mh_process_cache.lists[0],
+                             .stage = &mh_process_cache.lists[1]};
 
 /* ---- readers: epoch slots ---- */
 
@@ -344,12 +409,29 @@ static void publish(mh_cache *c, snap *s)
 
 /* The index of the last region whose start is <= x, or -1: branchless
  * (the keys' length is a power of two). */
+static inline size_t search_pos(const snap *s, uint64_t x)
+{
+    const uint64_t *k = s->keys;
+    size_t pos = 0, step = s->pow >> 1;
+    if (s->top != NULL) {
+        /* (the levels above a block: a step of sb blocks compares the key
+         * at pos + sb * BLOCK - 1, the last of a block) */
+        const uint64_t *t = s->top;
+        size_t pb = 0;
+        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1)
+            pb += t[pb + sb - 1] <= x ? sb : 0;
+        pos = pb * BLOCK;
+        step = BLOCK >> 1;
+    }
+    for (; step != 0; step >>= 1)
+        pos += k[pos + step - 1] <= x ? step : 0;
+    return pos;
+}
+
 static inline long last_at_or_before(const snap *s, uint64_t x)
 {
     const uint64_t *k = s->keys;
-    size_t pos = 0;
-    for (size_t step = s->pow >> 1; step != 0; step >>= 1)
-        pos += step & -(size_t)(k[pos + step - 1] <= x);
+    size_t pos = search_pos(s, x);
     pos += (size_t)(k[pos] <= x);
     long i = (long)pos - 1;
     return i < (long)s->n ? i : (long)s->n - 1;
@@ -434,8 +516,10 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     return found;
 }
 
-void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types)
+size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
 {
+    uint8_t absent = host ? MEMHOOK_MEMORY_HOST : MH_TYPE_ABSENT;
+    size_t open = 0;  /* (types left to resolve: counted branch-free) */
     uint32_t period = mh_cache_period(c);
     bool coverage = mh_cache_coverage(c);
     if (atomic_load_explicit(&c->broken, memory_order_relaxed))
@@ -445,48 +529,68 @@ void mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *ty
     const uint64_t *k = s->keys;
     const mh_region *rs = s->regions;
     size_t n = s->n;
-    enum { LANES = 16 };
     size_t done = 0;
     if (n == 0) {
-        memset(types, MH_TYPE_ABSENT, count);
+        memset(types, absent, count);
         done = count;
+        open = host ? 0 : count;
     }
-    /* LANES searches side by side: their loads are independent, so the
-     * core overlaps their misses. */
+    /* Sixteen searches side by side, each lane its own variables (its
+     * position and its pointer, not an array the compiler keeps in memory):
+     * their loads are independent, so the core overlaps their misses, and
+     * a level costs a lane a load, a compare and a conditional add. */
+    enum { LANES = 16 };
+#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
     for (; done + LANES <= count; done += LANES) {
-        size_t pos[LANES] = {0};
-        uint64_t x[LANES];
-        for (int l = 0; l < LANES; l++)
-            x[l] = ptrs[done + l];
-        for (size_t step = s->pow >> 1; step != 0; step >>= 1)
-            for (int l = 0; l < LANES; l++)
-                pos[l] += step & -(size_t)(k[pos[l] + step - 1] <= x[l]);
-        long idx[LANES];
-        for (int l = 0; l < LANES; l++) {
-            size_t p = pos[l] + (size_t)(k[pos[l]] <= x[l]);
-            long i = (long)p - 1;
-            idx[l] = i < (long)n ? i : (long)n - 1;
-            if (idx[l] >= 0)
-                __builtin_prefetch(&rs[idx[l]]);
+        const uint64_t *q = ptrs + done;
+#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
+        MH_LANES(MH_LOAD)
+#undef MH_LOAD
+        size_t step = s->pow >> 1;
+        if (s->top != NULL) {
+            const uint64_t *t = s->top;
+            for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
+#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
+                MH_LANES(MH_TOP)
+#undef MH_TOP
+            }
+#define MH_BLOCK(l) p##l *= BLOCK;
+            MH_LANES(MH_BLOCK)
+#undef MH_BLOCK
+            step = BLOCK >> 1;
         }
-        for (int l = 0; l < LANES; l++) {
-            long i = idx[l];
-            uint8_t t = MH_TYPE_ABSENT;
-            if (i >= 0 && x[l] < rs[i].end)
-                t = is_vouched(&rs[i], period, coverage) ? rs[i].type
-                                                         : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
-            types[done + l] = t;
+        for (; step != 0; step >>= 1) {
+#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
+            MH_LANES(MH_STEP)
+#undef MH_STEP
         }
+#define MH_FINISH(l)                                                                    \
+    {                                                                                   \
+        long i = (long)(p##l + (size_t)(k[p##l] <= x##l)) - 1;                           \
+        i = i < (long)n ? i : (long)n - 1;                                              \
+        uint8_t t = absent;                                                             \
+        if (i >= 0 && x##l < rs[i].end)                                                 \
+            t = is_vouched(&rs[i], period, coverage)                                    \
+                    ? rs[i].type                                                        \
+                    : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);                        \
+        types[done + l] = t;                                                            \
+        open += t >= MH_TYPE_UNVOUCHED;                                                 \
     }
+        MH_LANES(MH_FINISH)
+#undef MH_FINISH
+    }
+#undef MH_LANES
     for (; done < count; done++) {
         long i = last_at_or_before(s, ptrs[done]);
-        uint8_t t = MH_TYPE_ABSENT;
+        uint8_t t = absent;
         if (i >= 0 && ptrs[done] < rs[i].end)
             t = is_vouched(&rs[i], period, coverage) ? rs[i].type
                                                      : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
         types[done] = t;
+        open += t >= MH_TYPE_UNVOUCHED;
     }
     read_end(&rd);
+    return open;
 }
 
 /* ---- the writer ---- */
@@ -501,23 +605,129 @@ bool mh_cache_write_begin(mh_cache *c, bool wait)
     return true;
 }
 
-bool mh_cache_op(mh_cache *c, const mh_op *op)
+static inline bool is_paint(const mh_op *op)
 {
-    atomic_fetch_add_explicit(&c->generation, 1, memory_order_release);
-    if (!grow((void **)&c->ops, &c->ops_cap, c->nops + 1, sizeof(mh_op))) {
+    return op->kind == MH_OP_ASSIGN || op->kind == MH_OP_REMOVE;
+}
+
+static inline uint64_t fold_hash(uint64_t start, uint64_t end)
+{
+    return (start * 0x9e3779b97f4a7c15ull) ^ (end * 0xc2b2ae3d27d4eb4full);
+}
+
+/* Append an op to a list.  An assignment of the exact range of an earlier
+ * one in the same run (no barrier between them) makes that one dead: it
+ * paints every byte the earlier one did, after it, and nothing in between
+ * reads the state (barriers end a run).  So an allocator handing one
+ * address out and back - two ops an event pair, for ever - keeps one op
+ * queued, not thousands, and the commit has nothing to fold or sort. */
+static bool oplist_add(mh_cache *c, oplist *l, const mh_op *op)
+{
+    size_t at = l->n;
+    if (is_paint(op)) {
+        uint64_t h = fold_hash(op->start, op->end);
+        uint64_t *slot = &l->last_of[(h >> 20) & (FOLD_SLOTS - 1)];
+        uint64_t tag = h & ~0xffffffffull;
+        size_t j = (size_t)(uint32_t)*slot - 1;  /* (huge: none) */
+        if ((*slot & ~0xffffffffull) == tag && j < at && j >= l->run_start &&
+            l->ops[j].start == op->start && l->ops[j].end == op->end && is_paint(&l->ops[j])) {
+            if (j + 1 == at)
+                at = j;  /* the last op: replaced where it stands */
+            else
+                l->ops[j].end = l->ops[j].start;  /* dead (empty: the paint skips it) */
+        }
+        *slot = tag | (uint32_t)(at + 1);
+    }
+    if (at == l->cap && !grow((void **)&l->ops, &l->cap, at + 1, sizeof(mh_op))) {
         atomic_store(&c->broken, true);
         return false;
     }
-    c->ops[c->nops] = *op;
+    l->ops[at] = *op;
     if (op->period == 0)  /* (stamped when queued: a commit may come later) */
-        c->ops[c->nops].period = mh_cache_period(c);
-    c->nops++;
+        l->ops[at].period = mh_cache_period(c);
+    l->n = at + 1;
+    if (!is_paint(op))
+        l->run_start = l->n;
     return true;
 }
 
-static bool is_paint(const mh_op *op)
+static bool oplist_mark(oplist *l, _Atomic uint64_t *where, uint64_t value)
 {
-    return op->kind == MH_OP_ASSIGN || op->kind == MH_OP_REMOVE;
+    if (l->nmarks == l->marks_cap &&
+        !grow((void **)&l->marks, &l->marks_cap, l->nmarks + 1, sizeof(mh_mark)))
+        return false;
+    l->marks[l->nmarks++] = (mh_mark){where, value};
+    return true;
+}
+
+static void oplist_clear(oplist *l)
+{
+    l->n = l->run_start = l->nmarks = 0;
+}
+
+static void oplist_unmap(oplist *l)
+{
+    if (l->ops)
+        munmap(l->ops, page_round(l->cap * sizeof(mh_op)));
+    if (l->marks)
+        munmap(l->marks, page_round(l->marks_cap * sizeof(mh_mark)));
+}
+
+bool mh_cache_op(mh_cache *c, const mh_op *op)
+{
+    c->queued++;
+    return oplist_add(c, c->q, op);
+}
+
+bool mh_cache_stage_op(mh_cache *c, const mh_op *op)
+{
+    return oplist_add(c, c->stage, op);
+}
+
+bool mh_cache_stage_mark(mh_cache *c, _Atomic uint64_t *where, uint64_t value)
+{
+    return oplist_mark(c->stage, where, value);
+}
+
+/* Let the seat go: what was queued in it now counts (mh_cache_generation). */
+static void seat_leave(mh_cache *c)
+{
+    if (atomic_load_explicit(&c->generation, memory_order_relaxed) != c->queued)
+        atomic_store_explicit(&c->generation, c->queued, memory_order_release);
+    atomic_flag_clear_explicit(&c->seat, memory_order_release);
+}
+
+void mh_cache_stage_commit(mh_cache *c, bool deferrable)
+{
+    oplist *s = c->stage;
+    if (s->n == 0 && s->nmarks == 0)
+        return;
+    mh_cache_write_begin(c, true);
+    if (c->q->n == 0 && c->q->nmarks == 0) {
+        /* (the common case: nothing left queued - the lists trade places) */
+        c->stage = c->q;
+        c->q = s;
+        c->queued += s->n;
+    } else {
+        /* Appended whole, in order.  (The queue's own fold table does not
+         * learn them: a later mh_cache_op folds nothing across them.) */
+        oplist *q = c->q;
+        if (grow((void **)&q->ops, &q->cap, q->n + s->n, sizeof(mh_op))) {
+            memcpy(q->ops + q->n, s->ops, s->n * sizeof(mh_op));
+            q->n += s->n;
+            q->run_start = q->n;
+            c->queued += s->n;
+        } else {
+            atomic_store(&c->broken, true);
+        }
+        for (size_t i = 0; i < s->nmarks; i++)
+            oplist_mark(q, s->marks[i].where, s->marks[i].value);
+        oplist_clear(s);
+    }
+    if (deferrable)
+        mh_cache_write_end_deferrable(c);
+    else
+        mh_cache_write_end(c);
 }
 
 typedef struct coord {
@@ -545,6 +755,11 @@ static bool sort_coords(mh_cache *c, coord *a, size_t n)
         }
         return true;
     }
+    size_t sorted = 1;
+    while (sorted < n && a[sorted - 1].x <= a[sorted].x)
+        sorted++;
+    if (sorted >= n)
+        return true;  /* (already: an allocator handing out ascending addresses) */
     if (!grow(&c->coords_tmp, &c->coords_tmp_cap, n, sizeof(coord)))
         return false;
     coord *b = c->coords_tmp;
@@ -614,6 +829,31 @@ static void heap_pop(uint32_t *h, size_t *n)
  * over it (later events win: each assigns its range). */
 static bool overlay(mh_cache *c, const mh_op *ops, size_t k, seg **out, size_t *nout)
 {
+    /* Ops in address order that do not overlap (an allocator handing out
+     * ascending addresses, a leak): each is its own segment - no ends to
+     * sort, no sweep. */
+    size_t live = 0;
+    uint64_t last_end = 0;
+    bool ordered = true;
+    for (size_t i = 0; i < k && ordered; i++) {
+        if (ops[i].start >= ops[i].end)
+            continue;  /* (dead) */
+        ordered = live == 0 || ops[i].start >= last_end;
+        last_end = ops[i].end;
+        live++;
+    }
+    if (ordered) {
+        if (!grow(&c->segs, &c->segs_cap, live + 1, sizeof(seg)))
+            return false;
+        seg *segs = c->segs;
+        size_t ns = 0;
+        for (size_t i = 0; i < k; i++)
+            if (ops[i].start < ops[i].end)
+                segs[ns++] = (seg){ops[i].start, ops[i].end, (uint32_t)i};
+        *out = segs;
+        *nout = ns;
+        return true;
+    }
     if (!grow(&c->coords, &c->coords_cap, 2 * k, sizeof(coord)) ||
         !grow((void **)&c->heap, &c->heap_cap, k, sizeof(uint32_t)) ||
         !grow((void **)&c->alive, &c->alive_cap, k, 1) ||
@@ -677,64 +917,49 @@ static void piece(mh_region *out, size_t *n, const mh_region *r, uint64_t a, uin
     (*n)++;
 }
 
-/* Of ops of one range, only the last matters: it assigns every byte the
- * others do, after them (an allocator handing one address out and back:
- * thousands of events, one op).  Folds ops[0..*k) so, keeping the order;
- * returns the ops to paint (ops itself when there is nothing to gain). */
-static const mh_op *fold_ops(mh_cache *c, const mh_op *ops, size_t *k)
-{
-    size_t n = *k;
-    if (n < 64)
-        return ops;
-    size_t cap = 1;
-    while (cap < 2 * n)
-        cap <<= 1;
-    if (!grow((void **)&c->fold, &c->fold_cap, cap, sizeof(uint32_t)) ||
-        !grow((void **)&c->alive, &c->alive_cap, n, 1) ||
-        !grow((void **)&c->folded, &c->folded_cap, n, sizeof(mh_op)))
-        return ops;
-    uint32_t *table = c->fold;  /* op index + 1; 0: empty */
-    memset(table, 0, cap * sizeof(uint32_t));
-    size_t mask = cap - 1;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t h = (ops[i].start * 0x9e3779b97f4a7c15ull) ^ (ops[i].end * 0xc2b2ae3d27d4eb4full);
-        for (size_t at = (size_t)(h >> 20) & mask;; at = (at + 1) & mask) {
-            uint32_t e = table[at];
-            if (e == 0 || (ops[e - 1].start == ops[i].start && ops[e - 1].end == ops[i].end)) {
-                table[at] = (uint32_t)i + 1;
-                break;
-            }
-        }
-    }
-    uint8_t *keep = c->alive;
-    memset(keep, 0, n);
-    for (size_t at = 0; at < cap; at++)
-        if (table[at] != 0)
-            keep[table[at] - 1] = 1;
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (keep[i])
-            c->folded[m++] = ops[i];
-    *k = m;
-    return c->folded;
-}
-
-/* The paint run ops[0..k) over cur[0..n): into a working array. */
-static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *ops, size_t k)
+/* The paint run ops[0..k) over cur[0..n): into a working array.  *changed
+ * is set when the result differs from cur (a hole over no region does not:
+ * the map stays as it is, and nothing is published). */
+static bool paint(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *ops, size_t k,
+                  bool *changed, snap **into)
 {
     seg *segs;
     size_t ns;
-    ops = fold_ops(c, ops, &k);
     if (!overlay(c, ops, k, &segs, &ns))
         return false;
     if (ns == 0)
         return true;
+    bool any = false;
+    for (size_t si = 0; si < ns && !any; si++)
+        any = ops[segs[si].op].kind == MH_OP_ASSIGN;
+    if (!any) {
+        /* Holes only: over no region, nothing to do (the common drain of
+         * an allocator that handed its address back). */
+        const mh_region *old = *cur;
+        size_t no = *n, i = 0;
+        for (size_t si = 0; si < ns && !any; si++) {
+            while (i < no && old[i].end <= segs[si].start)
+                i++;
+            any = i < no && old[i].start < segs[si].end;
+        }
+        if (!any)
+            return true;
+    }
+    *changed = true;
     uint64_t id_base = atomic_fetch_add(&g_next_alloc_id, k);
-    mh_region *out = work_other(c, *cur, *n + 2 * ns + 1);
+    /* `into`: straight into a new snapshot (the last step of a commit:
+     * one copy of the map less). */
+    mh_region *out;
+    if (into != NULL) {
+        *into = snap_alloc(c->spare, *n + 2 * ns + 1);
+        out = *into != NULL ? (mh_region *)(*into)->regions : NULL;
+    } else {
+        out = work_other(c, *cur, *n + 2 * ns + 1);
+    }
     if (out == NULL)
         return false;
     const mh_region *old = *cur;
-    size_t m = 0, i = 0, no = *n;
+    size_t m = 0, i = 0, no = *n;  /* (`old`, `no`, `i`: the map before this run) */
     uint64_t from = 0;
     for (size_t si = 0; si < ns; si++) {
         const seg *s = &segs[si];
@@ -811,19 +1036,27 @@ static bool barrier(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *
     return true;
 }
 
-/* A drain's commit may leave a short batch queued on a large map (the
- * copy would cost more than the batch): a query publishes it first
- * (mh_cache_publish_deferred), and the next commit takes it along.  So
- * Python's frequent small drains do not pay a copy of the map each. */
-#define DEFER_OPS 1024u
+/* A drain's commit leaves a batch queued while it is short beside the map
+ * (a publish copies the whole map): a query publishes it first
+ * (mh_cache_publish_deferred), and a later commit takes it along once
+ * twice as many ops are queued as the map has regions (and at least
+ * DEFER_OPS).  So a drain's cost per event stays bounded however large
+ * the map (a region is copied about once per two ops, amortised; more ops
+ * a commit would cost more in its transient arrays than they save): a
+ * process where nobody asks pays for the map only every DEFER_OPS events
+ * or so, and Python's frequent small drains do not pay a copy of the map
+ * each.  Small maps are published at once (their copy is cheap, and a
+ * query then finds nothing to do). */
+#define DEFER_OPS 65536u
 #define DEFER_REGIONS 2048u
 
 void mh_cache_write_end_deferrable(mh_cache *c)
 {
     snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
-    if (c->nops != 0 && c->nops < DEFER_OPS && s->n >= DEFER_REGIONS) {
-        atomic_store_explicit(&c->deferred, c->nops, memory_order_release);
-        atomic_flag_clear_explicit(&c->seat, memory_order_release);
+    size_t limit = 2 * s->n > DEFER_OPS ? 2 * s->n : DEFER_OPS;
+    if (c->q->n != 0 && c->q->n < limit && s->n >= DEFER_REGIONS) {
+        atomic_store_explicit(&c->deferred, c->q->n, memory_order_release);
+        seat_leave(c);
         return;
     }
     mh_cache_write_end(c);
@@ -833,63 +1066,73 @@ bool mh_cache_publish_deferred(mh_cache *c, bool wait)
 {
     if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
         return true;
-    uint64_t until = 0;
-    while (!mh_cache_write_begin(c, false)) {
-        /* A writer is at work: it publishes, or defers again. */
-        if (!wait) {
-            uint64_t t = mh_monotonic_ns();
-            if (until == 0)
-                until = t + 20000;
-            else if (t > until)
-                return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
-        }
-        __builtin_ia32_pause();
-    }
+    /* A writer at work publishes, or defers again: a reader does not wait
+     * for it (`wait` false), it reads what the map lacks elsewhere. */
+    if (!mh_cache_write_begin(c, wait))
+        return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
     mh_cache_write_end(c);
     return true;
 }
 
 void mh_cache_write_end(mh_cache *c)
 {
-    if (c->nops != 0) {
+    oplist *q = c->q;
+    if (q->n != 0) {
         snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
         const mh_region *cur = s->regions;
         size_t n = s->n;
-        bool ok = true;
-        for (size_t i = 0; i < c->nops && ok;) {
-            if (is_paint(&c->ops[i])) {
+        bool ok = true, changed = false;
+        snap *direct = NULL;
+        for (size_t i = 0; i < q->n && ok;) {
+            if (is_paint(&q->ops[i])) {
                 size_t j = i;
-                while (j < c->nops && is_paint(&c->ops[j]))
+                while (j < q->n && is_paint(&q->ops[j]))
                     j++;
-                ok = paint(c, &cur, &n, c->ops + i, j - i);
+                /* (the last run paints into the snapshot itself) */
+                ok = paint(c, &cur, &n, q->ops + i, j - i, &changed, j == q->n ? &direct : NULL);
                 i = j;
             } else {
-                ok = barrier(c, &cur, &n, &c->ops[i]);
+                ok = barrier(c, &cur, &n, &q->ops[i]);
+                changed = true;
                 i++;
             }
         }
-        snap *next = ok ? snap_build(c->spare, cur, n) : NULL;
+        snap *next = NULL;
+        if (direct != NULL && ok) {
+            snap_finish(direct, n);
+            next = direct;
+        } else if (direct != NULL) {
+            snap_free(c->spare, direct);
+        } else if (ok && changed) {
+            next = snap_build(c->spare, cur, n);
+        }
         if (next != NULL)
             publish(c, next);
-        else {
+        else if (ok && !changed) {
+            /* (the map stays as it is: nothing to publish) */
+        } else {
             /* Out of memory: keep answering from what stands, vouching
              * for nothing from now on (a query asks the driver). */
             atomic_store(&c->broken, true);
             mh_error("memory-type cache: out of memory applying %zu operations; the cache "
-                     "no longer vouches for any answer", c->nops);
+                     "no longer vouches for any answer", q->n);
         }
-        c->nops = 0;
     }
+    /* What waited for these ops to be visible (the queue's per-lane
+     * counts: mh_cache_stage_mark), now that they are. */
+    for (size_t i = 0; i < q->nmarks; i++)
+        atomic_store_explicit(q->marks[i].where, q->marks[i].value, memory_order_release);
+    oplist_clear(q);
     /* (only now: a reader that sees no deferred work reads it published) */
     atomic_store_explicit(&c->deferred, 0, memory_order_release);
-    atomic_flag_clear_explicit(&c->seat, memory_order_release);
+    seat_leave(c);
 }
 
 void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t count)
 {
     if (!mh_cache_write_begin(c, true))
         return;
-    if (c->nops != 0) {  /* (what a drain left queued first: the gaps are the map's) */
+    if (c->q->n != 0) {  /* (what a drain left queued first: the gaps are the map's) */
         mh_cache_write_end(c);
         mh_cache_write_begin(c, true);
     }
@@ -925,12 +1168,14 @@ mh_cache *mh_cache_new(void)
         return NULL;
     atomic_init(&c->current, &g_empty);
     atomic_flag_clear(&c->seat);
+    c->q = &c->lists[0];
+    c->stage = &c->lists[1];
     return c;
 }
 
 void mh_cache_destroy(mh_cache *c)
 {
-    if (c == NULL || c == &g_process)
+    if (c == NULL || c == &mh_process_cache)
         return;
     mh_cache_write_begin(c, true);
     snap *s = atomic_exchange(&c->current, &g_empty);
@@ -950,8 +1195,8 @@ void mh_cache_destroy(mh_cache *c)
     for (int i = 0; i < SPARE_SNAPS; i++)
         if (c->spare[i] != NULL)
             snap_free(NULL, c->spare[i]);
-    if (c->ops)
-        munmap(c->ops, page_round(c->ops_cap * sizeof(mh_op)));
+    oplist_unmap(&c->lists[0]);
+    oplist_unmap(&c->lists[1]);
     for (int w = 0; w < 2; w++)
         if (c->work[w])
             munmap(c->work[w], page_round(c->work_cap[w] * sizeof(mh_region)));
@@ -967,10 +1212,6 @@ void mh_cache_destroy(mh_cache *c)
         munmap(c->segs, page_round(c->segs_cap * sizeof(seg)));
     if (c->radix)
         munmap(c->radix, (1u << 16) * sizeof(size_t));
-    if (c->fold)
-        munmap(c->fold, page_round(c->fold_cap * sizeof(uint32_t)));
-    if (c->folded)
-        munmap(c->folded, page_round(c->folded_cap * sizeof(mh_op)));
     munmap(c, page_round(sizeof(mh_cache)));
 }
 
@@ -992,7 +1233,7 @@ void mh_cache_fork_child(void)
      * deferred events among them), for the child's next writer; one the
      * vanished writer was applying is applied again, which leaves the map
      * as it was. */
-    atomic_flag_clear(&g_process.seat);
+    atomic_flag_clear(&mh_process_cache.seat);
     /* The parent's other threads' slots are idle in the child. */
     for (int i = 0; i < READER_SLOTS; i++)
         if (i != t_slot - 1) {

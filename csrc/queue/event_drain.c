@@ -159,6 +159,7 @@
  * then sees a FREE of unknown size and marks the region UNKNOWN, which
  * memory_type() resolves through the driver.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,7 @@ static void call_done(uint64_t n) { atomic_store(&g_calls.done, n); }
 /* Process-wide, as the queue it reads: the cache's feed (csrc/cache/),
  * set once at load. */
 static _Atomic mh_queue_feed_fn g_feed;
+static _Atomic mh_queue_mark_fn g_feed_mark;
 static void (*_Atomic g_feed_commit)(void);
 /* memhook_events_drain was called: the trace keeps its events for us. */
 static _Atomic bool g_consumer_seen;
@@ -1096,7 +1098,7 @@ out:
 /* Take c's head out: into *out (NULL: nowhere) numbered, private flags
  * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
  * leaves the number in the slot (the drain hands it out with it). */
-static void hand_out(cursor *c, memhook_event *out, bool tee)
+static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
 {
     mh_lane *l = c->lane;
     memhook_event *slot = cursor_event(c);
@@ -1122,12 +1124,15 @@ static void hand_out(cursor *c, memhook_event *out, bool tee)
         out->seq = seq;
         out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     }
+    if (id != NULL)  /* (its identity: mh_lane_slot_id's, for the cache's alloc_id) */
+        *id = l->id != 0 ? (uint64_t)l->id << MH_LANE_INDEX_BITS | c->at : 0;
     c->at++;
     c->state = HEAD_UNKNOWN;
 }
 
-/* Hand out up to capacity events of the look, in order. */
-static size_t look_merge(look *lk, memhook_event *out, size_t capacity, bool tee)
+/* Hand out up to capacity events of the look, in order (and their
+ * identities into ids, unless NULL). */
+static size_t look_merge(look *lk, memhook_event *out, uint64_t *ids, size_t capacity, bool tee)
 {
     size_t got = 0;
     while (got < capacity) {
@@ -1148,7 +1153,8 @@ static size_t look_merge(look *lk, memhook_event *out, size_t capacity, bool tee
             best = break_cycle(lk);
         if (best < 0)
             break;
-        hand_out(&lk->cur[best], out != NULL ? &out[got] : NULL, tee);
+        hand_out(&lk->cur[best], out != NULL ? &out[got] : NULL, ids != NULL ? &ids[got] : NULL,
+                 tee);
         got++;
     }
     return got;
@@ -1275,18 +1281,48 @@ static void sink_batch(const memhook_event *events, size_t count)
     }
 }
 
-static void feed_batch(const memhook_event *events, size_t count)
+static void feed_batch(const memhook_event *events, const uint64_t *ids, size_t count)
 {
     mh_queue_feed_fn feed = atomic_load_explicit(&g_feed, memory_order_acquire);
     if (feed != NULL && count != 0)
-        feed(events, count);
+        feed(events, ids, count);
 }
 
+/* Room for the identities of `count` events handed out (g_lock held): the
+ * feed numbers allocations by them.  NULL when out of memory (the cache
+ * then numbers them itself). */
+static uint64_t *ids_room(size_t count)
+{
+    static uint64_t *ids;
+    static size_t cap;
+    if (count > cap) {
+        size_t want = count < 4096 ? 4096 : count;
+        uint64_t *grown = realloc(ids, want * sizeof *ids);
+        if (grown == NULL)
+            return NULL;
+        ids = grown;
+        cap = want;
+    }
+    return ids;
+}
+
+/* Each lane's count of events put in the order, to the cache (stored in
+ * the lane's `cached` once published), then the commit.  g_lock held. */
 static void feed_commit(void)
 {
+    mh_queue_mark_fn mark = atomic_load_explicit(&g_feed_mark, memory_order_acquire);
     void (*commit)(void) = atomic_load_explicit(&g_feed_commit, memory_order_acquire);
-    if (commit != NULL)
-        commit();
+    if (commit == NULL)
+        return;
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire);
+         mark != NULL && l != NULL; l = l->next) {
+        uint64_t fed = lane_unread(l);
+        if (fed != l->marked) {
+            mark(&l->cached, fed);
+            l->marked = fed;
+        }
+    }
+    commit();
 }
 
 /* Events of the run's first snapshot still waiting. */
@@ -1359,11 +1395,12 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
             bool first = start && look_no == 0;
             look_open(&lk, cur, cap, *mark, first, first, false);
             looked = true;
-            size_t got = look_merge(&lk, out + n, capacity - n, false);
+            uint64_t *ids = ids_room(capacity - n);
+            size_t got = look_merge(&lk, out + n, ids, capacity - n, false);
             look_close(&lk, false);
             mh_clock_convert(out + n, got);  /* raw TSC stamps -> CLOCK_MONOTONIC ns */
             sink_batch(out + n, got);
-            feed_batch(out + n, got);
+            feed_batch(out + n, ids, got);
             n += got;
             if (!run_owes(*mark))
                 break;
@@ -1405,11 +1442,12 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity)
              * read of any count (run 0 has no cut, as the tee's look). */
             look lk;
             look_open(&lk, cur, cap, 0, false, false, true);
-            size_t got = look_merge(&lk, out + n, capacity - n, false);
+            uint64_t *ids = ids_room(capacity - n);
+            size_t got = look_merge(&lk, out + n, ids, capacity - n, false);
             look_close(&lk, false);
             mh_clock_convert(out + n, got);
             sink_batch(out + n, got);
-            feed_batch(out + n, got);
+            feed_batch(out + n, ids, got);
             n += got;
         }
         lanes_tidy();
@@ -1484,20 +1522,22 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     if (cur != NULL) {
         look lk;
         look_open(&lk, cur, cap, 0, false, false, true);
-        n = look_merge(&lk, out, capacity, true);
+        uint64_t *ids = ids_room(capacity);
+        n = look_merge(&lk, out, ids, capacity, true);
         look_close(&lk, true);
         mh_clock_convert(out, n);
         sink_batch(out, n);
-        feed_batch(out, n);
+        feed_batch(out, ids, n);
     }
     feed_commit();
     pthread_mutex_unlock(&g_lock);
     return n;
 }
 
-void mh_queue_set_feed(mh_queue_feed_fn feed, void (*commit)(void))
+void mh_queue_set_feed(mh_queue_feed_fn feed, mh_queue_mark_fn mark, void (*commit)(void))
 {
     atomic_store_explicit(&g_feed_commit, commit, memory_order_release);
+    atomic_store_explicit(&g_feed_mark, mark, memory_order_release);
     atomic_store_explicit(&g_feed, feed, memory_order_release);
 }
 
@@ -1525,12 +1565,9 @@ static bool any_unsequenced(void)
     return false;
 }
 
-/* How long a query tries for the consumer lock another thread holds. */
-#define FEED_WAIT_NS 20000u
-
 /* Up to date without a run of its own: no news and nothing in flight, or a
  * call begun after `since` (the caller's start) is done. */
-static bool caught_up(uint64_t since)
+static inline bool caught_up(uint64_t since)
 {
     if (atomic_load(&mh_events_pending.flag) != MH_PENDING_NEWS) {
         uint64_t begun = atomic_load(&g_calls.begun);
@@ -1549,20 +1586,9 @@ bool mh_queue_feed_run(bool wait)
         pthread_mutex_lock(&g_lock);
     } else if (pthread_mutex_trylock(&g_lock) != 0) {
         /* Another thread drains: its call may have begun before an event
-         * this query needs.  Wait a little - bounded: the caller asks the
-         * driver after that, as Python's query does past its wait - for
-         * the lock, or for a call begun after this one's start to end
-         * (threads that query at once share one run). */
-        uint64_t until = mh_monotonic_ns() + FEED_WAIT_NS;
-        for (;;) {
-            __builtin_ia32_pause();
-            if (caught_up(since))
-                return true;
-            if (pthread_mutex_trylock(&g_lock) == 0)
-                break;
-            if (mh_monotonic_ns() > until)
-                return false;
-        }
+         * this query needs.  The query does not wait for it: it reads what
+         * the map lacks from the lanes' counts (mh_queue_unapplied_get). */
+        return false;
     }
     if (caught_up(since)) {
         pthread_mutex_unlock(&g_lock);
@@ -1573,6 +1599,7 @@ bool mh_queue_feed_run(bool wait)
     /* The feed's copies: the consumer lock is held, so one buffer serves. */
     enum { FEED_CHUNK = 512 };
     static memhook_event buf[FEED_CHUNK];
+    static uint64_t ids[FEED_CHUNK];
     size_t cap;
     cursor *cur = cursors(&cap);
     if (cur != NULL) {
@@ -1587,7 +1614,7 @@ bool mh_queue_feed_run(bool wait)
                 look lk;
                 bool first = start && look_no == 0;
                 look_open(&lk, cur, cap, mark, first, first, false);
-                size_t got = look_merge(&lk, buf + n, FEED_CHUNK - n, true);
+                size_t got = look_merge(&lk, buf + n, ids + n, FEED_CHUNK - n, true);
                 look_close(&lk, true);
                 mh_clock_convert(buf + n, got);
                 n += got;
@@ -1595,7 +1622,7 @@ bool mh_queue_feed_run(bool wait)
                     break;
             }
             sink_batch(buf, n);
-            feed_batch(buf, n);
+            feed_batch(buf, ids, n);
             if (n < FEED_CHUNK && !run_owes(mark))
                 break;
             if (n == 0)
@@ -1674,4 +1701,56 @@ void mh_queue_fork_child(void)
     mh_lanes_fork_child();
     /* Anything the parent left undrained is the child's to drain. */
     atomic_store(&mh_events_pending.flag, 1);
+}
+
+/* ---- what the cache lacks, without the consumer lock ---- */
+
+void mh_queue_unapplied_get(mh_queue_unapplied *out)
+{
+    mh_lane *mine = mh_my_lane;
+    *out = (mh_queue_unapplied){0, 0, false};
+    for (mh_lane *l = atomic_load_explicit(&mh_lanes, memory_order_acquire); l != NULL;
+         l = l->next) {
+        /* (`published` first: a count the cache stored after it covers it) */
+        uint64_t pub = l == mine ? l->written
+                                 : atomic_load_explicit(&l->published, memory_order_acquire);
+        uint64_t have = atomic_load_explicit(&l->cached, memory_order_acquire);
+        if (pub <= have)
+            continue;
+        if (l == mine) {
+            out->own_from = have;
+            out->own_to = pub;
+        } else {
+            out->foreign = true;
+        }
+    }
+}
+
+const memhook_event *mh_queue_own_events(uint64_t from, uint64_t to, uint64_t *first_id)
+{
+    mh_lane *l = mh_my_lane;
+    if (l == NULL || from >= to || to != l->written || l->id == 0)
+        return NULL;
+    mh_lane_seg *seg = l->write_seg;
+    if (from < seg->first || to > seg->first + MH_LANE_SEG_SLOTS)
+        return NULL;
+    *first_id = (uint64_t)l->id << MH_LANE_INDEX_BITS | from;
+    return &seg->slots[from - seg->first];
+}
+
+/* ---- testing ---- */
+
+int memhook_testing_drain_hold(int hold)
+{
+    /* (whether this thread holds it: a mutex let go by another thread is
+     * undefined behaviour) */
+    static __thread bool held;
+    if ((hold != 0) == held)
+        return -EINVAL;
+    if (hold)
+        pthread_mutex_lock(&g_lock);
+    else
+        pthread_mutex_unlock(&g_lock);
+    held = hold != 0;
+    return 0;
 }

@@ -65,6 +65,7 @@ typedef struct mh_lane {
     uint64_t marks_at;                        /* markers up to here are in the drain's list */
     uint64_t linked;                          /* FREEs up to here are in the drain's
                                                  closer set (event_drain.c) */
+    uint64_t marked;                          /* `cached` as last handed to the feed's mark */
     uint64_t box_lo, box_hi;                  /* the addresses its pending events
                                                  span (event_drain.c), or lo >= hi */
     uint64_t run, run_h, run_g;               /* a bounded run and its two cuts */
@@ -87,6 +88,11 @@ typedef struct mh_lane {
     unsigned seek_next;                       /* the seek point a lookup replaces next */
     /* Shared, rarely written. */
     _Alignas(64) _Atomic int state;           /* MH_LANE_* */
+    /* Events of this lane the cache's published map holds (a prefix of
+     * the lane: stored by the cache after the publish that applied them,
+     * mh_queue_set_feed's mark), read by queries without the consumer
+     * lock (mh_queue_unapplied_get). */
+    _Atomic uint64_t cached;
     _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
     struct mh_lane *next;                     /* the list of lanes; set before publication */
 } mh_lane;

@@ -144,18 +144,50 @@ typedef void (*mh_queue_sink_fn)(const memhook_event *events, size_t count);
 MH_HIDDEN void mh_queue_set_sink(mh_queue_sink_fn sink);
 /* The cache's feed: every event, at the moment it is put in the order
  * (handed out by a drain, read by the tee or by mh_queue_feed_run: once
- * each, markers included), in order, under the consumer lock; `commit`
- * before the lock is let go by any call that fed.  Set once, by
- * csrc/cache/ (which ranks above the queue). */
-typedef void (*mh_queue_feed_fn)(const memhook_event *events, size_t count);
-MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, void (*commit)(void));
+ * each, markers included), in order, under the consumer lock; then, before
+ * the lock is let go by any call that fed, `mark` for each lane whose count
+ * of events put in the order moved (the cache stores the count into the
+ * lane's `cached` once it published those events) and `commit`.  `ids`
+ * (NULL when out of memory): each event's identity (mh_lane_slot_id's:
+ * lane id and index, unique for the life of the process; 0 for a lane
+ * without an id), which the cache makes an ALLOC's alloc_id - so a query
+ * answering from the event itself, still in its lane, gives the same id
+ * (mh_queue_own_events).  Set once,
+ * by csrc/cache/ (which ranks above the queue). */
+typedef void (*mh_queue_feed_fn)(const memhook_event *events, const uint64_t *ids,
+                                 size_t count);
+typedef void (*mh_queue_mark_fn)(_Atomic uint64_t *where, uint64_t value);
+MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, mh_queue_mark_fn mark,
+                                 void (*commit)(void));
 /* Put everything published before the call in the order and feed it,
  * without taking it out (the consumer still drains it: the tee's way);
  * where nobody ever drained (no consumer in the process), take it out too,
  * so it does not pile up (and say so: mh_queue_trimmed).  `wait`: wait for
- * the consumer lock; else give up when another thread holds it.  Returns
+ * the consumer lock; else give up at once when another thread holds it.  Returns
  * true when the feed has every event published before the call. */
 MH_HIDDEN bool mh_queue_feed_run(bool wait);
+/* What the cache's published map lacks of what was published before the
+ * call, read without the consumer lock (each lane's `published` against
+ * the `cached` count the cache stored): the calling thread's own events
+ * [own_from, own_to) of its lane, and whether another thread's are
+ * missing too.  A query that cannot take the consumer lock answers its own
+ * thread's events from its lane (mh_queue_own_events) and asks the driver
+ * only about another's. */
+typedef struct mh_queue_unapplied {
+    uint64_t own_from, own_to;
+    bool foreign;
+} mh_queue_unapplied;
+MH_HIDDEN void mh_queue_unapplied_get(mh_queue_unapplied *out);
+/* The calling thread's own events [from, to) of its lane, where they all lie
+ * in the segment it writes now (the consumer never retires that one: it
+ * stops at the producer's current segment), or NULL.  The caller reads
+ * them before its thread records another event; only the public fields
+ * are its (the drain may write the private flag bits and `seq` of a
+ * pending ALLOC meanwhile: read flags with an atomic load).  *first_id:
+ * the identity of event `from` (the next ones follow it); NULL also for a
+ * lane without an id. */
+MH_HIDDEN const memhook_event *mh_queue_own_events(uint64_t from, uint64_t to,
+                                                  uint64_t *first_id);
 /* The trace's reader: copy up to capacity pending events it has not read
  * yet into out and hand them to the sink, WITHOUT consuming them (the
  * process's own consumer still drains them; the sink does not see them

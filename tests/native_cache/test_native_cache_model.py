@@ -200,3 +200,37 @@ def test_a_context_reset_marks_its_device_unknown_in_event_order() -> None:
         assert c.lookup(BASE, 1)[1].origin == 0             # UNKNOWN: the driver decides
         assert c.lookup(BASE + 64, 1)[1].mem_type == MemoryType.CUDA
         assert c.lookup(BASE + 128, 1)[1].mem_type == MemoryType.CUDA  # after the marker
+
+
+def test_a_large_map_answers_as_memtypecache() -> None:
+    """Thousands of regions (the search's upper levels then run over an
+    index of blocks, and the batch's lanes all run): random allocations,
+    overlapping reuse and frees over a wide space, in a few batches, then
+    every answer of 40,000 random pointers, single and batched."""
+    rng = np.random.default_rng(34)
+    space = 1 << 24
+    ref = MemtypeCache()
+    with NativeCache() as native:
+        for _ in range(4):
+            events = []
+            for _ in range(3000):
+                start = int(rng.integers(0, space - 4096))
+                size = int(rng.integers(1, 4096))
+                if rng.random() < 0.7:
+                    events.append(_alloc(BASE + start, size, int(rng.integers(1, 4)),
+                                         int(rng.integers(-1, 2))))
+                else:
+                    events.append(_free(BASE + start, size))
+            rows = _rows(events)
+            native.apply(rows)
+            for row in rows.tolist():
+                apply_row(ref, tuple(row))
+            ptrs = (BASE + rng.integers(-64, space + 64, size=40_000)).astype(np.uint64)
+            assert native.types(ptrs).tolist() == ref.memory_types(ptrs).tolist()
+            for p in ptrs[:2000].tolist():
+                kind, got = native.lookup(p, 1)
+                want = ref.lookup(p, 1)
+                assert (kind == FOUND_ABSENT) == (want is None), (p, kind, want)
+                if want is not None:
+                    assert (got.mem_type, got.device) == (want.mem_type, want.device), p
+        assert len(native.regions()) > 2 * 16

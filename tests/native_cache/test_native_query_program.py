@@ -85,3 +85,16 @@ def test_answers_stay_true_across_uninstall_and_without_hooks(tmp_path: Path) ->
     exe = _build(ROOT / "tests" / "fixtures" / "native_query_vouching.c", tmp_path / "nqv")
     out = _run(exe)
     assert out.rstrip().endswith("ALL OK"), out
+
+
+def test_a_query_never_waits_for_a_drain_and_sees_its_own_events(tmp_path: Path) -> None:
+    """tests/fixtures/native_query_nowait.c: another thread holds the
+    queue's consumer lock for the whole check (a drain in progress, stopped
+    there by memhook_testing_drain_hold), so a query that waited for it
+    would never return.  Meanwhile the querying thread's own allocation is
+    answered from the hooks (no driver call) with the alloc_id it keeps
+    after the drain, its free is seen, host memory is HOST from the hooks,
+    and another thread's pending allocation is answered right."""
+    exe = _build(ROOT / "tests" / "fixtures" / "native_query_nowait.c", tmp_path / "nqw")
+    out = _run(exe)
+    assert out.rstrip().endswith("ALL OK"), out

@@ -491,11 +491,15 @@ MEMHOOK_API int memhook_events_record(int kind, int function, uint64_t address,
  *  - Returns 0 with *out filled; -EINVAL for out NULL or out->struct_size
  *    below MEMHOOK_REGION_MIN_SIZE (nothing written); -EOVERFLOW when
  *    ptr + len runs past the end of the address space.
- *  - Any thread; it takes no lock (readers never wait for writers), and makes
- *    no malloc: the cache's memory is mapped by its writers.  When events
- *    are pending it first applies them (taking the queue's consumer lock only
- *    if it is free: otherwise the driver is asked, as the cache may lack an
- *    event another thread's drain holds).
+ *  - Any thread; it waits for no lock and no writer, and makes no malloc:
+ *    the cache's memory is mapped by its writers.  When events are pending
+ *    it first applies them, taking the queue's consumer lock and the
+ *    cache's writer seat only if they are free.  Where another thread holds
+ *    them (a drain in progress), the calling thread's own pending events
+ *    are still seen (read from its lane: an allocation it made is answered
+ *    by the hooks, with the alloc_id it keeps), and the driver is asked
+ *    only when another thread's events are pending too (the cache may lack
+ *    one of them).
  *
  * Async-signal-safety: memhook_query_cached and memhook_query_types_cached
  * are async-signal-safe (no drain, no driver call, no lock: they read the
@@ -524,7 +528,10 @@ typedef struct memhook_region {
 #define MEMHOOK_REGION_MIN_SIZE sizeof(memhook_region)
 
 MEMHOOK_API int memhook_query(const void *ptr, size_t len, memhook_region *out);
-/* memhook_query without a drain or a driver call: what the cache holds now.
+/* memhook_query without a drain or a driver call: what the cache holds now
+ * (its published map: on a map of 2,048 regions or more, the events a drain
+ * applied are published by the next memhook_query, or by a later drain
+ * once they are as many as twice the map's regions).
  * Where memhook_query would ask the driver, answers what the cache has with
  * origin MEMHOOK_ORIGIN_UNKNOWN.  Async-signal-safe. */
 MEMHOOK_API int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
@@ -545,6 +552,13 @@ MEMHOOK_API int memhook_query_types_cached(const uint64_t *ptrs, size_t count,
 /* How many pointer-attribute calls memhook answered itself in the calling
  * thread (the rest went to the driver): for differential tests. */
 MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void);
+
+/* Testing: take (hold nonzero) or let go (hold 0) the event queue's consumer
+ * lock in the calling thread, as a drain in progress holds it - for tests
+ * that show a query neither waits for a drain nor misses its own thread's
+ * events meanwhile.  Returns 0, or -EINVAL when the calling thread does not
+ * hold it (let go) or holds it already (take).  Not for production use. */
+MEMHOOK_API int memhook_testing_drain_hold(int hold);
 
 /* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
  * For the property test that replays event streams into this cache and into
