@@ -99,7 +99,7 @@ void mh_cache_feed_commit(void)
     }
 }
 
-__attribute__((constructor)) static void feed_register(void)
+void mh_cache_feed_at_load(void)
 {
     mh_queue_set_feed(feed, mh_cache_feed_commit);
 }

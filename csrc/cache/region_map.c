@@ -191,7 +191,7 @@ struct mh_cache {
 static _Atomic uint64_t g_next_alloc_id = 1;
 
 /* The process's one cache: static, so that it exists before any
- * constructor feeds it and is never freed (readers may be anywhere). */
+ * step of the load feeds it and is never freed (readers may be anywhere). */
 static mh_cache g_process = {.current = &g_empty, .period = 0, .seat = ATOMIC_FLAG_INIT};
 
 mh_cache *mh_cache_process(void) { return &g_process; }
@@ -228,7 +228,7 @@ static void slot_release(void *arg)
     t_slot = 0;
 }
 
-__attribute__((constructor)) static void readers_init(void)
+void mh_cache_readers_at_load(void)
 {
 #if defined(__SANITIZE_THREAD__)
     /* ThreadSanitizer does not know membarrier: readers fence themselves. */

@@ -35,8 +35,8 @@ static size_t g_kept;              /* entries kept across uninstall */
 static uint16_t g_bucket[256];     /* hash -> 1 + newest entry index */
 static uint16_t g_chain[MAX_ENTRIES];
 
-/* Process-wide: registered by other layers' constructors (single-threaded:
- * nothing of memhook runs before its constructors), read at the first
+/* Process-wide: registered by the layers above in the core's load step
+ * (single-threaded: nothing of memhook runs before it), read at the first
  * install. */
 static struct interposer {
     const char *name;
