@@ -3,7 +3,9 @@
 Run by setup.py (``cffi_modules``).  The extension links to the core library
 with rpath ``$ORIGIN``, so it always binds the libmemhook.so sitting next to
 it: the same file that ``memhook trace`` LD_PRELOADs.  API mode means the C
-compiler checks every declaration below against memhook.h.
+compiler checks every declaration below against the core's two headers: the
+C API (memhook/memhook.h) and what the core exports for this binding, the
+tests and the benches only (memhook_internal/api.h, never installed).
 """
 
 from __future__ import annotations
@@ -233,7 +235,8 @@ QUERY_FAST_SOURCE = QUERY_FAST_CDEF
 ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
 ffibuilder.set_source(
     "memhook._native",
-    '#include "memhook/memhook.h"\n' + DRIVER_SOURCE + QUERY_FAST_SOURCE,
+    '#include "memhook/memhook.h"\n#include "memhook_internal/api.h"\n' + DRIVER_SOURCE
+    + QUERY_FAST_SOURCE,
     sources=[QUERY_FAST, BATCH_SEARCH],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34

@@ -1,7 +1,9 @@
 """The C core's layering: no file includes a header from a layer above its
 own (issue 16).  The layers, bottom up, as docs/architecture.md draws them:
 
-    include/   the public API (memhook/memhook.h, memhook/cuda_abi.h)
+    include/   the public API (memhook/memhook.h, memhook/cuda_abi.h) and
+               what the core exports for its own tests and Python binding
+               (memhook_internal/api.h, not installed)
     core/      helpers every layer may use: logging, options, clock, the
                /proc/self/maps reader, visibility, sonames, the lock order
     queue/     the event queue: lanes, drain, clock        } peers: none

@@ -2,6 +2,7 @@
 #include "log.h"
 #include "mh_options.h"
 #include "mh_startup.h"
+#include "memhook_internal/api.h"
 
 #include <ctype.h>
 #include <errno.h>

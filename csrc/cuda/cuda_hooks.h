@@ -34,6 +34,7 @@
 
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 #include "mh_visibility.h"
 #include "queue.h"
