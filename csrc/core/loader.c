@@ -12,6 +12,7 @@
 #include "mh_startup.h"
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 static int first_object(struct dl_phdr_info *info, size_t size, void *data)
 {

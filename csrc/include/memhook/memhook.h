@@ -36,9 +36,6 @@ MEMHOOK_API int memhook_version_number(void);
 /* Absolute path of the libmemhook.so this process has loaded: the file to
  * LD_PRELOAD so that children share the same core. */
 MEMHOOK_API const char *memhook_library_path(void);
-/* The dynamic loader's count of objects ever loaded (dl_iterate_phdr's
- * dlpi_adds): it changes exactly when an object was loaded since. */
-MEMHOOK_API unsigned long long memhook_loader_generation(void);
 
 /* Log levels, most severe first.  The level starts from the environment
  * variable MEMHOOK_LOG_LEVEL (error|warn|info|debug, default warn). */
@@ -181,13 +178,6 @@ MEMHOOK_API unsigned memhook_hooks_mode(void);
  * reloc alone came after the driver was loaded (objects may hold driver
  * pointers resolved before). */
 MEMHOOK_API int memhook_hooks_coverage_complete(void);
-/* The VA ranges of this process where CUDA may hold memory (anonymous
- * no-access mappings, /dev/nvidia* mappings, the simulator's device-memory
- * memfd; touching ones merged), from /proc/self/maps: start/end pairs into
- * pairs[0 .. 2*capacity).  Returns how many ranges there are (more than
- * capacity: call again with room for them), or -1 when the maps cannot be
- * read.  install() marks those no cache region covers UNKNOWN. */
-MEMHOOK_API long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
 /* A value that changes whenever memhook_hooks_coverage_complete()'s answer
  * may have changed (the mode, an object loaded, the queue's first trim):
  * callers remember the answer under it. */

@@ -3,7 +3,8 @@
  * memhook's own Python binding, its tests and its benches: the patch
  * engines' entry points (the x86-64 decoder and relocator, bistro, reloc),
  * a hook's bypass, a private cache fed by hand, a log line written from
- * outside.  Exported (MEMHOOK_API) because those callers live outside the
+ * outside, and two questions only the Python binding asks (the loader's
+ * generation, the VA CUDA reserved before install).  Exported (MEMHOOK_API) because those callers live outside the
  * library; declared here, not in memhook/memhook.h, because no program
  * should build on them: this header is never installed (csrc/build_native.py
  * copies memhook.h and cuda_abi.h only), and what it declares may change
@@ -21,6 +22,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the loader (csrc/core/loader.c): memhook/_driver.py's question ---- */
+
+/* The dynamic loader's count of objects ever loaded (dl_iterate_phdr's
+ * dlpi_adds): it changes exactly when an object was loaded since. */
+MEMHOOK_API unsigned long long memhook_loader_generation(void);
 
 /* ---- log ---- */
 
@@ -157,6 +164,13 @@ MEMHOOK_API size_t memhook_reloc_patched_slots(void);
 
 /* ---- the CUDA hook layer (csrc/cuda/) ---- */
 
+/* The VA ranges of this process where CUDA may hold memory (anonymous
+ * no-access mappings, /dev/nvidia* mappings, the simulator's device-memory
+ * memfd; touching ones merged), from /proc/self/maps: start/end pairs into
+ * pairs[0 .. 2*capacity).  Returns how many ranges there are (more than
+ * capacity: call again with room for them), or -1 when the maps cannot be
+ * read.  install() marks those no cache region covers UNKNOWN. */
+MEMHOOK_API long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
 /* What the wrapper of hook-table function `name` calls: bistro's trampoline
  * when the entry is patched (the original code, relocated), else the real
  * definition; NULL when unknown.  Calling it bypasses the hook - no event,
