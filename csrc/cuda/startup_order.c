@@ -97,7 +97,8 @@ __attribute__((constructor)) static void memhook_load(void)
     trace_at_load();
     /* What a traced image's exec and posix_spawn read to keep its
      * children in the trace: the core's path, the knobs, the loader's
-     * identity.  Nothing above execs. */
+     * identity.  No step above execs; a driver constructor run by the
+     * install could, and its child's environment would not be mended. */
     mh_trace_env_at_load();
     mh_trace_escape_at_load();
 }
