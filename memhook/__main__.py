@@ -13,6 +13,8 @@ Subcommands:
                                  see memhook.cli.diff
 * ``memhook merge FILES...``     one view of many traces (a job's ranks), clocks aligned;
                                  see memhook.cli.merge
+* ``memhook report TRACE...``    the traces drawn as one self-contained HTML page;
+                                 see memhook.cli.report
 * ``memhook config --cflags --libs``  flags to build a C program against the C API
                                  (``memhook/memhook.h``); see memhook.cli.config
 * ``memhook version``            versions and paths of the package and its core
@@ -92,12 +94,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     p_run = sim_sub.add_parser("run", help="run a command on the simulator")
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p_run.set_defaults(func=_cmd_sim_run)
-    from .cli import config, demo, diff, info, merge, run, trace
+    from .cli import config, demo, diff, info, merge, report, run, trace
 
     subs = {"version": p_version, "sim": p_sim, "sim env": p_env, "sim run": p_run,
             "trace": trace.add_parser(sub), "run": run.add_parser(sub), "info": info.add_parser(sub),
             "demo": demo.add_parser(sub), "diff": diff.add_parser(sub),
-            "merge": merge.add_parser(sub), "config": config.add_parser(sub)}
+            "merge": merge.add_parser(sub), "report": report.add_parser(sub),
+            "config": config.add_parser(sub)}
     return parser, subs
 
 

@@ -81,6 +81,9 @@ class HookReport:
     hooks: list[HookInfo]
     coverage_complete: bool
     queue: QueueStats = field(repr=False)
+    #: The driver's pointer-attribute calls are answered from the cache
+    #: (``install(pointer_attributes=True)``, ``MEMHOOK_POINTER_ATTRIBUTES=1``).
+    pointer_attributes: bool = False
 
     def hook(self, name: str) -> HookInfo:
         """The entry for function ``name`` (KeyError if not in the table).
@@ -113,7 +116,8 @@ class HookReport:
         ...     h.name for h in memhook.status().hooks if h.present]
         True
         """
-        return [h for h in self.hooks if h.present and not h.installed]
+        return [h for h in self.hooks if h.present and not h.installed
+                and (h.kind or self.pointer_attributes)]
 
     def __str__(self) -> str:
         """A table for people (``print(memhook.status())``): a summary line,
@@ -122,7 +126,8 @@ class HookReport:
         present = sum(h.present for h in self.hooks)
         lines = [f"memhook hooks: mode {self.mode}; {covered} of {len(self.hooks)} functions "
                  f"covered, {present} present in the loaded libraries; coverage "
-                 f"{'complete' if self.coverage_complete else 'not complete'}"]
+                 f"{'complete' if self.coverage_complete else 'not complete'}"
+                 f"{'; pointer attributes answered' if self.pointer_attributes else ''}"]
         q = self.queue
         lines.append(f"event queue: {q.pending} pending ({q.produced} produced, {q.consumed} "
                      f"drained), {q.lanes} thread lanes")
@@ -131,7 +136,7 @@ class HookReport:
         if shared:  # e.g. mode none: one reason for every row
             lines.append(f"every function: {shared}")
         header = ("function", "api", "kind", "present", "mechanism", "jump", "reason")
-        rows = [(h.name, h.api, h.kind.name or str(int(h.kind)), "yes" if h.present else "no",
+        rows = [(h.name, h.api, h.kind.name or str(h.kind), "yes" if h.present else "no",
                  str(h.mechanism), str(h.bistro_jump) if h.bistro_jump else "-",
                  "" if shared else h.reason) for h in self.hooks]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
@@ -152,7 +157,27 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def install(mode: str | int | HookMode | None = None) -> HookReport:
+_POINTER_ATTRIBUTES_ENV = "MEMHOOK_POINTER_ATTRIBUTES"
+
+
+def _pointer_attributes(value: object) -> bool:
+    """install()'s ``pointer_attributes``: a bool, or None for the
+    environment (``MEMHOOK_POINTER_ATTRIBUTES``: ``1``, ``0`` or unset)."""
+    if value is None:
+        text = os.environ.get(_POINTER_ATTRIBUTES_ENV, "").strip()
+        if text not in ("", "0", "1"):
+            raise ValueError(f"{_POINTER_ATTRIBUTES_ENV}={text!r}: valid values are 1 (answer "
+                             f"the driver's pointer-attribute calls from the cache) and 0 "
+                             f"(the default)")
+        return text == "1"
+    if not isinstance(value, bool):
+        raise TypeError(f"pointer_attributes must be True, False or None (the environment's "
+                        f"{_POINTER_ATTRIBUTES_ENV}), not {value!r}")
+    return value
+
+
+def install(mode: str | int | HookMode | None = None, *,
+            pointer_attributes: bool | None = None) -> HookReport:
     """Install the hooks with the mechanisms of ``mode`` and return
     :func:`status`.
 
@@ -160,7 +185,16 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
     None reads ``MEMHOOK_CUDA_MODE``, then the default ``bistro,reloc``
     (see :meth:`HookMode.parse`).  A bad mode raises ValueError and installs
     nothing.  Idempotent; a different mode replaces the installed one
-    (``"none"`` removes the hooks).  A function a mechanism cannot hook is
+    (``"none"`` removes the hooks).
+
+    ``pointer_attributes`` (keyword only): True routes the driver's
+    ``cuPointerGetAttribute(s)`` and ``cudaPointerGetAttributes`` through
+    memhook, which answers from the cache the attributes it knows exactly
+    and passes the rest to the driver, with the driver's answers and return
+    codes (docs/design/pointer-attributes.md); False leaves them to the
+    driver; None (the default) reads ``MEMHOOK_POINTER_ATTRIBUTES`` (``1``;
+    unset or ``0``: off).  A value that is not a bool raises TypeError, a
+    bad environment value ValueError, and nothing is installed.  A function a mechanism cannot hook is
     not an error - :func:`status` says why; a whole mechanism that fails
     raises OSError with the core's reason.  Ranges CUDA had reserved before
     (when a driver is loaded and initialised) are marked UNKNOWN in the
@@ -203,7 +237,9 @@ def install(mode: str | int | HookMode | None = None) -> HookReport:
     >>> memhook.uninstall()
     """
     parsed = HookMode.parse(mode)
+    answers = _pointer_attributes(pointer_attributes)
     with _lock:
+        lib.memhook_hooks_set_pointer_attributes(int(answers))
         # With the GIL held (memhook._control says why): this call is long.
         rc, reason = _control.install(int(parsed))
         _coverage.invalidate()
@@ -279,7 +315,8 @@ def status() -> HookReport:
     """
     hooks = [_hook_info(row) for row in _hook_table.rows()]
     return HookReport(mode=HookMode(int(lib.memhook_hooks_mode())), hooks=hooks,
-                      coverage_complete=_coverage.coverage_complete(), queue=_queue_stats())
+                      coverage_complete=_coverage.coverage_complete(), queue=_queue_stats(),
+                      pointer_attributes=bool(lib.memhook_hooks_pointer_attributes()))
 
 
 def hook_index(name: str) -> int | None:

@@ -35,17 +35,18 @@ PACKAGE = ROOT / "memhook"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: values, layouts, names and parsers that import nothing of memhook",
      ("_version", "_types", "_modes", "_inputs", "_event_layout", "_procmaps", "_sonames",
-      "_cuda_errors", "_printable", "_atomic")),
+      "_cuda_errors", "_printable", "_atomic", "_debuginfo")),
     ("the native core's binding, and symbolizing addresses from maps",
      ("_core", "_symbolize")),
     # The trace's machinery (memhook trace's collector side) needs nothing of
     # the library but the leaves above; ranking it here holds it to that.
     ("trace: the wire, the peer, Python frames",
      ("tracing", "tracing.peers", "tracing.pyframes", "tracing.protocol", "tracing.sockdir",
-      "tracing.runinfo", "tracing.progress")),
+      "tracing.runinfo", "tracing.progress", "tracing.bindings")),
     ("trace: a process's trace area and its loaded objects; a jsonl trace read back; "
      "the OOM report",
-     ("tracing.area", "tracing.escape", "tracing.modules", "tracing.tracefile", "tracing.oom")),
+     ("tracing.area", "tracing.escape", "tracing.modules", "tracing.tracefile", "tracing.oom",
+      "tracing.sites")),
     ("trace: the ledger (the summary's figures)",
      ("tracing.ledger",)),
     ("trace: the reorder window, the writers' interface",
@@ -63,6 +64,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
      ("tracing.merge",)),
     ("traces read back: merge's outputs",
      ("tracing.merge_writers",)),
+    ("traces read back: memhook report's figures and its page",
+     ("report", "report.model", "report.page")),
+    ("traces read back: which ranks each of memhook report's inputs holds",
+     ("report.inputs",)),
     # The library proper.
     ("the core's control calls, the driver's answers, the simulator",
      ("_control", "_driver", "sim", "_fastpath", "_search")),
@@ -89,6 +94,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("memhook demo (runs trace), memhook merge (shares diff's checks), memhook run "
      "(trace's mode check)",
      ("cli.demo", "cli.merge", "cli.run")),
+    ("memhook report (merge's inputs, diff's checks)",
+     ("cli.report",)),
     ("python -m memhook / the console script",
      ("__main__",)),
 ]

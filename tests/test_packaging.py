@@ -118,6 +118,33 @@ def test_installed_package_imports_from_its_own_folder(installed: Path, tmp_path
     assert "$ORIGIN" in dynamic and "[libmemhook.so]" in dynamic
 
 
+REPORT_ASSETS = ("echarts.min.js", "report.js", "LICENSE.echarts", "NOTICE.echarts",
+                 "LICENSE-d3.echarts", "README.md")
+
+
+def test_installed_wheel_writes_a_self_contained_report(wheel: Path, installed: Path,
+                                                        tmp_path: Path) -> None:
+    """`memhook report`'s page inlines its charting library and script from
+    the package data: the wheel must carry them, with the library's licence."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for asset in REPORT_ASSETS:
+        assert f"memhook/report/assets/{asset}" in names, f"{asset} missing from {wheel.name}"
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"kind": "header", "format": 1, "memhook": "x", "host": "h", "rank": 0, "pid": 1, '
+        '"command_pid": 1, "clock": {"realtime_ns": 1700000000000000000, '
+        '"monotonic_ns": 1000, "uncertainty_ns": 1}}\n'
+        '{"kind":"alloc","function":"cuMemAlloc_v2","address":4096,"size":1048576,'
+        '"mem_type":"CUDA","device":0,"pid":1,"tid":1,"ts_ns":2000,"result":0,"caller":null}\n')
+    env = dict(os.environ, PYTHONPATH=str(installed))
+    proc = subprocess.run([sys.executable, "-m", "memhook", "report", str(trace), "-o", "r.html"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "/* echarts.min.js */" in page and "/* report.js */" in page
+    assert "<script src" not in page and "<link" not in page  # nothing to fetch
+
+
 def _wheel_metadata(wheel: Path, name: str) -> str:
     with zipfile.ZipFile(wheel) as zf:
         info = next(n for n in zf.namelist() if n.endswith(f".dist-info/{name}"))

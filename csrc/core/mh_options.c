@@ -79,6 +79,10 @@ void mh_options_at_load(void)
         switch_knob("MEMHOOK_INSTALL_AT_LOAD", "1", "0",
                     "1 (install the hooks in MEMHOOK_CUDA_MODE at load, as `memhook run` "
                     "does) or 0 (the default: a load installs nothing)");
+    mh_opts.pointer_attributes =
+        switch_knob("MEMHOOK_POINTER_ATTRIBUTES", "1", "0",
+                    "1 (answer cuPointerGetAttribute(s) and cudaPointerGetAttributes from "
+                    "the cache) or 0 (the default: the driver answers them)");
 }
 
 /* Once the log level is known (startup_order.c), so MEMHOOK_LOG_LEVEL=error

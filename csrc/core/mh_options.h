@@ -67,6 +67,11 @@ typedef struct mh_options {
      * `memhook run`.  0, blank or unset: off (a plain LD_PRELOAD installs
      * nothing).  Any other value: a warning, and off. */
     bool install_at_load;
+    /* MEMHOOK_POINTER_ATTRIBUTES=1: answer the driver's pointer-attribute
+     * calls from the cache (csrc/cuda/pointer_attributes.c); set by
+     * `memhook run --pointer-attributes`.  0, blank or unset: off.  Any
+     * other value: a warning, and off. */
+    bool pointer_attributes;
 } mh_options;
 
 /* Process-wide, as the environment it is read from; written once at load

@@ -267,6 +267,25 @@ MH_HIDDEN void mh_install_fork_prepare(void);
 MH_HIDDEN void mh_install_fork_parent(void);
 MH_HIDDEN void mh_install_fork_child(void);
 
+/* ---- pointer_attributes.c ---- */
+
+/* Memory at [addr, addr + size) may have driver attributes that are not
+ * its cache region's (a VMM map, a module global, an IPC mapping): the
+ * pointer-attribute answers pass it to the driver.  Called by its
+ * wrapper before the ALLOC is published. */
+MH_HIDDEN void mh_pointer_attributes_note_irregular(uint64_t addr, uint64_t size);
+/* The same for a VMM map at [addr, addr + size), and the whole address
+ * reservation it lies in (asked of the driver: RANGE_*). */
+MH_HIDDEN void mh_pointer_attributes_note_vmm(uint64_t addr, uint64_t size);
+/* Look the driver's entry points up now (install, like
+ * mh_driver_calls_prepare); forget them when the driver leaves. */
+MH_HIDDEN void mh_pointer_attributes_prepare(void);
+MH_HIDDEN void mh_pointer_attributes_driver_unloaded(void);
+/* A fork child's driver is not initialised. */
+MH_HIDDEN void mh_pointer_attributes_fork_child(void);
+/* At load (startup_order.c): on or off as MEMHOOK_POINTER_ATTRIBUTES says. */
+MH_HIDDEN void mh_pointer_attributes_at_load(void);
+
 /* ---- run_at_load.c (`memhook run`): load and fork() ---- */
 
 /* With MEMHOOK_INSTALL_AT_LOAD=1 and no trace: the hooks installed in

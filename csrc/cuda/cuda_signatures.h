@@ -13,6 +13,14 @@
 typedef int cudaError_t;
 typedef CUstream cudaStream_t;
 typedef CUmemoryPool cudaMemPool_t;
+/* CUDA 13's layout (driver_types.h). */
+struct cudaPointerAttributes {
+    int type;  /* enum cudaMemoryType */
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+    long reserved[8];
+};
 
 #define MH_SIGNATURE(ret, name, params)                                       \
     typedef ret(*name##_fn) params;                                           \
@@ -70,6 +78,11 @@ MH_SIGNATURE(CUresult, cuDevicePrimaryCtxRelease, (CUdevice dev))
 MH_SIGNATURE(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice dev))
 MH_SIGNATURE(CUresult, cuCtxDestroy, (CUcontext ctx))
 MH_SIGNATURE(CUresult, cuCtxDestroy_v2, (CUcontext ctx))
+MH_SIGNATURE(CUresult, cuPointerGetAttribute, (void *data, CUpointer_attribute attribute,
+                                               CUdeviceptr ptr))
+MH_SIGNATURE(CUresult, cuPointerGetAttributes, (unsigned int numAttributes,
+                                                CUpointer_attribute *attributes, void **data,
+                                                CUdeviceptr ptr))
 
 /* runtime */
 MH_SIGNATURE(cudaError_t, cudaMalloc, (void **devPtr, size_t size))
@@ -94,6 +107,8 @@ MH_SIGNATURE(cudaError_t, cudaFreeHost, (void *ptr))
 MH_SIGNATURE(cudaError_t, cudaGetSymbolAddress, (void **devPtr, const void *symbol))
 MH_SIGNATURE(cudaError_t, cudaHostRegister, (void *ptr, size_t size, unsigned int flags))
 MH_SIGNATURE(cudaError_t, cudaHostUnregister, (void *ptr))
+MH_SIGNATURE(cudaError_t, cudaPointerGetAttributes, (struct cudaPointerAttributes *attributes,
+                                                     const void *ptr))
 
 #undef MH_SIGNATURE
 

@@ -272,6 +272,7 @@ void mh_driver_unloaded(void)
     /* Entry points it cached point into unmapped code; live records name
      * allocations that no longer exist. */
     mh_driver_calls_reset();
+    mh_pointer_attributes_driver_unloaded();
     mh_live_new_generation(true);
     /* One marker in the event order: consumers forget every region before
      * it (the driver's memory, pinned host memory included, is gone) and

@@ -64,6 +64,7 @@ static void fork_child(void)
     mh_queue_fork_child();      /* the consumer lock, the lanes, the pending flag */
     mh_cache_fork_child();      /* the cache's writer seat and reader slots */
     mh_emit_fork_child();       /* the pid events carry */
+    mh_pointer_attributes_fork_child();  /* the child's driver is not initialised */
     mh_reloc_fork_child();
     mh_bistro_fork_child();
     mh_install_fork_child();

@@ -120,6 +120,17 @@ static const char *loaded_driver_path(void *handle, const char *any_symbol, char
     return buf;
 }
 
+/* A pointer-attribute row while pointer attributes are off: not routed to
+ * memhook (pointer_attributes.c). */
+static bool answers_off(const mh_hook *h)
+{
+    return h->kind == MEMHOOK_EVENT_NONE && !memhook_hooks_pointer_attributes();
+}
+
+#define ANSWERS_OFF_REASON                                                          \
+    "pointer attributes are off (MEMHOOK_POINTER_ATTRIBUTES=1 or "                  \
+    "install(pointer_attributes=True) routes this call to memhook)"
+
 /* Whether h's entry needs a patch; fills *req then.  `asked` holds the
  * entries already asked for in this pass (two names, one code). */
 static bool bistro_want_one(mh_hook *h, void *lib, const char *lib_path, void *const *asked,
@@ -200,7 +211,7 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
     int who[MH_FN_COUNT], nreq = 0;
     for (int i = 0; i < MH_FN_COUNT; i++) {
         mh_hook *h = &mh_hooks[i];
-        if (h->api != MEMHOOK_API_DRIVER)
+        if (h->api != MEMHOOK_API_DRIVER || answers_off(h))
             continue;
         if (g_libcuda == NULL) {
             snprintf(h->reason, sizeof h->reason, "bistro: " MH_LIBCUDA_SONAME " cannot be loaded (%.200s)",
@@ -219,7 +230,8 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
     const char *first_reason = NULL;
     for (int i = 0; i < MH_FN_COUNT; i++) {
         mh_hook *h = &mh_hooks[i];
-        if (h->api != MEMHOOK_API_DRIVER || g_libcuda == NULL)
+        /* (whether bistro works is judged by the rows that record events) */
+        if (h->api != MEMHOOK_API_DRIVER || g_libcuda == NULL || h->kind == MEMHOOK_EVENT_NONE)
             continue;
         if (h->patch != NULL) {
             patched++;
@@ -240,16 +252,19 @@ static int bistro_apply(bool alone, char *why, size_t why_len)
     return 0;
 }
 
-/* All patches out in one pass.  One that stays (EAGAIN: a thread blocks
- * SIGTRAP or the probe signal; or a refused mprotect) keeps its row: the
- * wrapper passes calls through while nothing is recorded, and a later
- * install finds it in place. */
-static void bistro_remove_all(void)
+/* All patches out in one pass (`answers_only`: those of the
+ * pointer-attribute rows, pointer attributes being off).  One that stays
+ * (EAGAIN: a thread blocks SIGTRAP or the probe signal; or a refused
+ * mprotect) keeps its row: the wrapper passes calls through while nothing
+ * is recorded, and a later install finds it in place. */
+static void bistro_remove(bool answers_only)
 {
     memhook_bistro_patch *patches[MH_FN_COUNT];
     int errs[MH_FN_COUNT], who[MH_FN_COUNT], n = 0;
     for (int i = 0; i < MH_FN_COUNT; i++) {
         mh_hook *h = &mh_hooks[i];
+        if (answers_only && h->kind != MEMHOOK_EVENT_NONE)
+            continue;
         if (h->patch == NULL) {
             h->bistro_errno = 0;
             h->reason[0] = '\0';
@@ -276,13 +291,21 @@ static void bistro_remove_all(void)
     }
 }
 
+static void bistro_remove_all(void) { bistro_remove(false); }
+
 static int reloc_apply(char *why, size_t why_len)
 {
     memhook_reloc_symbol syms[MH_FN_COUNT];
+    size_t nsyms = 0;
     for (int i = 0; i < MH_FN_COUNT; i++) {
-        syms[i].name = mh_hooks[i].name;
-        syms[i].replacement = mh_hooks[i].wrapper;
-        syms[i].original = &mh_hooks[i].reloc_original;
+        /* (Once registered, a name stays routed until uninstall: with
+         * pointer attributes off again its wrapper passes calls through.) */
+        if (answers_off(&mh_hooks[i]))
+            continue;
+        syms[nsyms].name = mh_hooks[i].name;
+        syms[nsyms].replacement = mh_hooks[i].wrapper;
+        syms[nsyms].original = &mh_hooks[i].reloc_original;
+        nsyms++;
     }
     if (!g_reloc_on) {
         void *h = loaded_driver();
@@ -290,7 +313,7 @@ static int reloc_apply(char *why, size_t why_len)
         if (h)
             dlclose(h);
     }
-    int rc = memhook_reloc_install(syms, MH_FN_COUNT, g_reloc_why, sizeof g_reloc_why);
+    int rc = memhook_reloc_install(syms, nsyms, g_reloc_why, sizeof g_reloc_why);
     if (rc != 0) {
         snprintf(why, why_len, "reloc: %.250s", g_reloc_why);
         return rc;
@@ -344,6 +367,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         }
         if (rc == 0)
             rc = brc;
+        if (!memhook_hooks_pointer_attributes())
+            bistro_remove(true);
     } else {
         bistro_remove_all();
     }
@@ -351,8 +376,10 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         reloc_remove();
     unsigned g_mode_before = g_mode;
     __atomic_store_n(&g_mode, mode, __ATOMIC_RELEASE); /* (read unlocked: the token) */
-    if (mode != 0)
+    if (mode != 0) {
         mh_driver_calls_prepare();
+        mh_pointer_attributes_prepare();
+    }
     mh_objects_changed();  /* CUDA's text, for events' callers (caller.h) */
     if (g_mode_before == 0 && mode != 0) {
         mh_live_new_generation(true);  /* before recording starts: live_table.c */
@@ -421,7 +448,8 @@ static int coverage_complete(bool consumer)
         bool bistro_all = true;
         for (int i = 0; i < MH_FN_COUNT && complete; i++) {
             const mh_hook *h = &mh_hooks[i];
-            if (h->api != MEMHOOK_API_DRIVER)
+            /* (the pointer-attribute calls make no allocation) */
+            if (h->api != MEMHOOK_API_DRIVER || h->kind == MEMHOOK_EVENT_NONE)
                 continue;
             void *addr = dlsym(lib, h->name);
             if (addr == NULL)
@@ -520,13 +548,16 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
     out->api = h->api;
     out->kind = h->kind;
     out->present = present(h, driver);
+    bool off = answers_off(h);
     out->mechanisms = (h->patch != NULL ? MEMHOOK_MODE_BISTRO : 0) |
-                      (g_reloc_on ? MEMHOOK_MODE_RELOC : 0);
+                      (g_reloc_on && !off ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = h->patch != NULL ? memhook_bistro_patch_jump_size(h->patch) : 0;
     if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)
         snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
+    else if (off && !out->mechanisms)
+        snprintf(out->reason, sizeof out->reason, "%s", ANSWERS_OFF_REASON);
     else if (!out->mechanisms && h->api == MEMHOOK_API_RUNTIME)
         snprintf(out->reason, sizeof out->reason,
                  "runtime entry points are hooked by reloc only (bistro patches the "

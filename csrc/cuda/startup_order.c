@@ -91,6 +91,9 @@ __attribute__((constructor)) static void memhook_load(void)
     mh_cache_feed_at_load();
     mh_cache_readers_at_load();
     mh_driver_calls_at_load();
+    /* Pointer attributes on or off (MEMHOOK_POINTER_ATTRIBUTES), before an
+     * install decides whether to route them. */
+    mh_pointer_attributes_at_load();
     /* The hooks installed at load, for `memhook run` (no trace) or for
      * `memhook trace`: at most one of the two applies. */
     mh_run_at_load();

@@ -61,8 +61,10 @@ CUresult mh_w_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     CUresult r = real_(ptr, size, offset, handle, flags);
     mh_stamp stamp = mh_stamp_now(true);
     int mem_type = MEMHOOK_MEM_UNKNOWN, device = -1;
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         mh_handle_kind(handle, &mem_type, &device);
+        mh_pointer_attributes_note_vmm(ptr, size);  /* RANGE_*: the reservation */
+    }
     mh_emit_alloc(MH_FN_cuMemMap, stamp, r, r == CUDA_SUCCESS ? ptr : 0, size, mem_type, device);
     mh_record_end();
     return r;
@@ -98,6 +100,8 @@ MH_ALLOC_WRAPPER(CUresult, cuMemAllocFromPoolAsync_ptsz,
         size_t_ *sizep = bytes != NULL ? bytes : &own;                           \
         CUresult r = real_(dptr, sizep, h, n);                                   \
         mh_stamp stamp = mh_stamp_now(true);                                     \
+        if (r == CUDA_SUCCESS) /* a __managed__ one is typed CUDA here */       \
+            mh_pointer_attributes_note_irregular((uint64_t)*dptr, (uint64_t)*sizep); \
         mh_emit_alloc(MH_FN_##name, stamp, r, r == CUDA_SUCCESS ? (uint64_t)*dptr : 0, \
                       r == CUDA_SUCCESS ? (uint64_t)*sizep : 0, mem_type, CUR);  \
         mh_record_end();                                                         \
@@ -117,6 +121,8 @@ static uint64_t mapped_size(CUresult r, const CUdeviceptr *pdptr)
     uint64_t base = 0, size = 0;
     if (r != CUDA_SUCCESS || !mh_driver_range(*pdptr, &base, &size))
         return 0;
+    /* (typed with the current device: the exporter's may be another) */
+    mh_pointer_attributes_note_irregular(*pdptr, size);
     return size;
 }
 

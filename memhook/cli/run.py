@@ -1,4 +1,4 @@
-"""``memhook run [-m MODE] [--sim] -- CMD ARGS...``
+"""``memhook run [-m MODE] [--sim] [--pointer-attributes] -- CMD ARGS...``
 
 Runs an unmodified program with the core (``libmemhook.so``) first in
 ``LD_PRELOAD`` and the hooks installed when it loads
@@ -9,6 +9,12 @@ in CMD asks through ``memhook_query`` (``memhook/memhook.h``) and Python in
 CMD through ``memhook.memory_type``.  Children inherit the environment, so
 a child exec'd with it gets the hooks too (one given an environment of its
 own does not: that is the trace's promise, not this command's).
+
+``--pointer-attributes`` (``MEMHOOK_POINTER_ATTRIBUTES=1``) also answers
+CMD's ``cuPointerGetAttribute(s)`` and ``cudaPointerGetAttributes`` from
+the cache where it knows the answer exactly, the driver the rest
+(docs/design/pointer-attributes.md): a transport or framework that asks
+the driver per buffer gets memhook's answers unmodified.
 
 The launcher is ``memhook trace``'s (:mod:`memhook.cli.launch`): the exit
 status is CMD's (128+N when a signal N ended it); 127 when CMD cannot be
@@ -32,7 +38,7 @@ from . import launch
 
 __all__ = ["USAGE", "add_parser", "run", "run_command"]
 
-USAGE = "memhook run [-m MODE] [--sim] -- CMD [ARGS...]"
+USAGE = "memhook run [-m MODE] [--sim] [--pointer-attributes] -- CMD [ARGS...]"
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -43,6 +49,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                     "so memhook_query (C) and memhook.memory_type (Python) in CMD answer "
                     "from the hooks. No trace is written. The exit status is CMD's.")
     launch.add_launch_arguments(p)
+    p.add_argument("--pointer-attributes", action="store_true",
+                   help="answer CMD's cuPointerGetAttribute(s) and cudaPointerGetAttributes "
+                        "from memhook's cache where it knows the answer exactly (the driver "
+                        "answers the rest)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     p.set_defaults(func=run)
     return p
@@ -59,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         return _fail(f"missing command; usage: {USAGE}")
-    return run_command(command, mode=args.mode, sim=args.sim)
+    return run_command(command, mode=args.mode, sim=args.sim,
+                       pointer_attributes=args.pointer_attributes)
 
 
-def run_command(command: list[str], mode: str | None = None, sim: bool = False) -> int:
+def run_command(command: list[str], mode: str | None = None, sim: bool = False,
+                pointer_attributes: bool = False) -> int:
     """The whole of ``memhook run``; returns the exit status."""
     from .. import library_path
     from .._modes import HookMode
@@ -87,6 +99,8 @@ def run_command(command: list[str], mode: str | None = None, sim: bool = False) 
     env["LD_PRELOAD"] = ":".join([core] + [p for p in preload if p != core])
     env["MEMHOOK_CUDA_MODE"] = str(HookMode.parse(mode))
     env["MEMHOOK_INSTALL_AT_LOAD"] = "1"
+    if pointer_attributes:
+        env["MEMHOOK_POINTER_ATTRIBUTES"] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
     relay = launch.SignalRelay()

@@ -9,6 +9,9 @@ line, is :mod:`memhook.cli.trace`), bottom up:
 * :mod:`.area` - reading a traced process's trace area (its memfd);
   :mod:`.pyframes` - naming the Python frames recorded there;
   :mod:`.modules` - which object was loaded where, for callers;
+  :mod:`.bindings` - the binding layers between Python and CUDA;
+  :mod:`.sites` - who called, as the outputs name it (the Python caller
+  through a binding, the program's call site, the way down to CUDA);
 * :mod:`.oom` - the OOM report: what was live on a device when an
   allocation there failed for lack of memory;
 * :mod:`.ledger` - the summary's figures, bounded by what is live (it

@@ -9,9 +9,9 @@ module globals are not allocations, a FREE matches an ALLOC of the same
 pid, a context teardown frees what its process held on that device, and
 what is live at the end of the trace was never freed.
 
-The call site of an allocation is the first frame of the program's own
-code in its Python frames (:attr:`memhook.tracing.pyframes.PyStack.site`:
-the innermost frame outside the standard library and installed packages),
+The call site of an allocation is the program's own code in its Python
+frames (:attr:`memhook.tracing.pyframes.PyStack.site`: the two innermost
+frames outside the standard library, installed packages and memhook),
 where the trace has them (``--python``); else its native caller
 (``library!symbol+offset``).
 """

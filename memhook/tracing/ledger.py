@@ -36,13 +36,17 @@ import dataclasses
 import signal
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 from .._cuda_errors import error_name
+from .._symbolize import Caller
 from .._printable import printable
 from .modules import ModuleMap
 from .oom import OOM_RESULT, REPORTS_MAX, LiveAlloc, OomReport, report
 from .protocol import Hello
 from .pyframes import SiteLedger
+from .bindings import binding_of
+from .sites import binding_name, library_label, native_text, way_down
 
 __all__ = ["GLOBAL_FUNCTIONS", "HOST_KEY", "Ledger", "Process", "device_label"]
 
@@ -137,7 +141,10 @@ class Ledger:
         self._total_live = 0
         self._total_peak = 0
         self.sites: dict[tuple, list[int]] = {}  # --stacks: (library, symbol...) -> [n, bytes]
-        self.py_sites = SiteLedger()  # --python: by the innermost user frame
+        self.py_sites = SiteLedger()  # --python: by the program's call site
+        self.bindings: dict[str, str] = {}  # calling library -> the binding layer it is
+        self._libs: dict = {}  # Caller -> its library (and, noted once, its binding)
+        self._ways: dict = {}  # (id of a PyStack, caller, fn) -> (that stack, its way down)
         self.processes: list[Process] = []
         self.ooms: list[OomReport] = []  # the first REPORTS_MAX failures for lack of memory
         self.ooms_more = 0               # and how many more there were
@@ -178,9 +185,9 @@ class Ledger:
     def _release(self, proc: Process) -> list[tuple[int, int, int]]:
         changes = []
         live_bytes = self.live_bytes
-        for size, key, fn, lib, site, *_ in proc.live.values():
+        for size, key, fn, lib, site, row in proc.live.values():
             if site is not None:
-                self.py_sites.leaked(site, size)
+                self.py_sites.leaked(site, size, self._way_down(row))
             entry = self.never_freed.get(fn)
             if entry is None:
                 self.never_freed[fn] = [1, size]
@@ -245,7 +252,9 @@ class Ledger:
                     self._total_live -= old[0]
                     if old[4] is not None:
                         py_sites.free(old[4], old[0])
-                lib = caller.library if caller is not None else "?"
+                lib = self._libs.get(caller)
+                if lib is None:
+                    lib = self._library(caller)
                 site = python.site if python is not None else None
                 live[address] = (size, dev, fn, lib, site, row)
                 lt = lib_live[lib] + size
@@ -261,7 +270,7 @@ class Ledger:
                     if py_sites.live:
                         py_sites.total_peaked()
                 if stack:
-                    self._site(stack, size)
+                    self._site(stack, size, site)
                 total = live_bytes[dev] + size
                 live_bytes[dev] = total
                 if total > peak[dev]:  # noqa: PLR1730 (a compare is cheaper than max() here)
@@ -346,10 +355,41 @@ class Ledger:
         return oom.as_json(self.function_name, self.error_name(r.function, oom.result),
                            device_label)
 
-    def _site(self, frames: tuple, size: int) -> None:
-        """--stacks: count an ALLOC at its call site (its first three frames
-        by symbol)."""
-        key = tuple(c.short if c is not None else "?" for c in frames[:3])
+    def _library(self, caller: Caller | None) -> str:
+        """``caller``'s library (its file name), noting the binding layer
+        it is; cached by caller."""
+        lib = caller.library if caller is not None else "?"
+        binding = binding_name(caller)
+        if binding is not None:
+            self.bindings[lib] = binding
+        if len(self._libs) > 100_000:
+            self._libs.clear()
+        self._libs[caller] = lib
+        return lib
+
+    def _way_down(self, row: tuple) -> tuple[str, ...]:
+        """The lines under a leaked allocation's call site (cached by stack,
+        caller and function: a leak loop costs one)."""
+        caller, python, fn = row[12], row[14], row[5]
+        key = (id(python), caller, fn)
+        held = self._ways.get(key)
+        if held is None or held[0] is not python:
+            held = (python, way_down(caller, python, self.function_name(fn)))
+            if len(self._ways) > 10_000:
+                self._ways.clear()
+            self._ways[key] = held
+        return held[1]
+
+    def _site(self, frames: tuple, size: int, python_site: str | None) -> None:
+        """--stacks: count an ALLOC at its call site: the program's (with
+        --python), then its first three native frames by symbol, the first
+        named with its binding layer."""
+        first = frames[0]
+        binding = binding_name(first)
+        native = tuple(native_text(c) for c in frames[:3])
+        if binding is not None:
+            native = (f"via {binding}: {native[0]}", *native[1:])
+        key = (python_site, *native)
         entry = self.sites.setdefault(key, [0, 0])
         entry[0] += 1
         entry[1] += size
@@ -396,20 +436,21 @@ class Ledger:
                 for f, (n, b) in sorted(self.never_freed.items(), key=lambda kv: -kv[1][1])
             ],
             "never_freed_by_library": [
-                {"library": lib, "count": n, "bytes": b}
+                {"library": lib, "binding": self.bindings.get(lib), "count": n, "bytes": b}
                 for lib, (n, b) in sorted(self.never_freed_lib.items(),
                                           key=lambda kv: (-kv[1][1], kv[0]))
             ],
             "peak_by_library": [
-                {"library": lib, "at_peak": self.peak_split.get(lib, 0),
-                 "own_peak": self.lib_peak[lib]}
+                {"library": lib, "binding": self.bindings.get(lib),
+                 "at_peak": self.peak_split.get(lib, 0), "own_peak": self.lib_peak[lib]}
                 for lib in sorted(self.lib_peak, key=lambda k: (-self.peak_split.get(k, 0),
                                                                 -self.lib_peak[k], k))
             ],
             "top_sites": [
-                {"frames": list(k), "count": n, "bytes": b}
+                {"frames": list(k[1:]), "site": k[0], "count": n, "bytes": b}
                 for k, (n, b) in sorted(self.sites.items(), key=lambda kv: -kv[1][1])[:10]
             ],
+            "bindings": sorted(set(self.bindings.values())),
             **self.py_sites.summary(),
             "oom": ({**self.oom_json(self.ooms[0]),
                      "failures": len(self.ooms) + self.ooms_more} if self.ooms else None),
@@ -466,23 +507,31 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("  (no calls)")
     out.append("peak live bytes per device:")
     if summary["peak_bytes"]:
+        out.append(f"  {'device':<16} {'peak':>12}  (bytes)")
         for dev, peak in summary["peak_bytes"].items():
             out.append(f"  {dev:<16} {human_size(peak):>12}  ({peak} bytes)")
     else:
         out.append("  (nothing allocated)")
     if summary.get("peak_by_library"):
         out.append("peak live bytes by calling library (at the peak of all; each one's own):")
+        out.append(f"  {'library':<34} {'at the peak':>12}  {'own peak':>12}")
         for p in summary["peak_by_library"]:
-            out.append(f"  {_clip(p['library'], 34):<34} {human_size(p['at_peak']):>12}  "
+            lib = library_label(p["library"], p.get("binding"))
+            out.append(f"  {_clip(lib, 34):<34} {human_size(p['at_peak']):>12}  "
                        f"{human_size(p['own_peak']):>12}")
+        if summary.get("bindings") and not summary.get("peak_by_python_site"):
+            out.append(f"  ({' and '.join(summary['bindings'])} only carried the calls: "
+                       f"--python names the Python code that made them)")
     if summary.get("peak_by_python_site"):
         out.append("peak live bytes by Python call site (--python; at the peak of all; "
                    "each one's own):")
+        out.append(f"  {'at the peak':>12}  {'own peak':>12}  program call site")
         for p in summary["peak_by_python_site"][:20]:
-            out.append(f"  {_clip_left(p['site'], 50):<50} {human_size(p['at_peak']):>12}  "
-                       f"{human_size(p['own_peak']):>12}")
+            out.append(f"  {human_size(p['at_peak']):>12}  {human_size(p['own_peak']):>12}  "
+                       f"{p['site']}")
     out.append("failed calls:")
     if summary["failed"]:
+        out.append(f"  {'function':<30} error (result), count, largest request")
         for f in summary["failed"]:
             out.append(f"  {f['function']:<30} {f['error']} ({f['result']})  x{f['count']}"
                        f"  (largest request {human_size(f['max_size'])})")
@@ -490,8 +539,20 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("  (none)")
     if summary.get("oom"):
         out += _oom_lines(summary["oom"])
+    if summary.get("top_sites"):
+        out.append("top call sites (--stacks; bytes allocated):")
+        out.append(f"  {'bytes':>12} {'allocs':>7}  call site (--python's, then native frames, "
+                   f"innermost first)")
+        for s in summary["top_sites"]:
+            frames = " <- ".join(s["frames"])
+            if s.get("site"):
+                out.append(f"  {human_size(s['bytes']):>12} {s['count']:>6}x  {s['site']}")
+                out.append(f"  {'':>12} {'':>7}    {frames}")
+            else:
+                out.append(f"  {human_size(s['bytes']):>12} {s['count']:>6}x  {frames}")
     out.append("allocations never freed:")
     if summary["never_freed"]:
+        out.append(f"  {'function':<30} {'allocations':>18}  {'bytes':>12}")
         for f in summary["never_freed"]:
             plural = "s" if f["count"] != 1 else ""
             out.append(f"  {f['function']:<30} {f['count']:>6} allocation{plural}  "
@@ -500,21 +561,28 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
         out.append("  (none)")
     if summary.get("never_freed_by_library"):
         out.append("allocations never freed by calling library:")
+        out.append(f"  {'library':<30} {'allocations':>18}  {'bytes':>12}")
         for f in summary["never_freed_by_library"]:
             plural = "s" if f["count"] != 1 else ""
-            out.append(f"  {_clip(f['library'], 30):<30} {f['count']:>6} allocation{plural}  "
+            lib = library_label(f["library"], f.get("binding"))
+            out.append(f"  {_clip(lib, 30):<30} {f['count']:>6} allocation{plural}  "
                        f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
     if summary.get("never_freed_by_python_site"):
-        out.append("allocations never freed by Python call site (--python):")
-        for f in summary["never_freed_by_python_site"][:20]:
-            plural = "s" if f["count"] != 1 else ""
-            out.append(f"  {_clip_left(f['site'], 50):<50} {f['count']:>6} allocation{plural}  "
-                       f"{human_size(f['bytes']):>12}  ({f['bytes']} bytes)")
-    if summary.get("top_sites"):
-        out.append("top call sites (--stacks; bytes allocated):")
-        for s in summary["top_sites"]:
-            out.append(f"  {human_size(s['bytes']):>12} {s['count']:>6}x  "
-                       + " <- ".join(s["frames"]))
+        # Last, just above the collector's line: who leaked what, at a glance.
+        out.append("allocations never freed by Python call site (--python), and the way "
+                   "down to CUDA:")
+        out.append(f"  {'bytes':>12} {'allocs':>7}  program call site")
+        rows = summary["never_freed_by_python_site"]
+        for f in rows[:20]:
+            out.append(f"  {human_size(f['bytes']):>12} {f['count']:>7}  {f['site']}")
+            for line in f.get("way_down", ()):
+                out.append(f"  {'':>12} {'':>7}    {line}")
+            if f.get("other_ways"):
+                out.append(f"  {'':>12} {'':>7}    (and {f['other_ways']} other ways down)")
+        if len(rows) > 20:
+            rest = rows[20:]
+            out.append(f"  {human_size(sum(r['bytes'] for r in rest)):>12} "
+                       f"{sum(r['count'] for r in rest):>7}  ({len(rest)} more call sites)")
     rate = summary["events"] / elapsed_s if elapsed_s > 0 else 0.0
     out.append(f"collector: {summary['events']} events in {elapsed_s:.2f} s "
                f"({rate:,.0f} events/s), peak RSS {collector_rss / 2**20:.1f} MiB")
@@ -531,33 +599,54 @@ def _oom_lines(oom: dict) -> list[str]:
     out = [f"out of memory on {dev} (the first allocation that failed for lack of "
            f"memory{more}):"]
     py = oom.get("python")
-    at = f"; at {_py_frame(py[0])}" if py else ""
+    caller = oom["caller"]
+    who = _who(caller, py) if _binding_of(caller) is not None and py else \
+        _frame_text(caller) + (f"; at {_py_frame(py[0])}" if py else "")
     out.append(f"  request: {oom['function']} of {human_size(oom['size'])} ({oom['size']} "
                f"bytes): {oom['error']} ({oom['result']}); pid {oom['pid']} tid {oom['tid']}; "
-               f"from {_frame_text(oom['caller'])}{at}")
+               f"from {who}")
     out.append("  device memory free/total at the failure: not recorded")
     procs = oom["processes"]
     out.append(f"  live on {dev} then: {human_size(oom['live_bytes'])} ({oom['live_bytes']} "
                f"bytes) in {oom['live_count']} allocation{'s' if oom['live_count'] != 1 else ''}"
                f" of {procs} process{'es' if procs != 1 else ''}")
     out.append("  by calling library:")
+    out.append(f"    {'library':<40} {'allocs':>7} {'bytes':>10}")
     for e in oom["by_library"]:
         out.append(f"    {_clip(e['library'], 40):<40} {e['count']:>6}x "
                    f"{human_size(e['bytes']):>10}  ({e['bytes']} bytes)")
     if oom["by_python_site"]:
         out.append("  by Python call site (--python):")
-        for e in oom["by_python_site"][:20]:
-            out.append(f"    {_clip_left(e['site'], 50):<50} {e['count']:>6}x "
+        rows = oom["by_python_site"][:20]
+        width = _site_width(r["site"] for r in rows)
+        out.append(f"    {'program call site':<{width}} {'allocs':>7} {'bytes':>10}")
+        for e in rows:
+            out.append(f"    {e['site']:<{width}} {e['count']:>6}x "
                        f"{human_size(e['bytes']):>10}  ({e['bytes']} bytes)")
     out.append("  largest live allocations:")
+    out.append(f"    {'size':>10}  function, address, pid, tid, caller; then Python and native "
+               f"frames")
     for a in oom["largest"]:
         out.append(f"    {human_size(a['size']):>10}  {a['function']} {a['address']:#x} pid "
-                   f"{a['pid']} tid {a['tid']} from {_frame_text(a['caller'])}")
+                   f"{a['pid']} tid {a['tid']} from {_who(a['caller'], a.get('python'))}")
         for f in a.get("python", [])[:8]:
             out.append(f"        at {_py_frame(f)}")
         for f in (a.get("stack") or [])[:8]:
             out.append(f"        {_frame_text(f)}")
     return out
+
+
+def _binding_of(frame: dict | None) -> Any:
+    return binding_of(frame["object"]) if frame else None
+
+
+def _who(caller: dict | None, python: list[dict] | None) -> str:
+    """An OOM line's caller: the Python frame that called through a
+    binding layer, the binding beside it; else the native frame."""
+    binding = _binding_of(caller)
+    if binding is None or not python:
+        return _frame_text(caller)
+    return f"{_py_frame(python[0])} via {binding.name} ({_frame_text(caller)})"
 
 
 def _frame_text(frame: dict | None) -> str:
@@ -572,10 +661,11 @@ def _py_frame(frame: dict) -> str:
     return f"{frame['file']}:{frame['line']} in {frame['function']}"
 
 
+def _site_width(sites: Iterator[str]) -> int:
+    """The site column's width: a site is never clipped (its outer frame,
+    at the start, is what tells two sites through one helper apart)."""
+    return max((len(s) for s in sites), default=0) + 1
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def _clip_left(text: str, width: int) -> str:
-    """A path's end is what tells it apart: clip its start."""
-    return text if len(text) <= width else "..." + text[len(text) - width + 3:]

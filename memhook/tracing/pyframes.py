@@ -15,12 +15,16 @@ never after another function.
 11
 >>> PyStack((PyFrame("/srv/train.py", 42, "step"),)).site
 '/srv/train.py:42 (step)'
+>>> PyStack((PyFrame("/srv/mem.py", 7, "alloc"), PyFrame("/srv/train.py", 80, "load"))).site
+'/srv/train.py:80 (load) > /srv/mem.py:7 (alloc)'
 """
 
 from __future__ import annotations
 
 import array
 import bisect
+import functools
+import os
 import re
 import struct
 from collections.abc import Callable
@@ -28,8 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CODE", "LINES_MAX", "LOST", "NAME_MAX", "NO_PYTHON", "NO_THREAD", "LineIndex",
-           "PyFrame", "PyRecords", "PyStack", "Reader", "SiteLedger", "line_for", "why_text"]
+__all__ = ["CODE", "LINES_MAX", "LOST", "NAME_MAX", "NO_PYTHON", "NO_THREAD", "SITE_FRAMES",
+           "LineIndex", "PyFrame", "PyRecords", "PyStack", "Reader", "SiteLedger", "is_own",
+           "line_for", "why_text"]
 
 CODE = struct.Struct("<IIQQQQqqIIIBBBB")
 """``mh_trace_pycode``: len, firstlineno, code, filename_obj, qualname_obj,
@@ -72,13 +77,27 @@ class PyFrame:
         return f"{self.file}:{self.line or '?'}"
 
 
-# Where a frame is not the user's own code: the standard library, installed
-# packages, frozen modules (the traced process's paths are not known here).
+# Where a frame is not the program's own code: the standard library,
+# installed packages, frozen modules, code made from a string (the traced
+# process's sys.prefix is not known here, so the paths tell), and memhook.
 _LIBRARY = re.compile(r"^<frozen |/(site|dist)-packages/|/lib(64)?/python\d\.\d+/|^<")
+_MEMHOOK = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+SITE_FRAMES = 2
+"""How many of the program's own frames name a call site: the frame that
+allocated (or called the library that did) and the one that called it, so
+that one helper ``alloc()`` called from two places is two sites."""
+
+
+def is_own(frame: PyFrame) -> bool:
+    """Whether ``frame`` is the program's own code: not the standard
+    library's, an installed package's, memhook's, or unknown."""
+    return (frame.file != "?" and not _LIBRARY.search(frame.file)
+            and not frame.file.startswith(_MEMHOOK))
 
 
 def _is_user(frame: PyFrame) -> bool:
-    return frame.file != "?" and not _LIBRARY.search(frame.file)
+    return is_own(frame)
 
 
 @dataclass(frozen=True)
@@ -100,13 +119,42 @@ class PyStack:
                 return f
         return self.frames[0] if self.frames else None
 
-    @property
+    @functools.cached_property
+    def site_frames(self) -> tuple[PyFrame, ...]:
+        """The frames that name the call site, innermost first: the
+        innermost :data:`SITE_FRAMES` of the program's own code, else (no
+        own frame: a library's thread, memhook's demo) the innermost
+        :data:`SITE_FRAMES` frames; () without frames."""
+        own = tuple(f for f in self.frames if _is_user(f))[:SITE_FRAMES]
+        return own or self.frames[:SITE_FRAMES]
+
+    @functools.cached_property
     def site(self) -> str:
-        """The call site the summary counts by: ``file:line (function)``."""
-        f = self.user_frame
-        if f is None:
+        """The program call site the summary, ``diff`` and the OOM report
+        count by: :attr:`site_frames` outermost first, each ``file:line
+        (function)``, joined by `` > `` (a file named again is left out:
+        ``/srv/train.py:80 (train) > :42 (step)``)."""
+        frames = self.site_frames
+        if not frames:
             return f"(no Python frames: {self.why or 'none'})"
-        return f"{f.location} ({f.function})"
+        parts = []
+        last = None
+        for f in reversed(frames):
+            where = f.location if f.file != last else f":{f.line or '?'}"
+            parts.append(f"{where} ({f.function})")
+            last = f.file
+        return " > ".join(parts)
+
+    @functools.cached_property
+    def path_down(self) -> tuple[PyFrame, ...]:
+        """The frames below the site's outermost frame, down to the
+        allocation, outermost first (the way from the site to the native
+        caller: the site's own frames and any library frames between)."""
+        frames = self.site_frames
+        if not frames:
+            return ()
+        top = self.frames.index(frames[-1])
+        return tuple(reversed(self.frames[:top]))
 
 
 # ----------------------------------------------------------- line tables
@@ -476,16 +524,21 @@ LOST = PyStack((), "not recorded: the trace area's Python records (64 MiB) were 
 
 # ------------------------------------------------------------ the summary
 
+_WAYS_MAX = 8  # distinct ways down kept per leaking site (the rest are counted)
+
+
 class SiteLedger:
-    """Live, peak and never-freed bytes by Python call site (the innermost
-    user frame, :attr:`PyStack.site`), kept by the ledger beside its
-    by-library figures."""
+    """Live, peak and never-freed bytes by the program's call site
+    (:attr:`PyStack.site`), kept by the ledger beside its by-library
+    figures; for what was never freed, also the ways down from each site
+    (:func:`memhook.tracing.sites.way_down`), the largest shown."""
 
     def __init__(self) -> None:
         self.live: dict[str, int] = {}
         self.peak: dict[str, int] = {}
         self.at_peak: dict[str, int] = {}  # live by site when all sites' total peaked
         self.never_freed: dict[str, list[int]] = {}  # site -> [count, bytes]
+        self.ways: dict[str, dict[tuple[str, ...], list[int]]] = {}  # site -> way -> [n, bytes]
 
     def alloc(self, site: str, size: int) -> None:
         live = self.live.get(site, 0) + size
@@ -499,13 +552,28 @@ class SiteLedger:
     def total_peaked(self) -> None:
         self.at_peak = {k: v for k, v in self.live.items() if v > 0}
 
-    def leaked(self, site: str, size: int) -> None:
+    def leaked(self, site: str, size: int, way: tuple[str, ...] = ()) -> None:
         entry = self.never_freed.setdefault(site, [0, 0])
         entry[0] += 1
         entry[1] += size
         self.free(site, size)
+        if way:
+            ways = self.ways.setdefault(site, {})
+            held = ways.get(way)
+            if held is None:
+                held = ways.setdefault(way if len(ways) < _WAYS_MAX else ("(other ways)",),
+                                       [0, 0])
+            held[0] += 1
+            held[1] += size
 
     def summary(self) -> dict[str, list[dict]]:
+        def way(site: str) -> dict:
+            ways = self.ways.get(site)
+            if not ways:
+                return {}
+            top = max(ways.items(), key=lambda kv: (kv[1][1], kv[1][0]))
+            return {"way_down": list(top[0]), "other_ways": len(ways) - 1}
+
         return {
             "peak_by_python_site": [
                 {"site": s, "at_peak": self.at_peak.get(s, 0), "own_peak": p}
@@ -513,7 +581,7 @@ class SiteLedger:
                                    key=lambda kv: (-self.at_peak.get(kv[0], 0), -kv[1], kv[0]))
             ],
             "never_freed_by_python_site": [
-                {"site": s, "count": n, "bytes": b}
+                {"site": s, "count": n, "bytes": b, **way(s)}
                 for s, (n, b) in sorted(self.never_freed.items(),
                                         key=lambda kv: (-kv[1][1], kv[0]))
             ],

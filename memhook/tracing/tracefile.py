@@ -119,11 +119,14 @@ class TraceFile:
     :class:`TraceError` if it is not a trace); :meth:`events` streams the rest.
 
     ``progress``: called with the bytes read since its last call, now and
-    then (a progress bar's feed)."""
+    then (a progress bar's feed).  ``on_record``: called with each record
+    of another kind than an event or the header (an ``oom`` report, a
+    later memhook's kinds), as read, for a reader that wants them."""
 
     def __init__(self, path: str, progress: Callable[[int], None] | None = None) -> None:
         self.path = path
         self.progress = progress
+        self.on_record: Callable[[dict], None] | None = None
         self.cut: str | None = None
         self.events_read = 0
         if os.path.isdir(path):
@@ -279,7 +282,10 @@ class TraceFile:
                 try:
                     kind = r["kind"]
                     if kind != "alloc" and kind != "free":
-                        continue  # a header, or a later memhook's record kind
+                        # a header, an oom report, or a later memhook's record kind
+                        if self.on_record is not None and kind != "header":
+                            self.on_record(r)
+                        continue
                     c = r["caller"]
                     key = (c["object"], c["symbol"], c["offset"]) if c else None
                     caller = callers.get(key)

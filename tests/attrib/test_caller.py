@@ -63,6 +63,8 @@ def _section(text: str, title: str) -> list[str]:
         if not line.startswith("  "):
             break
         out.append(line.split())
+    if out and not any(c.isdigit() for c in "".join(out[0])):  # the column headings
+        out = out[1:]
     return out
 
 

@@ -44,7 +44,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def summary_section(text: str, title: str) -> list[str]:
-    """The indented lines under a summary heading such as "failed calls:"."""
+    """The indented lines under a summary heading such as "failed calls:",
+    less the table's column headings (its first line, when it has no digit:
+    every row of figures has one)."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line == title:
@@ -53,6 +55,8 @@ def summary_section(text: str, title: str) -> list[str]:
                 if not follow.startswith("  "):
                     break
                 out.append(follow.strip())
+            if out and not any(c.isdigit() for c in out[0]) and not out[0].startswith("("):
+                out = out[1:]
             return out
     raise AssertionError(f"no {title!r} section in:\n{text}")
 

@@ -48,7 +48,7 @@ def test_usage_error_shows_the_subcommands_usage(args: list[str], usage: str,
 @pytest.mark.parametrize("args, message", [
     ([], "the following arguments are required: COMMAND"),
     (["bogus"], "invalid choice: 'bogus' (choose from 'version', 'sim', 'trace', 'run', 'info', "
-                "'demo', 'diff', 'merge', 'config')"),
+                "'demo', 'diff', 'merge', 'report', 'config')"),
 ], ids=["none", "unknown"])
 def test_top_level_usage_errors(args: list[str], message: str) -> None:
     proc = memhook(*args)

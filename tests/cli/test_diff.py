@@ -15,6 +15,7 @@ from trace_files_testing import SITES, finished, records, trace_sites
 LEAK = 3 * 64 * 1024  # alloc_sites.py's cache(): 3 x 64 KiB kept
 CACHE_LINE = 1 + SITES.read_text().splitlines().index(
     "    ptr = check(cu.cuMemAlloc(64 * 1024))")
+MAIN_LINE = 1 + SITES.read_text().splitlines().index("        cache(leak)")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,8 @@ def test_the_leaking_site_alone_has_grown(runs: tuple[Path, Path]) -> None:
     assert len(grown) == 1, json.dumps(report["sites"], indent=1)
     site = grown[0]
     assert site["status"] == "grown"
-    assert site["name"] == f"{SITES}:{CACHE_LINE} (cache)", site["name"]
+    # A program call site: main()'s call, then cache()'s allocation.
+    assert site["name"] == f"{SITES}:{MAIN_LINE} (main) > :{CACHE_LINE} (cache)", site["name"]
     assert site["change"] == {"allocations": 0, "bytes": 0, "peak_bytes": LEAK - 64 * 1024,
                               "never_freed_bytes": LEAK}
     assert site["a"]["allocations"] == site["b"]["allocations"] == 3

@@ -100,9 +100,23 @@ def test_cmd_not_found_is_127_and_not_executable_126(tmp_path: Path) -> None:
     (["run", "--"], "missing command; usage: memhook run"),
     (["run", "-m", "bogus", "--", "true"], "bad token 'bogus'"),
     (["run", "-m", "", "--", "true"], "-m/--mode is empty"),
-    (["run", "--pointer-attributes", "--", "true"], "unrecognized arguments"),
+    (["run", "--no-such-flag", "--", "true"], "unrecognized arguments"),
 ], ids=["none", "dashes-only", "bad-mode", "empty-mode", "unknown-flag"])
 def test_usage_errors_are_2(args: list[str], message: str) -> None:
     proc = memhook(*args)
     assert proc.returncode == 2, proc
     assert message in proc.stderr, proc.stderr
+
+
+def test_pointer_attributes_flag(native: NativeBuild, c_test_dir: Path) -> None:
+    """``--pointer-attributes``: an unmodified program's pointer queries are
+    answered by memhook, equal to the driver's; without it, the driver's."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pointer_attributes_diff.c"
+    program = native.compile(fixture, c_test_dir / "cli_pointer_attributes", extra=["-ldl"])
+    on = memhook("run", "--sim", "--pointer-attributes", "--", str(program), timeout=300)
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert "memhook host_malloc ctx get:MEMORY_TYPE rc=1" in on.stdout, on.stdout
+    assert "memhook device_base ctx gets:four rc=0" in on.stdout
+    off = memhook("run", "--sim", "--", str(program), timeout=300)
+    assert off.returncode == 0, off.stdout + off.stderr
+    assert "\nmemhook " not in off.stdout and "driver host_malloc ctx get:MEMORY_TYPE rc=1" in off.stdout

@@ -31,8 +31,10 @@ WEIGHTS_LINE = _line("        out.append(check(cu.cuMemAlloc(6 * MiB)))")
 ACTIVATIONS_LINE = _line("        assert libcuda.cuMemAlloc_v2(ctypes.byref(ptr), "
                          "ctypes.c_size_t(4 * MiB)) == 0")
 GROW_LINE = _line("    return libcuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(16 * MiB))")
-WEIGHTS = f"{PROGRAM}:{WEIGHTS_LINE} (weights)"
-ACTIVATIONS = f"{PROGRAM}:{ACTIVATIONS_LINE} (activations)"
+HELD_LINE = _line("    held = weights(), activations()")
+# A program call site: the caller's frame, then the allocating one.
+WEIGHTS = f"{PROGRAM}:{HELD_LINE} (main) > :{WEIGHTS_LINE} (weights)"
+ACTIVATIONS = f"{PROGRAM}:{HELD_LINE} (main) > :{ACTIVATIONS_LINE} (activations)"
 BINDING = "cydriver."  # cuda-python's driver binding: cydriver.cpython-3XY-....so
 LIVE = 3 * 6 * MiB + 2 * 4 * MiB  # scratch()'s 1 MiB was freed before the failure
 
@@ -54,8 +56,9 @@ def _oom_section(text: str) -> list[str]:
 
 
 def _rows(section: list[str], heading: str) -> dict[str, int]:
-    """name -> bytes, of the rows under ``heading`` in the OOM section."""
-    start = section.index(heading) + 1
+    """name -> bytes, of the rows under ``heading`` in the OOM section
+    (after its column headings)."""
+    start = section.index(heading) + 2
     rows = {}
     for line in section[start:]:
         if line.endswith(":"):
@@ -74,7 +77,8 @@ def test_the_summary_splits_what_was_live_and_names_the_request(tmp_path: Path,
     request = section[0]
     assert request.startswith("request: cuMemAlloc_v2 of 16 MiB (16777216 bytes): "
                               "CUDA_ERROR_OUT_OF_MEMORY (2); pid "), request
-    assert "from libffi.so.8" in request and f"at {PROGRAM}:{GROW_LINE} in grow" in request
+    # The caller is ctypes' libffi: the Python frame that called through it is named.
+    assert f"; from {PROGRAM}:{GROW_LINE} in grow via ctypes (libffi.so.8" in request, request
     assert section[1] == "device memory free/total at the failure: not recorded"
     assert section[2] == f"live on cuda:0 then: 26 MiB ({LIVE} bytes) in 5 allocations " \
                          f"of 1 process"
@@ -86,10 +90,10 @@ def test_the_summary_splits_what_was_live_and_names_the_request(tmp_path: Path,
     for site, held in ((WEIGHTS, 18 * MiB), (ACTIVATIONS, 8 * MiB)):
         (shown,) = [s for s in sites if site.endswith(s.lstrip("."))]
         assert sites[shown] == held, (site, sites)
-    largest = section[section.index("largest live allocations:") + 1:]
+    largest = section[section.index("largest live allocations:") + 2:]  # (after the headings)
     sizes = [ln.split("  ")[0] for ln in largest if not ln.startswith("at ")]
     assert sizes == ["6 MiB"] * 3 + ["4 MiB"] * 2
-    assert f"at {WEIGHTS.rsplit(' ', 1)[0]} in weights" in largest
+    assert f"at {PROGRAM}:{WEIGHTS_LINE} in weights" in largest
 
 
 def test_jsonl_has_an_oom_record_after_the_failed_call(tmp_path: Path) -> None:

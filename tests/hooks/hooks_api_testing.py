@@ -24,7 +24,9 @@ from memhook.cache import process_cache
 
 __all__ = [
     "CONTEXT_NAMES",
+    "DRIVER_API_NAMES",
     "DRIVER_NAMES",
+    "POINTER_ATTRIBUTE_NAMES",
     "RUNTIME_NAMES",
     "TABLE",
     "WINDOW",
@@ -54,9 +56,14 @@ CONTEXT_NAMES = (
     "cuDevicePrimaryCtxRelease_v2", "cuCtxDestroy", "cuCtxDestroy_v2",
 )
 """The context teardowns (driver functions: FREE markers), appended last."""
-DRIVER_NAMES += CONTEXT_NAMES
-TABLE = DRIVER_NAMES[:-len(CONTEXT_NAMES)] + RUNTIME_NAMES + CONTEXT_NAMES
+POINTER_ATTRIBUTE_NAMES = ("cuPointerGetAttribute", "cuPointerGetAttributes",
+                           "cudaPointerGetAttributes")
+"""The pointer-attribute calls (kind NONE: no event), appended after them."""
+TABLE = DRIVER_NAMES + RUNTIME_NAMES + CONTEXT_NAMES + POINTER_ATTRIBUTE_NAMES
 """The hook table of DESIGN.md section 3, in table order."""
+DRIVER_NAMES += CONTEXT_NAMES
+DRIVER_API_NAMES = DRIVER_NAMES + POINTER_ATTRIBUTE_NAMES[:2]
+"""Every driver function of the table (DRIVER_NAMES: those that record events)."""
 
 WINDOW = 0x7E00_0000_0000
 """Start of the address window the in-process tests record events in."""

@@ -47,7 +47,7 @@ def test_repr_and_fields_stay_the_dataclass() -> None:
     report = _report()
     assert repr(report).startswith("HookReport(mode=<HookMode.")
     assert [f.name for f in dataclasses.fields(report)] == ["mode", "hooks", "coverage_complete",
-                                                           "queue"]
+                                                           "queue", "pointer_attributes"]
 
 
 def test_status_of_this_process_prints_one_line_per_function() -> None:

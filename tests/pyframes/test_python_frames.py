@@ -75,23 +75,35 @@ def test_text_memviz_and_summary_name_the_sites(c_thread_lib, tmp_path) -> None:
     trace(tmp_path, "sites", str(c_thread_lib), fmt="text")
     out = (tmp_path / "trace-0.text").read_text()
     lines = [ln for ln in out.splitlines() if " alloc " in ln]
-    a_where = f"at {A_SITE['file']}:{A_SITE['line']} in alloc_ctypes"
-    b_where = f"at {B_SITE['file']}:{B_SITE['line']} in alloc_cudapy"
-    assert sum(ln.endswith(a_where) for ln in lines) == 3, lines  # GIL released, held, thread
-    assert sum(ln.endswith(b_where) for ln in lines) == 1, lines
+    # The caller is a binding layer (ctypes' libffi, cuda-python): the line
+    # names the Python frame that called through it, and the binding.
+    a_where = f"from {A_SITE['file']}:{A_SITE['line']} in alloc_ctypes  via ctypes (libffi.so"
+    b_where = f"from {B_SITE['file']}:{B_SITE['line']} in alloc_cudapy  via cuda-python (cydriver"
+    assert sum(a_where in ln for ln in lines) == 3, lines  # GIL released, held, thread
+    assert sum(b_where in ln for ln in lines) == 1, lines
     assert sum(ln.endswith("(no Python: no Python on this thread)") for ln in lines) == 1, lines
-    # The summary: by Python call site, beside the by-library table.
+    # The summary: by the program's call site (the caller's frame, then
+    # alloc_ctypes), beside the by-library table, each under column headings.
     summary = out[out.index("== memhook trace summary"):]
     peak = summary[summary.index("peak live bytes by Python call site"):].splitlines()
-    # (a long path is clipped at its start)
-    assert peak[1].strip().startswith("...") and \
-        peak[1].split()[0].endswith(f"/alloc_ctypes.py:{A_SITE['line']}"), peak
+    assert peak[1].split() == ["at", "the", "peak", "own", "peak", "program", "call", "site"]
+    # (a long site is never clipped: its outer frame tells it apart)
+    assert any(ln.split()[4] == f"{PROGRAM}:{_caller('ctypes')['line']}" for ln in peak[2:]), peak
     never = summary[summary.index("allocations never freed by Python call site"):].splitlines()
-    a_line = next(ln for ln in never if f"/alloc_ctypes.py:{A_SITE['line']} (alloc_ctypes)" in ln)
-    a_bytes = SIZES["ctypes"] + SIZES["ctypes_gil"] + SIZES["thread"]
-    assert "3 allocations" in a_line and f"({a_bytes} bytes)" in a_line, a_line
-    assert any("(no Python frames: no Python on this thread)" in ln and "1 allocation" in ln
-               for ln in never), never
+    assert never[1].split() == ["bytes", "allocs", "program", "call", "site"], never
+    rows = {ln.split(None, 3)[3]: (int(ln.split()[2]), i) for i, ln in enumerate(never)
+            if ln.startswith("   ") and ln.split()[2:3] and ln.split()[2].isdigit()}
+    a_one = f"{A_SITE['file']}:{A_SITE['line']} (alloc_ctypes)"
+    a_sites = {f"{PROGRAM}:{_caller(tag)['line']} (sites) > {a_one}": tag
+               for tag in ("ctypes", "ctypes_gil")}
+    a_sites[a_one] = "thread"  # (threading's frames are the library's: one own frame)
+    for site, tag in a_sites.items():
+        assert rows[site][0] == 1, (site, never)
+        # Under each site, the way down to CUDA: through ctypes.
+        way = never[rows[site][1] + 1].strip()
+        assert way.startswith("via ctypes: libffi.so") and way.endswith("-> cuMemAlloc_v2"), way
+    assert any(site.startswith("(no Python frames: no Python on this thread)")
+               for site in rows), never
 
     memviz = trace(tmp_path, "sites", str(c_thread_lib), fmt="memviz")
     assert memviz.rc == 0

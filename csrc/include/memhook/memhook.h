@@ -72,6 +72,9 @@ MEMHOOK_API const char *memhook_log_level_name(int level);
 /* Event kinds: the bits of Python's memhook.EventKind. */
 #define MEMHOOK_EVENT_ALLOC 1
 #define MEMHOOK_EVENT_FREE  2
+/* memhook_hook_info.kind of a hooked function that records no event (the
+ * pointer-attribute calls, answered from the cache). */
+#define MEMHOOK_EVENT_NONE  0
 
 /* Memory types: the codes of Python's memhook.MemoryType.  The
  * MEMHOOK_MEMORY_* spelling is the query API's (memhook_query); the
@@ -170,6 +173,16 @@ MEMHOOK_API int memhook_hooks_install(unsigned mode, char *why, size_t why_len);
 MEMHOOK_API int memhook_hooks_uninstall(void);
 /* The installed mode (MEMHOOK_MODE_* bits). */
 MEMHOOK_API unsigned memhook_hooks_mode(void);
+/* Pointer attributes (off unless MEMHOOK_POINTER_ATTRIBUTES=1 at load):
+ * with on = 1, the next memhook_hooks_install also routes
+ * cuPointerGetAttribute(s) and cudaPointerGetAttributes to memhook, which
+ * answers from the cache what it knows exactly and passes the rest to the
+ * driver (docs/design/pointer-attributes.md); 0 turns the answers off at
+ * once, and the next install takes bistro's patches of them out.  Returns
+ * 0, or EINVAL for any other value. */
+MEMHOOK_API int memhook_hooks_set_pointer_attributes(int on);
+/* 1 while pointer attributes are on, else 0. */
+MEMHOOK_API int memhook_hooks_pointer_attributes(void);
 /* 1 while the installed hooks see every allocation the loaded driver can
  * make (so a pointer in no known region is host memory); 0 when some
  * present entry point is uncovered, or the driver was initialised before
@@ -186,7 +199,7 @@ MEMHOOK_API unsigned long long memhook_coverage_token(void);
 typedef struct memhook_hook_info {
     const char *name;        /* "cuMemAlloc_v2", "cudaMalloc", ... */
     int api;                 /* MEMHOOK_API_DRIVER or _RUNTIME */
-    int kind;                /* MEMHOOK_EVENT_ALLOC or _FREE */
+    int kind;                /* MEMHOOK_EVENT_ALLOC, _FREE or _NONE */
     int present;             /* 1: the loaded library exports it */
     unsigned mechanisms;     /* MEMHOOK_MODE_* bits covering it now */
     int bistro_jump;         /* 5 or 12 when bistro patched it, else 0 */

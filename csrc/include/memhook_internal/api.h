@@ -177,6 +177,11 @@ MEMHOOK_API long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capac
  * no bookkeeping (bench/hooks/hook_bench.c times it against the hooked entry). */
 MEMHOOK_API void *memhook_hooks_original(const char *name);
 
+/* ---- testing: pointer attributes (csrc/cuda/pointer_attributes.c) ---- */
+/* How many pointer-attribute calls memhook answered itself in the calling
+ * thread (the rest went to the driver): for differential tests. */
+MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void);
+
 /* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
  * For the property test that replays event streams into this cache and into
  * memhook.MemtypeCache; not for production use (no drain, no driver). */

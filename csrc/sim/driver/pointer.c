@@ -187,6 +187,13 @@ SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     CUresult rc = sim_enter(data == NULL || attr_size(attribute) == 0, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
+    /* cuda.h: "If there is no current CUcontext then
+     * CUDA_ERROR_INVALID_CONTEXT is returned" (the device pointer is the
+     * one kernels of the current context use); whatever the pointer. */
+    if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && sim_ctx_current() == NULL) {
+        sim_unlock();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     sim_alloc *a = sim_registry_find(ptr);
     if (!a || write_attr(data, attribute, sim_mrec_of(a), ptr) != A_OK)
         rc = CUDA_ERROR_INVALID_VALUE;

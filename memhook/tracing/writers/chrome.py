@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from ..._symbolize import Caller
 from ..ledger import ALLOC, Ledger, Process, device_label, mem_type_name
+from ..sites import binding_name
 from .base import Writer, Padded
 
 __all__ = ["ChromeWriter"]
@@ -38,8 +39,22 @@ class ChromeWriter(Writer):
         self._types = Padded(mem_type_name, 0)
         self.first = True
         self.pids: dict[int, str] = {}
+        self._callers: dict[Caller | None, str] = {}
         out.write('{"displayTimeUnit":"ns","otherData":{"tool":"memhook trace"},'
                   '"traceEvents":[\n')
+
+    def _caller(self, caller: Caller | None) -> str:
+        """``args.caller`` (and ``binding``, where it is one), cached."""
+        text = self._callers.get(caller)
+        if text is None:
+            text = json.dumps(_short(caller))
+            binding = binding_name(caller)
+            if binding is not None:
+                text += ',"binding":' + json.dumps(binding)
+            if len(self._callers) > 100_000:
+                self._callers.clear()
+            self._callers[caller] = text
+        return text
 
     def _emit(self, items: list[str]) -> None:
         if not items:
@@ -80,7 +95,7 @@ class ChromeWriter(Writer):
                    '"result":%d%s,"caller":%s%s}}' % (
                        names[fn], cat, d // 1000, d % 1000, pid, tid, address, size,
                        types[mem_type], device, result, err,
-                       json.dumps(_short(caller)),
+                       self._caller(caller),
                        "" if python is None else ',"python":%s' % json.dumps(
                            python.site if python.frames else "(no Python: %s)" % python.why)))
             while ci < nchanges and changes[ci][0] == i:

@@ -21,6 +21,7 @@ from ..._symbolize import Caller
 from ..ledger import ALLOC, Ledger, Process, mem_type_name
 from ..oom import OOM_RESULT
 from ..pyframes import PyStack
+from ..sites import binding_name
 from .base import Writer, Padded
 
 __all__ = ["JsonlWriter"]
@@ -29,9 +30,12 @@ _PYTHON_CHARS = 32 << 20  # the most text JsonlWriter keeps of Python stacks
 
 
 def _python_json(python: PyStack) -> str:
-    """jsonl's ``python`` (and why it is empty, or ends early)."""
+    """jsonl's ``python`` (and why it is empty, or ends early), and the
+    program call site it names."""
     text = ',"python":' + json.dumps([{"file": f.file, "line": f.line, "function": f.function}
                                       for f in python.frames])
+    if python.frames:
+        text += ',"site":' + json.dumps(python.site)
     if python.why:
         text += ',"python_note":' + json.dumps(python.why)
     if python.more:
@@ -53,7 +57,11 @@ class JsonlWriter(Writer):
     first; with --python, ``python``, a list of ``{"file", "line",
     "function"}``, innermost first (line 0: unknown), and where it is empty
     or ends early ``python_note`` says why (``python_truncated``: more
-    frames than the depth)."""
+    frames than the depth); ``site``, the program call site the summary
+    counts it by (:attr:`memhook.tracing.pyframes.PyStack.site`).  Where
+    the caller is a binding layer (:mod:`memhook.tracing.bindings`),
+    ``binding`` names it (``"ctypes"``, ``"cuda-python"``...): the Python
+    caller is then ``python[0]``."""
 
     def __init__(self, out: IO[Any], ledger: Ledger, t0_ns: int) -> None:
         super().__init__(out, ledger, t0_ns)
@@ -67,6 +75,9 @@ class JsonlWriter(Writer):
         text = self._callers.get(caller)
         if text is None:
             text = json.dumps(_frame_json(caller))
+            binding = binding_name(caller)
+            if binding is not None:
+                text += ',"binding":' + json.dumps(binding)
             if len(self._callers) > 100_000:
                 self._callers.clear()
             self._callers[caller] = text

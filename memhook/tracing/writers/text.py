@@ -10,7 +10,9 @@ from typing import IO, Any
 
 from ..._printable import printable
 from ..ledger import ALLOC, Ledger, Process, human_size, mem_type_name
+from ..._symbolize import Caller
 from ..pyframes import PyStack
+from ..sites import binding_name, python_caller
 from .base import Writer, Padded
 
 __all__ = ["TextWriter"]
@@ -47,11 +49,24 @@ class TextWriter(Writer):
         self._sizes = Padded(human_size, 10, right=True)
         # The program's names, escaped (see memhook._printable) once each.
         self._libraries = Padded(printable, 0)
+        self._whos: dict = {}  # (id of a PyStack, caller) -> (that stack, the line's end)
+
+    def _who(self, caller: Caller | None, python: PyStack) -> str:
+        """The line's end with --python, cached by stack and caller."""
+        key = (id(python), caller)
+        held = self._whos.get(key)
+        if held is None or held[0] is not python:
+            held = (python, _python_text(caller, python))
+            if len(self._whos) > 10_000:
+                self._whos.clear()
+            self._whos[key] = held
+        return held[1]
 
     def events(self, proc: Process, rows: list[tuple], changes: list[tuple]) -> None:
         ledger = self.ledger
         t0 = self.t0_ns
         names, types, sizes, libraries = self._names, self._types, self._sizes, self._libraries
+        whos = self._who
         lines: list[str] = []
         append = lines.append
         for _, address, size, ts, kind, fn, mem_type, device, pid, tid, result, flags, caller, \
@@ -64,8 +79,8 @@ class TextWriter(Writer):
                 "         ?" if (flags & SIZE_UNKNOWN and not size) else sizes[size],
                 types[mem_type], device,
                 "%s (%d)" % (ledger.error_name(fn, result), result) if result else "ok",
-                libraries[caller.library] if caller is not None else "?",
-                "" if python is None else _python_text(python)))
+                (libraries[caller.library] if caller is not None else "?") if python is None
+                else whos(caller, python), ""))
         self.out.write("".join(lines))
         self.out.flush()
 
@@ -90,12 +105,23 @@ class TextWriter(Writer):
 _KIND_TEXT = {ALLOC: "alloc", 2: "free "}
 
 
-def _python_text(python: PyStack) -> str:
-    """The text line's end with --python: the innermost user frame."""
+def _python_text(caller: Caller | None, python: PyStack) -> str:
+    """What follows ``from`` with --python.  Where the caller is a binding
+    layer, the Python frame that called through it, the binding beside it
+    (then the program's own frame, where that is another); else the native
+    library, then the innermost user frame."""
     f = python.user_frame
+    library = caller.library if caller is not None else "?"
     if f is None:
-        return "  (no Python: %s)" % printable(python.why)
-    return printable("  at %s in %s" % (f.location, f.function))
+        return printable("%s  (no Python: %s)" % (library, python.why))
+    through = python_caller(caller, python)
+    if through is None:
+        return printable("%s  at %s in %s" % (library, f.location, f.function))
+    text = "%s in %s  via %s (%s)" % (through.location, through.function,
+                                      binding_name(caller), library)
+    if through != f:
+        text += "  at %s in %s" % (f.location, f.function)
+    return printable(text)
 
 
 def _mode_name(mode: int) -> str:

@@ -626,6 +626,18 @@ static void test_pointer_attributes(void)
     CHECK(attr_u64(CU_POINTER_ATTRIBUTE_CONTEXT, d) == (uint64_t)(uintptr_t)g_ctx);
     CHECK(attr_u32(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 5) == CU_MEMORYTYPE_DEVICE);
     CHECK(attr_u64(CU_POINTER_ATTRIBUTE_DEVICE_POINTER, d + 5) == d + 5);
+    {
+        /* documented: no current context, no device pointer to give */
+        CUdeviceptr dp = 0;
+        OK(cuCtxSetCurrent(NULL));
+        CHECK_RC(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, d),
+                 CUDA_ERROR_INVALID_CONTEXT);
+        CHECK(dp == 0);
+        unsigned int mt = 0; /* the other attributes need none */
+        OK(cuPointerGetAttribute(&mt, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d));
+        CHECK(mt == CU_MEMORYTYPE_DEVICE);
+        OK(cuCtxSetCurrent(g_ctx));
+    }
     CHECK(attr_u32(CU_POINTER_ATTRIBUTE_IS_MANAGED, d) == 0);
     CHECK(attr_int(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d) == 0);
     CHECK(attr_u32(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, d) == 1);

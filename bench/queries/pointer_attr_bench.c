@@ -1,0 +1,133 @@
+/*
+ * pointer_attr_bench.c - the driver's pointer-attribute calls, the driver
+ * alone beside memhook's answers, in one process (run by
+ * pointer_attr_bench.py with the core in LD_PRELOAD, the hooks installed at
+ * load and MEMHOOK_POINTER_ATTRIBUTES=1).
+ *
+ * "driver" calls the real entry point (memhook_hooks_original: bistro's
+ * trampoline, or the definition), "memhook" the exported one, which the
+ * hooks route to memhook's answer.  Per case: cuPointerGetAttribute
+ * (MEMORY_TYPE) and cuPointerGetAttributes (MEMORY_TYPE, DEVICE_ORDINAL,
+ * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
+ * allocation; the median of ROUNDS rounds, ns per call.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memhook/memhook.h"
+#include "memhook_internal/api.h"
+
+typedef int (*get_fn)(void *, int, unsigned long long);
+typedef int (*gets_fn)(unsigned, int *, void **, unsigned long long);
+
+#define ROUNDS 9
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static volatile unsigned sink;
+
+static double time_get(get_fn f, unsigned long long p, long n)
+{
+    double r[ROUNDS];
+    unsigned v = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&v, 2, p);
+            sink = v;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+static double time_gets(gets_fn f, unsigned long long p, long n)
+{
+    int attrs[4] = {2, 9, 11, 12};
+    unsigned type = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data[4] = {&type, &dev, &start, &size};
+    double r[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(4, attrs, data, p);
+            sink = type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? atol(argv[1]) : 200000;
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (cuda == NULL) {
+        fprintf(stderr, "libcuda.so.1: %s\n", dlerror());
+        return 2;
+    }
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(cuda, "cuInit");
+    int (*retain)(void **, int) = (int (*)(void **, int))dlsym(cuda, "cuDevicePrimaryCtxRetain");
+    int (*setcur)(void *) = (int (*)(void *))dlsym(cuda, "cuCtxSetCurrent");
+    int (*alloc)(unsigned long long *, size_t) =
+        (int (*)(unsigned long long *, size_t))dlsym(cuda, "cuMemAlloc_v2");
+    get_fn get = (get_fn)dlsym(cuda, "cuPointerGetAttribute");
+    gets_fn gets = (gets_fn)dlsym(cuda, "cuPointerGetAttributes");
+    get_fn real_get = (get_fn)memhook_hooks_original("cuPointerGetAttribute");
+    gets_fn real_gets = (gets_fn)memhook_hooks_original("cuPointerGetAttributes");
+    void *ctx;
+    unsigned long long d;
+    if (init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&d, 1 << 20)) {
+        fprintf(stderr, "CUDA setup failed\n");
+        return 2;
+    }
+    if (real_get == NULL || real_gets == NULL || !memhook_hooks_pointer_attributes()) {
+        fprintf(stderr, "memhook's pointer attributes are not on (run pointer_attr_bench.py)\n");
+        return 2;
+    }
+    char *host = malloc(4096);
+    unsigned long long h = (uintptr_t)host;
+    unsigned long long before = memhook_testing_pointer_attributes_answered();
+    int attrs[4] = {2, 9, 11, 12};
+    unsigned type = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data[4] = {&type, &dev, &start, &size};
+    get(&(unsigned){0}, 2, h);
+    get(&(unsigned){0}, 2, d);
+    gets(4, attrs, data, h);
+    gets(4, attrs, data, d);
+    int answered = (int)(memhook_testing_pointer_attributes_answered() - before);
+    printf("memhook answered %d of 4 probe calls (host, device; one and four attributes)\n",
+           answered);
+    printf("%-44s %10s %10s\n", "ns per call (median of 9 rounds)", "driver", "memhook");
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttribute(MEMORY_TYPE)",
+           time_get(real_get, h, n), time_get(get, h, n));
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(4 attributes)",
+           time_gets(real_gets, h, n), time_gets(gets, h, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttribute(MEMORY_TYPE)",
+           time_get(real_get, d, n), time_get(get, d, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4 attributes)",
+           time_gets(real_gets, d, n), time_gets(gets, d, n));
+    free(host);
+    return answered == 4 ? 0 : 1;
+}
