@@ -85,9 +85,8 @@ SIM_ENTRY_CFLAGS = ("-fno-optimize-sibling-calls", "-fno-omit-frame-pointer", "-
 TARGETS: tuple[Target, ...] = (
     Target(
         name="memhook/libmemhook.so",
-        # trace/ after queue/ and cuda/: .init_array runs in link order, and
-        # trace's constructor must come after the event queue's and the
-        # hooks' (their atfork child handlers first: csrc/trace/trace.c).
+        # What runs at load, and in which order, is csrc/cuda/startup_order.c's
+        # one constructor: the link order carries no meaning.
         sources=("core/*.c", "queue/*.c", "bistro/*.c", "bistro/arch/x86_64/*.c", "reloc/*.c", "reloc/*.S", "cache/*.c",
                  "cuda/*.c", "trace/*.c"),
         soname="libmemhook.so",

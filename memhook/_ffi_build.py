@@ -3,7 +3,9 @@
 Run by setup.py (``cffi_modules``).  The extension links to the core library
 with rpath ``$ORIGIN``, so it always binds the libmemhook.so sitting next to
 it: the same file that ``memhook trace`` LD_PRELOADs.  API mode means the C
-compiler checks every declaration below against memhook.h.
+compiler checks every declaration below against the core's two headers: the
+C API (memhook/memhook.h) and what the core exports for this binding, the
+tests and the benches only (memhook_internal/api.h, never installed).
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ unsigned memhook_hooks_mode(void);
 int memhook_hooks_set_pointer_attributes(int on);
 int memhook_hooks_pointer_attributes(void);
 unsigned long long memhook_testing_pointer_attributes_answered(void);
+int memhook_testing_drain_hold(int hold);
 int memhook_hooks_coverage_complete(void);
 unsigned long long memhook_coverage_token(void);
 long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
@@ -239,7 +242,8 @@ QUERY_FAST_SOURCE = QUERY_FAST_CDEF
 ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
 ffibuilder.set_source(
     "memhook._native",
-    '#include "memhook/memhook.h"\n' + DRIVER_SOURCE + QUERY_FAST_SOURCE,
+    '#include "memhook/memhook.h"\n#include "memhook_internal/api.h"\n' + DRIVER_SOURCE
+    + QUERY_FAST_SOURCE,
     sources=[QUERY_FAST, BATCH_SEARCH],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34

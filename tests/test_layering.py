@@ -1,7 +1,9 @@
 """The C core's layering: no file includes a header from a layer above its
 own (issue 16).  The layers, bottom up, as docs/architecture.md draws them:
 
-    include/   the public API (memhook/memhook.h, memhook/cuda_abi.h)
+    include/   the public API (memhook/memhook.h, memhook/cuda_abi.h) and
+               what the core exports for its own tests and Python binding
+               (memhook_internal/api.h, not installed)
     core/      helpers every layer may use: logging, options, clock, the
                /proc/self/maps reader, visibility, sonames, the lock order
     queue/     the event queue: lanes, drain, clock        } peers: none
@@ -11,9 +13,12 @@ own (issue 16).  The layers, bottom up, as docs/architecture.md draws them:
                (trace_lane.h) is how the hooks hand it each event
     cuda/      the CUDA hook layer: uses all of the above
 
-Calls upward go through the public API (memhook.h: the trace installs hooks
-with memhook_hooks_install) or a registered callback (the queue's sink),
-never through an upper layer's internal header.  csrc/sim/ is a separate
+Calls follow the same order (call_climbs): no file calls a function defined
+in a layer above its own or in a peer, whatever header declares it - the
+public memhook.h included.  A lower layer reaches a higher one only through
+a callback the higher one registered (the objects' observers, the queue's
+feed and sink, reloc's interposers); the hook layer starts the hooks, for
+the trace too (csrc/cuda/startup_order.c).  csrc/sim/ is a separate
 product (the simulated driver and runtime) and is not part of this order.
 
 Headers are included by bare name (csrc/build_native.py puts every layer's
@@ -137,6 +142,76 @@ def test_the_check_catches_an_upward_include(tmp_path: Path) -> None:
     assert any("queue/clock.c (queue, rank 2) includes cuda/cuda_hooks.h" in p for p in problems)
     assert any("queue/clock.c (queue, rank 2) includes bistro/bistro.h" in p for p in problems)
     assert len(problems) == 2, problems
+
+
+# A function definition at file scope: not static, its name before the
+# parameter list, its body next (declarations end in ';').
+_DEFINITION = re.compile(r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)"
+                         r"\s*\((?:[^;{}()]|\([^()]*\))*\)\s*\{", re.M)
+
+
+def _bare_code(path: Path) -> str:
+    """A file's code without comments, strings and attributes."""
+    return _ATTRIBUTE.sub("", _STRING.sub('""', _COMMENT.sub("", path.read_text())))
+
+
+def call_climbs(root: Path) -> list[str]:
+    """One line per function of another layer that a file under `root` (a
+    csrc/ tree) names although that layer is not below its own: a call up,
+    or across to a peer.  The public API's declarations (include/) call
+    nothing; a function pointer a layer registers is named only by its own
+    layer, so a callback is never a climb."""
+    files = _core_files(root)
+    defined_in: dict[str, set[str]] = defaultdict(set)
+    for src in files:
+        if src.suffix == ".c":
+            layer = src.relative_to(root).parts[0]
+            for name in _DEFINITION.findall(_bare_code(src)):
+                defined_in[name].add(layer)
+    problems = []
+    for src in files:
+        layer = src.relative_to(root).parts[0]
+        if layer == "include" or layer not in LAYERS or src.suffix not in {".c", ".h"}:
+            continue
+        for name in sorted(set(_IDENT.findall(_bare_code(src)))):
+            owners = defined_in.get(name, set())
+            if owners and layer not in owners:
+                above = sorted(o for o in owners if LAYERS.get(o, 99) >= LAYERS[layer])
+                if above:
+                    problems.append(f"{src.relative_to(root).as_posix()} ({layer}, rank "
+                                    f"{LAYERS[layer]}) calls {name}, defined in "
+                                    f"{', '.join(above)} (rank {LAYERS[above[0]]})")
+    return problems
+
+
+def test_no_file_calls_a_function_of_a_layer_above_it() -> None:
+    problems = call_climbs(CSRC)
+    assert not problems, "calls climb the layers:\n  " + "\n  ".join(problems)
+
+
+def test_the_call_check_catches_a_call_up_and_across(tmp_path: Path) -> None:
+    """On a copy of the core: the trace installing the hooks itself through
+    the public API (what it did before the hook layer started them), and
+    the queue calling bistro, its peer.  A callback registered from above,
+    and a name in a comment or a message, are fine."""
+    root = tmp_path / "csrc"
+    shutil.copytree(CSRC, root, ignore=shutil.ignore_patterns("sim", "__pycache__", "*.py"))
+    assert call_climbs(root) == []
+    trace = root / "trace" / "trace.c"
+    trace.write_text(trace.read_text() + """
+/* memhook_hooks_install in a comment is fine */
+static int install_here(unsigned mode)
+{
+    char why[64] = "memhook_mode_parse";
+    return memhook_hooks_install(mode, why, sizeof why);
+}
+""")
+    clock = root / "queue" / "clock.c"
+    clock.write_text(clock.read_text() + "\nstatic void poke(void) { memhook_bistro_remove(0); }\n")
+    assert call_climbs(root) == [
+        "queue/clock.c (queue, rank 2) calls memhook_bistro_remove, defined in bistro (rank 2)",
+        "trace/trace.c (trace, rank 3) calls memhook_hooks_install, defined in cuda (rank 4)",
+    ]
 
 
 # The core's "one of each" helpers (issue 16): each pattern may appear in

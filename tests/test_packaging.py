@@ -87,6 +87,16 @@ def test_wheel_contains_native_parts(wheel: Path) -> None:
     assert any(n.startswith("memhook/_native.") and n.endswith(".so") for n in names)
 
 
+def test_wheel_ships_the_public_c_header_not_the_internal_one(wheel: Path) -> None:
+    """memhook_internal/api.h declares what the core exports for memhook's own
+    binding, tests and benches: a program must not find it beside memhook.h."""
+    assert (ROOT / "csrc" / "include" / "memhook_internal" / "api.h").is_file()
+    names = set(zipfile.ZipFile(wheel).namelist())
+    headers = sorted(n for n in names if n.startswith("memhook/include/") and not n.endswith("/"))
+    assert headers == ["memhook/include/memhook/cuda_abi.h", "memhook/include/memhook/memhook.h"]
+    assert not any("memhook_internal" in n for n in names), sorted(names)
+
+
 def test_installed_package_imports_from_its_own_folder(installed: Path, tmp_path: Path) -> None:
     site = installed
     code = (

@@ -10,6 +10,7 @@
 
 #include "bistro_bench_common.h"
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 static bench_fn volatile real_fn;
 

@@ -13,6 +13,7 @@
 
 #include "bistro_bench_common.h"
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 #define N 40
 #define REF(n) bench_fn##n,

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 static double now_us(void)
 {

@@ -39,6 +39,7 @@
 
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 /* The thread's CPU time: a box shared with other jobs (the dev box) then
  * times the calls, not the other jobs' turns on the cores. */

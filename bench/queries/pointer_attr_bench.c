@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 typedef int (*get_fn)(void *, int, unsigned long long);
 typedef int (*gets_fn)(unsigned, int *, void **, unsigned long long);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 #include "plan.h"
 
 int memhook_bistro_analyze(const void *code_v, size_t avail, uint64_t address, size_t symbol_size,

@@ -8,7 +8,8 @@
  *   island.c     executable memory near a target (never writable+executable)
  *   plan.c       the one decision whether and how an entry is patched
  *   text_poke.c  the live-write protocol (int3, core sync, moving threads out)
- *   patch.c      install/remove and the public memhook_bistro_* API
+ *   patch.c      install/remove and the exported memhook_bistro_* entry
+ *                points (memhook_internal/api.h)
  *
  * Everything here is called with the bistro mutex held (patch.c owns it;
  * its place in the lock order: csrc/core/mh_lock_order.h), except the

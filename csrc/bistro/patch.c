@@ -1,6 +1,6 @@
 /*
- * patch.c - install and remove bistro patches: the public memhook_bistro_*
- * API.
+ * patch.c - install and remove bistro patches: the exported
+ * memhook_bistro_* entry points (memhook_internal/api.h).
  *
  * A patch replaces the first bytes of a function (after what the
  * instruction set keeps at the entry: mh_arch_entry_skip) with the near
@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 #define WHY_BYTES 16
 

@@ -245,4 +245,10 @@ MH_HIDDEN size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity);
  * parent published stays. */
 MH_HIDDEN void mh_cache_fork_child(void);
 
+/* At load (csrc/cuda/startup_order.c): the cache's feed registered with the
+ * queue, before any drain; the readers' slots and membarrier, before any
+ * query. */
+MH_HIDDEN void mh_cache_feed_at_load(void);
+MH_HIDDEN void mh_cache_readers_at_load(void);
+
 #endif

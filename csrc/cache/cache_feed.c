@@ -82,7 +82,7 @@ void mh_cache_feed_commit(void)
     mh_cache_stage_commit(mh_cache_process(), true);
 }
 
-__attribute__((constructor)) static void feed_register(void)
+void mh_cache_feed_at_load(void)
 {
     mh_queue_set_feed(feed, feed_mark, mh_cache_feed_commit);
 }

@@ -43,6 +43,8 @@
 #include "cache.h"
 #include "queue.h"
 
+#include "memhook_internal/api.h"
+
 /* Process-wide, as the driver it reaches: set once by csrc/cuda/. */
 static _Atomic mh_cache_driver_fn g_driver;
 

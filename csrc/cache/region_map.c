@@ -293,7 +293,7 @@ static void slot_release(void *arg)
     t_slot = 0;
 }
 
-__attribute__((constructor)) static void readers_init(void)
+void mh_cache_readers_at_load(void)
 {
 #if defined(__SANITIZE_THREAD__)
     /* ThreadSanitizer does not know membarrier: readers fence themselves. */

@@ -9,8 +9,10 @@
 
 #include "log.h"
 #include "mh_options.h"
+#include "mh_startup.h"
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 static int first_object(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -32,8 +34,8 @@ unsigned long long memhook_loader_generation(void)
  * the event queue).  The mode is read by memhook.install() in Python, and
  * at load under `memhook trace` (MEMHOOK_TRACE_SOCKET set, csrc/trace/).
  * Say so, at info level, to whoever set it expecting hooks.  (Runs after
- * log.c's priority-102 constructor has applied MEMHOOK_LOG_LEVEL.) */
-__attribute__((constructor)) static void note_mode_without_trace(void)
+ * MEMHOOK_LOG_LEVEL is applied: csrc/cuda/startup_order.c.) */
+void mh_loader_at_load(void)
 {
     const char *mode = mh_opts.cuda_mode;
     const char *socket = mh_opts.trace_socket;

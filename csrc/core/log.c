@@ -1,6 +1,8 @@
 /* log.c - stderr logging controlled by MEMHOOK_LOG_LEVEL. */
 #include "log.h"
 #include "mh_options.h"
+#include "mh_startup.h"
+#include "memhook_internal/api.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -111,9 +113,9 @@ void memhook_log_write(int level, const char *message)
     mh_log(level, "%s", message);
 }
 
-/* Priority 102: right after the knobs are read (mh_options.c, 101), before
- * any other constructor of the core logs. */
-__attribute__((constructor(102))) static void log_init_from_env(void)
+/* Right after the knobs are read, before any other step of the load logs
+ * (csrc/cuda/startup_order.c). */
+void mh_log_at_load(void)
 {
     const char *value = mh_opts.log_level;
     if (value == NULL || *value == '\0')

@@ -56,10 +56,10 @@
  * each module between two operations - the drain's causal-merge state
  * (its markers, closer set, FREE indexes, run cuts: queue/event_drain.c)
  * included, which the child inherits whole and goes on draining with.
- * One pthread_atfork registration, made at load by a constructor
- * (csrc/cuda/fork_order.c, priority 103: before any function of the core
- * can run, so before any of these locks can be held), runs every module's
- * handlers in this order:
+ * One pthread_atfork registration (csrc/cuda/fork_order.c), made at load
+ * before any function of the core can run (csrc/cuda/startup_order.c), so
+ * before any of these locks can be held, runs every module's handlers in
+ * this order:
  *
  *     prepare  install's g_lock, bistro's g_lock, reloc's lock, the
  *              queue's consumer lock (the order above: a forking thread

@@ -8,7 +8,8 @@
 #include "mh_objects.h"
 
 /* Process-wide by nature: who wants to hear of a change of the process's
- * loaded objects.  Written by constructors only, read afterwards. */
+ * loaded objects.  Written at load only (csrc/cuda/startup_order.c), read
+ * afterwards. */
 static mh_objects_observer g_observers[MH_OBJECTS_OBSERVERS_MAX];
 static unsigned g_count;
 /* Process-wide: whether this process is traced (set once, never cleared;

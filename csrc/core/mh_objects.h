@@ -15,7 +15,8 @@
 
 typedef void (*mh_objects_observer)(void);
 
-/* From a constructor only (single-threaded, before any change is told);
+/* At load only (csrc/cuda/startup_order.c: single-threaded, before any
+ * change is told);
  * at most MH_OBJECTS_OBSERVERS_MAX. */
 #define MH_OBJECTS_OBSERVERS_MAX 8
 MH_HIDDEN void mh_objects_observe(mh_objects_observer fn);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "mh_startup.h"
 
 mh_options mh_opts;
 
@@ -20,8 +21,9 @@ static const char *text(const char *name)
 }
 
 /* A switch knob whose value is neither of its two words, kept until the
- * log level is known (log.c applies it at 102); its default is used.
- * Process-wide, as the environment: written at 101, read at 103. */
+ * log level is known (log.c applies it); its default is used.
+ * Process-wide, as the environment: written by mh_options_at_load, read
+ * by mh_options_warn_at_load. */
 struct junk {
     const char *name, *value, *valid;
 };
@@ -55,9 +57,9 @@ static bool switch_knob(const char *name, const char *on, const char *off, const
     return false;
 }
 
-/* Priority 101 (the first one the toolchain leaves to programs): before the
- * log level is applied (log.c, 102) and every unprioritised constructor. */
-__attribute__((constructor(101))) static void options_from_env(void)
+/* The first step of the load (csrc/cuda/startup_order.c): every other
+ * step reads mh_opts. */
+void mh_options_at_load(void)
 {
     mh_opts.log_level = text("MEMHOOK_LOG_LEVEL");
     mh_opts.cuda_mode = text("MEMHOOK_CUDA_MODE");
@@ -83,9 +85,9 @@ __attribute__((constructor(101))) static void options_from_env(void)
                     "the cache) or 0 (the default: the driver answers them)");
 }
 
-/* Priority 103: once the log level is known, so MEMHOOK_LOG_LEVEL=error
+/* Once the log level is known (startup_order.c), so MEMHOOK_LOG_LEVEL=error
  * silences these as it does every warning. */
-__attribute__((constructor(103))) static void warn_junk(void)
+void mh_options_warn_at_load(void)
 {
     for (int i = 0; i < g_njunk; i++)
         mh_warn("%s=%s is not a valid value; valid: %s (using the default)", g_junk[i].name,

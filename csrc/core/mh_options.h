@@ -2,8 +2,9 @@
  * mh_options.h - the MEMHOOK_* environment knobs of the C core, read once.
  *
  * Every knob the core reads is a field here, filled from the environment
- * by one constructor (priority 101: before every other constructor of the
- * core, so each of them reads the struct, never getenv).  The Python side
+ * by the first step of the load (mh_options_at_load, called first by
+ * csrc/cuda/startup_order.c, so every later step reads the struct, never
+ * getenv).  The Python side
  * reads its own (memhook/); MEMHOOK_CUDA_MODE is read by both, with one
  * grammar (csrc/cuda/mode.c and memhook/_modes.py, held together by a test).
  *
@@ -73,8 +74,8 @@ typedef struct mh_options {
     bool pointer_attributes;
 } mh_options;
 
-/* Process-wide, as the environment it is read from; written once by the
- * constructor before any other code of the core runs, read-only after. */
+/* Process-wide, as the environment it is read from; written once at load
+ * before any other code of the core runs, read-only after. */
 MH_HIDDEN extern mh_options mh_opts;
 
 #endif

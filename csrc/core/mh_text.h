@@ -25,8 +25,8 @@
 
 #include "mh_visibility.h"
 
-/* Keep the snapshot current from now on and take the first one.  From a
- * constructor (mh_objects_observe's rule); idempotent. */
+/* Keep the snapshot current from now on and take the first one.  At load
+ * (mh_objects_observe's rule); idempotent. */
 MH_HIDDEN void mh_text_watch(void);
 
 /* Whether `a` lies in the executable text of an object loaded at the last

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "mh_startup.h"
 #include "memhook/memhook.h"
 
 const char *memhook_version(void)
@@ -41,7 +42,7 @@ const char *memhook_library_path(void)
     return library_path[0] ? library_path : NULL;
 }
 
-__attribute__((constructor)) static void announce_load(void)
+void mh_version_at_load(void)
 {
     mh_info("libmemhook %s loaded from %s", MEMHOOK_VERSION_STRING,
             memhook_library_path() ? memhook_library_path() : "?");

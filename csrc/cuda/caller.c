@@ -78,9 +78,7 @@ static void refresh_cuda_text(void)
     pthread_mutex_unlock(&g_refresh_lock);
 }
 
-/* Before any install can tell of a change (a preloaded core may install
- * from a default-priority constructor). */
-__attribute__((constructor(101))) static void observe_objects(void)
+void mh_caller_at_load(void)
 {
     mh_objects_observe(refresh_cuda_text);
 }

@@ -60,6 +60,9 @@ static inline bool mh_in_cuda_text(uintptr_t a)
 MH_HIDDEN uint64_t mh_caller_walk(const mh_caller_site *site);
 /* fork() child: the refresh lock made afresh (csrc/cuda/fork_order.c). */
 MH_HIDDEN void mh_caller_fork_child(void);
+/* At load (csrc/cuda/startup_order.c): CUDA's text ranges kept current as
+ * objects come and go (an observer of mh_objects.h). */
+MH_HIDDEN void mh_caller_at_load(void);
 
 /* The caller of the event being written (emit.c). */
 static inline uint64_t mh_caller_get(void)

@@ -34,6 +34,7 @@
 
 #include "memhook/cuda_abi.h"
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 
 #include "mh_visibility.h"
 #include "queue.h"
@@ -282,11 +283,27 @@ MH_HIDDEN void mh_pointer_attributes_prepare(void);
 MH_HIDDEN void mh_pointer_attributes_driver_unloaded(void);
 /* A fork child's driver is not initialised. */
 MH_HIDDEN void mh_pointer_attributes_fork_child(void);
+/* At load (startup_order.c): on or off as MEMHOOK_POINTER_ATTRIBUTES says. */
+MH_HIDDEN void mh_pointer_attributes_at_load(void);
 
-/* ---- run_at_load.c (`memhook run`): fork() ---- */
+/* ---- run_at_load.c (`memhook run`): load and fork() ---- */
 
+/* With MEMHOOK_INSTALL_AT_LOAD=1 and no trace: the hooks installed in
+ * MEMHOOK_CUDA_MODE, the keeper started by the first event. */
+MH_HIDDEN void mh_run_at_load(void);
 /* A fork child has no keeper thread: its first event starts its own. */
 MH_HIDDEN void mh_run_fork_child(void);
+
+/* ---- the other steps of the load (csrc/cuda/startup_order.c) ---- */
+
+/* proc_address.c: cuGetProcAddress(_v2) interposed through reloc, and the
+ * driver's unload watched. */
+MH_HIDDEN void mh_proc_address_at_load(void);
+/* driver_calls.c: the cache's driver question answered by the hooks'
+ * driver queries. */
+MH_HIDDEN void mh_driver_calls_at_load(void);
+/* fork_order.c: every fork() handler of the core, registered once. */
+MH_HIDDEN void mh_fork_order_at_load(void);
 
 /* Called by a wrapper whose real function is not known (cannot happen once
  * install finished; kept so a wrapper never jumps to NULL). */

@@ -283,7 +283,7 @@ done:
     return rc;
 }
 
-__attribute__((constructor)) static void pointer_answer_register(void)
+void mh_driver_calls_at_load(void)
 {
     mh_cache_set_driver(pointer_answer);
 }

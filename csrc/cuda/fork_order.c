@@ -80,9 +80,9 @@ static void fork_child(void)
     mh_trace_fork_child();          /* last: it records into a new area */
 }
 
-/* Priority 103: after the options (101) and the log level (102), before
- * every default-priority constructor (trace.c's installs hooks). */
-__attribute__((constructor(103))) static void register_fork_handlers(void)
+/* At load, before anything can take a lock these handlers take: before
+ * the hooks can be installed (csrc/cuda/startup_order.c). */
+void mh_fork_order_at_load(void)
 {
     if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
         mh_error("cannot register memhook's fork() handlers: a fork child may inherit "

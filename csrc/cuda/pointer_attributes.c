@@ -85,7 +85,7 @@ static __thread unsigned long long t_answered __attribute__((tls_model("initial-
 
 unsigned long long memhook_testing_pointer_attributes_answered(void) { return t_answered; }
 
-__attribute__((constructor)) static void pointer_attributes_from_env(void)
+void mh_pointer_attributes_at_load(void)
 {
     atomic_store_explicit(&g_enabled, mh_opts.pointer_attributes, memory_order_release);
 }

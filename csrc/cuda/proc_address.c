@@ -97,10 +97,9 @@ static int gpa_v2_wrapper(const char *symbol, void **pfn, int version, uint64_t 
     return r;
 }
 
-/* At load, before any install can run (reloc takes interposers only
- * then): priority 102, after log.c's 101 and before every default-priority
- * constructor, whatever the link order (trace.c's may install hooks). */
-__attribute__((constructor(102))) static void register_with_reloc(void)
+/* At load, before any install can run: reloc takes interposers only then
+ * (csrc/cuda/startup_order.c). */
+void mh_proc_address_at_load(void)
 {
     if (mh_reloc_interpose("cuGetProcAddress", (void *)gpa_v1_wrapper, &g_real_v1) != 0 ||
         mh_reloc_interpose("cuGetProcAddress_v2", (void *)gpa_v2_wrapper, &g_real_v2) != 0 ||

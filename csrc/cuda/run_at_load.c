@@ -19,7 +19,8 @@
  * CUDA (setpriv, su: see the top of csrc/trace/trace.c) must stay
  * single-threaded.  A fork child starts its own at its first event
  * (fork_order.c clears the flag).  Under `memhook trace` this file does
- * nothing: the trace installs, and its streamer bounds the queue.
+ * nothing: the hooks go in for the trace (startup_order.c), and its
+ * streamer bounds the queue.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -73,9 +74,9 @@ void mh_run_fork_child(void)
     atomic_store(&g_keeper, 0);  /* the parent's keeper did not come along */
 }
 
-/* Default priority, as trace.c's: after the options (101), the log level
- * (102) and the fork handlers (103). */
-__attribute__((constructor)) static void install_at_load(void)
+/* After the fork handlers are registered and everything the hooks record
+ * into is ready (csrc/cuda/startup_order.c). */
+void mh_run_at_load(void)
 {
     if (!mh_opts.install_at_load)
         return;

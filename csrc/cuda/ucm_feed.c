@@ -186,7 +186,7 @@ static void after_dlopen(void *handle)
         mh_ucm_attach();
 }
 
-__attribute__((constructor)) static void watch_dlopen(void)
+void mh_ucm_feed_at_load(void)
 {
     (void)mh_reloc_watch_load(after_dlopen);
 }

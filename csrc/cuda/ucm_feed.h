@@ -25,6 +25,8 @@ MH_HIDDEN extern int mh_ucm_feeding;
 /* Look for libucm.so.0 and, the first time it is there, decide whether
  * memhook feeds it.  At install and after every dlopen; never from a hook. */
 MH_HIDDEN void mh_ucm_attach(void);
+/* At load (startup_order.c): watch dlopen for a libucm arriving later. */
+MH_HIDDEN void mh_ucm_feed_at_load(void);
 /* memhook's hooks are out: UCX gets its own CUDA hooks back (install lock
  * held, after every patch and GOT slot of memhook's was restored). */
 MH_HIDDEN void mh_ucm_hand_back(void);

@@ -36,7 +36,7 @@
 #include "queue.h"
 
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
- * every thread read the switch.  Written once by the constructor. */
+ * every thread read the switch.  Written once, at load (mh_clock_at_load). */
 MH_HOT bool mh_clock_tsc;
 /* Process-wide, as the subscribers that asked (Python's memhook.subscribe
  * with precise_time): every hook reads it.  A count: each asks and lets go
@@ -98,7 +98,7 @@ static bool tsc_usable_by_kernel(void)
     return false;
 }
 
-__attribute__((constructor)) static void clock_init(void)
+void mh_clock_at_load(void)
 {
     if (mh_opts.clock_monotonic)  /* MEMHOOK_CLOCK=monotonic */
         return;

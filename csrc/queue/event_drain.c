@@ -168,6 +168,7 @@
 #include "event_lane.h"
 #include "log.h"
 #include "queue.h"
+#include "memhook_internal/api.h"
 
 /* Process-wide like the queue it serves: consumers serialise here.  A leaf
  * of the lock order (csrc/core/mh_lock_order.h). */

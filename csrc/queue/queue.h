@@ -77,6 +77,9 @@ MH_HIDDEN void mh_clock_convert(memhook_event *events, size_t count);
  * Consumer side. */
 MH_HIDDEN void mh_clock_prepare(void);
 MH_HIDDEN uint64_t mh_clock_ns_of(const memhook_event *e);
+/* At load (csrc/cuda/startup_order.c), before any event is stamped: the
+ * TSC when it is invariant and MEMHOOK_CLOCK allows it, and its anchor. */
+MH_HIDDEN void mh_clock_at_load(void);
 
 /* A timestamp for an event being recorded, and the flag that says what
  * kind it is.

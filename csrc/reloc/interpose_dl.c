@@ -350,8 +350,8 @@ void *mh_dlmopen_wrapper(Lmid_t lmid, const char *file, int mode)
 
 /* ---- unload watches ---- */
 
-/* Process-wide: registered by other layers' constructors (nothing of
- * memhook runs before them), read by the dlclose wrapper. */
+/* Process-wide: registered by the layers above in the core's load step
+ * (nothing of memhook runs before it), read by the dlclose wrapper. */
 #define MAX_WATCHES 4
 static struct watch {
     const char *soname;

@@ -35,8 +35,8 @@ static size_t g_kept;              /* entries kept across uninstall */
 static uint16_t g_bucket[256];     /* hash -> 1 + newest entry index */
 static uint16_t g_chain[MAX_ENTRIES];
 
-/* Process-wide: registered by other layers' constructors (single-threaded:
- * nothing of memhook runs before its constructors), read at the first
+/* Process-wide: registered by the layers above in the core's load step
+ * (single-threaded: nothing of memhook runs before it), read at the first
  * install. */
 static struct interposer {
     const char *name;
@@ -298,7 +298,7 @@ int mh_registry_add(const char *name, void *replacement, void **original_out)
  * patcher loaded first may later (UCX's reloc points every object's dlopen
  * at its own, which re-applies its patches over memhook's slots), so they
  * are read before anyone else's code can have run on this object. */
-__attribute__((constructor)) static void capture_loader(void)
+void mh_registry_at_load(void)
 {
     mh_real_dlsym = dlsym;
     mh_real_dlvsym = dlvsym;

@@ -1,6 +1,6 @@
 /*
- * reloc.c - the GOT engine's public API (memhook_reloc_*), its lock, and
- * fork.
+ * reloc.c - the GOT engine's exported entry points (memhook_reloc_*,
+ * memhook_internal/api.h), its lock, and fork.
  *
  * The engine has three parts: the registry of hooked names (registry.c),
  * the walk over loaded objects that writes and remembers their slots
@@ -25,6 +25,8 @@
 
 #include "log.h"
 #include "reloc_int.h"
+
+#include "memhook_internal/api.h"
 
 /* The real dl* entry points: process-wide because the functions they name
  * are (one loader per process); written once under g_lock before any

@@ -27,6 +27,9 @@ typedef int (*mh_dlclose_fn)(void *);
 /* The real loader functions (libc's), resolved once from memhook's own
  * unpatched GOT (reloc_int.h has the other two). */
 MH_HIDDEN extern mh_dlsym_fn mh_real_dlsym;
+/* At load (cuda/startup_order.c, first): the mh_real_dl* pointers take
+ * libc's loader entry points, before any step can look a symbol up. */
+MH_HIDDEN void mh_registry_at_load(void);
 MH_HIDDEN extern mh_dlopen_fn mh_real_dlopen;
 MH_HIDDEN extern mh_dlclose_fn mh_real_dlclose;
 
@@ -49,8 +52,8 @@ MH_HIDDEN void mh_reloc_fork_child(void);
  * base namespace points at `replacement`, and *real receives the
  * definition the loader binds (learned at install, or from
  * mh_reloc_note_definition).  Kept across uninstall; not counted by
- * memhook_reloc_patched_slots.  Only from a constructor (before the first
- * install): EINVAL for a bad name, ENOSPC when too late or full. */
+ * memhook_reloc_patched_slots.  Only in the core's load step (before the
+ * first install): EINVAL for a bad name, ENOSPC when too late or full. */
 MH_HIDDEN int mh_reloc_interpose(const char *name, void *replacement, void **real);
 /* The replacement to hand out for a lookup of `name` that found
  * `definition`: NULL when that is another library's definition of the name
@@ -61,7 +64,7 @@ MH_HIDDEN void *mh_reloc_replacement_for(const char *name, void *definition);
 MH_HIDDEN void mh_reloc_note_definition(const char *name, void *definition);
 /* Call gone() from the dlclose wrapper when a dlclose takes the object
  * named soname out of the process (it was loaded before the call, and is
- * not after).  Only from a constructor; 0, or ENOSPC when full. */
+ * not after).  Only at load; 0, or ENOSPC when full. */
 MH_HIDDEN int mh_reloc_watch_unload(const char *soname, void (*gone)(void));
 /* Call arrived(handle) after every successful dlopen/dlmopen the wrapper
  * made (outside the loader's lock and memhook's, not from a constructor's

@@ -15,7 +15,7 @@
 #include "pyframes_abi.h"
 #include "trace_proto.h"
 
-/* From trace.c's constructor when MEMHOOK_TRACE_PYTHON asks for frames:
+/* From trace.c at load when MEMHOOK_TRACE_PYTHON asks for frames:
  * look for the interpreter now and whenever the loaded objects change
  * until it is found. */
 MH_HIDDEN void mh_pyframes_watch(void);

@@ -5,12 +5,14 @@
  * MEMHOOK_TRACE_SOCKET naming the collector's Unix SOCK_SEQPACKET socket
  * (trace_proto.h).  In every process image that inherits them:
  *
- *   constructor  makes the image's trace area (trace_lane.c: a memfd the
- *                hooks copy every event into), connects, installs the
- *                hooks and sends HELLO with the memfd attached, then
- *                closes both descriptors: from then on the collector reads
- *                the area on its own, and nothing the program does to its
- *                descriptors, nor how it ends, can take the events away;
+ *   load         makes the image's trace area (trace_lane.c: a memfd the
+ *                hooks copy every event into) and connects; the hook layer
+ *                installs the hooks (csrc/cuda/startup_order.c); then
+ *                HELLO goes out with the memfd attached and how the
+ *                install went, and both descriptors are closed: from then
+ *                on the collector reads the area on its own, and nothing
+ *                the program does to its descriptors, nor how it ends, can
+ *                take the events away;
  *   fork child   the child must not write into its parent's area (it is
  *                MADV_DONTFORK): it makes its own and hands it over from
  *                the atfork child handler, before the program's code runs
@@ -101,7 +103,7 @@ static struct {
     ino_t ino;                   /*   close or reuse it before hand-over */
     int sock;                    /* a connection not yet used, or -1 */
     uint32_t hello_flags;
-    unsigned mode;
+    unsigned mode;               /* HELLO's account of the install at load */
     int install_rc;
     char why[WHY_MAX];
     struct sockaddr_un addr;
@@ -379,19 +381,19 @@ static unsigned env_number(const char *name, const char *v, unsigned dflt, unsig
     return (unsigned)n;
 }
 
-/* A default-priority constructor: the fork handlers (csrc/cuda/fork_order.c,
- * priority 103) are registered before it installs anything, and run our
- * child handler after the queue's and the hooks' fork repair (the lanes'
- * tids, emit.c's pid). */
-__attribute__((constructor)) static void trace_init(void)
+/* The first half of the load (csrc/cuda/startup_order.c, after the fork
+ * handlers are registered: our child handler runs after the queue's and
+ * the hooks' repair).  True when this image is traced: its area is made
+ * and the hooks may go in, before mh_trace_hello_at_load hands it over. */
+bool mh_trace_open_at_load(void)
 {
     const char *path = mh_opts.trace_socket;
     if (path == NULL || *path == '\0')
-        return;
+        return false;
     if (strlen(path) >= sizeof t.addr.sun_path) {
         mh_warn("memhook trace: MEMHOOK_TRACE_SOCKET is longer than %zu bytes; not tracing",
                 sizeof t.addr.sun_path - 1);
-        return;
+        return false;
     }
     t.addr.sun_family = AF_UNIX;
     memcpy(t.addr.sun_path, path, strlen(path) + 1);
@@ -409,9 +411,9 @@ __attribute__((constructor)) static void trace_init(void)
                     "`memhook trace` may connect to its collector (%s: %s): this process "
                     "is not traced", (int)getpid(), (unsigned)geteuid(), t.addr.sun_path,
                     strerror(t.connect_errno));
-        return;
+        return false;
     }
-    /* Observers (a constructor's job) before install tells of objects. */
+    /* Observers (a step of the load) before install tells of objects. */
     if (t.stack_depth != 0)
         mh_text_watch();  /* --stacks ends its walks outside code */
     if (t.py_depth != 0)
@@ -420,18 +422,29 @@ __attribute__((constructor)) static void trace_init(void)
         if (t.sock >= 0)
             close(t.sock);
         t.sock = -1;
-        return;
+        return false;
     }
     t.enabled = true;
-    t.install_rc = memhook_mode_parse(mh_opts.cuda_mode, &t.mode, t.why, sizeof t.why);
-    if (t.install_rc == 0)
-        t.install_rc = memhook_hooks_install(t.mode, t.why, sizeof t.why);
-    else
-        t.mode = 0;
+    return true;
+}
+
+/* The second half: HELLO says how the install went (`mode` installed, or 0
+ * with `install_rc` and `why` from a refused MEMHOOK_CUDA_MODE or a failed
+ * install), and the area is handed over. */
+void mh_trace_hello_at_load(unsigned mode, int install_rc, const char *why)
+{
+    if (!t.enabled)
+        return;
+    t.mode = mode;
+    t.install_rc = install_rc;
+    size_t n = why != NULL ? strnlen(why, sizeof t.why - 1) : 0;
+    if (n != 0)
+        memcpy(t.why, why, n);
+    t.why[n] = '\0';
     bool handed = hand_over();
     atexit(trace_exit);
     if (!handed)
         mh_trace_want_streamer();  /* a hand-over to retry; else the first event starts it */
 }
 
-__attribute__((destructor)) static void trace_fini(void) { trace_exit(); }
+void mh_trace_at_unload(void) { trace_exit(); }

@@ -174,9 +174,9 @@ static char *joined(const char *key, const char *value)
     return s;
 }
 
-/* At load (malloc is fine here), after mh_opts (101).  Out of memory:
- * nothing is mended, as without a trace. */
-__attribute__((constructor)) static void trace_env_init(void)
+/* At load (malloc is fine here; csrc/cuda/startup_order.c).  Out of
+ * memory: nothing is mended, as without a trace. */
+void mh_trace_env_at_load(void)
 {
     const char *core = memhook_library_path();
     struct stat st;

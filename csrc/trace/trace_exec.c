@@ -59,7 +59,7 @@ static void *next(const char *name)
     return dlsym(RTLD_NEXT, name);
 }
 
-__attribute__((constructor(102))) static void trace_exec_init(void)
+void mh_trace_exec_at_load(void)
 {
     real.execve = (execve_fn)(uintptr_t)next("execve");
     real.execvpe = (execve_fn)(uintptr_t)next("execvpe");

@@ -40,6 +40,13 @@
  * (trace.c). */
 MH_HIDDEN const char *mh_trace_socket_path(void);
 
+/* At load (csrc/cuda/startup_order.c): libc's exec and posix_spawn
+ * functions (trace_exec.c), the environment a child's is mended with
+ * (trace_env.c), the loader's identity (trace_escape.c). */
+MH_HIDDEN void mh_trace_exec_at_load(void);
+MH_HIDDEN void mh_trace_env_at_load(void);
+MH_HIDDEN void mh_trace_escape_at_load(void);
+
 /* ---- trace_env.c: mending a child's environment ---- */
 
 /* What mending an environment takes: the sizes of the two buffers to

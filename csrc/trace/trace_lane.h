@@ -67,4 +67,18 @@ MH_HIDDEN void mh_trace_modules_sync(void);
 MH_HIDDEN void mh_trace_modules_fork_child(void);
 MH_HIDDEN void mh_trace_fork_child(void);
 
+/* ---- load and unload (csrc/cuda/startup_order.c calls each once) ---- */
+
+/* trace_modules.c: mh_trace_modules_sync observes the loaded objects. */
+MH_HIDDEN void mh_trace_modules_at_load(void);
+/* trace.c, under `memhook trace` (MEMHOOK_TRACE_SOCKET): the knobs, the
+ * connection and the image's area.  True when the image is traced: then
+ * the hooks go in (the trace installs nothing itself) and
+ * mh_trace_hello_at_load tells the collector how that went, handing the
+ * area over. */
+MH_HIDDEN bool mh_trace_open_at_load(void);
+MH_HIDDEN void mh_trace_hello_at_load(unsigned mode, int install_rc, const char *why);
+/* trace.c: the area marked exited, a last anchor, a last hand-over. */
+MH_HIDDEN void mh_trace_at_unload(void);
+
 #endif

@@ -183,8 +183,7 @@ void mh_trace_modules_poll(void)
         mh_objects_changed();
 }
 
-/* Before any install can tell of a change (mh_objects.h). */
-__attribute__((constructor(101))) static void observe_objects(void)
+void mh_trace_modules_at_load(void)
 {
     mh_objects_observe(mh_trace_modules_sync);
 }

@@ -1,5 +1,6 @@
-"""The cffi declarations (memhook/_ffi_build.py) list every function of the
-C API (memhook.h), and the extension exposes them."""
+"""The cffi declarations (memhook/_ffi_build.py) list every function the core
+declares - its C API (memhook.h) and what it exports for memhook's own use
+(memhook_internal/api.h) - and the extension exposes them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import runpy
 from memhook_testing import ROOT
 
 HEADER = ROOT / "csrc" / "include" / "memhook" / "memhook.h"
+INTERNAL = ROOT / "csrc" / "include" / "memhook_internal" / "api.h"
 FFI_BUILD = ROOT / "memhook" / "_ffi_build.py"
 
 
 def _header_functions() -> set[str]:
-    text = re.sub(r"/\*.*?\*/", " ", HEADER.read_text(), flags=re.DOTALL)
+    text = re.sub(r"/\*.*?\*/", " ", HEADER.read_text() + INTERNAL.read_text(), flags=re.DOTALL)
     return set(re.findall(r"MEMHOOK_API\b[^;(]*?\b(memhook_\w+)\s*\(", text))
 
 

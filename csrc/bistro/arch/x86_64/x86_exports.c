@@ -1,10 +1,11 @@
 /*
- * x86_exports.c - the decoder's and the relocator's public entry points
- * (memhook.h), which the tests hold against capstone.
+ * x86_exports.c - the decoder's and the relocator's exported entry points
+ * (memhook_internal/api.h), which the tests hold against capstone.
  */
 #include <stdio.h>
 
 #include "memhook/memhook.h"
+#include "memhook_internal/api.h"
 #include "x86.h"
 
 int memhook_x86_insn_length(const void *code, size_t avail)
