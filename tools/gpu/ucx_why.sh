@@ -120,8 +120,8 @@ per_message() {
         { k = $1" "$2; dc = $3 - c[k]; dt = $4 - t[k]
           if (dc > 0) printf "%-7s %-44s %9.2f %11.0f %11.0f\n", $1, $2, dc / n, dt / dc, dt / n
           if (dc > 0 && $2 ~ /^cu/ && $2 !~ /:/) { sc[$1] += dc; st[$1] += dt } }
-        END { for (r in sc) printf "%-7s %-44s %9.2f %11s %11.0f\n", r, "(all cu* calls)",
-                                   sc[r] / n, "", st[r] / n }' \
+        END { for (r in sc) printf "%-7s %-44s %9.2f %11s %11.0f\n", r, "all_cu_calls",
+                                   sc[r] / n, "-", st[r] / n }' \
         "$1" "$2" | sort -k1,1 -k5,5nr
 }
 
