@@ -37,7 +37,7 @@
  *                              0, DEVICE_ORDINAL CU_DEVICE_INVALID (-2),
  *                              CONTEXT NULL; RANGE_START_ADDR and RANGE_SIZE
  *                              0 in a thread with a current context, left
- *                              untouched in one without (range_untouched)
+ *                              untouched in one without (range_of_no_allocation)
  *      cudaPointerGetAttributes  cudaMemoryTypeUnregistered, device -2,
  *                              devicePointer NULL, hostPointer the pointer,
  *                              the reserved words zero (as cuda.h asks;
@@ -371,7 +371,7 @@ static bool device_pointer_is_ptr(const pa_view *v)
  * driver's per-thread state, made only when they are asked about such
  * memory.  *untouched gets the attributes not to write; false: the
  * context could not be learnt (pass the call through). */
-static bool range_untouched(uint32_t *untouched)
+static bool range_of_no_allocation(uint32_t *untouched)
 {
     ctx_get_current_fn cur =
         (ctx_get_current_fn)driver_fn(&g_ctx_get_current, "cuCtxGetCurrent");
@@ -442,7 +442,7 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
         answered = device_pointer_is_ptr(&v);
     uint32_t untouched = 0;
     if (answered && asked_range && v.kind == PA_NOT_CUDA)
-        answered = range_untouched(&untouched);
+        answered = range_of_no_allocation(&untouched);
     if (!answered)
         return real_(numAttributes, attributes, data, ptr);
     uint64_t values[MAX_ANSWERED + 1];
