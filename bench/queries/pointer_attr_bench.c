@@ -9,7 +9,10 @@
  * hooks route to memhook's answer.  Per case: cuPointerGetAttribute
  * (MEMORY_TYPE) and cuPointerGetAttributes (MEMORY_TYPE, DEVICE_ORDINAL,
  * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
- * allocation; the median of ROUNDS rounds, ns per call.
+ * allocation; the median of ROUNDS rounds, ns per call.  Then the four
+ * attributes on host memory again with no current context (memhook asks
+ * the driver's cuCtxGetCurrent there: RANGE_* are left untouched without
+ * one), and cuCtxGetCurrent alone.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -32,6 +35,8 @@ static double now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
+
+typedef int (*ctx_current_fn)(void **);
 
 static int cmp(const void *a, const void *b)
 {
@@ -77,6 +82,22 @@ static double time_gets(gets_fn f, unsigned long long p, long n)
     return r[ROUNDS / 2];
 }
 
+static double time_ctx_current(ctx_current_fn f, long n)
+{
+    double r[ROUNDS];
+    void *ctx = NULL;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&ctx);
+            sink = (unsigned)(uintptr_t)ctx;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 200000;
@@ -92,6 +113,7 @@ int main(int argc, char **argv)
         (int (*)(unsigned long long *, size_t))dlsym(cuda, "cuMemAlloc_v2");
     get_fn get = (get_fn)dlsym(cuda, "cuPointerGetAttribute");
     gets_fn gets = (gets_fn)dlsym(cuda, "cuPointerGetAttributes");
+    ctx_current_fn ctx_current = (ctx_current_fn)dlsym(cuda, "cuCtxGetCurrent");
     get_fn real_get = (get_fn)memhook_hooks_original("cuPointerGetAttribute");
     gets_fn real_gets = (gets_fn)memhook_hooks_original("cuPointerGetAttributes");
     void *ctx;
@@ -128,6 +150,20 @@ int main(int argc, char **argv)
            time_get(real_get, d, n), time_get(get, d, n));
     printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4 attributes)",
            time_gets(real_gets, d, n), time_gets(gets, d, n));
+    if (setcur(NULL) != 0)
+        return 2;
+    before = memhook_testing_pointer_attributes_answered();
+    gets(4, attrs, data, h);
+    int noctx = (int)(memhook_testing_pointer_attributes_answered() - before);
+    printf("memhook answered %d of 1 probe call with no current context\n", noctx);
+    answered += noctx;
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(4), no context",
+           time_gets(real_gets, h, n), time_gets(gets, h, n));
+    if (setcur(ctx) != 0)
+        return 2;
+    if (ctx_current != NULL)
+        printf("%-44s %10.1f\n", "cuCtxGetCurrent alone (memhook asks it above)",
+               time_ctx_current(ctx_current, n));
     free(host);
-    return answered == 4 ? 0 : 1;
+    return answered == 5 ? 0 : 1;
 }

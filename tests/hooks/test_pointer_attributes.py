@@ -35,6 +35,8 @@ ANSWERED = [
     "pinned_hostalloc ctx gets:four", "pinned_registered ctx get:RANGE_SIZE",
     "host_malloc ctx cudaPointerGetAttributes", "device_base ctx cudaPointerGetAttributes",
     "device_interior ctx get:DEVICE_POINTER", "managed ctx gets:DEVICE_POINTER",
+    # no current context: the range of memory in no allocation left untouched
+    "null noctx gets:RANGE_START_ADDR", "host_mmap noctx gets:RANGE_SIZE",
 ]
 # ... and must leave to the driver (their attributes are not their regions').
 PASSED = ["vmm_mapped ctx gets:four", "vmm_unmapped_half ctx gets:four", "global_managed ctx get:IS_MANAGED",

@@ -212,7 +212,15 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_alloc *a = sim_registry_find(ptr);
+    /* NVIDIA's driver (580, H100) looks an unknown pointer's range up in the
+     * current context: with none it returns CUDA_SUCCESS and leaves
+     * RANGE_START_ADDR and RANGE_SIZE as the caller left them, while it
+     * still writes every other attribute's default. */
+    bool range_untouched = a == NULL && sim_ctx_current() == NULL;
     for (unsigned int i = 0; i < numAttributes; i++) {
+        if (range_untouched && (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                                attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE))
+            continue;
         /* Unknown pointer or inapplicable attribute: the default, zero. */
         if (!a || write_attr(data[i], attributes[i], sim_mrec_of(a), ptr) != A_OK) {
             memset(data[i], 0, attr_size(attributes[i]));

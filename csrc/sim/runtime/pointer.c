@@ -9,6 +9,7 @@
  *   device (incl pools) -> Device, hostPointer NULL
  *   pinned / registered -> Host, with the device alias the driver reports
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -34,6 +35,19 @@ static bool query_one(CUpointer_attribute attr, void *data, CUdeviceptr ptr)
     CUpointer_attribute attrs[1] = {attr};
     void *datas[1] = {data};
     return memhook_cudart_drv.cuPointerGetAttributes(1, attrs, datas, ptr) == CUDA_SUCCESS;
+}
+
+/* libcudart 13 hands the caller a copy of a struct of its own whose
+ * reserved words it never sets: the caller finds stack contents there,
+ * different from call to call (NVIDIA's runtime on an H100, driver 580).
+ * The simulator writes words that differ from call to call too, so that no
+ * caller or test comes to rely on the zeros cuda.h asks for. */
+static void stain_reserved(struct cudaPointerAttributes *out)
+{
+    /* Process-wide: only the values' change from call to call matters. */
+    static _Atomic unsigned long calls;
+    unsigned long n = atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
+    out->reserved[2] = (long)((uintptr_t)&n ^ (n << 4));
 }
 
 CUDART_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
@@ -62,6 +76,7 @@ CUDART_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at
     CUresult r = memhook_cudart_drv.cuPointerGetAttributes(3, attrs, data, p);
     if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && memtype == 0)) {
         /* Not CUDA memory. */
+        stain_reserved(&out);
         *attributes = out;
         return cudaSuccess;
     }
@@ -99,6 +114,7 @@ CUDART_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at
         /* Arrays and other kinds have no runtime pointer type. */
         return memhook_cudart_ret(cudaErrorInvalidValue);
     }
+    stain_reserved(&out);
     *attributes = out;
     return cudaSuccess;
 }

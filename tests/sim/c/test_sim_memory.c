@@ -692,6 +692,19 @@ static void test_pointer_attributes(void)
     CHECK(*(int *)store[7] == CU_DEVICE_INVALID);
     CHECK(*(unsigned long long *)store[0] == 0);
     CHECK(store[1][4] == 0xAA); /* 4-byte MEMORY_TYPE */
+    /* ... with no current context: the range attributes untouched (as
+     * NVIDIA's driver 580 leaves them), the other defaults still written */
+    OK(cuCtxSetCurrent(NULL));
+    memset(store, 0xAA, sizeof(store));
+    OK(cuPointerGetAttributes(NATTR, (CUpointer_attribute *)ALL_ATTRS, data,
+                              (CUdeviceptr)(uintptr_t)host));
+    OK(cuCtxSetCurrent(g_ctx));
+    for (size_t i = 0; i < NATTR; i++) {
+        bool range = ALL_ATTRS[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                     ALL_ATTRS[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+        CHECK((store[i][0] == 0xAA) == range);
+    }
+    CHECK(*(int *)store[7] == CU_DEVICE_INVALID);
     CHECK_RC(cuPointerGetAttributes(NATTR, NULL, data, d2), CUDA_ERROR_INVALID_VALUE);
     CHECK_RC(cuPointerGetAttributes(NATTR, (CUpointer_attribute *)ALL_ATTRS, NULL, d2),
              CUDA_ERROR_INVALID_VALUE);
