@@ -155,8 +155,10 @@ def memory_types(ptrs: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # Teaching C the argument forms (csrc/pyext/query.c's enum kind)
 
-_KIND_BUFFER, _KIND_VALUE, _KIND_INDEX, _KIND_INT, _KIND_CAI, _KIND_DLPACK = 1, 2, 3, 4, 5, 6
-_CTYPES_ADDRESS_CODES = frozenset("bBhHiIlLqQP")  # (not c_char_p/c_wchar_p: .value is text)
+_KIND_BUFFER, _KIND_INDEX, _KIND_INT, _KIND_CAI, _KIND_DLPACK = 1, 3, 4, 5, 6
+_KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED = 7, 8
+_CTYPES_SIGNED_CODES = frozenset("bhilq")
+_CTYPES_UNSIGNED_CODES = frozenset("BHILQP")  # (not c_char_p/c_wchar_p: .value is text)
 _LEARNED_MAX = 256  # (types: a program passes a handful)
 _kinds: dict[type, int] = {}
 _refused: set[type] = set()
@@ -169,7 +171,9 @@ def _kind_of(cls: type) -> int:
         return 0
     if issubclass(cls, ctypes._SimpleCData):
         code = getattr(cls, "_type_", "")
-        return _KIND_VALUE if code in _CTYPES_ADDRESS_CODES else _KIND_BUFFER
+        if code in _CTYPES_UNSIGNED_CODES:
+            return _KIND_CTYPES_UNSIGNED
+        return _KIND_CTYPES_SIGNED if code in _CTYPES_SIGNED_CODES else _KIND_BUFFER
     if issubclass(cls, (ctypes._Pointer, ctypes._CFuncPtr)):  # type: ignore[attr-defined]
         return 0  # (the address it points to: ctypes.cast, in Python)
     if issubclass(cls, np.integer):
@@ -200,7 +204,7 @@ def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
     kind = _kind_of(cls)
     if kind:
         got = query_extent(obj, kind)
-        address = kind in (_KIND_VALUE, _KIND_INDEX, _KIND_INT)
+        address = kind in (_KIND_INDEX, _KIND_INT, _KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED)
         if got is not None and (got[0] == start if address else (not sized and got == (start, n))):
             _kinds[cls] = kind
             return

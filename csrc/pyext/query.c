@@ -17,7 +17,7 @@
  *     type to how to read it), after checking, on the first object of that
  *     type, that the reading here gives what memhook._inputs.byte_range
  *     gives: the buffer protocol (numpy arrays, memoryview, ctypes arrays),
- *     a ctypes integer or c_void_p (`.value`), an __index__ integer (numpy
+ *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
  *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
  *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
  *     DLPack's versioned capsule (__dlpack__(max_version=(1, 0))).
@@ -55,11 +55,12 @@
 /* How an object of a learned type is read (memhook/_query.py's _KIND_*). */
 enum kind {
     KIND_BUFFER = 1, /* the buffer protocol: its storage */
-    KIND_VALUE = 2,  /* a ctypes integer or c_void_p: .value (None: 0) */
     KIND_INDEX = 3,  /* __index__ */
     KIND_INT = 4,    /* __int__ (a pointer handle) */
     KIND_CAI = 5,    /* __cuda_array_interface__ */
     KIND_DLPACK = 6, /* __dlpack__ (versioned capsule, 1.x) */
+    KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
+    KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
 };
 
 /* Set once by memhook/_query.py (query_configure); global because the
@@ -79,7 +80,7 @@ static struct {
 
 static PyObject *s_dlpack, *s_dlpack_device, *s_max_version, *s_stream, *v_max_version,
     *v_no_sync;
-static PyObject *s_current, *s_value, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
+static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
 
 /* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
 static int as_u64(PyObject *o, uint64_t *v)
@@ -240,6 +241,44 @@ static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
     return ok;
 }
 
+/* The value a ctypes integer holds, read from its own storage (the buffer
+ * ctypes exports: native byte order, the type's size) - a fraction of the
+ * cost of .value.  A negative value: 0 (the Python path says why). */
+static int ctypes_address(PyObject *obj, int is_signed, uint64_t *start)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 1;
+    const unsigned char *b = view.buf;
+    switch (view.len) {
+    case 1:
+        *start = is_signed ? (uint64_t)(int64_t)(int8_t)b[0] : b[0];
+        break;
+    case 2: {
+        uint16_t u;
+        memcpy(&u, b, 2);
+        *start = is_signed ? (uint64_t)(int64_t)(int16_t)u : u;
+        break;
+    }
+    case 4: {
+        uint32_t u;
+        memcpy(&u, b, 4);
+        *start = is_signed ? (uint64_t)(int64_t)(int32_t)u : u;
+        break;
+    }
+    case 8:
+        memcpy(start, b, 8);
+        break;
+    default:
+        ok = 0;
+    }
+    PyBuffer_Release(&view);
+    return ok && !(is_signed && (int64_t)*start < 0);
+}
+
 /* DLPack's DLTensor, as both capsule forms hold it (dlpack.h, 0.x and 1.x). */
 typedef struct {
     void *data;
@@ -361,17 +400,12 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
                 return 0;
             is_address = 0;
             break;
-        case KIND_VALUE: {
-            PyObject *v = PyObject_GetAttr(obj, s_value);
-            if (v == Py_None) {
-                Py_DECREF(v);
-                v = PyLong_FromLong(0);
-            }
-            if (!steal_address(v, start))
+        case KIND_CTYPES_UNSIGNED:
+        case KIND_CTYPES_SIGNED:
+            if (!ctypes_address(obj, kind == KIND_CTYPES_SIGNED, start))
                 return 0;
             is_address = 1;
             break;
-        }
         case KIND_INDEX:
             if (!steal_address(PyNumber_Index(obj), start))
                 return 0;
@@ -620,7 +654,7 @@ static PyObject *intern(const char *s)
  * this): 0, or -1 with an exception. */
 int memhook_pyext_add(PyObject *m)
 {
-    if (!(s_current = intern("current")) || !(s_value = intern("value")) || !(s_cai = intern("__cuda_array_interface__")) ||
+    if (!(s_current = intern("current")) || !(s_cai = intern("__cuda_array_interface__")) ||
         !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
         !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
         !(s_offset = intern("offset")) || !(s_dlpack = intern("__dlpack__")) ||
