@@ -534,6 +534,16 @@ static PyObject *query_type(PyObject *self, PyObject *const *argv, Py_ssize_t ar
     return t;
 }
 
+/* Regions lookup answered lately, by alloc_id (direct-mapped; read and
+ * written under the GIL, like g). */
+#define REGION_MEMO 1024
+typedef struct {
+    uint64_t alloc_id, base, size;
+    int type, device;
+    PyObject *region;
+} region_memo;
+static region_memo g_regions[REGION_MEMO];
+
 /* query_region(obj[, size]): memhook.lookup. */
 static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -544,11 +554,28 @@ static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t 
         return NULL;
     if (r.mem_type == MEMHOOK_MEMORY_HOST)
         Py_RETURN_NONE;
+    /* An allocation's Region is made once and handed out again while its
+     * extent, type and device stay (Regions are immutable): making one
+     * costs a call into Python, several times the query. */
+    region_memo *m = r.alloc_id ? &g_regions[r.alloc_id % REGION_MEMO] : NULL;
+    if (m != NULL && m->region != NULL && m->alloc_id == r.alloc_id && m->base == r.base &&
+        m->size == r.size && m->type == r.mem_type && m->device == r.device) {
+        Py_INCREF(m->region);
+        return m->region;
+    }
     PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
     if (t == NULL)
         return NULL;
-    return PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r.base,
-                                 (unsigned long long)r.size, t, r.device);
+    PyObject *region = PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r.base,
+                                             (unsigned long long)r.size, t, r.device);
+    if (region != NULL && m != NULL) {
+        PyObject *old = m->region;
+        *m = (region_memo){.alloc_id = r.alloc_id, .base = r.base, .size = r.size,
+                           .type = r.mem_type, .device = r.device, .region = region};
+        Py_INCREF(region);
+        Py_XDECREF(old);
+    }
+    return region;
 }
 
 /* query_extent(obj, kind): what this file reads of obj as `kind`, as

@@ -69,6 +69,21 @@ def test_a_recorded_free_or_alloc_is_seen_at_once() -> None:
     assert memhook.memory_type(A + 4 * SIZE + 7) is M.CUDA_MANAGED
 
 
+def test_lookup_answers_the_allocation_as_it_is_now() -> None:
+    """lookup's Region follows its allocation: a part freed, the rest kept
+    (its id too), the address reused with another type - never an answer
+    made for the allocation as it was."""
+    record(ALLOC, "cuMemAlloc_v2", A, SIZE, M.CUDA, 0)
+    for _ in range(3):
+        assert memhook.lookup(A + SIZE - 1) == Region(A, SIZE, M.CUDA, 0)
+    record(FREE, "cuMemUnmap", A, SIZE // 2, M.CUDA, 0)
+    assert memhook.lookup(A + SIZE - 1) == Region(A + SIZE // 2, SIZE // 2, M.CUDA, 0)
+    assert memhook.lookup(A) is None
+    record(FREE, "cuMemFree_v2", A + SIZE // 2, SIZE // 2, M.CUDA, 0)
+    record(ALLOC, "cuMemAllocManaged", A, SIZE, M.CUDA_MANAGED, 1)
+    assert memhook.lookup(A + SIZE - 1) == Region(A, SIZE, M.CUDA_MANAGED, 1)
+
+
 def test_a_region_handed_over_by_another_thread_is_cuda_at_once() -> None:
     """Another thread records the allocation (as its hook would) and hands
     the pointer over; the receiver's first query is CUDA, and after the
