@@ -158,18 +158,13 @@ _is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
 # Idents of threads blocked waiting for _lock (flush(), fork): the feeder
 # does not take it again while one waits (set.add/discard: atomic).
 _waiters: set[int] = set()
-# Rows taken out and not yet handed on, moved aside (oldest first, newer
-# than _buffer's and older than anything still in the core); _head is
-# _buf's pair for _backlog[0].  Changed under _take_lock.
-_backlog: list[np.ndarray] = []
-_head = [0, 0]
 # Taking events out of the core and publishing what was taken happen
 # together under this lock.  Held for one C drain call and a few stores,
 # never across Python work of any length.
 _take_lock = threading.RLock()
 _take_owned: Callable[[], bool] = _take_lock._is_owned  # type: ignore[attr-defined]
 # False from before an applier takes events out of the core until they are
-# all in the cache (rows waiting in _buffer or _backlog keep it False): see
+# all queued for the subscribers (rows waiting in _buffer keep it False): see
 # query_drain.
 _quiet = True
 # Bumped under _lock at every take (feed_step tells progress by it).
@@ -377,8 +372,8 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
         while True:
             cap = BATCH if left is None else min(BATCH, left)
             with _take_lock:
-                if _backlog or _buf[1] < _filled[0]:
-                    n = -1  # a query took rows out meanwhile: they go first
+                if _buf[1] < _filled[0]:
+                    n = -1  # rows an exception left unhanded: they go first
                 else:
                     _quiet = False  # before the C drain clears the pending flag
                     commit(((_setitem, _filled, 0, 0), (_setitem, _buf, 0, 0),
@@ -403,30 +398,17 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
 
 def _taken_rows() -> int:
     """Rows taken out of the core and not yet (surely) in the cache."""
-    waiting = int(_filled[0]) - _buf[0]
-    for i, chunk in enumerate(_backlog):
-        waiting += len(chunk) - (_head[0] if i == 0 else 0)
-    return waiting
+    return int(_filled[0]) - _buf[0]
 
 
 def _apply_taken() -> int:
-    """Apply every row taken out and not yet applied - _buffer's, then the
-    backlog's, in order - and queue them for the subscribers (caller holds
-    _lock).  Returns how many need no delivery (no subscribers)."""
-    done = 0
+    """Queue every row of _buffer taken out and not yet queued for the
+    subscribers (caller holds _lock).  Returns how many need no delivery
+    (no subscribers)."""
     f = int(_filled[0])
     if _buf[1] < f:
-        done += _apply_part(_rows, f, _buf)
-    while True:
-        with _take_lock:
-            if not _backlog:
-                return done
-            chunk = _backlog[0]
-        done += _apply_part(chunk, len(chunk), _head)
-        with _take_lock:
-            if _backlog and _backlog[0] is chunk:
-                commit(((_backlog.pop, 0), (_setitem, _head, 0, 0),
-                        (_setitem, _head, 1, 0)))
+        return _apply_part(_rows, f, _buf)
+    return 0
 
 
 def _log_malformed(rows: np.ndarray) -> None:
@@ -466,7 +448,7 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
 def backlogged() -> bool:
     """Whether rows taken out of the core wait to be handed on (the feeder
     does it: an exception may have left some)."""
-    return bool(_backlog or _buf[1] < _filled[0])
+    return bool(_buf[1] < _filled[0])
 
 
 def _hand_out(budget_s: float | None, step: int) -> int:
