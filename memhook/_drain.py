@@ -1,71 +1,44 @@
-"""Draining the core's event queue into the cache and the subscribers.
+"""Draining the core's event queue to the subscribers.
 
 The hooks record events into a lock-free queue in libmemhook.so (no Python,
-no GIL inside a hook).  Draining takes them out in batches of up to
-:data:`BATCH` events into one preallocated C array and, in two stages (see
-Concurrency):
-
-1. applies the batch to :func:`memhook.cache.process_cache` in bulk
-   (:mod:`memhook._apply`: numpy reduces a batch to the few cache writes
-   that leave the cache exactly as one write per event would - an
-   allocator handing one address out and back costs one write per batch,
-   so the drain keeps up with native threads recording ten times faster
-   than Python can apply events one at a time);
-2. hands every event to the subscribers whose kinds match, in order
-   (failed calls too: they reach subscribers only, never the cache).
-   Subscribers opt in to their cost: Event objects are built only for them.
-
-Events flagged ``MEMHOOK_EVENT_SKIPPED`` are ignored entirely; the driver
-unload marker reaches the cache only; a context reset (a FREE flagged
-``MEMHOOK_EVENT_CONTEXT_RESET``) reaches both.
+no GIL inside a hook).  The core's own cache (csrc/cache/) applies every
+event as a drain call hands it out, so a Python drain has one job: take
+events out in batches of up to :data:`BATCH` into one preallocated C array
+and hand every event to the subscribers whose kinds match, in order (failed
+calls too).  Subscribers opt in to their cost: Event objects are built only
+for them.  Events flagged ``MEMHOOK_EVENT_SKIPPED`` are ignored entirely;
+the driver unload and hooks-gap markers reach the cache only; a context
+reset (a FREE flagged ``MEMHOOK_EVENT_CONTEXT_RESET``) reaches both.
 
 Concurrency - no call waits for another Python thread to make progress:
 
-* The apply stage runs under the apply lock.  The background feeder
-  (memhook._feeder) holds it for one batch at a time and does not take it
-  again while a thread waits for it (:data:`_waiters`), so a flush() waits
-  for at most the one batch under way, not for a convoy.
-* A query (:func:`query_drain`) never waits for the lock: it takes it if
-  it is free and applies at most :data:`QUERY_EVENTS` events (one call
-  into the core, made with the GIL held: memhook._control), and says
-  whether the cache now holds every event published before the query
-  began.  When it does not (another thread is applying; the backlog is
-  longer than a query's share; this thread is applying already, in a
-  signal handler), memhook.cache asks :func:`unapplied` what the cache
-  lacks: taking events out of the core and publishing what was taken
-  happen together under a second, short lock (:data:`_take_lock`: one C
-  call and a few stores), so a query can take the rest of the queue out
-  itself - into the backlog the applier applies next, in order - and see
-  every event the cache lacks: the applier's batch, the backlog.  Where
-  none of them touches the range, the cache as it stands is right (the
-  applier writes only the ranges of its events); where the last one is an
-  ALLOC that holds the range, that is the answer; otherwise the driver's,
-  not remembered (the applier may be writing that very range: see
-  memhook.cache._remember) - and only where there is no driver to ask
-  (events of a native recorder alone) does the query wait for the drain.
+* Taking events out runs under the take stage's lock (``_lock``).  The
+  background feeder (memhook._feeder) holds it for one batch at a time and
+  does not take it again while a thread waits for it (:data:`_waiters`), so
+  a flush() waits for at most the one batch under way, not for a convoy.
+* A query (:func:`query_drain`, which memory_type's builtin calls first
+  while events wait and someone subscribes) never waits for the lock: it
+  takes it if it is free and takes out at most :data:`QUERY_EVENTS`
+  events (one call into the core, made with the GIL held:
+  memhook._control), and hands subscribers what it can.  The query's
+  answer does not depend on it: the core's cache has every event published
+  before the query.
 * Re-entry: the locks are RLocks only so that a thread can ask whether
   it holds them (``_is_owned``: set atomically with the acquisition, in
   C).  They are never re-acquired: a signal handler, or a subscriber,
-  running on the thread that holds one answers from the cache as it
-  stands or through the driver and never waits on its own thread; a
-  flush() there returns 0.  The take lock is only ever tried by queries.
-  Such a handler's query takes nothing more out of the core and looks at
-  no more than :data:`UNAPPLIED_ROWS` rows, so its cost is bounded however
-  much is pending.
+  running on the thread that holds one never waits on its own thread; a
+  flush() there returns 0.
 * The delivery stage runs under the delivery lock; the rows wait in a
   hand-off queue, in order.  A query hands out waiting events only if the
   lock is free and for at most :data:`QUERY_DELIVERY_S`; flush() waits for
   every event; the feeder delivers the rest.  A subscriber sees the cache
-  as of the newest batch applied (at or past its own event).
+  at or past its own event (the core applied it as it was taken out).
 * Exceptions from signal handlers (^C: ``KeyboardInterrupt``) land
   between any two steps, and nothing is lost, repeated or reordered
   (memhook._atomic).  Rows taken out of the core are counted as held by
-  the C call that takes them (``_filled``); marking them applied and
-  queueing them for the subscribers, or moving a query's rows to the
-  backlog, is one commit; whatever an exception interrupts, the next
-  drain finishes first, in order (applying again from the last safe
-  point: memhook._apply's progress mark; every cache write is whole or not
-  made).  A subscriber's call and the store that counts it are one step.
+  the C call that takes them (``_filled``); marking them taken and
+  queueing them for the subscribers is one commit; whatever an exception
+  interrupts, the next drain finishes first, in order.  A subscriber's call and the store that counts it are one step.
   A BaseException escaping a subscriber counts that subscriber as served
   and leaves the rest waiting.  A lock that an exception left held, in
   the window after acquire() returns or in a ``finally`` before
@@ -92,8 +65,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _apply, _control, _hook_table
-from . import _query
+from . import _control, _hook_table
 from ._atomic import commit, held_here
 from ._core import ffi, lib
 from ._event_layout import EVENT_DTYPE
@@ -101,9 +73,9 @@ from ._types import MemoryType
 from .events import Event, EventKind, _registry
 
 __all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_EVENTS", "QUERY_DELIVERY_S",
-           "applying", "attach", "drain", "drain_batch", "drain_nowait", "feed_step", "flush",
-           "backlogged", "function_name", "function_names", "generation", "query_drain",
-           "remember", "settle", "unapplied", "undelivered", "waiters"]
+           "attach", "drain", "drain_batch", "drain_nowait", "feed_step", "flush",
+           "backlogged", "function_name", "function_names", "query_drain", "undelivered",
+           "waiters"]
 
 _log = logging.getLogger("memhook")
 
@@ -154,21 +126,11 @@ _rows = np.frombuffer(ffi.buffer(_buffer), dtype=EVENT_DTYPE)
 # that takes them (memhook_events_drain_into), so no exception can land
 # between taking rows and knowing that they are held.
 _filled = ffi.new("uint64_t *")
-# [applied, handed]: _rows[:applied] are in the cache (applied: a point
-# from which applying again is harmless, memhook._apply.apply_rows),
-# _rows[:handed] are in _handoff for the subscribers.  What an exception
-# leaves between them and _filled, the next drain finishes first.
+# [taken, handed]: _rows[:taken] are past the take stage (the core's cache
+# had them as they were taken out), _rows[:handed] are in _handoff for the
+# subscribers.  What an exception leaves between them and _filled, the next
+# drain finishes first.
 _buf = [0, 0]
-# A query's own take (unapplied), under _take_lock: a run of its own,
-# begun between two calls of the applier's run.  The core's lanes hold one
-# run's cut at a time, so the applier's next call goes on as the query's
-# (later, longer) run and still ends only once everything pending when its
-# own began is out (memhook_events_drain_bounded: interleaved runs).  Its
-# rows move to _backlog in one commit with the reset of _query_filled.
-_query_buffer = ffi.new("memhook_event[]", QUERY_EVENTS)
-_query_rows = np.frombuffer(ffi.buffer(_query_buffer), dtype=EVENT_DTYPE)
-_query_filled = ffi.new("uint64_t *")
-_query_mark = ffi.new("uint64_t *")
 _c_take = _control.events_drain_into  # (memhook_events_drain_into, the GIL held)
 # The state of one drain run (memhook_events_drain_bounded): zeroed as a run
 # begins, so the run takes what was pending then and stops - a query does
@@ -196,24 +158,16 @@ _is_owned: Callable[[], bool] = _lock._is_owned  # type: ignore[attr-defined]
 # Idents of threads blocked waiting for _lock (flush(), fork): the feeder
 # does not take it again while one waits (set.add/discard: atomic).
 _waiters: set[int] = set()
-# Rows taken out by queries while another thread applied (see unapplied),
-# oldest first, newer than _buffer's and older than anything still in the
-# core; _head is _buf's pair for _backlog[0].  Changed under _take_lock.
-_backlog: list[np.ndarray] = []
-_head = [0, 0]
 # Taking events out of the core and publishing what was taken happen
-# together under this lock, so that a query can see every event published
-# before it that is not in the cache yet, in order, without the apply
-# lock.  Held for one C drain call and a few stores, never across Python
-# work of any length; a query only ever tries it.
+# together under this lock.  Held for one C drain call and a few stores,
+# never across Python work of any length.
 _take_lock = threading.RLock()
 _take_owned: Callable[[], bool] = _take_lock._is_owned  # type: ignore[attr-defined]
 # False from before an applier takes events out of the core until they are
-# all in the cache (rows waiting in _buffer or _backlog keep it False): see
+# all queued for the subscribers (rows waiting in _buffer keep it False): see
 # query_drain.
 _quiet = True
-# Bumped under _lock before every apply: memhook.cache remembers a driver
-# answer only if no apply came between asking and remembering.
+# Bumped under _lock at every take (feed_step tells progress by it).
 _generation = 0
 # [rows, (next row, subscribers of it done)]: applied to the cache, not
 # yet handed to the subscribers (an EVENT_DTYPE array; 64 bytes an event
@@ -234,20 +188,6 @@ that thread).  The feeder and flush() deliver the rest."""
 
 DELIVERY_STEP = 64
 """Events the feeder hands out between two looks at the clock."""
-
-UNAPPLIED_CALLS = 4
-"""Calls into the core (of :data:`QUERY_EVENTS` each) a query that cannot
-drain makes at most to take out what the applier has not (a feeder that
-lost its CPU for tens of milliseconds leaves that many behind it)."""
-
-UNAPPLIED_ROWS = 2 * QUERY_EVENTS
-"""Rows taken out and not yet applied that a query that cannot drain
-looks through at most (memhook._apply.last_touch) before it answers
-through the driver instead: a query's cost stays bounded however long the
-applier is held up - also in a signal handler that interrupted the
-applier, where every query taking more out would only lengthen what that
-applier has to apply, and scanning all of it would make each handler
-slower than the last."""
 
 _names: tuple[str, ...] | None = None
 
@@ -355,50 +295,6 @@ def drain_nowait() -> bool:
     return _take(QUERY_EVENTS, False)[1]
 
 
-def settle() -> None:
-    """Wait until the cache holds every event published before the call
-    (for a query the driver cannot answer): returns at once on a thread
-    that is applying already (a signal handler on it)."""
-    _take(None, True)
-
-
-def generation() -> int:
-    """A count of applies so far (see :func:`remember`)."""
-    return _generation
-
-
-def remember(since: int, write: Callable[[], None]) -> bool:
-    """Run ``write`` (memhook.cache storing a driver answer) under the apply
-    lock, if no apply has happened since :func:`generation` returned
-    ``since`` and the lock is free: an answer the driver gave before an
-    event of its range was applied must not be written after it.  True
-    when it was written."""
-    if _is_owned() or _in_cache():
-        return False  # (this thread applies, or left the lock behind, or is inside the cache)
-    try:
-        # (inside the try: an exception as acquire() returns still reaches the finally)
-        if not _acquire(False) or _generation != since:
-            return False
-        write()
-        return True
-    finally:
-        if _is_owned():
-            _release()
-
-
-def _in_cache() -> bool:
-    """Whether this thread holds the process cache's lock (a signal handler
-    that interrupted a read or write of it): no apply may start here."""
-    return _query.process_cache()._owned_here(3)
-
-
-def applying() -> bool:
-    """True on a thread that holds the apply lock (memhook.cache: a query
-    there, from a signal handler, must not wait for the cache's lock,
-    which the interrupted write may hold)."""
-    return bool(_is_owned())
-
-
 def waiters() -> int:
     """Threads waiting for the apply lock (the feeder leaves it to them)."""
     return len(_waiters)
@@ -450,11 +346,11 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
     held by the call that takes them out (``_filled``), marked applied and
     handed on in single commits (memhook._atomic), and whatever an
     exception interrupts, the next drain finishes first, in order."""
-    global _quiet, _generation, _refills
+    global _quiet, _generation
     if not _pending[0] and _quiet:
         return 0, True
-    if _is_owned() and held_here(_APPLY_CODES) or _in_cache():
-        return 0, False  # this thread applies, or is inside the cache (a signal handler here)
+    if _is_owned() and held_here(_APPLY_CODES):
+        return 0, False  # this thread applies (a signal handler here)
     try:
         # (a lock still owned here was left behind by an exception: ours again)
         if not _is_owned():
@@ -476,12 +372,10 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
         while True:
             cap = BATCH if left is None else min(BATCH, left)
             with _take_lock:
-                _park_query_rows()
-                if _backlog or _buf[1] < _filled[0]:
-                    n = -1  # a query took rows out meanwhile: they go first
+                if _buf[1] < _filled[0]:
+                    n = -1  # rows an exception left unhanded: they go first
                 else:
                     _quiet = False  # before the C drain clears the pending flag
-                    _refills += 1  # (before: a digest of the old rows is never taken for the new)
                     commit(((_setitem, _filled, 0, 0), (_setitem, _buf, 0, 0),
                             (_setitem, _buf, 1, 0)))
                     n = _c_take(_buffer, cap, _mark, _filled)
@@ -498,48 +392,37 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
     finally:
         if _is_owned():
             with _take_lock:
-                _quiet = not _taken_rows() and not _query_filled[0]
+                _quiet = not _taken_rows()
             _release()
 
 
 def _taken_rows() -> int:
     """Rows taken out of the core and not yet (surely) in the cache."""
-    waiting = int(_filled[0]) - _buf[0]
-    for i, chunk in enumerate(_backlog):
-        waiting += len(chunk) - (_head[0] if i == 0 else 0)
-    return waiting
-
-
-def _park_query_rows() -> None:
-    """Move the rows a query took into its buffer to the backlog (caller
-    holds _take_lock): one commit, so they are in exactly one place."""
-    global _refills
-    n = int(_query_filled[0])
-    if n:
-        chunk = _query_rows[:n].copy()
-        _refills += 1
-        commit(((_backlog.append, chunk), (_setitem, _query_filled, 0, 0)))
+    return int(_filled[0]) - _buf[0]
 
 
 def _apply_taken() -> int:
-    """Apply every row taken out and not yet applied - _buffer's, then the
-    backlog's, in order - and queue them for the subscribers (caller holds
-    _lock).  Returns how many need no delivery (no subscribers)."""
-    done = 0
+    """Queue every row of _buffer taken out and not yet queued for the
+    subscribers (caller holds _lock).  Returns how many need no delivery
+    (no subscribers)."""
     f = int(_filled[0])
     if _buf[1] < f:
-        done += _apply_part(_rows, f, _buf)
-    while True:
-        with _take_lock:
-            _park_query_rows()
-            if not _backlog:
-                return done
-            chunk = _backlog[0]
-        done += _apply_part(chunk, len(chunk), _head)
-        with _take_lock:
-            if _backlog and _backlog[0] is chunk:
-                commit(((_backlog.pop, 0), (_setitem, _head, 0, 0),
-                        (_setitem, _head, 1, 0)))
+        return _apply_part(_rows, f, _buf)
+    return 0
+
+
+def _log_malformed(rows: np.ndarray) -> None:
+    """Say which events the core's cache ignored as malformed (a range past
+    2**64, from a native recorder): its feed skips them without a word."""
+    size = rows["size"]
+    address = rows["address"]
+    bad = (rows["result"] == 0) & (size != 0) & (address + size <= address) & (
+        (rows["kind"] == _EVENT_ALLOC) | (rows["kind"] == _EVENT_FREE)) & (
+        (rows["flags"] & _CACHE_ONLY) == 0)
+    for i in np.flatnonzero(bad).tolist():
+        _log.warning("memhook: event kind=%d address=%#x size=%d ignored: the range runs past "
+                     "the end of the address space", int(rows["kind"][i]),
+                     int(address[i]), int(size[i]))
 
 
 def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
@@ -548,7 +431,8 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
     subscribers returns 0, else how many were delivered (to nobody)."""
     at = marks[0]
     if at < end:
-        _apply.apply_rows(_query.process_cache(), rows[at:end], marks, at)
+        _log_malformed(rows[at:end])
+        marks[0] = end  # (the core's cache had them as the C drain handed them out)
     handed = marks[1]
     if handed >= end:
         return 0
@@ -561,122 +445,10 @@ def _apply_part(rows: np.ndarray, end: int, marks: list[int]) -> int:
     return int(np.count_nonzero(part["flags"] & _CACHE_ONLY == 0))
 
 
-def unapplied(start: int, size: int, closed: bool, take: bool = True) \
-        -> int | tuple[Any, ...]:
-    """For a query that cannot drain (another thread is applying, or this
-    one is, in a signal handler): of the events published before the call
-    that the cache lacks yet, the last that can change its answer for
-    ``[start, start + size)`` (memhook._apply.last_touch: ``closed`` counts
-    writes that only touch the range) - or UNTOUCHED (the cache as it
-    stands is right there), or UNSURE (not known without waiting for
-    another thread, or without applying them, or within the query's bound).
-
-    It takes what is still in the core's queue out itself (at most
-    :data:`UNAPPLIED_CALLS` times :data:`QUERY_EVENTS` events, into the
-    backlog the applier applies next, in order) - not on the applier's own
-    thread, not past :data:`UNAPPLIED_ROWS` waiting rows, and not when
-    ``take`` is False (the later pointers of one memory_types() call: what
-    was published before the call was taken for its first) - and looks at
-    those rows, the backlog's and the applier's batch: through a summary
-    made once for as long as they stay the same (_Digest), so that a query
-    costs O(log r) for r rows where none of them touches its range."""
-    global _quiet, _digest
-    if _take_owned() and held_here(_TAKE_CODES):
-        return _apply.UNSURE  # (this thread was interrupted taking)
-    try:
-        if not _take_owned() and not _take_lock.acquire(False):
-            return _apply.UNSURE  # (another thread is taking)
-        _park_query_rows()
-        if _pending[0] and take:
-            if _is_owned() or _taken_rows() >= UNAPPLIED_ROWS:
-                return _apply.UNSURE  # (more would only lengthen the applier's work)
-            _quiet = False  # before the C drain clears the pending flag
-            _query_mark[0] = 0
-            for _ in range(UNAPPLIED_CALLS):
-                n = _c_take(_query_buffer, QUERY_EVENTS, _query_mark, _query_filled)
-                _park_query_rows()
-                if n < QUERY_EVENTS:
-                    break
-            else:
-                return _apply.UNSURE  # more than a query's share is pending
-        f = int(_filled[0])
-        token = (_refills, len(_backlog), _head[0], _buf[0], f)
-        digest = _digest
-        if digest is None or digest.token != token:
-            if _taken_rows() > UNAPPLIED_ROWS + BATCH:
-                return _apply.UNSURE
-            views: list[np.ndarray] = []
-            if _buf[0] < f:
-                views.append(_rows[_buf[0]:f])
-            for i, chunk in enumerate(_backlog):  # oldest first; the applier's batch older still
-                views.append(chunk[_head[0]:] if i == 0 else chunk)
-            digest = _digest = _Digest(token, views)  # (copies: the applier refills _buffer)
-    finally:
-        if _take_owned():
-            _take_lock.release()
-    return digest.last_touch(start, size, closed)
-
-
-class _Digest:
-    """The rows a query looks through (taken out, not yet applied), summed
-    up for the queries that come while they stay the same: the relevant
-    rows (successful, sized), in event order, with their ranges - scanned
-    by numpy per query, until enough queries came to pay for an index by
-    address (a running maximum of the ends: "does any row touch this
-    range" is then one binary search, as for memory_types' pointers)."""
-
-    __slots__ = ("address", "ends", "index", "rows", "token", "unsure", "uses")
-
-    SORT_AFTER = 8
-
-    def __init__(self, token: tuple[Any, ...], views: list[np.ndarray]) -> None:
-        self.token = token
-        rows = np.concatenate(views) if views else np.empty(0, dtype=EVENT_DTYPE)
-        self.unsure = _apply.last_touch([rows], 0, 0, False) == _apply.UNSURE
-        keep = ((rows["flags"] & _SKIPPED) == 0) & (rows["result"] == 0) & (rows["size"] != 0)
-        self.rows = rows[keep]
-        self.address = self.rows["address"]
-        self.ends = self.address + self.rows["size"]
-        self.index: tuple[np.ndarray, np.ndarray] | None = None
-        self.uses = 0
-
-    def last_touch(self, start: int, size: int, closed: bool) -> int | tuple[Any, ...]:
-        """memhook._apply.last_touch of the rows, for ``[start, start + size)``."""
-        if self.unsure:
-            return _apply.UNSURE
-        lo, hi = np.uint64(start), np.uint64(min(start + size, _ADDRESS_LAST))
-        self.uses += 1
-        if self.index is None and self.uses >= self.SORT_AFTER and len(self.address):
-            order = np.argsort(self.address, kind="stable")
-            self.index = (self.address[order], np.maximum.accumulate(self.ends[order]))
-        if self.index is not None:
-            starts, reach = self.index
-            k = int(np.searchsorted(starts, hi, "right" if closed else "left"))
-            if k == 0 or reach[k - 1] < lo or (reach[k - 1] == lo and not closed):
-                return _apply.UNTOUCHED
-        if closed:
-            hit = (self.address <= hi) & (self.ends >= lo)
-        else:
-            hit = (self.address < hi) & (self.ends > lo)
-        where = np.flatnonzero(hit)
-        if not len(where):
-            return _apply.UNTOUCHED
-        row: tuple[Any, ...] = self.rows[int(where[-1])].tolist()
-        return row
-
-
-_digest: _Digest | None = None
-# Bumped (under _take_lock) before _buffer is refilled and before a chunk
-# joins the backlog: with the marks, it names the rows a _Digest summed up.
-_refills = 0
-_ADDRESS_LAST = (1 << 64) - 1
-
-
 def backlogged() -> bool:
-    """Whether rows taken out of the core wait to be applied or handed on
-    (the feeder does it: a query may have left some, see unapplied, and so
-    may an exception)."""
-    return bool(_backlog or _query_filled[0] or _buf[1] < _filled[0])
+    """Whether rows taken out of the core wait to be handed on (the feeder
+    does it: an exception may have left some)."""
+    return bool(_buf[1] < _filled[0])
 
 
 def _hand_out(budget_s: float | None, step: int) -> int:
@@ -877,27 +649,21 @@ def _after_fork_in_child() -> None:
 
 
 # The functions whose frames hold a lock while they run (memhook._atomic.held_here).
-_APPLY_CODES = frozenset({_take.__code__, remember.__code__, _deliver.__code__})
-_TAKE_CODES = frozenset({_take.__code__, _apply_taken.__code__, unapplied.__code__})
+_APPLY_CODES = frozenset({_take.__code__, _deliver.__code__})
+_TAKE_CODES = frozenset({_take.__code__, _apply_taken.__code__})
 _DELIVER_CODES = frozenset({_hand_out.__code__})
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                     after_in_child=_after_fork_in_child)
 
-# What memhook._query needs of this drain besides draining: set_hook_layer
-# finds it on the function, so that saving (drain, coverage) and setting
-# them again keeps it.
-query_drain.applier = _query.Applier(  # type: ignore[attr-defined]
-    settle=settle, generation=generation, remember=remember, applying=applying,
-    unapplied=unapplied)
-
 
 def attach() -> bool:
-    """Plug the drain (and the coverage answer) into the cache's queries.
+    """Have the queries hand waiting events to the subscribers first (what
+    they can without waiting: :func:`query_drain`), as they always have.
     True when events may already wait: hooks installed before the import (a
     traced process), so the caller starts the background feeder now (the
     feeder sits above the drain: it imports this module, not the reverse)."""
-    from ._coverage import coverage_complete
+    from ._native import query_deliver  # type: ignore[import-not-found]
 
-    _query.set_hook_layer(query_drain, coverage_complete)  # (its applier: below)
+    query_deliver(_registry, query_drain)
     return bool(_pending[0] or lib.memhook_hooks_mode())

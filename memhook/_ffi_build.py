@@ -16,9 +16,9 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
-# memory_type's fast path: a CPython builtin built into this extension
-# (csrc/pyext/query_fast.c says why; memhook/_query.py takes it).
-QUERY_FAST = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query_fast.c")
+# memory_type and lookup: builtins of this extension, added to the module at
+# its init (csrc/pyext/query.c; docs/design/python-queries.md says why).
+QUERY = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query.c")
 # memory_types over a cache snapshot (csrc/pyext/batch_search.c says why).
 BATCH_SEARCH = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "batch_search.c")
 
@@ -184,6 +184,11 @@ int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
 int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *out);
 int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t *types);
 int memhook_query_types_cached(const uint64_t *ptrs, size_t count, uint8_t *types);
+int memhook_cache_update(uint64_t base, uint64_t size, int mem_type, int device);
+int memhook_cache_remove(uint64_t base, uint64_t size);
+int memhook_cache_clear(void);
+int memhook_cache_lookup(const void *ptr, size_t len, memhook_region *out);
+size_t memhook_cache_regions(memhook_region *out, size_t capacity);
 typedef struct memhook_testing_cache memhook_testing_cache;
 memhook_testing_cache *memhook_testing_cache_new(void);
 void memhook_testing_cache_free(memhook_testing_cache *cache);
@@ -226,8 +231,7 @@ typedef CUresult (*mh_cuMemGetAddressRange_fn)(CUdeviceptr *, size_t *, CUdevice
 """
 
 ffibuilder = FFI()
-QUERY_FAST_CDEF = """
-uintptr_t memhook_query_fast_functions(void);
+BATCH_SEARCH_CDEF = """
 void memhook_lower_bounds(const uint64_t *sorted, size_t n, const uint64_t *keys, size_t m,
                           int64_t *out);
 void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const uint8_t *types,
@@ -235,16 +239,31 @@ void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const u
                           uint8_t *absent);
 """
 
-# (defined in the two sources below, outside the generated module: the
-# module's own C needs the same prototypes, so the cdef text serves as both)
-QUERY_FAST_SOURCE = QUERY_FAST_CDEF
+# The module's init, wrapped so that it also adds csrc/pyext/query.c's
+# builtins (query_type, query_region...) to the module cffi made.  This text
+# follows cffi's own helpers in the generated C and precedes its PyInit,
+# which calls _cffi_init by that name (cffi 1.x and 2.x): renaming the call
+# is the whole hook, and memhook/_query.py fails its import with a clear
+# error if the builtins are missing.
+INIT_WRAP = """
+int memhook_pyext_add(PyObject *module);
+static PyObject *memhook_cffi_init(const char *name, Py_ssize_t version,
+                                   const struct _cffi_type_context_s *ctx)
+{
+    PyObject *module = _cffi_init(name, version, ctx);
+    if (module != NULL && memhook_pyext_add(module) != 0)
+        Py_CLEAR(module);
+    return module;
+}
+#define _cffi_init memhook_cffi_init
+"""
 
-ffibuilder.cdef(CDEF + DRIVER_CDEF + QUERY_FAST_CDEF)
+ffibuilder.cdef(CDEF + DRIVER_CDEF + BATCH_SEARCH_CDEF)
 ffibuilder.set_source(
     "memhook._native",
     '#include "memhook/memhook.h"\n#include "memhook_internal/api.h"\n' + DRIVER_SOURCE
-    + QUERY_FAST_SOURCE,
-    sources=[QUERY_FAST, BATCH_SEARCH],
+    + BATCH_SEARCH_CDEF + INIT_WRAP,
+    sources=[QUERY, BATCH_SEARCH],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34
     # library_dirs is filled in by setup.py's build_ext, which builds the core

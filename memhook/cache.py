@@ -87,8 +87,7 @@ from ._types import MemoryType, Region, _make_region
 from ._atomic import commit, held_here
 
 if TYPE_CHECKING:
-    from ._query import (CACHE_WAIT_S, Applier, lookup, memory_type, memory_types,
-                         process_cache, set_hook_layer)
+    from ._query import lookup, memory_type, memory_types, process_cache
 
 __all__ = [
     "HOT_LIMIT",
@@ -97,7 +96,6 @@ __all__ = [
     "memory_type",
     "memory_types",
     "process_cache",
-    "set_hook_layer",
 ]
 
 HOST = MemoryType.HOST
@@ -1006,9 +1004,7 @@ _CACHE_CODES = frozenset(getattr(MemtypeCache, name).__code__ for name in (
 # each access (not copied at import), so that the hook layer's current
 # state reads the same through either module, and so that importing either
 # module first works (memhook._query imports this one).
-_QUERY_NAMES = frozenset({"CACHE_WAIT_S", "Applier", "lookup", "memory_type", "memory_types",
-                          "process_cache", "set_hook_layer", "_process_cache", "_drain",
-                          "_coverage_complete", "_applier"})
+_QUERY_NAMES = frozenset({"lookup", "memory_type", "memory_types", "process_cache"})
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _control, _coverage, _feeder, _hook_table, _preexisting
+from . import _control, _feeder, _hook_table, _preexisting
 from ._core import ffi, lib
 from ._modes import HookMode
 from ._query import process_cache
@@ -246,7 +246,6 @@ def install(mode: str | int | HookMode | None = None, *,
         lib.memhook_hooks_set_pointer_attributes(int(answers))
         # With the GIL held (memhook._control says why): this call is long.
         rc, reason = _control.install(int(parsed))
-        _coverage.invalidate()
         if rc != 0:
             raise OSError(rc, f"memhook: installing the hooks with mode {parsed} failed: "
                               f"{reason or os.strerror(rc)}")
@@ -278,7 +277,6 @@ def uninstall() -> None:
     """
     with _lock:
         rc = _control.uninstall()  # (the GIL held: memhook._control)
-        _coverage.invalidate()
         if rc != 0:
             raise OSError(rc, f"memhook: removing the hooks failed: {os.strerror(rc)}")
     _log.info("memhook: hooks removed")
@@ -320,7 +318,7 @@ def status() -> HookReport:
     """
     hooks = [_hook_info(row) for row in _hook_table.rows()]
     return HookReport(mode=HookMode(int(lib.memhook_hooks_mode())), hooks=hooks,
-                      coverage_complete=_coverage.coverage_complete(), queue=_queue_stats(),
+                      coverage_complete=_control.coverage_complete(), queue=_queue_stats(),
                       pointer_attributes=bool(lib.memhook_hooks_pointer_attributes()))
 
 

@@ -141,13 +141,11 @@ def _noop(p: int) -> None:
     return None
 
 
-SINGLE_VARIANTS = ("MemtypeCache", "hooks", "no hooks")
+SINGLE_VARIANTS = ("MemtypeCache", "memory_type")
 """What bench_single times beside the floor: ``MemtypeCache.memory_type`` (the
-figure the goals are for); ``memhook.memory_type`` on the process-wide cache
-holding the same regions, with a hook layer whose drain is ``lambda: None``
-and whose coverage answer is ``lambda: True`` ("hooks"), and with no hook
-layer ("no hooks": a pointer in no region is then asked of the driver - none
-is loaded here - every time)."""
+figure the goals are for), and ``memhook.memory_type`` on the process cache
+(the core's) holding the same regions (no hooks here: a pointer in no region
+is asked of the driver - none is loaded here - and is HOST)."""
 
 
 def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[type-arg]
@@ -157,7 +155,6 @@ def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[
     print(f"{'regions':>9} {'case':>16} {'floor':>6} " + " ".join(
         f"{v:>20}" for v in SINGLE_VARIANTS) + "  goal")
     process = cache_mod.process_cache()
-    saved_layer = cache_mod._drain, cache_mod._coverage_complete, getattr(cache_mod, "_applier", None)
     try:
         for n in sizes:
             layout = build_layout(n)
@@ -185,9 +182,7 @@ def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[
             variants = {
                 "floor": lambda p, _b=bisect_right, _s=starts: _b(_s, p),
                 "MemtypeCache": c.memory_type,
-                "hooks": (lambda: cache_mod.set_hook_layer(lambda: None, lambda: True),
-                          cache_mod.memory_type),
-                "no hooks": (lambda: cache_mod.set_hook_layer(None, None), cache_mod.memory_type),
+                "memory_type": cache_mod.memory_type,
             }
             cases = [("cold", cold, 3.0, None), ("hot", hot, 1.5, None)]
             if n > cache_mod.FLAT_LIMIT:
@@ -207,7 +202,6 @@ def bench_single(sizes: list[int], repeat: int) -> list[tuple]:  # type: ignore[
                 print(f"{n:>9,} {case:>16} {f_ns:>6.0f} " + " ".join(cells) + f"  {goal:.1f}x")
             del c
     finally:
-        cache_mod.set_hook_layer(*saved_layer)
         process.clear()
     empty = per_call({"noop": _noop}, list(range(200_000)), repeat)["noop"]
     print(f"(goals are for MemtypeCache; the loop plus a call of an empty Python function "

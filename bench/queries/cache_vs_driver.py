@@ -23,15 +23,16 @@ own so that one mode's install cannot colour another's figures:
   ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p)`` over the
   same pointers (for host memory it fails with CUDA_ERROR_INVALID_VALUE,
   which is its answer "not CUDA's");
-* an extra column labelled "stub": ``memory_type`` with the hook layer
-  swapped for ``set_hook_layer(None, lambda: True)`` (no drain check, no
-  coverage check) - not what a user gets.  (Its HOST answers take the
-  Python path: the C fast path reads the hooks' own coverage memo, and
-  cannot call a stand-in predicate.)
-
-With ``--pieces``, the parts ``memory_type`` is made of are timed alone too
-(the drain check, the coverage check and its C call, the cache's own
-lookup, the flat copy's bisect, the memo), for the work on the query path.
+* the objects users pass, through ``memory_type``: numpy arrays, bytes,
+  memoryview, ctypes integers, ``c_void_p`` and arrays, cuda-python's
+  ``CUdeviceptr``, ``__cuda_array_interface__`` objects and DLPack-only
+  objects (64 distinct ones of each kind, cycled), beside the cost of
+  reading their interfaces alone, and ``cuPointerGetAttribute`` through
+  ctypes;
+* with ``--baseline-python PY``, every mode again with another interpreter
+  - a build of another version of memhook in its own venv (e.g. main's) -
+  run right after this one's, so that both sets of figures come from the
+  same run on the same machine.
 
 Each figure is the best of REPEAT rounds (all figures measured once per
 round, interleaved), through ``deque(map(f, pointers), maxlen=0)`` so that
@@ -40,9 +41,12 @@ Before timing, the child checks every answer it is about to time (device
 pointers CUDA, host pointers HOST, from every query), so a bench that runs
 is a bench that measured right answers.
 
-Goal (issue 25): memhook >= 3x cuda-python for dev cold, dev hot and host;
-host no dearer than dev cold; batch <= 20 ns a pointer.  The table says
-"met" or "MISSED"; the exit status is 0 either way (1 only if a child fails).
+Goals: memhook >= 3x cuda-python for dev cold, dev hot and host; host no
+dearer than dev cold; batch <= 20 ns a pointer (issue 25); memory_type(int)
+<= 100 ns, the objects <= 300 ns, interface objects <= reading the interface
++ 200 ns, memory_types <= 8 ns a pointer on 10,000 regions (issue 34).  The
+tables say "met" or "MISSED"; the exit status is 0 either way (1 only if a
+child fails).
 
 Needs cuda-python's driver bindings (``pip install cuda-bindings``; the test
 extra has them) and memhook built with its native parts.  On the simulator
@@ -67,87 +71,82 @@ SEED = 25
 
 # ---------------------------------------------------------------- the child
 
-PIECES = {
-    "noop": "a Python function of one argument (the harness and call cost)",
-    "fast_dev_cold": "the C fast path alone (memhook._query._fast_type), dev cold",
-    "fast_host": "same, host (with its coverage check)",
-    "query_drain": "the drain check before every query (memhook._drain.query_drain)",
-    "pending_flag": "its load of the core's pending flag (_pending[0], through cffi)",
-    "coverage_complete": "the coverage check on a HOST answer (_coverage.coverage_complete)",
-    "coverage_token": "its C call for the token (lib.memhook_coverage_token, through cffi)",
-    "is_cuda_host": "a driver query for a host pointer (_driver.is_cuda: without coverage)",
-    "cache_dev_cold": "MemtypeCache.memory_type of the process cache, dev cold (no drain)",
-    "cache_dev_hot": "same, dev hot",
-    "cache_host": "same, host",
-    "bisect_cold": "bisect_right over the flat copy's bounds, dev cold",
-    "bisect_host": "same, host",
-    "memo_get_cold": "the memo's dict.get, dev cold (a miss, mostly)",
-    "memo_turn": "next(_memo_turn): the memo's one-in-MEMO_SAMPLE draw",
-}
+class _CudaArray:
+    """An object offering ``__cuda_array_interface__`` (as CuPy, Numba and
+    PyTorch's CUDA tensors do): a 1-D float32 array at ``ptr``."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self._ptr, self._n = ptr, n
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"data": (self._ptr, False), "shape": (self._n,), "typestr": "<f4",
+                "strides": None, "version": 3}
 
 
-def _pieces(cache: Any, cold: list[int], host: list[int], hot: int, consume: Any) \
-        -> dict[str, Any]:
-    """What ``memhook.memory_type`` is made of, each timed alone (--pieces)."""
-    from bisect import bisect_right
-    from itertools import repeat as same
-    from itertools import starmap
-    from operator import getitem
+class _DLPackOnly:
+    """An object offering DLPack alone (as a tensor of a framework with no
+    array interface does): numpy's capsule for ``arr``."""
 
-    from memhook import _coverage, _driver
-    from memhook import _drain as drain_mod
-    from memhook import _query as query_mod
-    from memhook import cache as cache_mod
+    def __init__(self, arr: Any) -> None:
+        self._arr = arr
 
-    def noop(p: int) -> int:
-        return p
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._arr.__dlpack__(**kwargs)
 
-    n = len(cold)
-    nothing = ((),)
-    # These are internals, and they change: a piece whose internal is gone
-    # is left out (a "-" in the table), not an error.
-    query_drain = getattr(drain_mod, "query_drain", None)
-    pending = getattr(drain_mod, "_pending", None)
-    coverage_complete = getattr(_coverage, "coverage_complete", None)
-    token = getattr(_coverage, "_token", None)
-    is_cuda = getattr(_driver, "is_cuda", None)
-    memo_turn = getattr(cache_mod, "_memo_turn", None)
-    fast = getattr(query_mod, "_fast_type", None)
-    memory_type = query_mod.memory_type
-    # The C path answers once the Python path has handed it a snapshot of
-    # the cache's state (FAST_AFTER answers from it): ask that often first.
-    again = [cold[0]] * (getattr(query_mod, "FAST_AFTER", 0) + 1)
-    flat = getattr(cache, "_flat", None)
-    bounds, memo = (flat[0], flat[2]) if isinstance(flat, tuple) and len(flat) == 4 else (None, None)
-    candidates: dict[str, Any] = {
-        "noop": lambda: consume(map(noop, cold)),
-        "fast_dev_cold": fast and (lambda: (consume(map(memory_type, again)),
-                                            consume(map(fast, cold)))),
-        "fast_host": fast and (lambda: (consume(map(memory_type, again)),
-                                        consume(map(fast, host)))),
-        "query_drain": query_drain and (lambda: consume(starmap(query_drain, nothing * n))),
-        "pending_flag": pending is not None and (
-            lambda: consume(map(getitem, same(pending, n), same(0, n)))),
-        "coverage_complete": coverage_complete and (
-            lambda: consume(starmap(coverage_complete, nothing * n))),
-        "coverage_token": token and (lambda: consume(starmap(token, nothing * n))),
-        "is_cuda_host": is_cuda and (lambda: consume(map(is_cuda, host))),
-        "cache_dev_cold": lambda: consume(map(cache.memory_type, cold)),
-        "cache_dev_hot": lambda: consume(map(cache.memory_type, same(hot, n))),
-        "cache_host": lambda: consume(map(cache.memory_type, host)),
-        "bisect_cold": bounds is not None and (
-            lambda: consume(map(bisect_right, same(bounds, n), cold))),
-        "bisect_host": bounds is not None and (
-            lambda: consume(map(bisect_right, same(bounds, n), host))),
-        "memo_get_cold": isinstance(memo, dict) and (lambda: consume(map(memo.get, cold))),
-        "memo_turn": memo_turn is not None and (
-            lambda: consume(starmap(next, same((memo_turn,), n)))),
+    def __dlpack_device__(self) -> Any:
+        return self._arr.__dlpack_device__()
+
+
+def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list[Any], Any]]:
+    """The objects users pass, each kind as a list of ``queries`` objects
+    (cycled over 64 distinct ones), with the type memory_type must answer."""
+    import ctypes
+
+    import numpy as np
+
+    from memhook import MemoryType
+
+    cuda, host = MemoryType.CUDA, MemoryType.HOST
+    arrays = [np.zeros(256 + i, dtype=np.float32) for i in range(64)]
+    raw = [bytes(200 + i) for i in range(64)]
+    kinds: dict[str, tuple[list[Any], Any]] = {
+        "numpy": (arrays, host),
+        "bytes": (raw, host),
+        "memoryview": ([memoryview(b) for b in raw], host),
+        "c_uint64 (dev)": ([ctypes.c_uint64(p) for p in dev_ptrs[:64]], cuda),
+        "c_void_p (dev)": ([ctypes.c_void_p(p) for p in dev_ptrs[:64]], cuda),
+        "ctypes array": ([(ctypes.c_char * (100 + i))() for i in range(64)], host),
+        "CUdeviceptr (dev)": ([cu.CUdeviceptr(p) for p in dev_ptrs[:64]], cuda),
+        "cuda_array_interface (dev)": ([_CudaArray(p, 1024) for p in dev_ptrs[:64]], cuda),
+        "dlpack (host)": ([_DLPackOnly(a) for a in arrays], host),
     }
-    return {key: fn for key, fn in candidates.items() if callable(fn)}
+    return {k: ((objs * (queries // len(objs) + 1))[:queries], want)
+            for k, (objs, want) in kinds.items()}
 
 
-def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = False) \
-        -> dict[str, Any]:
+def _ctypes_driver_query() -> Any:
+    """``cuPointerGetAttribute(MEMORY_TYPE, p)`` of the loaded driver through
+    ctypes (what a program without cuda-python does), or None."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return None
+    fn = driver.cuPointerGetAttribute
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    fn.restype = ctypes.c_int
+    out = ctypes.c_uint32()
+    ref = ctypes.byref(out)
+    memory_type_attr = 2  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+
+    def ask(p: int) -> int:
+        return fn(ref, memory_type_attr, p) or out.value
+    return ask
+
+
+def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]:
     """Install, allocate, check, time; the figures as a dict (ns)."""
     import collections
     import gc
@@ -159,7 +158,6 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
 
     import memhook
     from memhook import MemoryType
-    from memhook import _query as query_mod
     from memhook import cache as cache_mod
 
     report = memhook.install(mode)  # before cuda-python resolves the driver's entry points
@@ -213,17 +211,6 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
     clock = time.perf_counter_ns
     memory_type, lookup, memory_types = memhook.memory_type, memhook.lookup, memhook.memory_types
 
-    def stubbed(fn: Any) -> Any:
-        """``fn`` run with the hook layer swapped for a stub that vouches."""
-        def run() -> None:
-            layer = (query_mod._drain, query_mod._coverage_complete)
-            query_mod.set_hook_layer(None, lambda: True)
-            try:
-                fn()
-            finally:
-                query_mod.set_hook_layer(*layer)
-        return run
-
     work: dict[str, tuple[Any, int]] = {
         "dev_cold": (lambda: consume(map(memory_type, cold)), queries),
         "dev_hot": (lambda: consume(map(memory_type, same(hot, queries))), queries),
@@ -235,14 +222,25 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
         "cu_dev_cold": (lambda: consume(map(get_attr, same(attr), cold)), queries),
         "cu_dev_hot": (lambda: consume(map(get_attr, same(attr), same(hot, queries))), queries),
         "cu_host": (lambda: consume(map(get_attr, same(attr), host)), queries),
-        "stub_dev_cold": (stubbed(lambda: consume(map(memory_type, cold))), queries),
-        "stub_dev_hot": (stubbed(lambda: consume(map(memory_type, same(hot, queries)))), queries),
-        "stub_host": (stubbed(lambda: consume(map(memory_type, host))), queries),
     }
-    flat_copy = cache._flat[0] is not None
-    if pieces:
-        work.update({f"piece_{k}": (fn, queries)
-                     for k, fn in _pieces(cache, cold, host, hot, consume).items()})
+    objects = _objects(cu, keep, queries)
+    for kind, (objs, want) in objects.items():
+        assert all(memory_type(o) is want for o in objs[:256]), kind
+        work[f"obj {kind}"] = ((lambda objs=objs: consume(map(memory_type, objs))), queries)
+    # What reading the interfaces alone costs (the goal for those objects is
+    # this plus 200 ns).
+    cai = objects["cuda_array_interface (dev)"][0]
+    dlp = objects["dlpack (host)"][0]
+    work["iface cuda_array_interface"] = (
+        lambda: consume(o.__cuda_array_interface__ for o in cai), queries)
+    # (a consumer asks the device first, for the stream, then for a versioned
+    # capsule: both are the protocol's reading)
+    work["iface dlpack"] = (lambda: consume((o.__dlpack_device__(), o.__dlpack__(
+        max_version=(1, 0))) for o in dlp), queries)
+    ctypes_get_attr = _ctypes_driver_query()
+    if ctypes_get_attr is not None:
+        work["ctypes_driver_dev_cold"] = (lambda: consume(map(ctypes_get_attr, cold)), queries)
+        work["ctypes_driver_host"] = (lambda: consume(map(ctypes_get_attr, host)), queries)
     best = dict.fromkeys(work, float("inf"))
     gc.collect()
     gc.disable()
@@ -262,16 +260,20 @@ def _child(mode: str, regions: int, queries: int, repeat: int, pieces: bool = Fa
     return {"mode": mode, "device": name,
             "installed_as_asked": report.mode == memhook.HookMode.parse(mode),
             "coverage_complete": bool(getattr(status, "coverage_complete", False)),
-            "regions": regions_in_cache, "flat_copy": flat_copy, "queries": queries,
+            "regions": regions_in_cache, "queries": queries,
+            "memhook": os.path.dirname(memhook.__file__),
             "repeat": repeat, **best}
 
 
 # --------------------------------------------------------------- the parent
 
-def _run_mode(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
+def _run_mode(mode: str, args: argparse.Namespace, env: dict[str, str],
+              python: str = sys.executable) -> dict[str, Any]:
+    """One mode's figures from a child run by ``python`` (this interpreter,
+    or the baseline's: another build of memhook, its own venv)."""
+    cmd = [python, os.path.abspath(__file__), "--child", mode,
            "--regions", str(args.regions), "--queries", str(args.queries),
-           "--repeat", str(args.repeat), *(["--pieces"] if args.pieces else [])]
+           "--repeat", str(args.repeat)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout,
                           check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
@@ -311,16 +313,6 @@ def _print_table(rows: list[dict[str, Any]], driver: str) -> bool:
     print("batch dev: the cold pointers in random order; sorted, the same batch costs "
           + ", ".join(f"{r['batch_dev_sorted']:.1f}" for r in rows) + " ns a pointer")
     print()
-    print("stub (not the user's path: set_hook_layer(None, lambda: True), no drain or "
-          "coverage check):")
-    print("| mode | stub dev cold | stub dev hot | stub host | speed-up dev cold | dev hot | host |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        print(f"| {r['mode']} | {r['stub_dev_cold']:.0f} | {r['stub_dev_hot']:.0f} "
-              f"| {r['stub_host']:.0f} | {_ratio(r['cu_dev_cold'], r['stub_dev_cold'])} "
-              f"| {_ratio(r['cu_dev_hot'], r['stub_dev_hot'])} "
-              f"| {_ratio(r['cu_host'], r['stub_host'])} |")
-    print()
     vouched = ", ".join(f"{r['mode']} {'yes' if r['coverage_complete'] else 'NO'}" for r in rows)
     print(f"coverage complete (host answers without asking the driver): {vouched}")
     print("goal (>= 3x cuda-python for dev cold, dev hot and host; host/dev <= 1.0; "
@@ -328,17 +320,58 @@ def _print_table(rows: list[dict[str, Any]], driver: str) -> bool:
     return met_all
 
 
-def _print_pieces(rows: list[dict[str, Any]]) -> None:
+OBJECT_GOAL_NS = 300.0
+INT_GOAL_NS = 100.0
+BATCH_GOAL_NS = 8.0
+IFACE_EXTRA_NS = 200.0
+
+
+def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bool:
+    """memory_type of the objects users pass, this build beside the
+    baseline's (measured in the same run, one mode after the other)."""
     print()
-    print("pieces, each timed alone (ns per call, harness included: see noop; '-': that "
-          "internal is gone); flat copy: "
-          + ", ".join(f"{r['mode']} {'yes' if r['flat_copy'] else 'no'}" for r in rows))
-    print("| piece | " + " | ".join(r["mode"] for r in rows) + " | what |")
-    print("| --- |" + " --- |" * len(rows) + " --- |")
-    for key, what in PIECES.items():
-        values = [r.get(f"piece_{key}") for r in rows]
-        cells = " | ".join("-" if v is None else f"{v:.0f}" for v in values)
-        print(f"| {key} | {cells} | {what} |")
+    print("memory_type of each object kind, ns per call (this build"
+          + (", and the baseline's build beside it: "
+             + base[0]["memhook"] if base else "") + "):")
+    head = "| object | goal | " + " | ".join(
+        r["mode"] + (" (baseline)" if b else "")
+        for r in rows for b in ([False, True] if base else [False])) + " | met |"
+    print(head)
+    print("|" + " --- |" * (head.count("|") - 1))
+    keys = ["dev_cold", "host"] + [k for k in rows[0] if k.startswith("obj ")] + ["batch_dev"]
+    met_all = True
+    for key in keys:
+        if key == "batch_dev":
+            goal = BATCH_GOAL_NS
+        elif key in ("dev_cold", "host"):
+            goal = INT_GOAL_NS
+        elif "cuda_array_interface" in key:
+            goal = rows[0]["iface cuda_array_interface"] + IFACE_EXTRA_NS
+        elif "dlpack" in key:
+            goal = rows[0]["iface dlpack"] + IFACE_EXTRA_NS
+        else:
+            goal = OBJECT_GOAL_NS
+        cells = []
+        met = True
+        for i, r in enumerate(rows):
+            cells.append(f"{r[key]:.1f}" if key == "batch_dev" else f"{r[key]:.0f}")
+            met &= r[key] <= goal
+            if base:
+                b = base[i].get(key)
+                cells.append("-" if b is None else
+                             (f"{b:.1f}" if key == "batch_dev" else f"{b:.0f}"))
+        met_all &= met
+        name = {"dev_cold": "int (dev, cold)", "host": "int (host)",
+                "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
+        print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
+    for what in ("iface cuda_array_interface", "iface dlpack", "ctypes_driver_dev_cold",
+                 "ctypes_driver_host", "cu_dev_cold", "cu_host"):
+        print(f"{what}: " + ", ".join(f"{r['mode']} {r[what]:.0f}" for r in rows if what in r)
+              + " ns")
+    print(f"goals (int <= {INT_GOAL_NS:.0f} ns; objects <= {OBJECT_GOAL_NS:.0f} ns; interfaces "
+          f"<= reading them + {IFACE_EXTRA_NS:.0f} ns; batch <= {BATCH_GOAL_NS:.0f} ns a "
+          f"pointer): {'met' if met_all else 'MISSED'}")
+    return met_all
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -354,9 +387,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5, help="rounds; each figure is the best")
     p.add_argument("--timeout", type=float, default=600, help="seconds per mode")
     p.add_argument("--json", action="store_true", help="also print each mode's figures as JSON")
-    p.add_argument("--pieces", action="store_true",
-                   help="also time the pieces memory_type is made of (drain check, coverage "
-                        "check, lookup, memo), each alone")
+    p.add_argument("--baseline-python", metavar="PYTHON",
+                   help="also run every mode with this interpreter (another build of memhook, "
+                        "e.g. main's in its own venv), interleaved with this one's")
     p.add_argument("--child", metavar="MODE", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("regions", "queries", "repeat"):
@@ -368,7 +401,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.child:
-        figures = _child(args.child, args.regions, args.queries, args.repeat, args.pieces)
+        figures = _child(args.child, args.regions, args.queries, args.repeat)
         print(RESULT + json.dumps(figures), flush=True)
         return 0
     import memhook.sim
@@ -380,16 +413,24 @@ def main(argv: list[str] | None = None) -> int:
     env = memhook.sim.environ() if driver == "sim" else dict(os.environ)
     env.pop("MEMHOOK_CUDA_MODE", None)  # the mode is install()'s argument
     modes = args.modes or list(MODES)
+    rows: list[dict[str, Any]] = []
+    base: list[dict[str, Any]] = []
     try:
-        rows = [_run_mode(mode, args, env) for mode in modes]
+        for mode in modes:
+            rows.append(_run_mode(mode, args, env))
+            if args.baseline_python:
+                base.append(_run_mode(mode, args, env, args.baseline_python))
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         print(f"cache_vs_driver: {exc}", file=sys.stderr)
         return 1
     _print_table(rows, "simulator" if driver == "sim" else "GPU")
-    if args.pieces:
-        _print_pieces(rows)
+    if base:
+        print()
+        print("baseline (" + base[0]["memhook"] + "):")
+        _print_table(base, "simulator" if driver == "sim" else "GPU")
+    _print_objects(rows, base)
     if args.json:
-        for r in rows:
+        for r in rows + base:
             print(RESULT + json.dumps(r))
     return 0
 

@@ -282,13 +282,16 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
                 fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_DRIVER);
             return;
         }
-        if (may_remember)
+        /* (only while the hooks record: without them no FREE would ever
+         * undo the region, so the driver is simply asked again) */
+        bool kept = may_remember && (mh_cache_period(c) & 1u);
+        if (kept)
             remember(c, &d, since);
         if (d.base <= p && end <= d.base + d.size) {
             /* The remembered region's id, when it was remembered. */
             mh_found_region g;
             uint64_t id = 0;
-            if (may_remember && mh_cache_classify(c, p, end, &g) == MH_FOUND_IN &&
+            if (kept && mh_cache_classify(c, p, end, &g) == MH_FOUND_IN &&
                 g.r.start == d.base && g.r.end == d.base + d.size && g.r.type == d.type)
                 id = g.r.alloc_id;
             fill(out, d.type, d.device, d.base, d.size, id, MEMHOOK_ORIGIN_DRIVER);

@@ -505,13 +505,15 @@ static void cache_period_end(void)
 /* After an install (no lock held): the cache's copy of the coverage
  * answer, and, for a new period, the VA CUDA reserved before it marked
  * UNKNOWN (allocations no hook saw may be there: a query asks the
- * driver).  The answer changes with the mode only: a driver loaded later
+ * driver) when the driver was initialised before.  The answer changes with the mode only: a driver loaded later
  * is patched at its load (reloc follows dlopen; bistro loads it at
  * install). */
 static void cache_coverage_update(unsigned mode, bool new_period)
 {
     mh_cache *c = mh_cache_process();
-    if (new_period) {
+    /* (a driver never initialised before the hooks went in handed nothing
+     * out: the no-access mappings of the process are not CUDA's) */
+    if (new_period && g_driver_used_unseen) {
         uint64_t stack[2 * 64];
         uint64_t *pairs = stack;
         long long n = memhook_cuda_reserved_ranges(pairs, 64);

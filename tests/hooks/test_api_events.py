@@ -17,7 +17,7 @@ import pytest
 from hooks_api_testing import ALLOC, FREE, WINDOW, clean_events, record  # noqa: F401
 
 import memhook
-from memhook import Event, EventKind, MemoryType, Subscription, _coverage, _drain
+from memhook import Event, EventKind, MemoryType, Subscription, _drain
 from memhook.cache import process_cache
 
 pytestmark = pytest.mark.usefixtures("clean_events")
@@ -27,10 +27,6 @@ A = WINDOW + 0x1000_0000  # an address in the test window
 
 
 def test_the_cache_drains_before_every_query() -> None:
-    from memhook import cache
-
-    assert cache._drain is _drain.query_drain
-    assert cache._coverage_complete is _coverage.coverage_complete
     record(ALLOC, "cuMemAlloc_v2", A, 1 << 20, M.CUDA, 0)
     # No flush: the query itself drains.
     assert memhook.memory_type(A + 100) is M.CUDA
@@ -485,20 +481,44 @@ def test_skipped_slots_are_ignored_entirely() -> None:
 def test_free_of_unknown_size_demotes_the_region_to_unknown() -> None:
     """A FREE nobody knew the size of cannot punch an exact hole, and the
     region holding the address may hold live neighbours (touching regions of
-    one type merge): it becomes UNKNOWN, for the driver to decide."""
-    size_unknown = int(_drain.lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
-    cache = process_cache()
-    record(ALLOC, "cuMemHostRegister_v2", A, 4096, M.CUDA_HOST, -1)
-    record(ALLOC, "cuMemHostRegister_v2", A + 4096, 4096, M.CUDA_HOST, -1)
-    memhook.flush()
-    assert cache.lookup(A) == memhook.Region(A, 8192, M.CUDA_HOST, -1)
-    assert _drain._deliver([_row(FREE, A, 0, M.CUDA_HOST, -1, flags=size_unknown)]) == 1
-    assert cache.lookup(A) == memhook.Region(A, 8192, M.UNKNOWN, -1)
-    # One that is not in the cache, or failed, changes nothing.
-    assert _drain._deliver([_row(FREE, A + (1 << 20), 0, flags=size_unknown),
-                            _row(FREE, A, 0, flags=size_unknown, result=1)]) == 2
-    assert [r for r in cache.regions() if r.start >= WINDOW] == \
-        [memhook.Region(A, 8192, M.UNKNOWN, -1)]
+    one type merge): it becomes UNKNOWN, for the driver to decide.  (The
+    core's cache applies events now; this test once handed a crafted row to
+    the Python drain's apply, and now hands it to the core's feed, through a
+    test cache: the process's own is fed only by the queue.)"""
+    lib = _drain.lib
+    size_unknown = int(lib.MEMHOOK_EVENT_SIZE_UNKNOWN)
+    ffi = _drain.ffi
+    cache = lib.memhook_testing_cache_new()
+    try:
+        def apply(*rows: tuple[int, ...]) -> None:
+            events = ffi.new("memhook_event[]", len(rows))
+            for ev, (_, address, size, _, kind, _, mem_type, device, _, _, result, flags,
+                     _) in zip(events, rows):
+                ev.address, ev.size, ev.kind, ev.mem_type = address, size, kind, mem_type
+                ev.device, ev.result, ev.flags = device, result, flags
+            lib.memhook_testing_cache_apply(cache, events, len(rows))
+
+        def lookup(p: int) -> tuple[int, int, int, int]:
+            out = ffi.new("memhook_region *", {"struct_size": ffi.sizeof("memhook_region")})
+            lib.memhook_testing_cache_lookup(cache, p, 1, out)
+            return (out.base, out.size, out.mem_type, out.device)
+
+        apply(_row(ALLOC, A, 4096, M.CUDA_HOST, -1), _row(ALLOC, A + 4096, 4096, M.CUDA_HOST, -1))
+        assert lookup(A) == (A, 4096, M.CUDA_HOST, -1)
+        assert lookup(A + 4096) == (A + 4096, 4096, M.CUDA_HOST, -1)
+        apply(_row(FREE, A, 0, M.CUDA_HOST, -1, flags=size_unknown))
+        assert lookup(A)[2:] == (M.UNKNOWN, -1)
+        assert lookup(A + 4096)[2:] == (M.UNKNOWN, -1)   # (the touching run: one region)
+        # One that is not in the cache, or failed, changes nothing.
+        apply(_row(FREE, A + (1 << 20), 0, flags=size_unknown),
+              _row(FREE, A, 0, flags=size_unknown, result=1))
+        assert lookup(A + (1 << 20))[2] == M.HOST
+        regions = ffi.new("memhook_region[]", 8)
+        n = lib.memhook_testing_cache_regions(cache, regions, 8)
+        assert [(r.base, r.size, r.mem_type) for r in regions[0:n]] == \
+            [(A, 4096, M.UNKNOWN), (A + 4096, 4096, M.UNKNOWN)]
+    finally:
+        lib.memhook_testing_cache_free(cache)
 
 
 def test_malformed_event_is_logged_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
@@ -570,30 +590,6 @@ def test_threads_record_and_drain_concurrently() -> None:
             assert open_allocs.pop(e.address) == e.tid
     assert not open_allocs
     assert not [r for r in process_cache().regions() if r.start >= WINDOW]
-
-
-def test_coverage_answer_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """coverage_complete asks the core only when its token (mode, loader
-    object count, first trim) or the install epoch changed."""
-    assert _coverage.coverage_complete() is False  # no hooks in this process
-    asked: list[int] = []
-    token = [(100 << 3) | 3]  # 100 objects loaded, mode bistro,reloc
-    monkeypatch.setattr(_coverage, "_token", lambda: token[0])
-    monkeypatch.setattr(_coverage, "_ask", lambda: asked.append(1) or 1)
-    assert _coverage.coverage_complete() is True
-    assert _coverage.coverage_complete() is True
-    assert len(asked) == 1
-    token[0] += 1 << 3  # an object was loaded
-    assert _coverage.coverage_complete() is True and len(asked) == 2
-    _coverage.invalidate()  # (install/uninstall)
-    assert _coverage.coverage_complete() is True and len(asked) == 3
-    token[0] = (token[0] & ~3) | 2  # mode reloc
-    assert _coverage.coverage_complete() is True and len(asked) == 4
-    token[0] |= 1 << 2  # the queue was trimmed once
-    assert _coverage.coverage_complete() is True and len(asked) == 5
-    token[0] &= ~3  # mode none: never vouched for, never asked
-    assert _coverage.coverage_complete() is False and len(asked) == 5
-    _coverage.invalidate()
 
 
 def test_coverage_token_moves_with_what_the_answer_depends_on(tmp_path: Path) -> None:

@@ -404,6 +404,31 @@ MEMHOOK_API int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t 
 MEMHOOK_API int memhook_query_types_cached(const uint64_t *ptrs, size_t count,
                                             uint8_t *types);
 
+/* ---- the process cache by hand (csrc/cache/cache_hand.c) ----
+ * For a transport that knows of memory the hooks cannot see, and for
+ * Python's memhook.cache.process_cache(), a view of this cache.  Writes
+ * are queued after every event published before the call (event order),
+ * stamped with the current install period, origin MEMHOOK_ORIGIN_HOOKS:
+ *  - memhook_cache_update: [base, base + size) becomes one region of
+ *    mem_type (MEMHOOK_MEMORY_*) on device (-1: none known);
+ *  - memhook_cache_remove: a hole over [base, base + size);
+ *  - memhook_cache_clear: every region goes.
+ * They return 0, -EINVAL (size 0, a type or device out of range),
+ * -EOVERFLOW (past the end of the address space) or -ENOMEM.
+ * memhook_cache_lookup: what the cache alone holds for [ptr, ptr + len)
+ * (no driver call): 0 in no region, 1 inside one, 2 covered by touching
+ * regions of one type, 3 mixed, with *out as memhook_query fills it (origin
+ * HOOKS where vouched, else UNKNOWN); -EINVAL/-EOVERFLOW as memhook_query.
+ * memhook_cache_regions: the regions in address order (up to capacity into
+ * out, each sizeof(memhook_region)); returns how many there are.
+ * Any thread; not async-signal-safe (a write waits for the writer's seat,
+ * the listing mallocs). */
+MEMHOOK_API int memhook_cache_update(uint64_t base, uint64_t size, int mem_type, int device);
+MEMHOOK_API int memhook_cache_remove(uint64_t base, uint64_t size);
+MEMHOOK_API int memhook_cache_clear(void);
+MEMHOOK_API int memhook_cache_lookup(const void *ptr, size_t len, memhook_region *out);
+MEMHOOK_API size_t memhook_cache_regions(memhook_region *out, size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

@@ -352,7 +352,10 @@ class _LeakyOnce:
 def case_lock_window(cases: Cases, keeper: ctypes.CDLL, mode: str, cu: Any) -> None:
     alloc, free = alloc_free_v2(cu)
     seen = Seen()
-    for name in ("_lock", "_deliver_lock", "_take_lock"):
+    # (_take_lock was tried with acquire() only by a query's look at the
+    # events the Python cache lacked, gone with that cache; the drain takes
+    # it in a with statement)
+    for name in ("_lock", "_deliver_lock"):
         real = getattr(_drain, name)
         leaky = _LeakyOnce(real)
         setattr(_drain, name, leaky)
@@ -360,41 +363,10 @@ def case_lock_window(cases: Cases, keeper: ctypes.CDLL, mode: str, cu: Any) -> N
             _drain._acquire = leaky.acquire
         p, _ = alloc(4096)
         try:
-            if name == "_take_lock":
-                # unapplied() tries it: a query while another thread applies
-                gate, entered = threading.Event(), threading.Event()
-                real_part = _drain._apply_part
-                holder_id: list[int] = []
-
-                def stalled(rows: Any, end: int, marks: list[int]) -> int:
-                    if threading.get_ident() in holder_id:
-                        entered.set()
-                        gate.wait(10)
-                    return real_part(rows, end, marks)
-
-                def hold() -> None:
-                    holder_id.append(threading.get_ident())
-                    memhook.flush()
-
-                _drain._apply_part = stalled
-                try:
-                    holder = threading.Thread(target=hold, daemon=True)
-                    holder.start()
-                    entered.wait(10)
-                    alloc(4096)
-                    try:
-                        memhook.memory_type(p)
-                    except KeyboardInterrupt:
-                        pass
-                    gate.set()
-                    holder.join(10)
-                finally:
-                    _drain._apply_part = real_part
-            else:
-                try:
-                    memhook.flush()
-                except KeyboardInterrupt:
-                    pass
+            try:
+                memhook.flush()
+            except KeyboardInterrupt:
+                pass
         finally:
             setattr(_drain, name, real)
             if name == "_lock":

@@ -5,9 +5,11 @@
 Inside the core an event carries the drain's private flag bits 16-31
 (links, marker epochs, the raw-TSC and coarse-time flags: csrc/queue/queue.h)
 and, in ``seq``, a link to another event until the drain numbers it.  Every
-event Python gets - the rows the bulk apply writes into the cache, the rows
-a query looks at without the drain (memhook._drain.unapplied), the Event
-objects of a plain and of a precise-time subscriber - must carry only public
+event Python gets - the rows Python's drain takes out of the core (the
+core's cache applied them as it handed them out; this script once watched
+a Python cache's bulk apply and a query's look at unapplied rows, both gone
+with the Python process cache), the Event objects of a plain and of a
+precise-time subscriber - must carry only public
 ``MEMHOOK_EVENT_*`` flags and the drain's own numbering.  The history has
 what sets each private bit: frees by another thread than the allocating one
 (the live table's link), the same address reused (the address chain), a
@@ -23,7 +25,7 @@ import threading
 from hkchild import Cases, Recorder, byref, c_int, c_uint64, c_void_p, load_driver, mode_arg, ok
 
 import memhook
-from memhook import _apply
+from memhook import _drain
 from memhook._core import lib
 from memhook.hooks import hook_index
 
@@ -44,23 +46,18 @@ def main() -> int:
     ok(cu.cuDevicePrimaryCtxRetain(byref(ctx), dev), "cuDevicePrimaryCtxRetain")
     ok(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
-    # Every row Python's drain applies or looks at, as the core handed it out.
+    # Every row Python's drain takes out, as the core handed it out.
     seen_flags: list[int] = []
     applied_seqs: list[int] = []
-    apply_rows, last_touch = _apply.apply_rows, _apply.last_touch
+    take_part = _drain._apply_part
 
-    def watch_apply(cache, rows, progress, *more):  # type: ignore[no-untyped-def]
-        seen_flags.extend(int(f) for f in rows["flags"])
-        applied_seqs.extend(int(s) for s in rows["seq"])
-        return apply_rows(cache, rows, progress, *more)
+    def watch_take(rows, end, marks):  # type: ignore[no-untyped-def]
+        part = rows[marks[0]:end]
+        seen_flags.extend(int(f) for f in part["flags"])
+        applied_seqs.extend(int(s) for s in part["seq"])
+        return take_part(rows, end, marks)
 
-    def watch_touch(views, start, size, closed):  # type: ignore[no-untyped-def]
-        for rows in views:
-            seen_flags.extend(int(f) for f in rows["flags"])
-        return last_touch(views, start, size, closed)
-
-    _apply.apply_rows = watch_apply  # type: ignore[assignment]
-    _apply.last_touch = watch_touch  # type: ignore[assignment]
+    _drain._apply_part = watch_take  # type: ignore[assignment]
     plain = Recorder()
     precise: list[memhook.Event] = []
     precise_sub = memhook.subscribe(precise.append, precise_time=True)
@@ -140,7 +137,7 @@ def main() -> int:
         last = events[-1].timestamp_ns
         far = [e.timestamp_ns for e in precise + events if abs(e.timestamp_ns - last) > 600e9]
         cases.check(not far, f"timestamps that are no CLOCK_MONOTONIC time: {far[:4]}")
-    _apply.apply_rows, _apply.last_touch = apply_rows, last_touch  # type: ignore[assignment]
+    _drain._apply_part = take_part  # type: ignore[assignment]
     memhook.uninstall()
     return 0
 

@@ -1,0 +1,693 @@
+/* query.c - memhook.memory_type / lookup in C: the argument normalised,
+ * then one call into the core's cache (memhook_query).
+ *
+ * Built into the cffi extension memhook._native and added to that module
+ * as builtins at its initialisation (memhook_pyext_add; the module's init
+ * is wrapped in memhook/_ffi_build.py): cffi calls release and retake the
+ * GIL around every call and convert arguments through its type system,
+ * which is most of a query's cost, and cannot take a Python object.  So
+ * there is one binding, the extension, with two kinds of entry point:
+ * cffi functions for the core's C API, these builtins for the queries
+ * (docs/design/python-queries.md argues the choice).
+ *
+ * What is normalised here, without calling Python code:
+ *   - an exact int (a size too);
+ *   - bytes and bytearray (their storage);
+ *   - objects of a type memhook/_query.py has learned (`kinds`, a dict from
+ *     type to how to read it), after checking, on the first object of that
+ *     type, that the reading here gives what memhook._inputs.byte_range
+ *     gives: the buffer protocol (numpy arrays, memoryview, ctypes arrays),
+ *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
+ *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
+ *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
+ *     DLPack's versioned capsule (__dlpack__(max_version=(1, 0))).
+ * Anything else, and anything unusual on these paths (an error, an empty
+ * extent, a negative value, a malformed interface), goes to the Python
+ * normaliser (`fallback`), which gives the answer or the clear error; so
+ * this file never answers what the Python path would not, and never words
+ * an error.
+ *
+ * The GIL is held throughout (memhook_query takes no lock a Python thread
+ * could hold, and never calls Python), so the configured objects below are
+ * read and replaced under it.
+ *
+ * Limited API: the rest of the extension is built for the stable ABI of
+ * Python 3.9 (cffi's default, the wheel's cp39-abi3 tag).  The buffer
+ * protocol (PyObject_GetBuffer, Py_buffer) joined the limited API's headers
+ * only in 3.11, but its functions and struct are unchanged and exported
+ * since Python 3.0, so this file declares 3.11's limited API: the symbols it
+ * uses are all present in every CPython 3.9+.  A free-threaded or debug
+ * build takes the full API. */
+#include <pyconfig.h>
+#if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
+    !defined(Py_REF_DEBUG)
+#define Py_LIMITED_API 0x030b0000
+#endif
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "memhook/memhook.h"
+
+#define TYPE_CODES 5
+
+/* How an object of a learned type is read (memhook/_query.py's _KIND_*). */
+enum kind {
+    KIND_BUFFER = 1, /* the buffer protocol: its storage */
+    KIND_INDEX = 3,  /* __index__ */
+    KIND_INT = 4,    /* __int__ (a pointer handle) */
+    KIND_CAI = 5,    /* __cuda_array_interface__ */
+    KIND_DLPACK = 6, /* __dlpack__ (versioned capsule, 1.x) */
+    KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
+    KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
+};
+
+/* Set once by memhook/_query.py (query_configure); global because the
+ * extension has one process cache to answer for. */
+static struct {
+    PyObject *types;       /* MemoryType members by code */
+    PyObject *make_region; /* (start, size, MemoryType, device) -> Region */
+    PyObject *fallback;    /* (obj, size) -> (start, n), or raises */
+    PyObject *kinds;       /* dict: type -> enum kind */
+    /* The subscribers' delivery: while events wait in the core's queue
+     * (its pending flag) and `registry.current` holds a subscription, a
+     * query first calls deliver() (memhook._drain.query_drain), which hands
+     * subscribers what it can without waiting, as queries always have. */
+    PyObject *registry, *deliver;
+    const volatile uint32_t *pending;
+} g;
+
+static PyObject *s_dlpack, *s_dlpack_device, *s_max_version, *s_stream, *v_max_version,
+    *v_no_sync;
+static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
+
+/* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
+static int as_u64(PyObject *o, uint64_t *v)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    unsigned long long a = PyLong_AsUnsignedLongLong(o);
+    if (a == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = a;
+    return 1;
+}
+
+static int as_i64(PyObject *o, int64_t *v)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    long long a = PyLong_AsLongLong(o);
+    if (a == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = a;
+    return 1;
+}
+
+/* The lowest address and the byte count of a strided array: 0 when it does
+ * not fit in 64 bits or is empty (the Python path answers those). */
+static int extent(uint64_t ptr, int ndim, const int64_t *shape, const int64_t *strides,
+                  int64_t itemsize, uint64_t *start, uint64_t *n)
+{
+    if (itemsize <= 0)
+        return 0;
+    __int128 lo = 0, hi = 0, count = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0)
+            return 0;
+        if (strides != NULL) {
+            __int128 span = (__int128)(shape[i] - 1) * strides[i];
+            if (span < 0)
+                lo += span;
+            else
+                hi += span;
+        } else {
+            count *= shape[i];
+            if (count > ((__int128)1 << 64))
+                return 0;
+        }
+    }
+    __int128 first = (__int128)ptr + lo;
+    __int128 bytes = strides != NULL ? hi - lo + itemsize : count * itemsize;
+    if (first < 0 || bytes <= 0 || first + bytes > ((__int128)1 << 64))
+        return 0;
+    *start = (uint64_t)first;
+    *n = (uint64_t)bytes;
+    return 1;
+}
+
+static int buffer_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 0;
+    if (view.len > 0 && view.ndim <= 64) {
+        if (view.strides == NULL || view.ndim == 0) {
+            *start = (uint64_t)(uintptr_t)view.buf;
+            *n = (uint64_t)view.len;
+            ok = *n <= UINT64_MAX - *start;
+        } else {
+            int64_t shape[64], strides[64];
+            for (int i = 0; i < view.ndim; i++) {
+                shape[i] = view.shape[i];
+                strides[i] = view.strides[i];
+            }
+            ok = extent((uint64_t)(uintptr_t)view.buf, view.ndim, shape, strides,
+                        view.itemsize, start, n);
+        }
+    }
+    PyBuffer_Release(&view);
+    return ok;
+}
+
+/* An int tuple of at most 64 entries (exact ints). */
+static int int_tuple(PyObject *t, int64_t *out, Py_ssize_t *len)
+{
+    if (!PyTuple_Check(t))
+        return 0;
+    Py_ssize_t k = PyTuple_Size(t);
+    if (k > 64)
+        return 0;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (!as_i64(PyTuple_GetItem(t, i), &out[i]))
+            return 0;
+    *len = k;
+    return 1;
+}
+
+/* An array-interface typestr's item size ("<f4": 4, "|u1": 1, "<U4": 16),
+ * for the kinds numpy sizes as written; 0 for anything else. */
+static int64_t typestr_itemsize(PyObject *typestr)
+{
+    Py_ssize_t len;
+    const char *s = PyUnicode_Check(typestr) ? PyUnicode_AsUTF8AndSize(typestr, &len) : NULL;
+    if (s == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (len < 3 || len > 12 || strchr("<>|=", s[0]) == NULL || strchr("biufcV?SU", s[1]) == NULL)
+        return 0;
+    int64_t size = 0;
+    for (Py_ssize_t i = 2; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        size = size * 10 + (s[i] - '0');
+    }
+    return s[1] == 'U' ? size * 4 : size;
+}
+
+static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *iface = PyObject_GetAttr(obj, s_cai);
+    if (iface == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 0;
+    if (PyDict_CheckExact(iface)) {
+        PyObject *data = PyDict_GetItem(iface, s_data);
+        PyObject *shape_t = PyDict_GetItem(iface, s_shape);
+        PyObject *typestr = PyDict_GetItem(iface, s_typestr);
+        PyObject *strides_t = PyDict_GetItem(iface, s_strides);
+        PyObject *offset_o = PyDict_GetItem(iface, s_offset);
+        int64_t shape[64], strides[64], offset = 0, itemsize;
+        Py_ssize_t nd = 0, ns = 0;
+        uint64_t ptr;
+        ok = data != NULL && PyTuple_Check(data) && PyTuple_Size(data) == 2 &&
+             as_u64(PyTuple_GetItem(data, 0), &ptr) && shape_t != NULL &&
+             int_tuple(shape_t, shape, &nd) && typestr != NULL &&
+             (itemsize = typestr_itemsize(typestr)) > 0 &&
+             (offset_o == NULL || offset_o == Py_None || as_i64(offset_o, &offset));
+        if (ok && strides_t != NULL && strides_t != Py_None)
+            ok = int_tuple(strides_t, strides, &ns) && ns == nd;
+        else
+            strides_t = NULL;
+        if (ok) {
+            __int128 p = (__int128)ptr + offset;
+            ok = p >= 0 && p < ((__int128)1 << 64) &&
+                 extent((uint64_t)p, (int)nd, shape, strides_t ? strides : NULL, itemsize, start,
+                        n);
+        }
+    }
+    Py_DECREF(iface);
+    return ok;
+}
+
+/* The value a ctypes integer holds, read from its own storage (the buffer
+ * ctypes exports: native byte order, the type's size) - a fraction of the
+ * cost of .value.  A negative value: 0 (the Python path says why). */
+static int ctypes_address(PyObject *obj, int is_signed, uint64_t *start)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = 1;
+    const unsigned char *b = view.buf;
+    switch (view.len) {
+    case 1:
+        *start = is_signed ? (uint64_t)(int64_t)(int8_t)b[0] : b[0];
+        break;
+    case 2: {
+        uint16_t u;
+        memcpy(&u, b, 2);
+        *start = is_signed ? (uint64_t)(int64_t)(int16_t)u : u;
+        break;
+    }
+    case 4: {
+        uint32_t u;
+        memcpy(&u, b, 4);
+        *start = is_signed ? (uint64_t)(int64_t)(int32_t)u : u;
+        break;
+    }
+    case 8:
+        memcpy(start, b, 8);
+        break;
+    default:
+        ok = 0;
+    }
+    PyBuffer_Release(&view);
+    return ok && !(is_signed && (int64_t)*start < 0);
+}
+
+/* DLPack's DLTensor, as both capsule forms hold it (dlpack.h, 0.x and 1.x). */
+typedef struct {
+    void *data;
+    int32_t device_type, device_id;
+    int32_t ndim;
+    uint8_t code, bits;
+    uint16_t lanes;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+
+/* DLManagedTensorVersioned: {version {major, minor}; manager_ctx; deleter;
+ * flags; dl_tensor}. */
+#define DL_VERSIONED_TENSOR_OFFSET 32
+#define DL_CPU 1
+
+/* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a versioned
+ * capsule, read and released (its destructor calls the producer's deleter,
+ * as memhook._inputs does).  A legacy capsule, or anything odd: 0. */
+static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *device = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
+    if (device == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int64_t dev_type;
+    int ok = PyTuple_Check(device) && PyTuple_Size(device) == 2 &&
+             as_i64(PyTuple_GetItem(device, 0), &dev_type);
+    Py_DECREF(device);
+    if (!ok)
+        return 0;
+    PyObject *method = PyObject_GetAttr(obj, s_dlpack);
+    PyObject *kwargs = method != NULL ? PyDict_New() : NULL;
+    PyObject *empty = kwargs != NULL ? PyTuple_New(0) : NULL;
+    PyObject *capsule = NULL;
+    if (empty != NULL && PyDict_SetItem(kwargs, s_max_version, v_max_version) == 0 &&
+        (dev_type == DL_CPU || PyDict_SetItem(kwargs, s_stream, v_no_sync) == 0))
+        capsule = PyObject_Call(method, empty, kwargs);
+    Py_XDECREF(empty);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(method);
+    if (capsule == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    ok = 0;
+    const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
+    if (name != NULL && strcmp(name, "dltensor_versioned") == 0) {
+        const char *raw = PyCapsule_GetPointer(capsule, name);
+        uint32_t major;
+        if (raw != NULL && (memcpy(&major, raw, sizeof major), major == 1)) {
+            const dl_tensor *t = (const dl_tensor *)(const void *)(raw +
+                                                                  DL_VERSIONED_TENSOR_OFFSET);
+            int64_t itemsize = ((int64_t)t->bits * t->lanes + 7) / 8;
+            if (itemsize < 1)
+                itemsize = 1;
+            if (t->ndim >= 0 && t->ndim <= 64 && (t->ndim == 0 || t->shape != NULL)) {
+                int64_t strides[64];
+                for (int i = 0; t->strides != NULL && i < t->ndim; i++)
+                    strides[i] = t->strides[i] * itemsize;
+                __int128 p = (__int128)(uintptr_t)t->data + t->byte_offset;
+                ok = p < ((__int128)1 << 64) &&
+                     extent((uint64_t)p, t->ndim, t->shape, t->strides ? strides : NULL,
+                            itemsize, start, n);
+            }
+        }
+    }
+    PyErr_Clear();
+    Py_DECREF(capsule);
+    return ok;
+}
+
+/* A PyLong from an attribute or a conversion, as an address. */
+static int steal_address(PyObject *v, uint64_t *start)
+{
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = as_u64(v, start);
+    Py_DECREF(v);
+    return ok;
+}
+
+/* [start, start + n) for obj and size, read here: 1; or 0 (no exception
+ * set) where the Python normaliser must answer. */
+static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
+{
+    int is_address;
+    if (PyLong_CheckExact(obj)) {
+        if (!as_u64(obj, start))
+            return 0;
+        is_address = 1;
+    } else if (PyBytes_CheckExact(obj)) {
+        *start = (uint64_t)(uintptr_t)PyBytes_AsString(obj);
+        *n = (uint64_t)PyBytes_Size(obj);
+        is_address = 0;
+    } else if (PyByteArray_CheckExact(obj)) {
+        *start = (uint64_t)(uintptr_t)PyByteArray_AsString(obj);
+        *n = (uint64_t)PyByteArray_Size(obj);
+        is_address = 0;
+    } else {
+        PyObject *k = g.kinds ? PyDict_GetItem(g.kinds, (PyObject *)Py_TYPE(obj)) : NULL;
+        long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
+        switch (kind) {
+        case KIND_BUFFER:
+            if (!buffer_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
+        case KIND_CAI:
+            if (!cai_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
+        case KIND_DLPACK:
+            if (!dlpack_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
+        case KIND_CTYPES_UNSIGNED:
+        case KIND_CTYPES_SIGNED:
+            if (!ctypes_address(obj, kind == KIND_CTYPES_SIGNED, start))
+                return 0;
+            is_address = 1;
+            break;
+        case KIND_INDEX:
+            if (!steal_address(PyNumber_Index(obj), start))
+                return 0;
+            is_address = 1;
+            break;
+        case KIND_INT:
+            if (!steal_address(PyNumber_Long(obj), start))
+                return 0;
+            is_address = 1;
+            break;
+        default:
+            if (k == NULL && PyErr_Occurred())
+                PyErr_Clear();
+            return 0;
+        }
+    }
+    if (is_address) {
+        if (size == NULL)
+            *n = 1;
+        else if (!as_u64(size, n) || *n == 0)
+            return 0;
+        return *n - 1 <= UINT64_MAX - *start; /* (may end at 2**64: see ask) */
+    }
+    /* an extent: no size but 1, and not empty (the data pointer's byte: the
+     * Python path's rule) */
+    uint64_t one;
+    if (size != NULL && !(as_u64(size, &one) && one == 1))
+        return 0;
+    return *n != 0 && *n - 1 <= UINT64_MAX - *start;
+}
+
+/* normalise, else the Python normaliser: 0, or -1 with its exception. */
+static int resolve(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
+{
+    if (normalise(obj, size, start, n))
+        return 0;
+    if (g.fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "memhook._native: queries not configured");
+        return -1;
+    }
+    PyObject *got = size == NULL ? PyObject_CallFunctionObjArgs(g.fallback, obj, NULL)
+                                 : PyObject_CallFunctionObjArgs(g.fallback, obj, size, NULL);
+    if (got == NULL)
+        return -1;
+    int ok = PyTuple_Check(got) && PyTuple_Size(got) == 2 &&
+             as_u64(PyTuple_GetItem(got, 0), start) && as_u64(PyTuple_GetItem(got, 1), n);
+    Py_DECREF(got);
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "memhook: the normaliser gave no (start, size)");
+        return -1;
+    }
+    return 0;
+}
+
+static int args(const char *name, PyObject *const *argv, Py_ssize_t argc, PyObject **obj,
+                PyObject **size)
+{
+    if (argc < 1 || argc > 2) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 1 or 2 arguments (%zd given)", name, argc);
+        return -1;
+    }
+    *obj = argv[0];
+    *size = argc == 2 ? argv[1] : NULL;
+    return 0;
+}
+
+/* Events wait and subscribers want them: hand them out (0, or -1 with the
+ * exception deliver() raised). */
+static int deliver(void)
+{
+    if (g.deliver == NULL || *g.pending == 0)
+        return 0;
+    PyObject *current = PyObject_GetAttr(g.registry, s_current);
+    if (current == NULL)
+        return -1;
+    int want = PyObject_IsTrue(current);
+    Py_DECREF(current);
+    if (want <= 0)
+        return want;
+    PyObject *done = PyObject_CallObject(g.deliver, NULL);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+static int ask(PyObject *obj, PyObject *size, memhook_region *r)
+{
+    uint64_t start, n;
+    if (deliver() != 0)
+        return -1;
+    if (resolve(obj, size, &start, &n) != 0)
+        return -1;
+    r->struct_size = sizeof *r;
+    if (n > UINT64_MAX - start) {
+        /* A range ending at 2**64, which the core cannot name: its last
+         * byte is in no region (a region ends by 2**64 - 1), so the range
+         * without it is asked about; the last byte alone is host memory. */
+        if (--n == 0) {
+            *r = (memhook_region){.struct_size = sizeof *r, .mem_type = MEMHOOK_MEMORY_HOST,
+                                  .device = -1, .base = start, .size = 1};
+            return 0;
+        }
+    }
+    int rc = memhook_query((const void *)(uintptr_t)start, (size_t)n, r);
+    if (rc != 0) {
+        PyErr_Format(PyExc_ValueError, "memhook_query refused the range at 0x%llx (%llu bytes): "
+                     "error %d", (unsigned long long)start, (unsigned long long)n, -rc);
+        return -1;
+    }
+    if (r->mem_type < 0 || r->mem_type >= TYPE_CODES)
+        r->mem_type = MEMHOOK_MEMORY_UNKNOWN;
+    return 0;
+}
+
+/* query_type(obj[, size]): memhook.memory_type. */
+static PyObject *query_type(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    PyObject *obj, *size;
+    memhook_region r;
+    if (args("query_type", argv, argc, &obj, &size) != 0 || ask(obj, size, &r) != 0)
+        return NULL;
+    PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
+    Py_XINCREF(t);
+    return t;
+}
+
+/* Regions lookup answered lately, by alloc_id (direct-mapped; read and
+ * written under the GIL, like g). */
+#define REGION_MEMO 1024
+typedef struct {
+    uint64_t alloc_id, base, size;
+    int type, device;
+    PyObject *region;
+} region_memo;
+static region_memo g_regions[REGION_MEMO];
+
+/* query_region(obj[, size]): memhook.lookup. */
+static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    PyObject *obj, *size;
+    memhook_region r;
+    if (args("query_region", argv, argc, &obj, &size) != 0 || ask(obj, size, &r) != 0)
+        return NULL;
+    if (r.mem_type == MEMHOOK_MEMORY_HOST)
+        Py_RETURN_NONE;
+    /* An allocation's Region is made once and handed out again while its
+     * extent, type and device stay (Regions are immutable): making one
+     * costs a call into Python, several times the query. */
+    region_memo *m = r.alloc_id ? &g_regions[r.alloc_id % REGION_MEMO] : NULL;
+    if (m != NULL && m->region != NULL && m->alloc_id == r.alloc_id && m->base == r.base &&
+        m->size == r.size && m->type == r.mem_type && m->device == r.device) {
+        Py_INCREF(m->region);
+        return m->region;
+    }
+    PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
+    if (t == NULL)
+        return NULL;
+    PyObject *region = PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r.base,
+                                             (unsigned long long)r.size, t, r.device);
+    if (region != NULL && m != NULL) {
+        PyObject *old = m->region;
+        *m = (region_memo){.alloc_id = r.alloc_id, .base = r.base, .size = r.size,
+                           .type = r.mem_type, .device = r.device, .region = region};
+        Py_INCREF(region);
+        Py_XDECREF(old);
+    }
+    return region;
+}
+
+/* query_extent(obj, kind): what this file reads of obj as `kind`, as
+ * (start, size), or None where it would ask the Python normaliser (for
+ * memhook/_query.py to check a type before it learns it). */
+static PyObject *query_extent(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    if (argc != 2 || !PyLong_CheckExact(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "query_extent(obj, kind)");
+        return NULL;
+    }
+    PyObject *probe = PyDict_New();
+    if (probe == NULL)
+        return NULL;
+    if (PyDict_SetItem(probe, (PyObject *)Py_TYPE(argv[0]), argv[1]) != 0) {
+        Py_DECREF(probe);
+        return NULL;
+    }
+    PyObject *saved = g.kinds;
+    g.kinds = probe;
+    uint64_t start, n;
+    int ok = normalise(argv[0], NULL, &start, &n);
+    g.kinds = saved;
+    Py_DECREF(probe);
+    if (!ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KK)", (unsigned long long)start, (unsigned long long)n);
+}
+
+static void set(PyObject **slot, PyObject *value)
+{
+    PyObject *old = *slot;
+    Py_XINCREF(value);
+    *slot = value;
+    Py_XDECREF(old);
+}
+
+/* query_hand_out(): deliver() before memhook.memory_types' batch. */
+static PyObject *query_hand_out(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (deliver() != 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* query_deliver(registry, deliver) or query_deliver(None, None): see g. */
+static PyObject *query_deliver(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    if (argc != 2 || (argv[0] == Py_None) != (argv[1] == Py_None) ||
+        (argv[1] != Py_None && !PyCallable_Check(argv[1]))) {
+        PyErr_SetString(PyExc_TypeError, "query_deliver(registry, deliver) or (None, None)");
+        return NULL;
+    }
+    g.pending = memhook_events_pending_flag();
+    set(&g.registry, argv[0] == Py_None ? NULL : argv[0]);
+    set(&g.deliver, argv[1] == Py_None ? NULL : argv[1]);
+    Py_RETURN_NONE;
+}
+
+/* query_configure(types, make_region, fallback, kinds). */
+static PyObject *query_configure(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    if (argc != 4 || !PyTuple_Check(argv[0]) || PyTuple_Size(argv[0]) != TYPE_CODES ||
+        !PyCallable_Check(argv[1]) || !PyCallable_Check(argv[2]) || !PyDict_Check(argv[3])) {
+        PyErr_SetString(PyExc_TypeError, "query_configure(5 MemoryTypes, make_region, "
+                                         "fallback, kinds dict)");
+        return NULL;
+    }
+    set(&g.types, argv[0]);
+    set(&g.make_region, argv[1]);
+    set(&g.fallback, argv[2]);
+    set(&g.kinds, argv[3]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"query_type", (PyCFunction)(void (*)(void))query_type, METH_FASTCALL,
+     "query_type(obj, size=1): memhook.memory_type's answer"},
+    {"query_region", (PyCFunction)(void (*)(void))query_region, METH_FASTCALL,
+     "query_region(obj, size=1): memhook.lookup's answer"},
+    {"query_extent", (PyCFunction)(void (*)(void))query_extent, METH_FASTCALL,
+     "query_extent(obj, kind): (start, size) as read in C, or None"},
+    {"query_configure", (PyCFunction)(void (*)(void))query_configure, METH_FASTCALL,
+     "query_configure(types, make_region, fallback, kinds)"},
+    {"query_hand_out", query_hand_out, METH_NOARGS,
+     "query_hand_out(): the subscribers' delivery a query makes first"},
+    {"query_deliver", (PyCFunction)(void (*)(void))query_deliver, METH_FASTCALL,
+     "query_deliver(registry, deliver): the subscribers' delivery before a query"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *intern(const char *s)
+{
+    return PyUnicode_InternFromString(s);
+}
+
+/* Add the builtins above to the extension module `m` (its init calls
+ * this): 0, or -1 with an exception. */
+int memhook_pyext_add(PyObject *m)
+{
+    if (!(s_current = intern("current")) || !(s_cai = intern("__cuda_array_interface__")) ||
+        !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
+        !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
+        !(s_offset = intern("offset")) || !(s_dlpack = intern("__dlpack__")) ||
+        !(s_dlpack_device = intern("__dlpack_device__")) ||
+        !(s_max_version = intern("max_version")) || !(s_stream = intern("stream")) ||
+        !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)))
+        return -1;
+    return PyModule_AddFunctions(m, methods);
+}
