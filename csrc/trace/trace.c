@@ -483,8 +483,7 @@ bool mh_trace_open_at_load(void)
     t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0,
                             MH_TRACE_PY_DEPTH_MAX);
     t.testing_fork_delay_ms = env_number("MEMHOOK_TESTING_TRACE_FORK_DELAY_MS",
-                                         getenv("MEMHOOK_TESTING_TRACE_FORK_DELAY_MS"), 0, 0,
-                                         10000);
+                                         mh_opts.testing_trace_fork_delay_ms, 0, 0, 10000);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left
