@@ -18,10 +18,10 @@
  *                the atfork child handler, before the program's code runs
  *                again, so even a child that is killed at once is read.
  *                Until it has, the parent's fork() keeps a connection of
-                the child's open (a "hold": see mh_trace_fork_prepare),
-                so a parent that exits at once cannot end the trace
-                before the child says HELLO.
-                A child of a raw fork system call runs no handler: it
+ *                the child's open (a "hold": see mh_trace_fork_prepare),
+ *                so a parent that exits at once cannot end the trace
+ *                before the child says HELLO.
+ *                A child of a raw fork system call runs no handler: it
  *                finds no area and counts its events as lost in its
  *                parent's (trace_lane.c), and the collector says so;
  *   streamer     a thread that, every MEMHOOK_TRACE_POLL_MS (10 ms),
