@@ -40,6 +40,10 @@ typedef struct mh_options {
     const char *trace_poll_ms;
     /* MEMHOOK_TRACE_BUFFER_MB: the size of the trace area, 4-4096. */
     const char *trace_buffer_mb;
+    /* MEMHOOK_TESTING_TRACE_FORK_DELAY_MS: tests only - every traced fork
+     * child waits this long, 0-10000 ms, in its atfork handler before it
+     * hands its area over (a child the scheduler runs late). */
+    const char *testing_trace_fork_delay_ms;
     /* MEMHOOK_TRACE_STACKS: native frames recorded per ALLOC, 0-128
      * (default 0: none); set by `memhook trace --stacks[=DEPTH]`. */
     const char *trace_stacks;

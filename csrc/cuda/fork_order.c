@@ -46,6 +46,7 @@
 
 static void fork_prepare(void)
 {
+    mh_trace_fork_prepare();    /* first: no lock, only a connection for the child */
     mh_install_fork_prepare();
     mh_bistro_fork_prepare();
     mh_reloc_fork_prepare();
@@ -58,6 +59,7 @@ static void fork_parent(void)
     mh_reloc_fork_parent();
     mh_bistro_fork_parent();
     mh_install_fork_parent();
+    mh_trace_fork_parent();     /* the child's connection: the parent's copy closed */
 }
 
 static void fork_child(void)

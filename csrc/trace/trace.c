@@ -17,6 +17,10 @@
  *                MADV_DONTFORK): it makes its own and hands it over from
  *                the atfork child handler, before the program's code runs
  *                again, so even a child that is killed at once is read.
+ *                Until it has, the parent's fork() keeps a connection of
+ *                the child's open (a "hold": see mh_trace_fork_prepare),
+ *                so a parent that exits at once cannot end the trace
+ *                before the child says HELLO.
  *                A child of a raw fork system call runs no handler: it
  *                finds no area and counts its events as lost in its
  *                parent's (trace_lane.c), and the collector says so;
@@ -102,6 +106,11 @@ static struct {
     dev_t dev;                   /* identity of area_fd: the program may */
     ino_t ino;                   /*   close or reuse it before hand-over */
     int sock;                    /* a connection not yet used, or -1 */
+    int fork_hold;               /* prepare -> parent/child: the child's hold, or -1 */
+    int held;                    /* a fork child's hold until its HELLO is out, or -1 */
+    dev_t held_dev;              /* identity of held: the program may close */
+    ino_t held_ino;              /*   or reuse it first */
+    unsigned testing_fork_delay_ms;  /* MEMHOOK_TESTING_TRACE_FORK_DELAY_MS */
     uint32_t hello_flags;
     unsigned mode;               /* HELLO's account of the install at load */
     int install_rc;
@@ -114,7 +123,8 @@ static struct {
     int connect_errno;           /* why the last connect failed */
     _Atomic int streamer;        /* 1 once this image's streamer was started */
     _Atomic int stop;
-} t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1};
+} t = {.hand_lock = PTHREAD_MUTEX_INITIALIZER, .area_fd = -1, .sock = -1, .fork_hold = -1,
+       .held = -1};
 
 static void start_streamer(void);
 
@@ -234,12 +244,23 @@ static int send_hello(void)
     }
 }
 
+/* The child's hold, once its HELLO is out or will never be: from now on
+ * its pidfd (or its end) is what the collector waits for. */
+static void release_hold(void)
+{
+    if (t.held >= 0 && fd_is(t.held, t.held_dev, t.held_ino))
+        close(t.held);
+    t.held = -1;
+}
+
 /* Hand the area over if it is not yet; never waits.  hand_lock held (or
  * no other thread).  False: try again later. */
 static bool hand_over(void)
 {
-    if (t.area_fd < 0)
+    if (t.area_fd < 0) {
+        release_hold();
         return true;
+    }
     if (!fd_is(t.area_fd, t.dev, t.ino)) {
         mh_warn("memhook trace: pid %d closed its trace area's descriptor before the "
                 "collector could take it; its events are not traced", (int)getpid());
@@ -260,6 +281,7 @@ static bool hand_over(void)
         mh_warn("memhook trace: pid %d cannot reach the collector at %s; its events are "
                 "not traced", (int)getpid(), t.addr.sun_path);
     give_up_area();
+    release_hold();
     return true;
 }
 
@@ -348,10 +370,69 @@ static void trace_exit(void)
     }
 }
 
+/* A fork child says HELLO from its atfork handler, but only once it runs:
+ * a parent that exits first (`sh -c 'job & exit'`) could leave the
+ * collector with no image and no connection, and the trace would end
+ * without the child.  So, before the fork, the parent connects for the
+ * child (a "hold"), and the child inherits it: the collector counts a
+ * connection that has said nothing as a process still to come, and waits
+ * until it says HELLO or is closed - by the child, once its own HELLO is
+ * out, or by the kernel when the child ends or execs (close-on-exec: the
+ * child's handler has run by then, its pidfd is the collector's).  The
+ * parent's copy is closed before fork() returns to it.  Only system calls
+ * here (socket, connect, close, fstat): fork() may be called from a signal
+ * handler.  Best effort: a full listen queue or no descriptor leaves the
+ * child as it was, announced by its own HELLO alone.  No lock: glibc runs
+ * the handlers of one fork() at a time. */
+void mh_trace_fork_prepare(void)
+{
+    t.fork_hold = -1;
+    if (!t.enabled)
+        return;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return;
+    int rc;
+    do
+        rc = connect(fd, (const struct sockaddr *)&t.addr, sizeof t.addr);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        close(fd);
+        return;
+    }
+    t.fork_hold = fd;
+}
+
+void mh_trace_fork_parent(void)
+{
+    if (t.fork_hold >= 0)
+        close(t.fork_hold);
+    t.fork_hold = -1;
+}
+
 void mh_trace_fork_child(void)
 {
     if (!t.enabled)
         return;
+    if (t.testing_fork_delay_ms != 0) {
+        /* Tests only: a child the scheduler runs late, after its parent is gone. */
+        struct timespec d = {.tv_sec = t.testing_fork_delay_ms / 1000,
+                             .tv_nsec = (long)(t.testing_fork_delay_ms % 1000) * 1000000L};
+        while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+        }
+    }
+    /* A hold of the parent's own fork, if any, is no longer wanted; this
+     * fork's is the child's until its HELLO is out. */
+    if (t.held >= 0 && fd_is(t.held, t.held_dev, t.held_ino) && t.held != t.fork_hold)
+        close(t.held);
+    t.held = -1;
+    struct stat st;
+    if (t.fork_hold >= 0 && fstat(t.fork_hold, &st) == 0) {
+        t.held = t.fork_hold;
+        t.held_dev = st.st_dev;
+        t.held_ino = st.st_ino;
+    }
+    t.fork_hold = -1;
     /* Only this thread survived.  Whatever trace descriptors were still
      * open are the parent's: its area (not mapped here) and connection. */
     mh_trace_area_forget();
@@ -401,6 +482,8 @@ bool mh_trace_open_at_load(void)
     t.stack_depth = env_number("MEMHOOK_TRACE_STACKS", mh_opts.trace_stacks, 0, 0, 128);
     t.py_depth = env_number("MEMHOOK_TRACE_PYTHON", mh_opts.trace_python, 0, 0,
                             MH_TRACE_PY_DEPTH_MAX);
+    t.testing_fork_delay_ms = env_number("MEMHOOK_TESTING_TRACE_FORK_DELAY_MS",
+                                         mh_opts.testing_trace_fork_delay_ms, 0, 0, 10000);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
     /* Connect first: a process the collector will never hear from is left

@@ -65,6 +65,10 @@ MH_HIDDEN void mh_trace_modules_sync(void);
  * queue's and the hooks' repair): the module table's lock made afresh;
  * a traced child makes its own area and hands it over. */
 MH_HIDDEN void mh_trace_modules_fork_child(void);
+/* fork() prepare and parent handlers: a connection made for the child
+ * that keeps the collector waiting until the child's HELLO (trace.c). */
+MH_HIDDEN void mh_trace_fork_prepare(void);
+MH_HIDDEN void mh_trace_fork_parent(void);
 MH_HIDDEN void mh_trace_fork_child(void);
 
 /* ---- load and unload (csrc/cuda/startup_order.c calls each once) ---- */

@@ -49,7 +49,7 @@ from .area import SEG_EVENTS, AreaTruncated, TraceArea
 from .writers.base import Writer
 from .ledger import Ledger, Process
 from .modules import parse_modules
-from .peers import Peer, identify
+from .peers import Peer, identify, pidfd_ended
 from .sockdir import SocketFolder
 
 __all__ = ["Collector"]
@@ -391,7 +391,7 @@ class Collector:
     def _gone(self, image: _Image) -> bool:
         if image.pidfd is None:
             return not (image.watched and _alive(image.proc.pid))
-        return bool(select.select([image.pidfd], [], [], 0)[0])
+        return pidfd_ended(image.pidfd)
 
     def poll(self, timeout: float) -> bool:
         """Handle what is ready within ``timeout`` s and read every area;
