@@ -10,9 +10,9 @@
  * (MEMORY_TYPE) and cuPointerGetAttributes (MEMORY_TYPE, DEVICE_ORDINAL,
  * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
  * allocation; the median of ROUNDS rounds, ns per call.  Then the four
- * attributes on host memory again with no current context (memhook asks
- * the driver's cuCtxGetCurrent there: RANGE_* are left untouched without
- * one), and cuCtxGetCurrent alone.
+ * attributes on host memory again with no current context (RANGE_* are left
+ * untouched for memory in no allocation, with a context or without), and
+ * cuCtxGetCurrent alone, for scale.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
     if (setcur(ctx) != 0)
         return 2;
     if (ctx_current != NULL)
-        printf("%-44s %10.1f\n", "cuCtxGetCurrent alone (memhook asks it above)",
+        printf("%-44s %10.1f\n", "cuCtxGetCurrent alone (for scale)",
                time_ctx_current(ctx_current, n));
     free(host);
     return answered == 5 ? 0 : 1;

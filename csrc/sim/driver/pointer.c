@@ -212,11 +212,11 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes,
     if (rc != CUDA_SUCCESS)
         return rc;
     sim_alloc *a = sim_registry_find(ptr);
-    /* NVIDIA's driver (580, H100) looks an unknown pointer's range up in the
-     * current context: with none it returns CUDA_SUCCESS and leaves
-     * RANGE_START_ADDR and RANGE_SIZE as the caller left them, while it
-     * still writes every other attribute's default. */
-    bool range_untouched = a == NULL && sim_ctx_current() == NULL;
+    /* NVIDIA's driver (580, H100) returns CUDA_SUCCESS for a pointer in no
+     * allocation and leaves RANGE_START_ADDR and RANGE_SIZE as the caller
+     * left them, with a current context or without, while it still writes
+     * every other attribute's default. */
+    bool range_untouched = a == NULL;
     for (unsigned int i = 0; i < numAttributes; i++) {
         if (range_untouched && (attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
                                 attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE))

@@ -692,8 +692,13 @@ static void test_pointer_attributes(void)
     CHECK(*(int *)store[7] == CU_DEVICE_INVALID);
     CHECK(*(unsigned long long *)store[0] == 0);
     CHECK(store[1][4] == 0xAA); /* 4-byte MEMORY_TYPE */
-    /* ... with no current context: the range attributes untouched (as
-     * NVIDIA's driver 580 leaves them), the other defaults still written */
+    /* the range attributes untouched, as NVIDIA's driver 580 leaves them for
+     * memory in no allocation, with a current context ... */
+    for (size_t i = 0; i < NATTR; i++)
+        if (ALL_ATTRS[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+            ALL_ATTRS[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+            CHECK(store[i][0] == 0xAA);
+    /* ... and with none, the other defaults still written */
     OK(cuCtxSetCurrent(NULL));
     memset(store, 0xAA, sizeof(store));
     OK(cuPointerGetAttributes(NATTR, (CUpointer_attribute *)ALL_ATTRS, data,
