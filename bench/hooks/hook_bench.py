@@ -106,6 +106,9 @@ def main() -> int:
     ap.add_argument("--precise", action="store_true",
                     help="precise timestamps, as under memhook trace (default: coarse, "
                          "as everywhere else)")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the timing of the pieces (its million recorded events are "
+                         "left in the cache the pairs' rounds then feed)")
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args()
 
@@ -125,6 +128,8 @@ def main() -> int:
         common.append("--no-drain")
     if args.precise:
         common.append("--precise")
+    if args.no_profile:
+        common.append("--no-profile")
 
     results: dict[str, list[dict[str, str]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
