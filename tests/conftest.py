@@ -6,10 +6,26 @@ use live in tests/memhook_testing.py; see its docstring for the sanitizer mode
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 from memhook_testing import SANITIZE, NativeBuild, build_native
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the programs the tests start a SIGINT they can act on.
+
+    A suite started as a background job of a non-interactive shell (``cmd &``,
+    as CI runners and nohup'd scripts do) inherits SIGINT and SIGQUIT
+    ignored, and an ignored signal stays ignored across fork and exec, so
+    every ^C test would see its program ignore the ^C.  A handled signal is
+    reset to its default at exec instead: with Python's own handler here,
+    each child starts with SIGINT at its default, as from a terminal."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_DFL)
 
 
 def _installed_root() -> Path | None:
