@@ -19,10 +19,11 @@ def pytest_configure(config: pytest.Config) -> None:
     A suite started as a background job of a non-interactive shell (``cmd &``,
     as CI runners and nohup'd scripts do) inherits SIGINT and SIGQUIT
     ignored, and an ignored signal stays ignored across fork and exec, so
-    every ^C test would see its program ignore the ^C.  A handled signal is
-    reset to its default at exec instead: with Python's own handler here,
-    each child starts with SIGINT at its default, as from a terminal."""
-    for sig in (signal.SIGINT, signal.SIGQUIT):
+    every ^C test would see its program ignore the ^C; nohup adds SIGHUP.
+    A handled signal is reset to its default at exec instead: with Python's
+    own handler here, each child starts with SIGINT at its default, as from
+    a terminal (and SIGQUIT and SIGHUP at theirs)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
                           else signal.SIG_DFL)

@@ -27,7 +27,7 @@ typedef int (*mh_dlclose_fn)(void *);
 /* The real loader functions (libc's), resolved once from memhook's own
  * unpatched GOT (reloc_int.h has the other two). */
 MH_HIDDEN extern mh_dlsym_fn mh_real_dlsym;
-/* At load (cuda/startup_order.c, first): the mh_real_dl* pointers take
+/* At load (the core's startup order, first): the mh_real_dl* pointers take
  * libc's loader entry points, before any step can look a symbol up. */
 MH_HIDDEN void mh_registry_at_load(void);
 MH_HIDDEN extern mh_dlopen_fn mh_real_dlopen;
