@@ -84,6 +84,18 @@ def test_answers_equal_the_drivers(native: NativeBuild, differential: Path, mode
         assert case in cases, sorted(cases)
     answered = [k for k in ANSWERED if not (mode == "bistro" and "cudaPointer" in k)]
     missing = [k for k in answered if not lines[k].startswith("memhook")]
+    # memhook passes a call to the driver while another thread holds the
+    # drain (the keeper of MEMHOOK_INSTALL_AT_LOAD drains every 10 ms, and on
+    # a loaded box it can be descheduled holding it): a case left to the
+    # driver that way, with the same answer, is asked again in a new process.
+    for _ in range(3):
+        if not missing:
+            break
+        again = subprocess.run([str(differential)], capture_output=True, text=True, env=env,
+                               timeout=120)
+        assert again.returncode == 0 and "MISMATCH" not in again.stderr, again.stderr
+        redo = _lines(again.stdout)
+        missing = [k for k in missing if not redo[k].startswith("memhook")]
     assert not missing, missing
     assert not [k for k in PASSED if lines[k].startswith("memhook")]
     # The same answers as a process without memhook (values that name this
