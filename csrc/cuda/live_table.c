@@ -229,3 +229,16 @@ void mh_live_remove(uint64_t addr, uint32_t where)
         chain_end)
         sweep_tombs_before(t, where);
 }
+
+void mh_live_forget_all(void)
+{
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (t == NULL)
+        return;
+    /* (a record being written, BUSY, is one its ALLOC makes now: current) */
+    for (uint32_t i = 0; i < TABLE_SLOTS; i++) {
+        uint64_t k = atomic_load_explicit(&t[i].key, memory_order_acquire);
+        if (is_address(k))
+            atomic_compare_exchange_strong(&t[i].key, &k, KEY_TOMB);
+    }
+}

@@ -193,6 +193,16 @@ static inline void mh_lane_publish(void)
     atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
 }
 
+/* mh_lane_publish with a locked instruction (an exchange): a full barrier,
+ * so the caller may then pass mh_lane_announce true.  For an event that
+ * has no other locked instruction after it. */
+static inline void mh_lane_publish_fenced(void)
+{
+    mh_lane *lane = mh_my_lane;
+    lane->write_at++;
+    atomic_exchange_explicit(&lane->published, ++lane->written, memory_order_acq_rel);
+}
+
 /* ---- the address chain: who recorded at an address last ----
  *
  * One word per hash of an address: the identity of the last event
