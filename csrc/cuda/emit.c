@@ -247,7 +247,8 @@ void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
         /* Its slot is in the segment this thread writes (nothing was
          * recorded in it since: the hook depth), which the drain never
          * retires.  The exchange is the announcement's fence. */
-        int32_t was = __atomic_exchange_n(&plan->pending->result, (int32_t)result,
+        int32_t was = __atomic_exchange_n(&plan->pending->result,
+                                          result != 0 ? result | MH_RESULT_REFUSED : 0,
                                           __ATOMIC_ACQ_REL);
         mh_lane_announce(true);
         if (result != 0 && (was & MH_RESULT_TAKEN)) {

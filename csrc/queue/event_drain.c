@@ -598,8 +598,9 @@ static void index_upto(cursor *o, uint64_t key, uint32_t clock)
         const memhook_event *x = cursor_event(&s);
         if (same_clock(x->flags, clock) && mh_clock_ns_of(x) > key)
             break;  /* (by time only: an epoch check would stop at a marker) */
-        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0)
-            continue;
+        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0 ||
+            (__atomic_load_n(&x->result, __ATOMIC_ACQUIRE) & MH_RESULT_REFUSED))
+            continue;  /* (a free the driver refused ended no lifetime) */
         uint64_t end = x->address + (x->size != 0 ? x->size : 1);
         mh_range_item item = {.start = x->address, .end = end > x->address ? end : UINT64_MAX,
                               .index = s.at, .link = x->seq, .key = mh_clock_ns_of(x),

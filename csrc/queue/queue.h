@@ -71,14 +71,17 @@
  * (and hands it out as a free that succeeded), so a producer that then
  * finds the free refused knows the consumers took it as done, and puts a
  * HOOKS_GAP marker after it.  Real results (CUresult, cudaError_t) are
- * small and non-negative: these two bits are never one. */
+ * small and non-negative: these bits are never one. */
 #define MH_DEVICE_FILL       (-3)  /* its `device` until the drain fills it */
 #define MH_RESULT_PENDING    0x40000000
 #define MH_RESULT_TAKEN      0x20000000
+/* ... and a refused call's result is exchanged in with this bit: such a
+ * FREE freed nothing, so it holds no ALLOC back (event_drain.c, rule 3). */
+#define MH_RESULT_REFUSED    0x10000000
 /* What a consumer reports of a slot's result word. */
 static inline int32_t mh_result_settled(int32_t raw)
 {
-    return (raw & MH_RESULT_PENDING) ? 0 : (raw & ~MH_RESULT_TAKEN);
+    return (raw & MH_RESULT_PENDING) ? 0 : (raw & ~(MH_RESULT_TAKEN | MH_RESULT_REFUSED));
 }
 
 /* ---- clock.c ---- */
