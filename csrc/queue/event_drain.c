@@ -161,6 +161,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1155,6 +1156,18 @@ out:
 
 /* ---- handing out ---- */
 
+/* A copy of a published slot.  Its `result` word is read atomically: the
+ * producer of a FREE recorded before its call exchanges the call's result
+ * into it when the call returns (queue.h), maybe while a run copies it. */
+static void copy_event(memhook_event *out, const memhook_event *slot)
+{
+    _Static_assert(offsetof(memhook_event, result) + sizeof slot->result ==
+                       offsetof(memhook_event, flags), "result, then flags");
+    memcpy(out, slot, offsetof(memhook_event, result));
+    out->result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
+    out->flags = slot->flags;
+}
+
 /* The result an event is handed out with.  A FREE whose call is still in
  * flight (MH_RESULT_PENDING) goes as one that succeeded, and says so in
  * its slot (MH_RESULT_TAKEN) for its producer (queue.h). */
@@ -1200,7 +1213,7 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
     memhook_event here;
     if (out == NULL)
         out = &here;
-    *out = *slot;
+    copy_event(out, slot);
     out->seq = seq;
     out->result = result;
     mh_fill_note(out);  /* (before the private flags go: MH_EVENT_UNPAIRED) */
@@ -1276,7 +1289,7 @@ static size_t merge_by_seq(cursor *cur, size_t n, memhook_event *out, size_t cap
         if (best < 0)
             break;
         if (out != NULL) {
-            out[got] = *cursor_event(&cur[best]);
+            copy_event(&out[got], cursor_event(&cur[best]));
             out[got].result = mh_result_settled(out[got].result);
             out[got].flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
         }
