@@ -1202,10 +1202,6 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
                 ranged_remove(l, c->at);
         }
     }
-    if (slot->kind == MEMHOOK_EVENT_FREE && slot->device == MH_DEVICE_FILL) {
-        mh_fill_rec rec;  /* (not seen by the rules: one lane pending) */
-        mh_fill_apply(slot, mh_fill_find(slot->address, &rec) ? &rec : NULL);
-    }
     int32_t result = take_result(slot);
     uint64_t seq = g_next_seq++;
     if (tee)
@@ -1214,6 +1210,17 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
     if (out == NULL)
         out = &here;
     copy_event(out, slot);
+    if (out->kind == MEMHOOK_EVENT_FREE && out->device == MH_DEVICE_FILL) {
+        /* Not seen by the rules (one lane pending): filled here, in the
+         * copy - and in the slot only for the tee, whose events the drain
+         * hands out again from their slots (the drain leaves the lines
+         * the producer will write again unwritten). */
+        mh_fill_rec rec;
+        bool found = mh_fill_find(out->address, &rec);
+        mh_fill_apply(out, found ? &rec : NULL);
+        if (tee)
+            mh_fill_apply(slot, found ? &rec : NULL);
+    }
     out->seq = seq;
     out->result = result;
     mh_fill_note(out);  /* (before the private flags go: MH_EVENT_UNPAIRED) */

@@ -193,14 +193,16 @@ static inline void mh_lane_publish(void)
     atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
 }
 
-/* mh_lane_publish with a locked instruction (an exchange): a full barrier,
- * so the caller may then pass mh_lane_announce true.  For an event that
- * has no other locked instruction after it. */
+/* mh_lane_publish, then a full barrier, so the caller may pass
+ * mh_lane_announce true: for an event with no other locked instruction
+ * after it.  The barrier is a locked instruction on the thread's own stack
+ * (GCC's and Clang's seq_cst fence on x86-64), not an exchange of
+ * `published`: the drain reads that line, and a locked write there waits
+ * for it to come back from the drain's core. */
 static inline void mh_lane_publish_fenced(void)
 {
-    mh_lane *lane = mh_my_lane;
-    lane->write_at++;
-    atomic_exchange_explicit(&lane->published, ++lane->written, memory_order_acq_rel);
+    mh_lane_publish();
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 /* ---- the address chain: who recorded at an address last ----

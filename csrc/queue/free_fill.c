@@ -21,6 +21,10 @@ typedef struct fill_slot {
 /* Process-wide like the event order it follows; under the consumer lock. */
 static fill_slot *g_slots;
 static size_t g_cap, g_count;
+/* The last ALLOC handed out, held back from the table: most FREEs follow
+ * their ALLOC closely (an allocator handing one address out and back), and
+ * then the pair costs a compare, not an insert and an erase. */
+static fill_slot g_held;
 
 static size_t home(uint64_t addr, size_t cap)
 {
@@ -101,6 +105,15 @@ static void clear(void)
     if (g_count != 0)
         memset(g_slots, 0, g_cap * sizeof *g_slots);
     g_count = 0;
+    g_held.addr = 0;
+}
+
+static void forget(uint64_t addr)
+{
+    if (g_held.addr == addr)
+        g_held.addr = 0;
+    if (g_count != 0)
+        erase(addr);
 }
 
 void mh_fill_note(const memhook_event *e)
@@ -117,19 +130,20 @@ void mh_fill_note(const memhook_event *e)
     if (e->result != 0 || e->address == 0)
         return;
     if (e->kind == MEMHOOK_EVENT_ALLOC) {
-        mh_fill_rec rec = {e->size, e->mem_type, e->device};
-        if (e->size != 0 && !(e->flags & MH_EVENT_UNPAIRED))
-            insert(e->address, &rec);
-        else
-            erase(e->address);  /* (an older record there is wrong now) */
+        forget(e->address);  /* (an older record there is wrong now) */
+        if (e->size == 0 || (e->flags & MH_EVENT_UNPAIRED))
+            return;
+        if (g_held.addr != 0)
+            insert(g_held.addr, &g_held.rec);
+        g_held = (fill_slot){e->address, {e->size, e->mem_type, e->device}};
     } else if (e->kind == MEMHOOK_EVENT_FREE) {
-        erase(e->address);
+        forget(e->address);
     }
 }
 
 bool mh_fill_find(uint64_t addr, mh_fill_rec *out)
 {
-    const fill_slot *s = find_slot(addr);
+    const fill_slot *s = g_held.addr == addr && addr != 0 ? &g_held : find_slot(addr);
     if (s == NULL)
         return false;
     *out = s->rec;
