@@ -350,7 +350,7 @@ def _driver_problem(env: dict[str, str]) -> str | None:
 
     Asked of a child with CMD's environment (its LD_LIBRARY_PATH counts), so
     this process never loads the host's driver; dlopen only, no cuInit, so
-    it costs a Python start (~20 ms), not a driver start."""
+    it costs a Python start, not a driver start."""
     try:
         probe = subprocess.run([sys.executable, "-S", "-c", _DRIVER_PROBE], env=env,
                                capture_output=True, text=True, timeout=60, check=False)

@@ -256,8 +256,8 @@ MEMHOOK_API size_t memhook_events_drain_into(memhook_event *out, size_t capacity
  * Python's feeder does): memhook_events_drain's order, but it promises
  * nothing about what was pending when it was called - it hands out what
  * the previous call (any drain's) saw published, and of a lane whose
- * thread recorded since, only events some way behind the newest (the
- * lines that thread writes next stay in its core: issue 26).  It reads
+ * thread recorded since, only events some way behind the newest (so the
+ * cache lines that thread writes next stay in its core).  It reads
  * each thread's count once.  What it leaves, a later call or any
  * memhook_events_drain / _bounded run takes (those hand out everything
  * recorded before they began: use them for a flush or before a query).
