@@ -12,7 +12,7 @@ A batch reduces because the cache is canonical and update and remove assign
 one value to every address of their range: between the barriers (events
 that read or clear the cache, applied one at a time), each ``(address,
 size)`` reduces to its last event.  docs/design/event-apply.md gives the
-rules in full and the argument; tests/cache/test_cache_bulk_apply.py replays
+rules in full and the argument; tests/hooks/test_bulk_apply.py replays
 random streams both ways.
 """
 
