@@ -13,6 +13,8 @@ import fnmatch
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_BLOCK = 40
@@ -29,7 +31,7 @@ NOT_YET_TRIMMED = (
 )
 
 
-def _tool():
+def _tool() -> ModuleType:
     spec = importlib.util.spec_from_file_location("comment_stats", ROOT / "tools" / "comment_stats.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
@@ -41,7 +43,10 @@ def _tool():
 cs = _tool()
 
 
-def _scanned() -> list[tuple[object, list[object]]]:
+Scan = list[tuple[Any, list[Any]]]  # (FileStats, [Finding]) per file
+
+
+def _scanned() -> Scan:
     out = []
     for f in cs.iter_sources(["csrc", "memhook"]):
         rel = str(f.relative_to(ROOT))
@@ -50,12 +55,12 @@ def _scanned() -> list[tuple[object, list[object]]]:
     return out
 
 
-def _long_blocks(scanned) -> list[str]:
+def _long_blocks(scanned: Scan) -> list[str]:
     return [f"{st.path}:{b.first} ({b.lines} lines)"
             for st, _ in scanned for b in st.blocks if b.lines >= LONG_BLOCK]
 
 
-def _issue_refs(scanned) -> list[str]:
+def _issue_refs(scanned: Scan) -> list[str]:
     return [f"{f.path}:{f.line}: {f.text}" for _, fs in scanned for f in fs if f.kind == "issue"]
 
 

@@ -348,11 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     for p, b in long_blocks:
         print(f"  {p}:{b.first}-{b.last}  {b.lines} lines")
     for kind, title in (("issue", "comments citing an issue"), ("figure", "comments citing a figure")):
-        hits = [f for f in findings if f.kind == kind]
+        hits = [hit for hit in findings if hit.kind == kind]
         print()
-        print(f"{title}: {len(hits)} in {len({f.path for f in hits})} files")
-        for f in hits:
-            print(f"  {f.path}:{f.line}  [{f.match}]  {f.text[:100]}")
+        print(f"{title}: {len(hits)} in {len({hit.path for hit in hits})} files")
+        for hit in hits:
+            print(f"  {hit.path}:{hit.line}  [{hit.match}]  {hit.text[:100]}")
     return 0
 
 
