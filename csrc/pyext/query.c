@@ -20,7 +20,10 @@
  *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
  *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
  *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
- *     DLPack's versioned capsule (__dlpack__(max_version=(1, 0))).
+ *     a DLPack capsule (__dlpack__(max_version=(1, 0)): versioned, or
+ *     legacy where the producer gives that), and for a type offering both
+ *     (PyTorch's tensors) the interface, else DLPack where the interface
+ *     raises - Python's order, so a CPU tensor is read here too.
  * Anything else, and anything unusual on these paths (an error, an empty
  * extent, a negative value, a malformed interface), goes to the Python
  * normaliser (`fallback`), which gives the answer or the clear error; so
@@ -61,6 +64,7 @@ enum kind {
     KIND_DLPACK = 6, /* __dlpack__ (versioned capsule, 1.x) */
     KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
     KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
+    KIND_CAI_DLPACK = 9, /* __cuda_array_interface__, else (it raised) DLPack */
 };
 
 /* Set once by memhook/_query.py (query_configure); global because the
@@ -68,6 +72,14 @@ enum kind {
 static struct {
     PyObject *types;       /* MemoryType members by code */
     PyObject *make_region; /* (start, size, MemoryType, device) -> Region */
+    /* Region made here where its fields are slots (Python 3.10+): the
+     * type's allocator and each field's member descriptor, set as the
+     * frozen dataclass's own trusted constructor sets them
+     * (memhook/_types.py's _region_factory), without a call into Python. */
+    PyObject *region_type;
+    allocfunc region_alloc;
+    PyObject *region_field[4];
+    descrsetfunc region_set[4];
     PyObject *fallback;    /* (obj, size) -> (start, n), or raises */
     PyObject *kinds;       /* dict: type -> enum kind */
     /* The subscribers' delivery: while events wait in the core's queue
@@ -78,8 +90,10 @@ static struct {
     const volatile uint32_t *pending;
 } g;
 
-static PyObject *s_dlpack, *s_dlpack_device, *s_max_version, *s_stream, *v_max_version,
-    *v_no_sync;
+static PyObject *s_dlpack, *s_dlpack_device, *v_empty;
+/* __dlpack__'s keywords, made once: max_version=(1, 0), and stream=-1 (the
+ * protocol's "no synchronisation": only metadata is read) off the CPU. */
+static PyObject *kw_cpu, *kw_device;
 static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
 
 /* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
@@ -99,6 +113,21 @@ static int as_u64(PyObject *o, uint64_t *v)
 static int as_i64(PyObject *o, int64_t *v)
 {
     if (!PyLong_CheckExact(o))
+        return 0;
+    long long a = PyLong_AsLongLong(o);
+    if (a == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = a;
+    return 1;
+}
+
+/* An int or an int subclass (an IntEnum: PyTorch's DLDeviceType), as
+ * int() reads it, with no call into Python. */
+static int as_int_i64(PyObject *o, int64_t *v)
+{
+    if (!PyLong_Check(o))
         return 0;
     long long a = PyLong_AsLongLong(o);
     if (a == -1 && PyErr_Occurred()) {
@@ -204,12 +233,15 @@ static int64_t typestr_itemsize(PyObject *typestr)
     return s[1] == 'U' ? size * 4 : size;
 }
 
+/* 1: read; 0: not read here (the Python path answers); -1: the attribute
+ * raised, which the protocol order takes as "not offered" (a PyTorch CPU
+ * tensor's AttributeError). */
 static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *iface = PyObject_GetAttr(obj, s_cai);
     if (iface == NULL) {
         PyErr_Clear();
-        return 0;
+        return -1;
     }
     int ok = 0;
     if (PyDict_CheckExact(iface)) {
@@ -291,13 +323,31 @@ typedef struct {
 } dl_tensor;
 
 /* DLManagedTensorVersioned: {version {major, minor}; manager_ctx; deleter;
- * flags; dl_tensor}. */
+ * flags; dl_tensor}; the legacy DLManagedTensor starts with its DLTensor. */
 #define DL_VERSIONED_TENSOR_OFFSET 32
 #define DL_CPU 1
 
-/* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a versioned
- * capsule, read and released (its destructor calls the producer's deleter,
- * as memhook._inputs does).  A legacy capsule, or anything odd: 0. */
+/* The extent a DLTensor describes, as memhook._inputs._dlpack_extent
+ * reads it. */
+static int dl_tensor_range(const dl_tensor *t, uint64_t *start, uint64_t *n)
+{
+    int64_t itemsize = ((int64_t)t->bits * t->lanes + 7) / 8;
+    if (itemsize < 1)
+        itemsize = 1;
+    if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && t->shape == NULL))
+        return 0;
+    int64_t strides[64];
+    for (int i = 0; t->strides != NULL && i < t->ndim; i++)
+        strides[i] = t->strides[i] * itemsize;
+    __int128 p = (__int128)(uintptr_t)t->data + t->byte_offset;
+    return p < ((__int128)1 << 64) &&
+           extent((uint64_t)p, t->ndim, t->shape, t->strides ? strides : NULL, itemsize, start,
+                  n);
+}
+
+/* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a capsule,
+ * versioned or legacy, read and released (its destructor calls the
+ * producer's deleter, as memhook._inputs does).  Anything odd: 0. */
 static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *device = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
@@ -307,19 +357,15 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     }
     int64_t dev_type;
     int ok = PyTuple_Check(device) && PyTuple_Size(device) == 2 &&
-             as_i64(PyTuple_GetItem(device, 0), &dev_type);
+             as_int_i64(PyTuple_GetItem(device, 0), &dev_type);
     Py_DECREF(device);
     if (!ok)
         return 0;
     PyObject *method = PyObject_GetAttr(obj, s_dlpack);
-    PyObject *kwargs = method != NULL ? PyDict_New() : NULL;
-    PyObject *empty = kwargs != NULL ? PyTuple_New(0) : NULL;
-    PyObject *capsule = NULL;
-    if (empty != NULL && PyDict_SetItem(kwargs, s_max_version, v_max_version) == 0 &&
-        (dev_type == DL_CPU || PyDict_SetItem(kwargs, s_stream, v_no_sync) == 0))
-        capsule = PyObject_Call(method, empty, kwargs);
-    Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
+    PyObject *capsule = method != NULL
+                            ? PyObject_Call(method, v_empty, dev_type == DL_CPU ? kw_cpu
+                                                                                : kw_device)
+                            : NULL;
     Py_XDECREF(method);
     if (capsule == NULL) {
         PyErr_Clear();
@@ -327,25 +373,16 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     }
     ok = 0;
     const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
-    if (name != NULL && strcmp(name, "dltensor_versioned") == 0) {
-        const char *raw = PyCapsule_GetPointer(capsule, name);
+    const char *raw = name != NULL ? PyCapsule_GetPointer(capsule, name) : NULL;
+    if (raw != NULL && strcmp(name, "dltensor_versioned") == 0) {
         uint32_t major;
-        if (raw != NULL && (memcpy(&major, raw, sizeof major), major == 1)) {
-            const dl_tensor *t = (const dl_tensor *)(const void *)(raw +
-                                                                  DL_VERSIONED_TENSOR_OFFSET);
-            int64_t itemsize = ((int64_t)t->bits * t->lanes + 7) / 8;
-            if (itemsize < 1)
-                itemsize = 1;
-            if (t->ndim >= 0 && t->ndim <= 64 && (t->ndim == 0 || t->shape != NULL)) {
-                int64_t strides[64];
-                for (int i = 0; t->strides != NULL && i < t->ndim; i++)
-                    strides[i] = t->strides[i] * itemsize;
-                __int128 p = (__int128)(uintptr_t)t->data + t->byte_offset;
-                ok = p < ((__int128)1 << 64) &&
-                     extent((uint64_t)p, t->ndim, t->shape, t->strides ? strides : NULL,
-                            itemsize, start, n);
-            }
-        }
+        memcpy(&major, raw, sizeof major);
+        if (major == 1)
+            ok = dl_tensor_range((const dl_tensor *)(const void *)(raw +
+                                                                   DL_VERSIONED_TENSOR_OFFSET),
+                                 start, n);
+    } else if (raw != NULL && strcmp(name, "dltensor") == 0) {
+        ok = dl_tensor_range((const dl_tensor *)(const void *)raw, start, n);
     }
     PyErr_Clear();
     Py_DECREF(capsule);
@@ -391,10 +428,17 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 0;
             break;
         case KIND_CAI:
-            if (!cai_range(obj, start, n))
+            if (cai_range(obj, start, n) != 1)
                 return 0;
             is_address = 0;
             break;
+        case KIND_CAI_DLPACK: {
+            int got = cai_range(obj, start, n);
+            if (got == 0 || (got < 0 && !dlpack_range(obj, start, n)))
+                return 0;
+            is_address = 0;
+            break;
+        }
         case KIND_DLPACK:
             if (!dlpack_range(obj, start, n))
                 return 0;
@@ -544,6 +588,29 @@ typedef struct {
 } region_memo;
 static region_memo g_regions[REGION_MEMO];
 
+/* A Region of r's extent, type and device: made here where the type's
+ * fields are slots, else by memhook._types' constructor. */
+static PyObject *make_region(const memhook_region *r)
+{
+    PyObject *t = PyTuple_GetItem(g.types, r->mem_type);
+    if (t == NULL)
+        return NULL;
+    if (g.region_type == NULL)
+        return PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r->base,
+                                     (unsigned long long)r->size, t, r->device);
+    PyObject *v[4] = {PyLong_FromUnsignedLongLong(r->base),
+                      PyLong_FromUnsignedLongLong(r->size), t, PyLong_FromLong(r->device)};
+    Py_INCREF(t);
+    PyObject *region = v[0] && v[1] && v[3] ? g.region_alloc((PyTypeObject *)g.region_type, 0)
+                                            : NULL;
+    for (int i = 0; region != NULL && i < 4; i++)
+        if (g.region_set[i](g.region_field[i], region, v[i]) != 0)
+            Py_CLEAR(region);
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(v[i]);
+    return region;
+}
+
 /* query_region(obj[, size]): memhook.lookup. */
 static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -556,18 +623,14 @@ static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t 
         Py_RETURN_NONE;
     /* An allocation's Region is made once and handed out again while its
      * extent, type and device stay (Regions are immutable): making one
-     * costs a call into Python, several times the query. */
+     * costs several times the query. */
     region_memo *m = r.alloc_id ? &g_regions[r.alloc_id % REGION_MEMO] : NULL;
     if (m != NULL && m->region != NULL && m->alloc_id == r.alloc_id && m->base == r.base &&
         m->size == r.size && m->type == r.mem_type && m->device == r.device) {
         Py_INCREF(m->region);
         return m->region;
     }
-    PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
-    if (t == NULL)
-        return NULL;
-    PyObject *region = PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r.base,
-                                             (unsigned long long)r.size, t, r.device);
+    PyObject *region = make_region(&r);
     if (region != NULL && m != NULL) {
         PyObject *old = m->region;
         *m = (region_memo){.alloc_id = r.alloc_id, .base = r.base, .size = r.size,
@@ -639,20 +702,60 @@ static PyObject *query_deliver(PyObject *self, PyObject *const *argv, Py_ssize_t
     Py_RETURN_NONE;
 }
 
-/* query_configure(types, make_region, fallback, kinds). */
+/* The slotted Region's allocator and field setters, or NULL in
+ * g.region_type (Regions then made by g.make_region). */
+static void region_fields(PyObject *type)
+{
+    static const char *const names[4] = {"start", "size", "mem_type", "device"};
+    PyObject *fields[4] = {NULL};
+    descrsetfunc sets[4];
+    allocfunc alloc = type != Py_None && PyType_Check(type)
+                          ? (allocfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_alloc)
+                          : NULL;
+    int ok = alloc != NULL;
+    for (int i = 0; ok && i < 4; i++) {
+        fields[i] = PyObject_GetAttrString(type, names[i]);
+        sets[i] = fields[i] != NULL ? (descrsetfunc)PyType_GetSlot(Py_TYPE(fields[i]),
+                                                                    Py_tp_descr_set)
+                                    : NULL;
+        ok = sets[i] != NULL;
+    }
+    PyErr_Clear();
+    Py_CLEAR(g.region_type);
+    for (int i = 0; i < 4; i++) {
+        Py_CLEAR(g.region_field[i]);
+        if (ok) {
+            g.region_field[i] = fields[i];
+            g.region_set[i] = sets[i];
+        } else {
+            Py_XDECREF(fields[i]);
+        }
+    }
+    if (ok) {
+        Py_INCREF(type);
+        g.region_type = type;
+        g.region_alloc = alloc;
+    }
+}
+
+/* query_configure(types, region_type, make_region, fallback, kinds):
+ * region_type is Region where its fields are member descriptors (slots),
+ * else None. */
 static PyObject *query_configure(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     (void)self;
-    if (argc != 4 || !PyTuple_Check(argv[0]) || PyTuple_Size(argv[0]) != TYPE_CODES ||
-        !PyCallable_Check(argv[1]) || !PyCallable_Check(argv[2]) || !PyDict_Check(argv[3])) {
-        PyErr_SetString(PyExc_TypeError, "query_configure(5 MemoryTypes, make_region, "
-                                         "fallback, kinds dict)");
+    if (argc != 5 || !PyTuple_Check(argv[0]) || PyTuple_Size(argv[0]) != TYPE_CODES ||
+        (argv[1] != Py_None && !PyType_Check(argv[1])) || !PyCallable_Check(argv[2]) ||
+        !PyCallable_Check(argv[3]) || !PyDict_Check(argv[4])) {
+        PyErr_SetString(PyExc_TypeError, "query_configure(5 MemoryTypes, Region or None, "
+                                         "make_region, fallback, kinds dict)");
         return NULL;
     }
+    region_fields(argv[1]);
     set(&g.types, argv[0]);
-    set(&g.make_region, argv[1]);
-    set(&g.fallback, argv[2]);
-    set(&g.kinds, argv[3]);
+    set(&g.make_region, argv[2]);
+    set(&g.fallback, argv[3]);
+    set(&g.kinds, argv[4]);
     Py_RETURN_NONE;
 }
 
@@ -664,7 +767,7 @@ static PyMethodDef methods[] = {
     {"query_extent", (PyCFunction)(void (*)(void))query_extent, METH_FASTCALL,
      "query_extent(obj, kind): (start, size) as read in C, or None"},
     {"query_configure", (PyCFunction)(void (*)(void))query_configure, METH_FASTCALL,
-     "query_configure(types, make_region, fallback, kinds)"},
+     "query_configure(types, region_type, make_region, fallback, kinds)"},
     {"query_hand_out", query_hand_out, METH_NOARGS,
      "query_hand_out(): the subscribers' delivery a query makes first"},
     {"query_deliver", (PyCFunction)(void (*)(void))query_deliver, METH_FASTCALL,
@@ -685,9 +788,9 @@ int memhook_pyext_add(PyObject *m)
         !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
         !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
         !(s_offset = intern("offset")) || !(s_dlpack = intern("__dlpack__")) ||
-        !(s_dlpack_device = intern("__dlpack_device__")) ||
-        !(s_max_version = intern("max_version")) || !(s_stream = intern("stream")) ||
-        !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)))
+        !(s_dlpack_device = intern("__dlpack_device__")) || !(v_empty = PyTuple_New(0)) ||
+        !(kw_cpu = Py_BuildValue("{s(ii)}", "max_version", 1, 0)) ||
+        !(kw_device = Py_BuildValue("{s(ii)si}", "max_version", 1, 0, "stream", -1)))
         return -1;
     return PyModule_AddFunctions(m, methods);
 }
