@@ -53,6 +53,14 @@
 
 #include "memhook/memhook.h"
 
+#ifdef Py_LIMITED_API
+/* Public and exported since Python 3.9, declared by the limited API's
+ * headers from 3.12: a method call with keywords and no tuple or dict made
+ * for it (the DLPack calls below). */
+PyAPI_FUNC(PyObject *) PyObject_VectorcallMethod(PyObject *name, PyObject *const *args,
+                                                 size_t nargsf, PyObject *kwnames);
+#endif
+
 #define TYPE_CODES 5
 
 /* How an object of a learned type is read (memhook/_query.py's _KIND_*). */
@@ -90,19 +98,27 @@ static struct {
     const volatile uint32_t *pending;
 } g;
 
-static PyObject *s_dlpack, *s_dlpack_device, *v_empty;
+static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
 /* __dlpack__'s keywords, made once: max_version=(1, 0), and stream=-1 (the
- * protocol's "no synchronisation": only metadata is read) off the CPU. */
-static PyObject *kw_cpu, *kw_device;
-static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
+ * protocol's "no synchronisation": only metadata is read) off the CPU;
+ * their names as vectorcall takes them (interned: matched by identity). */
+static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
+static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset,
+    *s_version, *s_stream, *s_mask, *s_descr;
+
+/* (PyLong_AsUnsignedLong and PyLong_AsLong read the digits in a loop;
+ * the long long forms go through a byte-array conversion, several times
+ * dearer for an address: long is 64 bits on every platform memhook runs
+ * on.) */
+_Static_assert(sizeof(long) == 8, "an LP64 platform");
 
 /* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
 static int as_u64(PyObject *o, uint64_t *v)
 {
     if (!PyLong_CheckExact(o))
         return 0;
-    unsigned long long a = PyLong_AsUnsignedLongLong(o);
-    if (a == (unsigned long long)-1 && PyErr_Occurred()) {
+    unsigned long a = PyLong_AsUnsignedLong(o);
+    if (a == (unsigned long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
@@ -114,7 +130,7 @@ static int as_i64(PyObject *o, int64_t *v)
 {
     if (!PyLong_CheckExact(o))
         return 0;
-    long long a = PyLong_AsLongLong(o);
+    long a = PyLong_AsLong(o);
     if (a == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
@@ -129,7 +145,7 @@ static int as_int_i64(PyObject *o, int64_t *v)
 {
     if (!PyLong_Check(o))
         return 0;
-    long long a = PyLong_AsLongLong(o);
+    long a = PyLong_AsLong(o);
     if (a == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
@@ -214,7 +230,7 @@ static int int_tuple(PyObject *t, int64_t *out, Py_ssize_t *len)
 
 /* An array-interface typestr's item size ("<f4": 4, "|u1": 1, "<U4": 16),
  * for the kinds numpy sizes as written; 0 for anything else. */
-static int64_t typestr_itemsize(PyObject *typestr)
+static int64_t typestr_parse(PyObject *typestr)
 {
     Py_ssize_t len;
     const char *s = PyUnicode_Check(typestr) ? PyUnicode_AsUTF8AndSize(typestr, &len) : NULL;
@@ -233,6 +249,48 @@ static int64_t typestr_itemsize(PyObject *typestr)
     return s[1] == 'U' ? size * 4 : size;
 }
 
+/* typestr_parse, remembered for the last string object read: a producer
+ * hands out the same one (a literal, or one per dtype) every time.  (Under
+ * the GIL, like g.) */
+static int64_t typestr_itemsize(PyObject *typestr)
+{
+    static PyObject *last;
+    static int64_t last_size;
+    if (typestr == last)
+        return last_size;
+    int64_t size = typestr_parse(typestr);
+    if (size > 0 && PyUnicode_CheckExact(typestr)) {
+        Py_INCREF(typestr);
+        Py_XDECREF(last);
+        last = typestr;
+        last_size = size;
+    }
+    return size;
+}
+
+/* The interface's entries: one pass over the dict where each key is one of
+ * the interned names (a producer's literals are), else a lookup each. */
+static void cai_entries(PyObject *iface, PyObject *out[5])
+{
+    PyObject *const names[5] = {s_data, s_shape, s_typestr, s_strides, s_offset};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    int i;
+    memset(out, 0, 5 * sizeof *out);
+    while (PyDict_Next(iface, &pos, &key, &value)) {
+        for (i = 0; i < 5 && key != names[i]; i++)
+            ;
+        if (i < 5)
+            out[i] = value;
+        else if (key != s_version && key != s_stream && key != s_mask && key != s_descr)
+            goto lookups;
+    }
+    return;
+lookups:
+    for (i = 0; i < 5; i++)
+        out[i] = PyDict_GetItem(iface, names[i]);
+}
+
 /* 1: read; 0: not read here (the Python path answers); -1: the attribute
  * raised, which the protocol order takes as "not offered" (a PyTorch CPU
  * tensor's AttributeError). */
@@ -245,11 +303,10 @@ static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
     }
     int ok = 0;
     if (PyDict_CheckExact(iface)) {
-        PyObject *data = PyDict_GetItem(iface, s_data);
-        PyObject *shape_t = PyDict_GetItem(iface, s_shape);
-        PyObject *typestr = PyDict_GetItem(iface, s_typestr);
-        PyObject *strides_t = PyDict_GetItem(iface, s_strides);
-        PyObject *offset_o = PyDict_GetItem(iface, s_offset);
+        PyObject *e[5];
+        cai_entries(iface, e);
+        PyObject *data = e[0], *shape_t = e[1], *typestr = e[2], *strides_t = e[3],
+                 *offset_o = e[4];
         int64_t shape[64], strides[64], offset = 0, itemsize;
         Py_ssize_t nd = 0, ns = 0;
         uint64_t ptr;
@@ -350,7 +407,8 @@ static int dl_tensor_range(const dl_tensor *t, uint64_t *start, uint64_t *n)
  * producer's deleter, as memhook._inputs does).  Anything odd: 0. */
 static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
-    PyObject *device = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
+    PyObject *args[3] = {obj, v_max_version, v_no_sync};
+    PyObject *device = PyObject_VectorcallMethod(s_dlpack_device, args, 1, NULL);
     if (device == NULL) {
         PyErr_Clear();
         return 0;
@@ -361,12 +419,9 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     Py_DECREF(device);
     if (!ok)
         return 0;
-    PyObject *method = PyObject_GetAttr(obj, s_dlpack);
-    PyObject *capsule = method != NULL
-                            ? PyObject_Call(method, v_empty, dev_type == DL_CPU ? kw_cpu
-                                                                                : kw_device)
-                            : NULL;
-    Py_XDECREF(method);
+    PyObject *capsule = PyObject_VectorcallMethod(s_dlpack, args, 1,
+                                                  dev_type == DL_CPU ? kwnames_cpu
+                                                                     : kwnames_device);
     if (capsule == NULL) {
         PyErr_Clear();
         return 0;
@@ -787,10 +842,14 @@ int memhook_pyext_add(PyObject *m)
     if (!(s_current = intern("current")) || !(s_cai = intern("__cuda_array_interface__")) ||
         !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
         !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
-        !(s_offset = intern("offset")) || !(s_dlpack = intern("__dlpack__")) ||
-        !(s_dlpack_device = intern("__dlpack_device__")) || !(v_empty = PyTuple_New(0)) ||
-        !(kw_cpu = Py_BuildValue("{s(ii)}", "max_version", 1, 0)) ||
-        !(kw_device = Py_BuildValue("{s(ii)si}", "max_version", 1, 0, "stream", -1)))
+        !(s_offset = intern("offset")) || !(s_version = intern("version")) ||
+        !(s_stream = intern("stream")) || !(s_mask = intern("mask")) ||
+        !(s_descr = intern("descr")) || !(s_dlpack = intern("__dlpack__")) ||
+        !(s_dlpack_device = intern("__dlpack_device__")) ||
+        !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||
+        !(s_max_version = intern("max_version")) ||
+        !(kwnames_cpu = PyTuple_Pack(1, s_max_version)) ||
+        !(kwnames_device = PyTuple_Pack(2, s_max_version, s_stream)))
         return -1;
     return PyModule_AddFunctions(m, methods);
 }
