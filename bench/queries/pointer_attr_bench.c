@@ -11,8 +11,15 @@
  * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
  * allocation; the median of ROUNDS rounds, ns per call.  Then the four
  * attributes on host memory again with no current context (RANGE_* are left
- * untouched for memory in no allocation, with a context or without), and
- * cuCtxGetCurrent alone, for scale.
+ * untouched for memory in no allocation, with a context or without); the
+ * set libcudart 13's cudaPointerGetAttributes asks of cuPointerGetAttributes
+ * (CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, IS_MANAGED,
+ * DEVICE_ORDINAL: never answerable together, so memhook passes it through
+ * and only its decision costs); cudaPointerGetAttributes, the runtime's own
+ * (memhook_hooks_original) beside memhook's, where a libcudart.so.13 loads
+ * (on the simulator the runtime's own asks the driver through memhook's
+ * wrappers, which answer its calls); and cuCtxGetCurrent and cuCtxGetDevice
+ * alone, for scale.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -75,6 +82,69 @@ static double time_gets(gets_fn f, unsigned long long p, long n)
         for (long i = 0; i < n; i++) {
             f(4, attrs, data, p);
             sink = type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+/* The attribute set libcudart 13 asks (its cudaPointerGetAttributes). */
+static double time_runtime_set(gets_fn f, unsigned long long p, long n)
+{
+    int attrs[6] = {1, 2, 3, 4, 8, 9};
+    void *ctx = NULL, *dptr = NULL, *hptr = NULL;
+    unsigned type = 0, managed = 0;
+    int dev = 0;
+    void *data[6] = {&ctx, &type, &dptr, &hptr, &managed, &dev};
+    double r[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(6, attrs, data, p);
+            sink = type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+/* cudaPointerAttributes as CUDA 13 lays it out. */
+struct rt_attributes {
+    int type, device;
+    void *device_pointer, *host_pointer;
+    long reserved[8];
+};
+typedef int (*rt_get_fn)(struct rt_attributes *, const void *);
+
+static double time_rt(rt_get_fn f, unsigned long long p, long n)
+{
+    double r[ROUNDS];
+    struct rt_attributes a;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&a, (const void *)(uintptr_t)p);
+            sink = (unsigned)a.type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+typedef int (*ctx_device_fn)(int *);
+
+static double time_ctx_device(ctx_device_fn f, long n)
+{
+    double r[ROUNDS];
+    int dev = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&dev);
+            sink = (unsigned)dev;
         }
         r[k] = (now_ns() - t0) / (double)n;
     }
@@ -150,6 +220,31 @@ int main(int argc, char **argv)
            time_get(real_get, d, n), time_get(get, d, n));
     printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4 attributes)",
            time_gets(real_gets, d, n), time_gets(gets, d, n));
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(runtime's 6)",
+           time_runtime_set(real_gets, h, n), time_runtime_set(gets, h, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(runtime's 6)",
+           time_runtime_set(real_gets, d, n), time_runtime_set(gets, d, n));
+    /* The runtime: the exported name (memhook's, reloc routes it) and the
+     * runtime's own definition. */
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+    rt_get_fn rt_get = rt != NULL ? (rt_get_fn)dlsym(rt, "cudaPointerGetAttributes") : NULL;
+    rt_get_fn real_rt_get = (rt_get_fn)memhook_hooks_original("cudaPointerGetAttributes");
+    if (rt_get != NULL && real_rt_get != NULL) {
+        struct rt_attributes a;
+        rt_get(&a, host);  /* (the runtime's first call initialises it) */
+        before = memhook_testing_pointer_attributes_answered();
+        rt_get(&a, host);
+        rt_get(&a, (const void *)(uintptr_t)d);
+        printf("memhook answered %d of 2 cudaPointerGetAttributes probe calls "
+               "(the runtime's own in the first column)\n",
+               (int)(memhook_testing_pointer_attributes_answered() - before));
+        printf("%-44s %10.1f %10.1f\n", "host   cudaPointerGetAttributes",
+               time_rt(real_rt_get, h, n), time_rt(rt_get, h, n));
+        printf("%-44s %10.1f %10.1f\n", "device cudaPointerGetAttributes",
+               time_rt(real_rt_get, d, n), time_rt(rt_get, d, n));
+    } else {
+        printf("cudaPointerGetAttributes: no libcudart.so.13 here, or not hooked (reloc)\n");
+    }
     if (setcur(NULL) != 0)
         return 2;
     before = memhook_testing_pointer_attributes_answered();
@@ -164,6 +259,10 @@ int main(int argc, char **argv)
     if (ctx_current != NULL)
         printf("%-44s %10.1f\n", "cuCtxGetCurrent alone (for scale)",
                time_ctx_current(ctx_current, n));
+    ctx_device_fn ctx_device = (ctx_device_fn)dlsym(cuda, "cuCtxGetDevice");
+    if (ctx_device != NULL)
+        printf("%-44s %10.1f\n", "cuCtxGetDevice alone (for scale)",
+               time_ctx_device(ctx_device, n));
     free(host);
     return answered == 5 ? 0 : 1;
 }
