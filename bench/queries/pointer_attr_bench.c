@@ -22,6 +22,7 @@
  * alone, for scale.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,79 @@ static double time_ctx_current(ctx_current_fn f, long n)
     return r[ROUNDS / 2];
 }
 
+/* `pointer_attr_bench CALLS count WHO:CALL:WHERE` (pointer_attr_bench.py
+ * --callgrind): CALL n times, nothing else, in count_calls alone - the
+ * function callgrind collects in (--toggle-collect), so its instructions
+ * per call are the call's, load or not.  WHO: driver, memhook; CALL: get,
+ * gets (the four attributes), runtime6 (libcudart 13's set), cuda
+ * (cudaPointerGetAttributes); WHERE: host, device. */
+enum count_call { COUNT_GET, COUNT_GETS, COUNT_RUNTIME6, COUNT_CUDA };
+
+__attribute__((noinline)) static void count_calls(enum count_call what, void *fn,
+                                                  unsigned long long p, long n)
+{
+    int four[4] = {2, 9, 11, 12}, six[6] = {1, 2, 3, 4, 8, 9};
+    void *ctx = NULL, *dptr = NULL, *hptr = NULL;
+    unsigned type = 0, managed = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data4[4] = {&type, &dev, &start, &size};
+    void *data6[6] = {&ctx, &type, &dptr, &hptr, &managed, &dev};
+    struct rt_attributes a;
+    for (long i = 0; i < n; i++) {
+        switch (what) {
+        case COUNT_GET:
+            ((get_fn)fn)(&type, 2, p);
+            break;
+        case COUNT_GETS:
+            ((gets_fn)fn)(4, four, data4, p);
+            break;
+        case COUNT_RUNTIME6:
+            ((gets_fn)fn)(6, six, data6, p);
+            break;
+        case COUNT_CUDA:
+            ((rt_get_fn)fn)(&a, (const void *)(uintptr_t)p);
+            type = (unsigned)a.type;
+            break;
+        }
+        sink = type;
+    }
+}
+
+static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn real_get,
+                      gets_fn real_gets, unsigned long long h, unsigned long long d)
+{
+    char who[16], call[16], where[16];
+    if (sscanf(spec, "%15[^:]:%15[^:]:%15s", who, call, where) != 3)
+        return 2;
+    bool mine = strcmp(who, "memhook") == 0;
+    unsigned long long p = strcmp(where, "device") == 0 ? d : h;
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+    void *rt_get = rt != NULL ? dlsym(rt, "cudaPointerGetAttributes") : NULL;
+    void *real_rt_get = memhook_hooks_original("cudaPointerGetAttributes");
+    enum count_call what;
+    void *fn;
+    if (strcmp(call, "get") == 0) {
+        what = COUNT_GET;
+        fn = mine ? (void *)get : (void *)real_get;
+    } else if (strcmp(call, "gets") == 0 || strcmp(call, "runtime6") == 0) {
+        what = call[4] == '\0' ? COUNT_GETS : COUNT_RUNTIME6;
+        fn = mine ? (void *)gets : (void *)real_gets;
+    } else if (strcmp(call, "cuda") == 0 && rt_get != NULL && real_rt_get != NULL) {
+        what = COUNT_CUDA;
+        fn = mine ? rt_get : real_rt_get;
+        struct rt_attributes a;
+        ((rt_get_fn)rt_get)(&a, (const void *)(uintptr_t)p);  /* the runtime initialised */
+    } else {
+        return 2;
+    }
+    count_calls(what, fn, p, 16);  /* (warm) */
+    unsigned long long before = memhook_testing_pointer_attributes_answered();
+    count_calls(what, fn, p, n);
+    printf("answered %llu of %ld\n", memhook_testing_pointer_attributes_answered() - before, n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 200000;
@@ -198,6 +272,8 @@ int main(int argc, char **argv)
     }
     char *host = malloc(4096);
     unsigned long long h = (uintptr_t)host;
+    if (argc > 3 && strcmp(argv[2], "count") == 0)
+        return count_main(argv[3], n, get, gets, real_get, real_gets, h, d);
     unsigned long long before = memhook_testing_pointer_attributes_answered();
     int attrs[4] = {2, 9, 11, 12};
     unsigned type = 0;

@@ -22,6 +22,11 @@ is this tree's package); given several times, the cores take turns, each
 ``--repeat`` times (interleaved: A B A B ...), the load average printed
 before each run, so an older build is compared with this one on the same
 box at the same time.
+
+``--callgrind`` counts instead of timing: instructions per call under
+valgrind's callgrind (the simulator only, its device memory made small
+enough for valgrind), per core, for each call and pointer, the driver's
+beside memhook's - a figure the box's load does not move.
 """
 
 from __future__ import annotations
@@ -63,6 +68,37 @@ def run_one(exe: Path, lib: Path, calls: str, mode: str, real: bool) -> int:
     return subprocess.run([str(exe), calls], env=env).returncode
 
 
+_COUNTED = [f"{call}:{where}" for call in ("get", "gets", "runtime6", "cuda")
+            for where in ("host", "device")]
+
+
+def callgrind(exe: Path, lib: Path, mode: str, calls: int = 20000) -> None:
+    """Instructions per call of each case, driver and memhook, under callgrind."""
+    print(f"{'instructions per call (callgrind)':44s} {'driver':>10s} {'memhook':>10s}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in _COUNTED:
+            row = []
+            for who in ("driver", "memhook"):
+                env = memhook.sim.environ()
+                env.update(LD_PRELOAD=str(lib), MEMHOOK_INSTALL_AT_LOAD="1",
+                           MEMHOOK_POINTER_ATTRIBUTES="1", MEMHOOK_CUDA_MODE=mode,
+                           MEMHOOK_SIM_DEVICE_MEMORY="64M",
+                           LD_LIBRARY_PATH=":".join([str(lib.parent), str(lib.parent / "sim" / "lib"),
+                                                     env.get("LD_LIBRARY_PATH", "")]))
+                out = Path(tmp) / f"cg.{who}.{case.replace(':', '.')}"
+                proc = subprocess.run(
+                    ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                     "--toggle-collect=count_calls", str(exe), str(calls), "count",
+                     f"{who}:{case}"], env=env, capture_output=True, text=True)
+                total = None
+                if proc.returncode == 0 and out.is_file():
+                    for line in out.read_text().splitlines():
+                        if line.startswith("totals:") or line.startswith("summary:"):
+                            total = int(line.split()[1])
+                row.append(f"{total / calls:10.1f}" if total else f"{'-':>10s}")
+            print(f"{case.replace(':', ' '):44s} {row[0]} {row[1]}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("calls", nargs="?", default="200000")
@@ -70,6 +106,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--core", action="append", default=[],
                     help="folder of the core to run (repeatable; default: this tree's)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each core, interleaved")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per call under callgrind (the simulator), not ns")
     args = ap.parse_args(argv)
     cores = [core_lib(c) for c in (args.core or ["."])]
     real = bool(os.environ.get("MEMHOOK_BENCH_REAL_DRIVER"))
@@ -89,7 +127,10 @@ def main(argv: list[str]) -> int:
                 print(f"== core {core} (run {turn + 1} of {args.repeat}); driver: "
                       f"{'real' if real else 'simulator'}; mode {args.mode}; load average {load}",
                       flush=True)
-                rc |= run_one(exe, core, args.calls, args.mode, real)
+                if args.callgrind:
+                    callgrind(exe, core, args.mode)
+                else:
+                    rc |= run_one(exe, core, args.calls, args.mode, real)
     return rc
 
 
