@@ -157,10 +157,11 @@ static bool check(const struct call *c)
  * handler, and its parent may exit as soon as the child exec'd - and a
  * vfork or raw clone child before its exec, which its parent waits for
  * and no more.  A fork child said HELLO from its handler already; a
- * program that escapes the trace is not waited for. */
-static int run_announced(const struct call *c, char *const envp[], bool escapes)
+ * program that escapes the trace, or is given another trace's collector,
+ * never says HELLO here and is not waited for (`elsewhere`). */
+static int run_announced(const struct call *c, char *const envp[], bool elsewhere)
 {
-    if (escapes)
+    if (elsewhere)
         return run(c, envp);
     if (c->how != SPAWN && c->how != SPAWNP) {
         if (mh_trace_exec_needs_expect())
@@ -188,7 +189,7 @@ static int traced(const struct call *c, char *const envp[])
     bool fits = mh_trace_env_plan(envp, &plan);
     errno = saved;
     if (!plan.need)
-        return run_announced(c, envp, escapes);
+        return run_announced(c, envp, escapes || plan.foreign);
     if (!fits) {
         unsigned spawned = c->how == SPAWN || c->how == SPAWNP ? MH_TRACE_ESCAPE_SPAWNED : 0;
         mh_trace_escape_report(MH_TRACE_ESCAPE_ENV | spawned,

@@ -73,6 +73,7 @@ typedef struct mh_env_plan {
                           * with the trace's first; NULL: kept as it is */
     bool add_socket;     /* MEMHOOK_TRACE_SOCKET is not set: add ours */
     unsigned add_knobs;  /* bit i: knob i is missing and ours is set */
+    bool foreign;        /* it names another trace's collector: left alone */
 } mh_env_plan;
 
 /* The most stack a mended environment may take: a thread's stack may be
