@@ -10,55 +10,19 @@
  * A call is answered only when every attribute it asks for is one the
  * cache knows exactly for that pointer; otherwise the whole call goes to
  * the real function, so an answer is never half memhook's, and an output
- * the driver would leave untouched is untouched.  What the cache vouches
- * for (docs/design/pointer-attributes.md has the evidence, per attribute):
- *
- *  - a pointer inside a region the hooks recorded in this install period
- *    (origin HOOKS, type CUDA, CUDA_MANAGED or CUDA_HOST, device known):
- *    the region is one allocation call's range as the driver reports it
- *    (the requested size; pitch x height; a pool allocation's own size), so
- *      MEMORY_TYPE       DEVICE (managed memory too, as the driver says) or HOST
- *      IS_MANAGED        whether a managed-memory call made it
- *      DEVICE_ORDINAL    the device current at the call (the context's)
- *      RANGE_START_ADDR, RANGE_SIZE   the region
- *      MAPPED            1: the range is mapped while the allocation lives
- *      HOST_POINTER      the pointer itself, for managed and page-locked
- *                        host memory (their host address is the region's)
- *      DEVICE_POINTER    the pointer itself, for device and managed memory
- *                        of the current context's device (unified
- *                        addressing; device_pointer_is_ptr says when)
- *  - a pointer in no region while the hooks cover every allocation entry
- *    point of the loaded driver (the cache's host_vouched): no CUDA
- *    allocation holds it, which is how the driver sees host memory, freed
- *    memory and NULL alike:
- *      cuPointerGetAttribute   MEMORY_TYPE, IS_MANAGED, CONTEXT ->
- *                              CUDA_ERROR_INVALID_VALUE, nothing written
- *      cuPointerGetAttributes  CUDA_SUCCESS with MEMORY_TYPE 0, IS_MANAGED
- *                              0, DEVICE_ORDINAL CU_DEVICE_INVALID (-2),
- *                              CONTEXT NULL; RANGE_START_ADDR and RANGE_SIZE
- *                              left untouched (RANGE_OF_NO_ALLOCATION)
- *      cudaPointerGetAttributes  cudaMemoryTypeUnregistered, device -2,
- *                              devicePointer NULL, hostPointer the pointer,
- *                              the reserved words zero (as cuda.h asks;
- *                              libcudart leaves stack contents there)
- *
- * Passed through always: attributes whose value only the driver holds
- * (CONTEXT and BUFFER_ID of CUDA memory, P2P_TOKENS and its side effect,
- * SYNC_MEMOPS, which cuPointerSetAttribute changes, ACCESS_FLAGS,
- * MEMPOOL_HANDLE, MAPPING_*, MEMORY_BLOCK_ID, the capability flags);
- * recording them at allocation would cost every allocation a driver call.  Passed
- * through also: every call before the driver is initialised in this process
- * image (it answers NOT_INITIALIZED then, and in a fork child for ever),
- * a cache that may lack a pending event (the drain was busy elsewhere), a
- * region remembered from a driver answer, and memory whose driver
- * attributes are not its region's: VMM maps (RANGE_* name the whole
- * cuMemAddressReserve range), module and library globals (a __managed__
- * variable comes back typed CUDA) and IPC mappings (of another device's
- * memory).  Their wrappers mark the 2 MiB granules they touch in a bitmap
- * (mh_pointer_attributes_note_irregular; a VMM map its whole reservation)
- * before their ALLOC is published; a pointer, or a region starting, in a
- * marked granule is passed through (an irregular range is marked whole).
- * Marks stay: a stale one only sends a call to the driver.
+ * the driver would leave untouched is untouched.  Answered: a pointer in a
+ * region the hooks recorded in this install period (REGION_ATTRS below,
+ * HOST_POINTER and DEVICE_POINTER where they are the pointer itself), and
+ * a pointer in no region while the hooks cover every allocation entry
+ * point (NOT_CUDA_GET/_GETS: the driver's answers for host memory, freed
+ * memory and NULL alike).  Passed through: values only the driver holds,
+ * every call before the driver is initialised in this process image, a
+ * cache that may lack a pending event, regions remembered from a driver
+ * answer, and memory whose driver attributes are not its region's (VMM
+ * maps, module globals, IPC mappings: their wrappers mark the 2 MiB
+ * granules they touch, mh_pointer_attributes_note_irregular).
+ * docs/design/pointer-attributes.md says why each answer is exact, with
+ * the evidence per attribute, and what always goes to the driver.
  */
 #include <dlfcn.h>
 #include <errno.h>

@@ -7,55 +7,26 @@
  *
  *   load         makes the image's trace area (trace_lane.c: a memfd the
  *                hooks copy every event into) and connects; the hook layer
- *                installs the hooks (csrc/cuda/startup_order.c); then
- *                HELLO goes out with the memfd attached and how the
- *                install went, and both descriptors are closed: from then
- *                on the collector reads the area on its own, and nothing
- *                the program does to its descriptors, nor how it ends, can
- *                take the events away;
- *   fork child   the child must not write into its parent's area (it is
- *                MADV_DONTFORK): it makes its own and hands it over from
- *                the atfork child handler, before the program's code runs
- *                again, so even a child that is killed at once is read.
- *                Until it has, the parent's fork() keeps a connection of
- *                the child's open (a "hold": see mh_trace_fork_prepare),
- *                so a parent that exits at once cannot end the trace
- *                before the child says HELLO.
- *                A child of a raw fork system call runs no handler: it
- *                finds no area and counts its events as lost in its
- *                parent's (trace_lane.c), and the collector says so;
- *   streamer     a thread that, every MEMHOOK_TRACE_POLL_MS (10 ms),
- *                refreshes the area's clock anchor, retries a hand-over
- *                the collector could not take yet (its listen queue full),
- *                and bounds the process's own queue while it has no
- *                consumer (the tee + trim below).  It starts with the
- *                image's first event (or at once when the hand-over must
- *                be retried), not at load: see "credentials" below;
- *   exit         marks the area exited (the summary's "exited") and
- *                writes a last anchor.  exec'd images inherit LD_PRELOAD
- *                and the environment and connect on their own; a program
- *                given an environment without them gets them back
- *                (trace_exec.c).
+ *                installs the hooks (csrc/cuda/startup_order.c); HELLO goes
+ *                out with the memfd, and both descriptors are closed: from
+ *                then on the collector reads the area on its own;
+ *   fork child   makes its own area and hands it over from the atfork
+ *                child handler; the parent's fork() connects for it first
+ *                (a "hold": mh_trace_fork_prepare);
+ *   spawn/vfork  the child is announced by EXPECT (mh_trace_expect), since
+ *                it runs no fork handler;
+ *   streamer     a thread that refreshes the area's clock anchor, retries a
+ *                hand-over the collector could not take yet and bounds the
+ *                process's own queue; started by the image's first event,
+ *                not at load (a program that changes per-thread
+ *                credentials must stay single-threaded);
+ *   exit         marks the area exited and writes a last anchor.
  *
- * Credentials are per thread in Linux; glibc's setuid/setgid family runs
- * the call in every thread and aborts the process if the results differ.
- * A program that changes a per-thread setting first - setpriv, su and
- * privilege-dropping daemons do prctl(PR_SET_KEEPCAPS) and capset(),
- * which glibc does not broadcast, then setresuid() and setresgid() -
- * leaves any other thread without the capabilities the next call needs:
- * with a streamer there, setpriv --reuid --regid died of SIGABRT (the
- * streamer's setresgid got EPERM).  Such programs are single-threaded and
- * make no CUDA call; with the streamer started only by a first event,
- * they stay single-threaded under the trace too.  (A process that has
- * made CUDA calls has the driver's threads as well, traced or not.)  A
- * process that then runs as another user cannot connect to the collector
- * (its socket is the tracing user's alone) and says so.
- *
- * Never blocking: every socket call is non-blocking (SOCK_NONBLOCK,
- * MSG_DONTWAIT), none is made under a lock a hook or fork() takes, and the
- * hooks only copy into shared memory.  A stalled collector costs area
- * memory (MEMHOOK_TRACE_BUFFER_MB per image, default 256), then counted
- * losses; never a wait.
+ * Never blocking: every socket call is non-blocking, none is made under a
+ * lock a hook or fork() takes, and the hooks only copy into shared memory
+ * (EXPECT's bounded connect is the one wait, outside any hook).
+ * docs/design/trace-children.md has the reasons: how children are
+ * followed, the credentials, what a stalled collector costs.
  */
 #include <errno.h>
 #include <fcntl.h>
