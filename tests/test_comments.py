@@ -27,7 +27,6 @@ NOT_YET_TRIMMED = (
     "csrc/cache/*",
     "csrc/pyext/*", "memhook/_query.py", "memhook/_inputs.py", "memhook/cache.py",
     "memhook/_control.py",
-    "csrc/cuda/pointer_attributes.c", "memhook/tracing/*", "csrc/trace/trace.c",
 )
 
 
