@@ -73,6 +73,7 @@ enum kind {
     KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
     KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
     KIND_CAI_DLPACK = 9, /* __cuda_array_interface__, else (it raised) DLPack */
+    KIND_TORCH = 10,     /* a PyTorch tensor's own methods (tensor_range) */
 };
 
 /* Set once by memhook/_query.py (query_configure); global because the
@@ -103,6 +104,7 @@ static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
  * protocol's "no synchronisation": only metadata is read) off the CPU;
  * their names as vectorcall takes them (interned: matched by identity). */
 static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
+static PyObject *s_data_ptr, *s_stride, *s_element_size;
 static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset,
     *s_version, *s_stream, *s_mask, *s_descr;
 
@@ -444,6 +446,45 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     return ok;
 }
 
+/* obj.name(), or NULL (no exception set). */
+static PyObject *call0(PyObject *obj, PyObject *name)
+{
+    PyObject *args[1] = {obj};
+    PyObject *r = PyObject_VectorcallMethod(name, args, 1, NULL);
+    if (r == NULL)
+        PyErr_Clear();
+    return r;
+}
+
+/* A PyTorch tensor's extent from data_ptr(), shape, stride() (in elements)
+ * and element_size(): methods written in C, which answer whether or not the
+ * tensor requires grad, where both protocols refuse one that does and are
+ * Python code in torch.  For any tensor the protocols read, it is the
+ * extent they give (memhook._inputs._tensor_extent; memhook/_query.py
+ * checks it on the type's first object). */
+static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *ptr_o = NULL, *shape_t = NULL, *strides_t = NULL, *itemsize_o = NULL;
+    int64_t shape[64], strides[64], itemsize;
+    Py_ssize_t nd = 0, ns = 0;
+    uint64_t ptr;
+    int ok = (ptr_o = call0(obj, s_data_ptr)) != NULL && as_u64(ptr_o, &ptr) &&
+             (shape_t = PyObject_GetAttr(obj, s_shape)) != NULL &&
+             int_tuple(shape_t, shape, &nd) && (strides_t = call0(obj, s_stride)) != NULL &&
+             int_tuple(strides_t, strides, &ns) && ns == nd &&
+             (itemsize_o = call0(obj, s_element_size)) != NULL &&
+             as_i64(itemsize_o, &itemsize) && itemsize > 0;
+    for (Py_ssize_t i = 0; ok && i < nd; i++)
+        ok = !__builtin_mul_overflow(strides[i], itemsize, &strides[i]);
+    ok = ok && extent(ptr, (int)nd, shape, strides, itemsize, start, n);
+    PyErr_Clear();
+    Py_XDECREF(ptr_o);
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    Py_XDECREF(itemsize_o);
+    return ok;
+}
+
 /* A PyLong from an attribute or a conversion, as an address. */
 static int steal_address(PyObject *v, uint64_t *start)
 {
@@ -494,6 +535,11 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 0;
             break;
         }
+        case KIND_TORCH:
+            if (!tensor_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
         case KIND_DLPACK:
             if (!dlpack_range(obj, start, n))
                 return 0;
@@ -845,7 +891,8 @@ int memhook_pyext_add(PyObject *m)
         !(s_offset = intern("offset")) || !(s_version = intern("version")) ||
         !(s_stream = intern("stream")) || !(s_mask = intern("mask")) ||
         !(s_descr = intern("descr")) || !(s_dlpack = intern("__dlpack__")) ||
-        !(s_dlpack_device = intern("__dlpack_device__")) ||
+        !(s_dlpack_device = intern("__dlpack_device__")) || !(s_data_ptr = intern("data_ptr")) ||
+        !(s_stride = intern("stride")) || !(s_element_size = intern("element_size")) ||
         !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||
         !(s_max_version = intern("max_version")) ||
         !(kwnames_cpu = PyTuple_Pack(1, s_max_version)) ||
