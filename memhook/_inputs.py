@@ -26,17 +26,11 @@ non-integral numbers, strings.  A size is an int (or numpy or ctypes
 integer, or ``__index__`` object) >= 1, and ``[address, address + size)``
 must fit in the 64-bit address space.
 
-Objects are looked up over their whole extent, found through (in this order)
-``__cuda_array_interface__``, ``__array_interface__``, DLPack
-(``__dlpack__``, versioned or legacy capsules) and the buffer protocol; a
-protocol attribute that raises (a torch CPU tensor's
-``__cuda_array_interface__``) passes to the next.  A malformed interface
-dict is refused naming the key and what is valid.  Strided objects cover from their
-lowest to their highest addressed byte.  An empty object (no bytes:
-``np.zeros(0)``, ``b''``, ``torch.empty(0)``) is asked about as the one byte
-at its data pointer: the answer is the memory it points into, HOST for a
-NULL data pointer (address 0, which no allocator returns and no hook
-records).
+Objects are looked up over their whole extent, through
+``__cuda_array_interface__``, ``__array_interface__``, DLPack and the buffer
+protocol in that order, a PyTorch tensor that all refuse (one requiring
+grad) through its own methods; an empty object is the byte at its data
+pointer (docs/design/python-queries.md, "Objects' extents").
 """
 
 from __future__ import annotations

@@ -1,46 +1,27 @@
 /* query.c - memhook.memory_type / lookup in C: the argument normalised,
  * then one call into the core's cache (memhook_query).
  *
- * Built into the cffi extension memhook._native and added to that module
- * as builtins at its initialisation (memhook_pyext_add; the module's init
- * is wrapped in memhook/_ffi_build.py): cffi calls release and retake the
- * GIL around every call and convert arguments through its type system,
- * which is most of a query's cost, and cannot take a Python object.  So
- * there is one binding, the extension, with two kinds of entry point:
- * cffi functions for the core's C API, these builtins for the queries
- * (docs/design/python-queries.md argues the choice).
+ * Builtins of the cffi extension memhook._native, not cffi functions: a
+ * cffi call converts each argument and releases the GIL, most of a query's
+ * cost, and cannot take an object (docs/design/python-queries.md).
  *
- * What is normalised here, without calling Python code:
- *   - an exact int (a size too);
- *   - bytes and bytearray (their storage);
- *   - objects of a type memhook/_query.py has learned (`kinds`, a dict from
- *     type to how to read it), after checking, on the first object of that
- *     type, that the reading here gives what memhook._inputs.byte_range
- *     gives: the buffer protocol (numpy arrays, memoryview, ctypes arrays),
- *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
- *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
- *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
- *     a DLPack capsule (__dlpack__(max_version=(1, 0)): versioned, or
- *     legacy where the producer gives that), and for a type offering both
- *     (PyTorch's tensors) the interface, else DLPack where the interface
- *     raises - Python's order, so a CPU tensor is read here too.
- * Anything else, and anything unusual on these paths (an error, an empty
- * extent, a negative value, a malformed interface), goes to the Python
- * normaliser (`fallback`), which gives the answer or the clear error; so
- * this file never answers what the Python path would not, and never words
- * an error.
+ * Read here, without calling Python code: an exact int, bytes, bytearray,
+ * and objects of the types memhook/_query.py has taught (`kinds`, checked
+ * on a first object against memhook._inputs.byte_range): the buffer
+ * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
+ * handle), __cuda_array_interface__, DLPack, the interface else DLPack
+ * (Python's order), and a PyTorch tensor's own methods.  Anything else or
+ * odd (an error, an empty extent, a malformed interface) goes to the
+ * Python normaliser (`fallback`): this file never answers what Python
+ * would not, and never words an error.
  *
  * The GIL is held throughout (memhook_query takes no lock a Python thread
- * could hold, and never calls Python), so the configured objects below are
+ * could hold and never calls Python); the configured objects below are
  * read and replaced under it.
  *
- * Limited API: the rest of the extension is built for the stable ABI of
- * Python 3.9 (cffi's default, the wheel's cp39-abi3 tag).  The buffer
- * protocol (PyObject_GetBuffer, Py_buffer) joined the limited API's headers
- * only in 3.11, but its functions and struct are unchanged and exported
- * since Python 3.0, so this file declares 3.11's limited API: the symbols it
- * uses are all present in every CPython 3.9+.  A free-threaded or debug
- * build takes the full API. */
+ * Limited API 3.11 (the buffer protocol), whose symbols every CPython 3.9+
+ * exports, so the wheel stays cp39-abi3; free-threaded and debug builds
+ * take the full API (python-queries.md). */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
     !defined(Py_REF_DEBUG)
