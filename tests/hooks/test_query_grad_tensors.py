@@ -104,13 +104,12 @@ def test_a_tensor_that_requires_grad_is_read_over_its_extent(
             assert memhook.memory_type(t) is M.CUDA_MANAGED
             assert memhook.lookup(t) == Region(start, n, M.CUDA_MANAGED, 0)
             assert mine.lookup(t) == Region(start, n, M.CUDA_MANAGED, 0)
-            cache.update(start, n - 1 if n > 1 else 1, M.CUDA_MANAGED, 0)
-            if n > 1:  # one byte short: UNKNOWN over exactly the range read
-                cache.remove(start + n - 1, 1)
-                mine.remove(start + n - 1, 1)
-                assert memhook.lookup(t) == Region(start, n, M.UNKNOWN, -1)
-                assert mine.lookup(t) == Region(start, n, M.UNKNOWN, -1)
-                assert memhook.memory_type(t) is M.UNKNOWN
+            assert n > 1
+            cache.remove(start + n - 1, 1)  # a byte short: UNKNOWN over the range read
+            mine.remove(start + n - 1, 1)
+            assert memhook.lookup(t) == Region(start, n, M.UNKNOWN, -1)
+            assert mine.lookup(t) == Region(start, n, M.UNKNOWN, -1)
+            assert memhook.memory_type(t) is M.UNKNOWN
         finally:
             cache.remove(start, n)
     # the type is learned from its first object: the others are read in C
@@ -201,3 +200,40 @@ def test_memory_types_of_such_a_tensor_is_refused_clearly() -> None:
     the element, not torch's RuntimeError from ``__array__``."""
     with pytest.raises(TypeError, match=r"ptrs\[0\].*memory_type\(\) or lookup\(\)"):
         memhook.memory_types(torch.zeros(2, requires_grad=True))
+
+
+def test_threads_querying_such_tensors_while_others_make_and_drop_them(
+        learned_afresh: None) -> None:
+    """Four threads ask about tensors that require grad (the first objects
+    of the type among them, while C learns it) as two more make and drop
+    tensors: every answer is the tensor's memory, and nothing raises."""
+    import threading
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def ask() -> None:
+        try:
+            mine = [torch.zeros(32 + i, requires_grad=True)[1:] for i in range(16)]
+            for _ in range(200):
+                for t in mine:
+                    assert memhook.memory_type(t) is M.HOST
+                    assert memhook.lookup(t) is None
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def churn() -> None:
+        while not stop.is_set():
+            ts = [torch.ones(64, requires_grad=True) * 2 for _ in range(8)]
+            del ts
+
+    churners = [threading.Thread(target=churn) for _ in range(2)]
+    askers = [threading.Thread(target=ask) for _ in range(4)]
+    for th in churners + askers:
+        th.start()
+    for th in askers:
+        th.join()
+    stop.set()
+    for th in churners:
+        th.join()
+    assert not errors, errors
