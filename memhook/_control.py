@@ -4,17 +4,16 @@ cffi releases the GIL around every call into C.  For a short call that
 costs nothing; for one that runs long - installing or removing the hooks
 (bistro's live-write protocol, reloc's walk over every loaded object),
 reading the whole hook table, walking /proc/self/maps, taking a batch of
-events out of the queue - another Python
-thread takes the GIL meanwhile, and in a process whose threads keep it busy
-the caller then waits its turn when the call returns, on a loaded box far
-longer than the call itself took, and an install/uninstall cycle made a
-dozen such releases.  These calls are therefore builtins of the
-extension (csrc/pyext/control.c) that keep the GIL: other Python threads
-wait for the call (milliseconds at most), and the caller never waits for
-them, so install() and uninstall() release the GIL a bounded number of
-times (none of their own).  The extension is memhook's one binding of the
-core: cffi's functions for the short calls, its own builtins for these
-and for the queries (csrc/pyext/query.c).
+events out of the queue - another Python thread takes the GIL meanwhile,
+and in a process whose threads keep it busy the caller then waits its turn
+for each release, on a loaded box far longer than the call itself took
+(docs/performance.md, "Costs behind the code's choices").  These calls
+are therefore builtins of the extension (csrc/pyext/control.c) that keep
+the GIL: other Python threads wait for the call (milliseconds at most),
+and the caller never waits for them, so install() and uninstall() release
+the GIL a bounded number of times (none of their own).  The extension is
+memhook's one binding of the core: cffi's functions for the short calls,
+its own builtins for these and for the queries (csrc/pyext/query.c).
 
 Why that is safe: none of these functions waits for anything a Python
 thread holds.  They take the core's own locks, which only C code holds, and

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._core import ffi, lib
-from ._inputs import address_array, byte_range
+from ._inputs import address_array, byte_range, torch_tensor
 from ._types import MemoryType, Region, _make_region
 from .cache import MemtypeCache
 
@@ -159,7 +159,7 @@ def memory_types(ptrs: Any) -> np.ndarray:
 # Teaching C the argument forms (csrc/pyext/query.c's enum kind)
 
 _KIND_BUFFER, _KIND_INDEX, _KIND_INT, _KIND_CAI, _KIND_DLPACK = 1, 3, 4, 5, 6
-_KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED, _KIND_CAI_DLPACK = 7, 8, 9
+_KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED, _KIND_CAI_DLPACK, _KIND_TORCH = 7, 8, 9, 10
 _CTYPES_SIGNED_CODES = frozenset("bhilq")
 _CTYPES_UNSIGNED_CODES = frozenset("BHILQP")  # (not c_char_p/c_wchar_p: .value is text)
 _LEARNED_MAX = 256  # (types: a program passes a handful)
@@ -174,6 +174,10 @@ def _kind_of(cls: type) -> int:
     cannot)."""
     if issubclass(cls, bool) or cls in (np.bool_, ctypes.c_bool):
         return 0
+    if torch_tensor(cls):
+        # (its own methods: the protocols' extent where they answer, at a
+        # fraction of their cost, and an answer where they refuse)
+        return _KIND_TORCH
     if issubclass(cls, ctypes._SimpleCData):
         code = getattr(cls, "_type_", "")
         if code in _CTYPES_UNSIGNED_CODES:

@@ -25,8 +25,6 @@ NOT_YET_TRIMMED = (
     "csrc/queue/*", "csrc/cuda/emit.c", "csrc/cuda/live_table.c", "csrc/cuda/wrap_*.c",
     "memhook/_drain.py", "memhook/events.py",
     "csrc/cache/*",
-    "csrc/pyext/*", "memhook/_query.py", "memhook/_inputs.py", "memhook/cache.py",
-    "memhook/_control.py",
 )
 
 

@@ -28,8 +28,10 @@ own so that one mode's install cannot colour another's figures:
   ``CUdeviceptr``, ``__cuda_array_interface__`` objects, DLPack-only
   objects, objects read as a PyTorch CPU tensor is (an interface that
   raises, then DLPack with an IntEnum device type) and, where torch is
-  importable, torch's CPU tensors (64 distinct ones of each kind, cycled),
-  beside the cost of reading their interfaces alone, and
+  importable, torch's CPU tensors, with and without requires_grad (64
+  distinct ones of each kind, cycled; a build that refuses a kind shows "-"),
+  beside the cost of reading their interfaces alone (a tensor that requires
+  grad: its data_ptr(), shape, stride() and element_size()), and
   ``cuPointerGetAttribute`` through ctypes;
 * with ``--baseline-python PY``, every mode again with another interpreter
   - a build of another version of memhook in its own venv (e.g. main's) -
@@ -145,6 +147,12 @@ def _read_tensor_iface(t: Any) -> Any:
         return t.__dlpack_device__(), t.__dlpack__(max_version=(1, 0))
 
 
+def _read_tensor_methods(t: Any) -> Any:
+    """What reading a tensor's extent through its own methods costs (the
+    reading where both protocols refuse: a tensor that requires grad)."""
+    return t.data_ptr(), t.shape, t.stride(), t.element_size()
+
+
 def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list[Any], Any]]:
     """The objects users pass, each kind as a list of ``queries`` objects
     (cycled over 64 distinct ones), with the type memory_type must answer."""
@@ -172,6 +180,8 @@ def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list
     try:
         import torch
         kinds["torch cpu tensor"] = ([torch.zeros(256 + i) for i in range(64)], host)
+        kinds["torch cpu tensor (requires grad)"] = (
+            [torch.zeros(256 + i, requires_grad=True) for i in range(64)], host)
     except ImportError:
         pass
     return {k: ((objs * (queries // len(objs) + 1))[:queries], want)
@@ -278,6 +288,10 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     }
     objects = _objects(cu, keep, queries)
     for kind, (objs, want) in objects.items():
+        try:
+            memory_type(objs[0])
+        except TypeError:
+            continue  # a build that refuses this kind (a baseline): not measured, "-"
         assert all(memory_type(o) is want for o in objs[:256]), kind
         work[f"obj {kind}"] = ((lambda objs=objs: consume(map(memory_type, objs))), queries)
     # What reading the interfaces alone costs (the goal for those objects is
@@ -294,6 +308,10 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
         if kind in objects:
             work[f"iface {kind}"] = ((lambda objs=objects[kind][0]: consume(
                 map(_read_tensor_iface, objs))), queries)
+    grad = objects.get("torch cpu tensor (requires grad)")
+    if grad is not None:
+        work["iface torch cpu tensor (requires grad)"] = (
+            lambda objs=grad[0]: consume(map(_read_tensor_methods, objs)), queries)
     ctypes_get_attr = _ctypes_driver_query()
     if ctypes_get_attr is not None:
         work["ctypes_driver_dev_cold"] = (lambda: consume(map(ctypes_get_attr, cold)), queries)
@@ -424,7 +442,8 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
                 "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
         print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
     for what in ("iface cuda_array_interface", "iface dlpack", "iface tensor-like (host)",
-                 "iface torch cpu tensor", "ctypes_driver_dev_cold",
+                 "iface torch cpu tensor", "iface torch cpu tensor (requires grad)",
+                 "ctypes_driver_dev_cold",
                  "ctypes_driver_host", "cu_dev_cold", "cu_host"):
         print(f"{what}: " + ", ".join(f"{r['mode']} {r[what]:.0f}" for r in rows if what in r)
               + " ns")

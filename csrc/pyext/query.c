@@ -1,46 +1,27 @@
 /* query.c - memhook.memory_type / lookup in C: the argument normalised,
  * then one call into the core's cache (memhook_query).
  *
- * Built into the cffi extension memhook._native and added to that module
- * as builtins at its initialisation (memhook_pyext_add; the module's init
- * is wrapped in memhook/_ffi_build.py): cffi calls release and retake the
- * GIL around every call and convert arguments through its type system,
- * which is most of a query's cost, and cannot take a Python object.  So
- * there is one binding, the extension, with two kinds of entry point:
- * cffi functions for the core's C API, these builtins for the queries
- * (docs/design/python-queries.md argues the choice).
+ * Builtins of the cffi extension memhook._native, not cffi functions: a
+ * cffi call converts each argument and releases the GIL, most of a query's
+ * cost, and cannot take an object (docs/design/python-queries.md).
  *
- * What is normalised here, without calling Python code:
- *   - an exact int (a size too);
- *   - bytes and bytearray (their storage);
- *   - objects of a type memhook/_query.py has learned (`kinds`, a dict from
- *     type to how to read it), after checking, on the first object of that
- *     type, that the reading here gives what memhook._inputs.byte_range
- *     gives: the buffer protocol (numpy arrays, memoryview, ctypes arrays),
- *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
- *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
- *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
- *     a DLPack capsule (__dlpack__(max_version=(1, 0)): versioned, or
- *     legacy where the producer gives that), and for a type offering both
- *     (PyTorch's tensors) the interface, else DLPack where the interface
- *     raises - Python's order, so a CPU tensor is read here too.
- * Anything else, and anything unusual on these paths (an error, an empty
- * extent, a negative value, a malformed interface), goes to the Python
- * normaliser (`fallback`), which gives the answer or the clear error; so
- * this file never answers what the Python path would not, and never words
- * an error.
+ * Read here, without calling Python code: an exact int, bytes, bytearray,
+ * and objects of the types memhook/_query.py has taught (`kinds`, checked
+ * on a first object against memhook._inputs.byte_range): the buffer
+ * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
+ * handle), __cuda_array_interface__, DLPack, the interface else DLPack
+ * (Python's order), and a PyTorch tensor's own methods.  Anything else or
+ * odd (an error, an empty extent, a malformed interface) goes to the
+ * Python normaliser (`fallback`): this file never answers what Python
+ * would not, and never words an error.
  *
  * The GIL is held throughout (memhook_query takes no lock a Python thread
- * could hold, and never calls Python), so the configured objects below are
+ * could hold and never calls Python); the configured objects below are
  * read and replaced under it.
  *
- * Limited API: the rest of the extension is built for the stable ABI of
- * Python 3.9 (cffi's default, the wheel's cp39-abi3 tag).  The buffer
- * protocol (PyObject_GetBuffer, Py_buffer) joined the limited API's headers
- * only in 3.11, but its functions and struct are unchanged and exported
- * since Python 3.0, so this file declares 3.11's limited API: the symbols it
- * uses are all present in every CPython 3.9+.  A free-threaded or debug
- * build takes the full API. */
+ * Limited API 3.11 (the buffer protocol), whose symbols every CPython 3.9+
+ * exports, so the wheel stays cp39-abi3; free-threaded and debug builds
+ * take the full API (python-queries.md). */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
     !defined(Py_REF_DEBUG)
@@ -73,6 +54,7 @@ enum kind {
     KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
     KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
     KIND_CAI_DLPACK = 9, /* __cuda_array_interface__, else (it raised) DLPack */
+    KIND_TORCH = 10,     /* a PyTorch tensor's own methods (tensor_range) */
 };
 
 /* Set once by memhook/_query.py (query_configure); global because the
@@ -103,6 +85,7 @@ static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
  * protocol's "no synchronisation": only metadata is read) off the CPU;
  * their names as vectorcall takes them (interned: matched by identity). */
 static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
+static PyObject *s_data_ptr, *s_stride, *s_element_size;
 static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset,
     *s_version, *s_stream, *s_mask, *s_descr;
 
@@ -444,6 +427,45 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     return ok;
 }
 
+/* obj.name(), or NULL (no exception set). */
+static PyObject *call0(PyObject *obj, PyObject *name)
+{
+    PyObject *args[1] = {obj};
+    PyObject *r = PyObject_VectorcallMethod(name, args, 1, NULL);
+    if (r == NULL)
+        PyErr_Clear();
+    return r;
+}
+
+/* A PyTorch tensor's extent from data_ptr(), shape, stride() (in elements)
+ * and element_size(): methods written in C, which answer whether or not the
+ * tensor requires grad, where both protocols refuse one that does and are
+ * Python code in torch.  For any tensor the protocols read, it is the
+ * extent they give (memhook._inputs._tensor_extent; memhook/_query.py
+ * checks it on the type's first object). */
+static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *ptr_o = NULL, *shape_t = NULL, *strides_t = NULL, *itemsize_o = NULL;
+    int64_t shape[64], strides[64], itemsize;
+    Py_ssize_t nd = 0, ns = 0;
+    uint64_t ptr;
+    int ok = (ptr_o = call0(obj, s_data_ptr)) != NULL && as_u64(ptr_o, &ptr) &&
+             (shape_t = PyObject_GetAttr(obj, s_shape)) != NULL &&
+             int_tuple(shape_t, shape, &nd) && (strides_t = call0(obj, s_stride)) != NULL &&
+             int_tuple(strides_t, strides, &ns) && ns == nd &&
+             (itemsize_o = call0(obj, s_element_size)) != NULL &&
+             as_i64(itemsize_o, &itemsize) && itemsize > 0;
+    for (Py_ssize_t i = 0; ok && i < nd; i++)
+        ok = !__builtin_mul_overflow(strides[i], itemsize, &strides[i]);
+    ok = ok && extent(ptr, (int)nd, shape, strides, itemsize, start, n);
+    PyErr_Clear();
+    Py_XDECREF(ptr_o);
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    Py_XDECREF(itemsize_o);
+    return ok;
+}
+
 /* A PyLong from an attribute or a conversion, as an address. */
 static int steal_address(PyObject *v, uint64_t *start)
 {
@@ -494,6 +516,11 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 0;
             break;
         }
+        case KIND_TORCH:
+            if (!tensor_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
         case KIND_DLPACK:
             if (!dlpack_range(obj, start, n))
                 return 0;
@@ -845,7 +872,8 @@ int memhook_pyext_add(PyObject *m)
         !(s_offset = intern("offset")) || !(s_version = intern("version")) ||
         !(s_stream = intern("stream")) || !(s_mask = intern("mask")) ||
         !(s_descr = intern("descr")) || !(s_dlpack = intern("__dlpack__")) ||
-        !(s_dlpack_device = intern("__dlpack_device__")) ||
+        !(s_dlpack_device = intern("__dlpack_device__")) || !(s_data_ptr = intern("data_ptr")) ||
+        !(s_stride = intern("stride")) || !(s_element_size = intern("element_size")) ||
         !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||
         !(s_max_version = intern("max_version")) ||
         !(kwnames_cpu = PyTuple_Pack(1, s_max_version)) ||
