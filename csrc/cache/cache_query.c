@@ -58,7 +58,7 @@ static bool host_vouched(mh_cache *c)
     return (mh_cache_period(c) & 1u) && mh_cache_coverage(c);
 }
 
-static int check_args(const void *ptr, size_t len, const memhook_region *out, uint64_t *end)
+static inline int check_args(const void *ptr, size_t len, const memhook_region *out, uint64_t *end)
 {
     if (out == NULL || out->struct_size < MEMHOOK_REGION_MIN_SIZE)
         return -EINVAL;
@@ -138,7 +138,9 @@ static void look_up(mh_cache *c, view *v)
     v->own = NULL;
     v->nown = 0;
     v->standing = UP_TO_DATE;
-    if (mh_queue_feed_run(false) && mh_cache_publish_deferred(c, false))
+    if (mh_queue_feed_run(false) &&
+        (atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0 ||
+         mh_cache_publish_deferred(c, false)))
         return;
     mh_queue_unapplied u;
     mh_queue_unapplied_get(&u);
@@ -313,6 +315,91 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
 
 static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
 
+/* ---- the common case: a vouched answer, remembered per thread ----
+ *
+ * A transport asks about the same buffers again and again.  Each thread
+ * keeps the last answer the hooks vouched for outright (mh_cache_hit: a
+ * vouched region, or a gap while host memory is vouched) with the extent it
+ * holds for and the cache's version it was read at; while the version has
+ * not moved, a query inside that extent is answered from it with no
+ * snapshot, no epoch and no search.  It is used only where the map holds
+ * every event published before the query (the view is UP_TO_DATE), and it
+ * is the map's answer, so it is the same for every thread and for the
+ * cached forms.  A signal handler may query on the thread (the cached
+ * forms are async-signal-safe): the memo is written under a sequence
+ * count of its own thread (odd while written) - a handler that finds it
+ * odd neither reads nor writes it, and a read that the count shows was
+ * overwritten meanwhile (a handler's write) is not used. */
+static __thread struct memo {
+    unsigned seq;
+    mh_hit hit;
+} t_memo __attribute__((tls_model("initial-exec")));
+
+/* The memo's answer for [p, end), if it holds one. */
+static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+{
+    unsigned seq = t_memo.seq;
+    atomic_signal_fence(memory_order_acquire);
+    if (seq & 1u)
+        return false;
+    mh_hit h = t_memo.hit;
+    atomic_signal_fence(memory_order_acquire);
+    if (t_memo.seq != seq || h.lo > p || end > h.hi || h.version != mh_cache_version(c))
+        return false;
+    if (h.gap)
+        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
+    else
+        fill(out, h.type, h.device, h.lo, h.hi - h.lo, h.alloc_id, MEMHOOK_ORIGIN_HOOKS);
+    return true;
+}
+
+static inline void memo_keep(const mh_hit *h)
+{
+    unsigned seq = t_memo.seq;
+    if (seq & 1u)
+        return;  /* (a handler, inside the thread's own write) */
+    t_memo.seq = seq + 1;
+    atomic_signal_fence(memory_order_release);
+    t_memo.hit = *h;
+    atomic_signal_fence(memory_order_release);
+    t_memo.seq = seq + 2;
+}
+
+/* The answer for [p, end) where the map, up to date, holds a vouched one:
+ * from the memo, else from the map (then remembered).  False: the caller
+ * answers (answer()). */
+static inline bool answer_vouched(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+{
+    if (memo_answer(c, p, end, out))
+        return true;
+    mh_hit h;
+    if (!mh_cache_hit(c, p, end, &h))
+        return false;
+    memo_keep(&h);
+    if (h.gap)
+        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
+    else
+        fill(out, h.type, h.device, h.lo, h.hi - h.lo, h.alloc_id, MEMHOOK_ORIGIN_HOOKS);
+    return true;
+}
+
+/* Whether the map holds every event published before the call, at the
+ * cost of a few loads where it does (look_up's first step, inline). */
+static inline bool up_to_date(mh_cache *c)
+{
+    return mh_queue_feed_run(false) &&
+           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+}
+
+static __attribute__((noinline)) void query_slow(mh_cache *c, uint64_t p, uint64_t end,
+                                                 memhook_region *out)
+{
+    view v;
+    look_up(c, &v);
+    if (v.standing != UP_TO_DATE || !answer_vouched(c, p, end, out))
+        answer(c, p, end, &v, true, out);
+}
+
 int memhook_query(const void *ptr, size_t len, memhook_region *out)
 {
     uint64_t end;
@@ -320,9 +407,9 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
     if (rc != 0)
         return rc;
     mh_cache *c = mh_cache_process();
-    view v;
-    look_up(c, &v);
-    answer(c, (uint64_t)(uintptr_t)ptr, end, &v, true, out);
+    uint64_t p = (uint64_t)(uintptr_t)ptr;
+    if (!(up_to_date(c) && memo_answer(c, p, end, out)))
+        query_slow(c, p, end, out);
     return 0;
 }
 
@@ -332,7 +419,10 @@ int memhook_query_cached(const void *ptr, size_t len, memhook_region *out)
     int rc = check_args(ptr, len, out, &end);
     if (rc != 0)
         return rc;
-    answer(mh_cache_process(), (uint64_t)(uintptr_t)ptr, end, &g_up_to_date, false, out);
+    mh_cache *c = mh_cache_process();
+    uint64_t p = (uint64_t)(uintptr_t)ptr;
+    if (!answer_vouched(c, p, end, out))
+        answer(c, p, end, &g_up_to_date, false, out);
     return 0;
 }
 
@@ -352,7 +442,8 @@ int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *o
         uint64_t p = (uint64_t)(uintptr_t)ptrs[i];
         if (p == UINT64_MAX)
             return -EOVERFLOW;
-        answer(c, p, p + 1, &v, true, o);
+        if (v.standing != UP_TO_DATE || !answer_vouched(c, p, p + 1, o))
+            answer(c, p, p + 1, &v, true, o);
     }
     return 0;
 }

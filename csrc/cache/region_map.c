@@ -217,12 +217,12 @@ typedef struct oplist {
 } oplist;
 
 struct mh_cache {
+    mh_cache_head head;           /* (first: read inline, cache.h) */
     _Atomic(snap *) current;
     _Atomic uint32_t period;      /* odd: hooks installed */
     _Atomic bool coverage;
     _Atomic bool broken;          /* a write lost memory: nothing is vouched */
     _Atomic uint64_t generation;  /* operations queued (mh_cache_generation) */
-    _Atomic size_t deferred;      /* operations queued, not published yet */
     atomic_flag seat;             /* the writer's */
     /* The writer's own (the seat held): the ops queued, in event order. */
     oplist *q;
@@ -392,9 +392,24 @@ static void reclaim(mh_cache *c, bool force)
     }
 }
 
+/* After a change a reader's answer may depend on (mh_cache_version).
+ * (Release: a reader that sees the new version sees the change.) */
+static void version_bump(mh_cache *c)
+{
+    atomic_fetch_add_explicit(&c->head.version, 1, memory_order_release);
+}
+
+/* A write lost memory: nothing is vouched for from now on. */
+static void set_broken(mh_cache *c)
+{
+    atomic_store(&c->broken, true);
+    version_bump(c);
+}
+
 static void publish(mh_cache *c, snap *s)
 {
     snap *old = atomic_exchange_explicit(&c->current, s, memory_order_acq_rel);
+    version_bump(c);
     if (old != &g_empty) {
         old->retire_epoch = atomic_fetch_add(&g_epoch, 1);
         old->retired_next = c->retired;
@@ -445,13 +460,16 @@ uint32_t mh_cache_period(const mh_cache *c)
 void mh_cache_period_next(mh_cache *c, bool installed)
 {
     uint32_t p = atomic_load(&c->period);
-    if (((p & 1u) != 0) != installed)  /* (a mode switch keeps the period) */
+    if (((p & 1u) != 0) != installed) {  /* (a mode switch keeps the period) */
         atomic_store_explicit(&c->period, p + 1, memory_order_release);
+        version_bump(c);
+    }
 }
 
 void mh_cache_set_coverage(mh_cache *c, bool complete)
 {
-    atomic_store_explicit(&c->coverage, complete, memory_order_release);
+    if (atomic_exchange_explicit(&c->coverage, complete, memory_order_acq_rel) != complete)
+        version_bump(c);
 }
 
 bool mh_cache_coverage(const mh_cache *c)
@@ -514,6 +532,41 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     }
     read_end(&rd);
     return found;
+}
+
+bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+{
+    /* (the version first: what is read after it is as new or newer) */
+    out->version = mh_cache_version(c);
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (!(period & 1u) || atomic_load_explicit(&c->broken, memory_order_relaxed))
+        return false;
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    const mh_region *rs = s->regions;
+    long i = last_at_or_before(s, ptr);
+    bool ok;
+    if (i >= 0 && ptr < rs[i].end) {
+        const mh_region *r = &rs[i];
+        ok = end <= r->end && is_vouched(r, period, coverage);
+        out->lo = r->start;
+        out->hi = r->end;
+        out->alloc_id = r->alloc_id;
+        out->device = r->device;
+        out->type = r->type;
+        out->gap = false;
+    } else {
+        out->lo = i >= 0 ? rs[i].end : 0;
+        out->hi = (size_t)(i + 1) < s->n ? rs[i + 1].start : UINT64_MAX;
+        ok = coverage && end <= out->hi;
+        out->alloc_id = 0;
+        out->device = -1;
+        out->type = MEMHOOK_MEMORY_HOST;
+        out->gap = true;
+    }
+    read_end(&rd);
+    return ok;
 }
 
 size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
@@ -639,7 +692,7 @@ static bool oplist_add(mh_cache *c, oplist *l, const mh_op *op)
         *slot = tag | (uint32_t)(at + 1);
     }
     if (at == l->cap && !grow((void **)&l->ops, &l->cap, at + 1, sizeof(mh_op))) {
-        atomic_store(&c->broken, true);
+        set_broken(c);
         return false;
     }
     l->ops[at] = *op;
@@ -718,7 +771,7 @@ void mh_cache_stage_commit(mh_cache *c, bool deferrable)
             q->run_start = q->n;
             c->queued += s->n;
         } else {
-            atomic_store(&c->broken, true);
+            set_broken(c);
         }
         for (size_t i = 0; i < s->nmarks; i++)
             oplist_mark(q, s->marks[i].where, s->marks[i].value);
@@ -1055,7 +1108,7 @@ void mh_cache_write_end_deferrable(mh_cache *c)
     snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
     size_t limit = 2 * s->n > DEFER_OPS ? 2 * s->n : DEFER_OPS;
     if (c->q->n != 0 && c->q->n < limit && s->n >= DEFER_REGIONS) {
-        atomic_store_explicit(&c->deferred, c->q->n, memory_order_release);
+        atomic_store_explicit(&c->head.deferred, c->q->n, memory_order_release);
         seat_leave(c);
         return;
     }
@@ -1064,12 +1117,12 @@ void mh_cache_write_end_deferrable(mh_cache *c)
 
 bool mh_cache_publish_deferred(mh_cache *c, bool wait)
 {
-    if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
+    if (atomic_load_explicit(&c->head.deferred, memory_order_acquire) == 0)
         return true;
     /* A writer at work publishes, or defers again: a reader does not wait
      * for it (`wait` false), it reads what the map lacks elsewhere. */
     if (!mh_cache_write_begin(c, wait))
-        return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
+        return atomic_load_explicit(&c->head.deferred, memory_order_acquire) == 0;
     mh_cache_write_end(c);
     return true;
 }
@@ -1113,7 +1166,7 @@ void mh_cache_write_end(mh_cache *c)
         } else {
             /* Out of memory: keep answering from what stands, vouching
              * for nothing from now on (a query asks the driver). */
-            atomic_store(&c->broken, true);
+            set_broken(c);
             mh_error("memory-type cache: out of memory applying %zu operations; the cache "
                      "no longer vouches for any answer", q->n);
         }
@@ -1124,7 +1177,7 @@ void mh_cache_write_end(mh_cache *c)
         atomic_store_explicit(q->marks[i].where, q->marks[i].value, memory_order_release);
     oplist_clear(q);
     /* (only now: a reader that sees no deferred work reads it published) */
-    atomic_store_explicit(&c->deferred, 0, memory_order_release);
+    atomic_store_explicit(&c->head.deferred, 0, memory_order_release);
     seat_leave(c);
 }
 
