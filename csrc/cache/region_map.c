@@ -109,13 +109,31 @@ typedef struct snap {
      * cache, where the same levels over `keys` touch a line each. */
     const uint64_t *top;
     const mh_region *regions;
+    /* The batch's last step, compact: for j = the number of starts <= x,
+     * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
+     * and meta[j] what the answer needs of it (META_*), so a pointer's
+     * answer costs two small loads and no branch, where the region itself
+     * is 32 bytes away in a larger array. */
+    const uint64_t *ends;
+    const uint8_t *meta;
+    uint32_t period_hi;    /* the newest install period of its regions */
 } snap;
+
+/* meta[j]: the type, and whether the region was learned from the hooks and
+ * in the snapshot's newest period (vouching: is_vouched). */
+#define META_TYPE 0x07u
+#define META_HOOKS 0x08u
+#define META_NEWEST 0x10u
+#define META_VALUES 0x20u
 
 #define BLOCK 16
 
 static const uint64_t g_no_keys[1] = {UINT64_MAX};
+static const uint64_t g_no_ends[1] = {0};
+static const uint8_t g_no_meta[1] = {0};
 /* The snapshot of an empty cache: static, never retired. */
-static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL};
+static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL, .ends = g_no_ends,
+                       .meta = g_no_meta};
 
 /* Reclaimed snapshots kept for the next builds (a writer's mmap and munmap
  * per drained batch would hold the consumer lock longer). */
@@ -131,7 +149,8 @@ static snap *snap_alloc(snap **spare, size_t cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + cap * sizeof(mh_region));
+    size_t bytes = page_round(head + (pow + ntop + cap + 1) * sizeof(uint64_t) +
+                              cap * sizeof(mh_region) + cap + 1);
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
         if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
@@ -145,8 +164,10 @@ static snap *snap_alloc(snap **spare, size_t cap)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    *s = (snap){.bytes = bytes, .keys = keys,
-                .regions = (const mh_region *)(keys + pow + ntop)};
+    const mh_region *regions = (const mh_region *)(keys + pow + ntop);
+    const uint64_t *ends = (const uint64_t *)(regions + cap);
+    *s = (snap){.bytes = bytes, .keys = keys, .regions = regions, .ends = ends,
+                .meta = (const uint8_t *)(ends + cap + 1)};
     return s;
 }
 
@@ -164,6 +185,21 @@ static void snap_finish(snap *s, size_t n)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
+    uint32_t hi = 0;
+    for (size_t i = 0; i < n; i++)
+        hi = s->regions[i].period > hi ? s->regions[i].period : hi;
+    uint64_t *ends = (uint64_t *)s->ends;
+    uint8_t *meta = (uint8_t *)s->meta;
+    ends[0] = 0;
+    meta[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mh_region *r = &s->regions[i];
+        ends[i + 1] = r->end;
+        meta[i + 1] = (uint8_t)((r->type & META_TYPE) |
+                                (r->origin == MEMHOOK_ORIGIN_HOOKS ? META_HOOKS : 0) |
+                                (r->period == hi ? META_NEWEST : 0));
+    }
+    s->period_hi = hi;
     s->n = n;
     s->pow = pow;
     s->top = ntop ? top : NULL;
@@ -569,6 +605,29 @@ bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
     return ok;
 }
 
+/* The answer of each meta value (META_*) for mh_cache_types, given the
+ * period, the coverage and the snapshot's newest period (is_vouched). */
+static void meta_answers(uint8_t *out, const snap *s, uint32_t period, bool coverage)
+{
+    bool current = (period & 1u) && s->period_hi == period;
+    for (unsigned m = 0; m < META_VALUES; m++) {
+        uint8_t type = (uint8_t)(m & META_TYPE);
+        bool vouched = current && (m & META_NEWEST) && type != MEMHOOK_MEMORY_UNKNOWN &&
+                       ((m & META_HOOKS) || coverage);
+        out[m] = vouched ? type : (uint8_t)(MH_TYPE_UNVOUCHED | type);
+    }
+}
+
+/* The answer for x, from j = the number of region starts <= x: with no
+ * branch (half a batch of random pointers lies in regions, half not, and a
+ * branch on it would be mispredicted every other time). */
+static inline uint8_t type_at(const snap *s, const uint8_t *answers, uint8_t absent, size_t j,
+                              uint64_t x)
+{
+    uint8_t in = (uint8_t) - (uint8_t)(x < s->ends[j]);
+    return (uint8_t)((answers[s->meta[j]] & in) | (absent & (uint8_t)~in));
+}
+
 size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
 {
     uint8_t absent = host ? MEMHOOK_MEMORY_HOST : MH_TYPE_ABSENT;
@@ -580,8 +639,9 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
     reader rd;
     const snap *s = read_begin(c, &rd);
     const uint64_t *k = s->keys;
-    const mh_region *rs = s->regions;
     size_t n = s->n;
+    uint8_t answers[META_VALUES];
+    meta_answers(answers, s, period, coverage);
     size_t done = 0;
     if (n == 0) {
         memset(types, absent, count);
@@ -617,15 +677,12 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
             MH_LANES(MH_STEP)
 #undef MH_STEP
         }
+        /* (j: the starts <= x - at most n, the padding keys being the
+         * largest value) */
 #define MH_FINISH(l)                                                                    \
     {                                                                                   \
-        long i = (long)(p##l + (size_t)(k[p##l] <= x##l)) - 1;                           \
-        i = i < (long)n ? i : (long)n - 1;                                              \
-        uint8_t t = absent;                                                             \
-        if (i >= 0 && x##l < rs[i].end)                                                 \
-            t = is_vouched(&rs[i], period, coverage)                                    \
-                    ? rs[i].type                                                        \
-                    : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);                        \
+        size_t j = p##l + (size_t)(k[p##l] <= x##l);                                    \
+        uint8_t t = type_at(s, answers, absent, j <= n ? j : n, x##l);                  \
         types[done + l] = t;                                                            \
         open += t >= MH_TYPE_UNVOUCHED;                                                 \
     }
@@ -634,11 +691,8 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
     }
 #undef MH_LANES
     for (; done < count; done++) {
-        long i = last_at_or_before(s, ptrs[done]);
-        uint8_t t = absent;
-        if (i >= 0 && ptrs[done] < rs[i].end)
-            t = is_vouched(&rs[i], period, coverage) ? rs[i].type
-                                                     : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
+        uint8_t t = type_at(s, answers, absent, (size_t)(last_at_or_before(s, ptrs[done]) + 1),
+                            ptrs[done]);
         types[done] = t;
         open += t >= MH_TYPE_UNVOUCHED;
     }
