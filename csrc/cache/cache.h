@@ -167,6 +167,10 @@ typedef struct mh_hit {
  * hooks vouch for host memory - what mh_cache_classify would answer with
  * origin HOOKS.  False for everything else (the caller classifies). */
 MH_HIDDEN bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out);
+/* mh_cache_hit of the byte at each of ptrs[0 .. count), into out and ok:
+ * searched sixteen at a time (the batch's way), one snapshot for all. */
+MH_HIDDEN void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out,
+                             bool *ok);
 /* Types of single bytes, count of them: MEMHOOK_MEMORY_* per pointer, or
  * MH_TYPE_ABSENT (in no region; MEMHOOK_MEMORY_HOST instead where
  * `host` says the caller may answer so) / MH_TYPE_UNVOUCHED (a region the

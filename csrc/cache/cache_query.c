@@ -436,14 +436,39 @@ int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *o
     mh_cache *c = mh_cache_process();
     view v;
     look_up(c, &v);
-    for (size_t i = 0; i < count; i++) {
-        memhook_region *o = (memhook_region *)((char *)out + i * stride);
-        o->struct_size = stride;
-        uint64_t p = (uint64_t)(uintptr_t)ptrs[i];
-        if (p == UINT64_MAX)
+    /* (the map's vouched answers a chunk at a time, searched side by side;
+     * the rest one by one) */
+    enum { CHUNK = 64 };
+    uint64_t xs[CHUNK];
+    mh_hit hits[CHUNK];
+    bool ok[CHUNK];
+    for (size_t at = 0; at < count; at += CHUNK) {
+        size_t m = count - at < CHUNK ? count - at : CHUNK, valid = 0;
+        while (valid < m && (uint64_t)(uintptr_t)ptrs[at + valid] != UINT64_MAX) {
+            xs[valid] = (uint64_t)(uintptr_t)ptrs[at + valid];
+            valid++;
+        }
+        if (v.standing == UP_TO_DATE)
+            mh_cache_hits(c, xs, valid, hits, ok);
+        else
+            memset(ok, 0, sizeof ok);
+        for (size_t i = 0; i < valid; i++) {
+            memhook_region *o = (memhook_region *)((char *)out + (at + i) * stride);
+            o->struct_size = stride;
+            uint64_t p = xs[i];
+            const mh_hit *h = &hits[i];
+            if (!ok[i])
+                answer(c, p, p + 1, &v, true, o);
+            else if (h->gap)
+                fill(o, MEMHOOK_MEMORY_HOST, -1, p, 1, 0, MEMHOOK_ORIGIN_HOOKS);
+            else
+                fill(o, h->type, h->device, h->lo, h->hi - h->lo, h->alloc_id,
+                     MEMHOOK_ORIGIN_HOOKS);
+        }
+        if (valid < m) {  /* (the byte at 2^64 - 1 has no end) */
+            ((memhook_region *)((char *)out + (at + valid) * stride))->struct_size = stride;
             return -EOVERFLOW;
-        if (v.standing != UP_TO_DATE || !answer_vouched(c, p, p + 1, o))
-            answer(c, p, p + 1, &v, true, o);
+        }
     }
     return 0;
 }

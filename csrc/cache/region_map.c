@@ -628,6 +628,51 @@ static inline uint8_t type_at(const snap *s, const uint8_t *answers, uint8_t abs
     return (uint8_t)((answers[s->meta[j]] & in) | (absent & (uint8_t)~in));
 }
 
+/* The number of region starts <= x (at most n) of each of q[0 .. LANES),
+ * into js: sixteen searches side by side, each lane its own variables (its
+ * position and its pointer, not an array the compiler keeps in memory):
+ * their loads are independent, so the core overlaps their misses, and a
+ * level costs a lane a load, a compare and a conditional add. */
+enum { LANES = 16 };
+
+static inline __attribute__((always_inline)) void search16(const snap *s, const uint64_t *q,
+                                                            size_t *js)
+{
+    const uint64_t *k = s->keys;
+    size_t n = s->n;
+#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
+    MH_LANES(MH_LOAD)
+#undef MH_LOAD
+    size_t step = s->pow >> 1;
+    if (s->top != NULL) {
+        const uint64_t *t = s->top;
+        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
+#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
+            MH_LANES(MH_TOP)
+#undef MH_TOP
+        }
+#define MH_BLOCK(l) p##l *= BLOCK;
+        MH_LANES(MH_BLOCK)
+#undef MH_BLOCK
+        step = BLOCK >> 1;
+    }
+    for (; step != 0; step >>= 1) {
+#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
+        MH_LANES(MH_STEP)
+#undef MH_STEP
+    }
+    /* (the padding keys are the largest value: at most n) */
+#define MH_FINISH(l)                                                                    \
+    {                                                                                   \
+        size_t j = p##l + (size_t)(k[p##l] <= x##l);                                    \
+        js[l] = j <= n ? j : n;                                                         \
+    }
+    MH_LANES(MH_FINISH)
+#undef MH_FINISH
+#undef MH_LANES
+}
+
 /* Whether q[0 .. m) ascend (a caller walking its buffers in order). */
 static inline bool ascending(const uint64_t *q, size_t m)
 {
@@ -648,6 +693,30 @@ static inline size_t advance(const snap *s, size_t j, uint64_t x)
     return j;
 }
 
+/* A batch's position after its last ascending sixteen pointers. */
+typedef struct walk {
+    size_t j;    /* the number of starts <= x */
+    uint64_t x;
+    bool on;     /* (j and x hold one) */
+} walk;
+
+/* The number of region starts <= x of each of q[0 .. LANES), into js.
+ * Sixteen pointers in ascending order walk the starts from the last one's
+ * position (a merge of two sorted lists: most steps are none or one where
+ * pointers are denser than regions); others are searched side by side. */
+static inline __attribute__((always_inline)) void positions16(const snap *s, const uint64_t *q,
+                                                              size_t *js, walk *w)
+{
+    if (!ascending(q, LANES)) {
+        search16(s, q, js);
+        return;
+    }
+    size_t j = w->on && q[0] >= w->x ? w->j : (size_t)(last_at_or_before(s, q[0]) + 1);
+    for (size_t l = 0; l < LANES; l++)
+        js[l] = j = advance(s, j, q[l]);
+    *w = (walk){j, q[LANES - 1], true};
+}
+
 size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
 {
     uint8_t absent = host ? MEMHOOK_MEMORY_HOST : MH_TYPE_ABSENT;
@@ -658,7 +727,6 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
         period = 0;
     reader rd;
     const snap *s = read_begin(c, &rd);
-    const uint64_t *k = s->keys;
     size_t n = s->n;
     uint8_t answers[META_VALUES];
     meta_answers(answers, s, period, coverage);
@@ -668,68 +736,19 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
         done = count;
         open = host ? 0 : count;
     }
-    /* Sixteen searches side by side, each lane its own variables (its
-     * position and its pointer, not an array the compiler keeps in memory):
-     * their loads are independent, so the core overlaps their misses, and
-     * a level costs a lane a load, a compare and a conditional add.
-     * Sixteen pointers in ascending order instead walk the starts from the
-     * last one's position (a merge of two sorted lists: most steps are
-     * none or one where pointers are denser than regions). */
-    enum { LANES = 16 };
-    size_t walk_j = 0;  /* (the walk's position after walk_x, when walked) */
-    uint64_t walk_x = 0;
-    bool walked = false;
-#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+    walk w = {0};
     for (; done + LANES <= count; done += LANES) {
         const uint64_t *q = ptrs + done;
-        if (ascending(q, LANES)) {
-            size_t j = walked && q[0] >= walk_x ? walk_j
-                                                : (size_t)(last_at_or_before(s, q[0]) + 1);
-            for (size_t l = 0; l < LANES; l++) {
-                j = advance(s, j, q[l]);
-                uint8_t t = type_at(s, answers, absent, j, q[l]);
-                types[done + l] = t;
-                open += t >= MH_TYPE_UNVOUCHED;
-            }
-            walk_j = j;
-            walk_x = q[LANES - 1];
-            walked = true;
-            continue;
+        size_t js[LANES];
+        positions16(s, q, js, &w);
+        /* (unrolled: js stays in registers) */
+#pragma GCC unroll 16
+        for (size_t l = 0; l < LANES; l++) {
+            uint8_t t = type_at(s, answers, absent, js[l], q[l]);
+            types[done + l] = t;
+            open += t >= MH_TYPE_UNVOUCHED;
         }
-#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
-        MH_LANES(MH_LOAD)
-#undef MH_LOAD
-        size_t step = s->pow >> 1;
-        if (s->top != NULL) {
-            const uint64_t *t = s->top;
-            for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
-#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
-                MH_LANES(MH_TOP)
-#undef MH_TOP
-            }
-#define MH_BLOCK(l) p##l *= BLOCK;
-            MH_LANES(MH_BLOCK)
-#undef MH_BLOCK
-            step = BLOCK >> 1;
-        }
-        for (; step != 0; step >>= 1) {
-#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
-            MH_LANES(MH_STEP)
-#undef MH_STEP
-        }
-        /* (j: the starts <= x - at most n, the padding keys being the
-         * largest value) */
-#define MH_FINISH(l)                                                                    \
-    {                                                                                   \
-        size_t j = p##l + (size_t)(k[p##l] <= x##l);                                    \
-        uint8_t t = type_at(s, answers, absent, j <= n ? j : n, x##l);                  \
-        types[done + l] = t;                                                            \
-        open += t >= MH_TYPE_UNVOUCHED;                                                 \
     }
-        MH_LANES(MH_FINISH)
-#undef MH_FINISH
-    }
-#undef MH_LANES
     for (; done < count; done++) {
         uint8_t t = type_at(s, answers, absent, (size_t)(last_at_or_before(s, ptrs[done]) + 1),
                             ptrs[done]);
@@ -738,6 +757,45 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
     }
     read_end(&rd);
     return open;
+}
+
+void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out, bool *ok)
+{
+    uint64_t version = mh_cache_version(c);
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (!(period & 1u) || atomic_load_explicit(&c->broken, memory_order_relaxed)) {
+        memset(ok, 0, count * sizeof *ok);
+        return;
+    }
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    uint8_t answers[META_VALUES];
+    meta_answers(answers, s, period, coverage);
+    walk w = {0};
+    for (size_t done = 0; done < count; done += LANES) {
+        size_t js[LANES], m = count - done < LANES ? count - done : LANES;
+        if (m == LANES)
+            positions16(s, ptrs + done, js, &w);
+        else
+            for (size_t l = 0; l < m; l++)
+                js[l] = (size_t)(last_at_or_before(s, ptrs[done + l]) + 1);
+        for (size_t l = 0; l < m; l++) {
+            size_t j = js[l];
+            uint64_t x = ptrs[done + l];
+            mh_hit *h = &out[done + l];
+            if (x < s->ends[j]) {
+                const mh_region *r = &s->regions[j - 1];
+                ok[done + l] = answers[s->meta[j]] < MH_TYPE_UNVOUCHED;
+                *h = (mh_hit){version, r->start, r->end, r->alloc_id, r->device, r->type, false};
+            } else {
+                ok[done + l] = coverage;
+                *h = (mh_hit){version, s->ends[j], j < s->n ? s->keys[j] : UINT64_MAX, 0, -1,
+                              MEMHOOK_MEMORY_HOST, true};
+            }
+        }
+    }
+    read_end(&rd);
 }
 
 /* ---- the writer ---- */

@@ -111,3 +111,14 @@ def test_the_query_memo_is_never_torn_by_a_signal_handler(tmp_path: Path) -> Non
     out = _run(exe, "1000000")
     assert out.rstrip().endswith("ALL OK"), out
     assert int(re.search(r"handled=(\d+)", out)[1]) > 0, out
+
+
+def test_the_batches_answer_each_pointer_as_a_query_does(tmp_path: Path) -> None:
+    """tests/fixtures/native_query_batch.c: 10,001 pointers over 2,000 live
+    allocations with holes, host memory and the ends, random and sorted,
+    through memhook_query_batch (a larger stride) and memhook_query_types,
+    each against memhook_query; the byte at 2^64 - 1 stops a batch with
+    -EOVERFLOW after answering what came before it."""
+    exe = _build(ROOT / "tests" / "fixtures" / "native_query_batch.c", tmp_path / "nqb")
+    out = _run(exe)
+    assert out.rstrip().endswith("ALL OK"), out
