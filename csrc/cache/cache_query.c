@@ -335,6 +335,14 @@ static __thread struct memo {
     mh_hit hit;
 } t_memo __attribute__((tls_model("initial-exec")));
 
+static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
+{
+    if (h->gap)
+        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
+    else
+        fill(out, h->type, h->device, h->lo, h->hi - h->lo, h->alloc_id, MEMHOOK_ORIGIN_HOOKS);
+}
+
 /* The memo's answer for [p, end), if it holds one. */
 static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
@@ -346,41 +354,46 @@ static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_re
     atomic_signal_fence(memory_order_acquire);
     if (t_memo.seq != seq || h.lo > p || end > h.hi || h.version != mh_cache_version(c))
         return false;
-    if (h.gap)
-        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
-    else
-        fill(out, h.type, h.device, h.lo, h.hi - h.lo, h.alloc_id, MEMHOOK_ORIGIN_HOOKS);
+    fill_hit(out, &h, p, end);
     return true;
 }
 
-static inline void memo_keep(const mh_hit *h)
+/* The map's vouched answer for [p, end) into out, remembered: the search
+ * writes it into the memo in place and out is filled from there, field by
+ * field (a copy through the stack would read whole what was written a
+ * field at a time: a store-forwarding stall each).  A miss leaves the memo
+ * empty (an extent no range fits in) and out untouched. */
+static inline bool hit_kept(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
     unsigned seq = t_memo.seq;
-    if (seq & 1u)
-        return;  /* (a handler, inside the thread's own write) */
-    t_memo.seq = seq + 1;
-    atomic_signal_fence(memory_order_release);
-    t_memo.hit = *h;
-    atomic_signal_fence(memory_order_release);
-    t_memo.seq = seq + 2;
+    mh_hit own;
+    mh_hit *h = (seq & 1u) ? &own : &t_memo.hit;  /* (odd: a handler, inside the
+                                                   * thread's own write) */
+    if (h != &own) {
+        t_memo.seq = seq + 1;
+        atomic_signal_fence(memory_order_seq_cst);
+    }
+    bool ok = mh_cache_hit(c, p, end, h);
+    if (ok)
+        fill_hit(out, h, p, end);
+    else
+        h->hi = 0;
+    if (h != &own) {
+        atomic_signal_fence(memory_order_seq_cst);
+        t_memo.seq = seq + 2;
+    }
+    return ok;
 }
 
-/* The answer for [p, end) where the map, up to date, holds a vouched one:
- * from the memo, else from the map (then remembered).  False: the caller
- * answers (answer()). */
-static inline bool answer_vouched(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+/* The answer for [p, end) past the memo: the map's, where it is up to date
+ * and vouched (then remembered), else answer()'s.  (Out of line: the
+ * memo's path stays short.) */
+static __attribute__((noinline)) void answer_past_memo(mh_cache *c, uint64_t p, uint64_t end,
+                                                       const view *v, bool use_driver,
+                                                       memhook_region *out)
 {
-    if (memo_answer(c, p, end, out))
-        return true;
-    mh_hit h;
-    if (!mh_cache_hit(c, p, end, &h))
-        return false;
-    memo_keep(&h);
-    if (h.gap)
-        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
-    else
-        fill(out, h.type, h.device, h.lo, h.hi - h.lo, h.alloc_id, MEMHOOK_ORIGIN_HOOKS);
-    return true;
+    if (v->standing != UP_TO_DATE || !hit_kept(c, p, end, out))
+        answer(c, p, end, v, use_driver, out);
 }
 
 /* Whether the map holds every event published before the call, at the
@@ -391,13 +404,12 @@ static inline bool up_to_date(mh_cache *c)
            atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
 }
 
-static __attribute__((noinline)) void query_slow(mh_cache *c, uint64_t p, uint64_t end,
-                                                 memhook_region *out)
+static __attribute__((noinline)) void query_behind(mh_cache *c, uint64_t p, uint64_t end,
+                                                   memhook_region *out)
 {
     view v;
     look_up(c, &v);
-    if (v.standing != UP_TO_DATE || !answer_vouched(c, p, end, out))
-        answer(c, p, end, &v, true, out);
+    answer_past_memo(c, p, end, &v, true, out);
 }
 
 int memhook_query(const void *ptr, size_t len, memhook_region *out)
@@ -408,8 +420,10 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
         return rc;
     mh_cache *c = mh_cache_process();
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    if (!(up_to_date(c) && memo_answer(c, p, end, out)))
-        query_slow(c, p, end, out);
+    if (!up_to_date(c))
+        query_behind(c, p, end, out);
+    else if (!memo_answer(c, p, end, out))
+        answer_past_memo(c, p, end, &g_up_to_date, true, out);
     return 0;
 }
 
@@ -421,8 +435,8 @@ int memhook_query_cached(const void *ptr, size_t len, memhook_region *out)
         return rc;
     mh_cache *c = mh_cache_process();
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    if (!answer_vouched(c, p, end, out))
-        answer(c, p, end, &g_up_to_date, false, out);
+    if (!memo_answer(c, p, end, out))
+        answer_past_memo(c, p, end, &g_up_to_date, false, out);
     return 0;
 }
 
