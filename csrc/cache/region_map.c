@@ -619,8 +619,8 @@ static void meta_answers(uint8_t *out, const snap *s, uint32_t period, bool cove
 }
 
 /* The answer for x, from j = the number of region starts <= x: with no
- * branch (half a batch of random pointers lies in regions, half not, and a
- * branch on it would be mispredicted every other time). */
+ * branch (where a batch's pointers fall in regions and out of them at
+ * random, a branch on it would be mispredicted every other time). */
 static inline uint8_t type_at(const snap *s, const uint8_t *answers, uint8_t absent, size_t j,
                               uint64_t x)
 {
