@@ -7,6 +7,8 @@
  * CPU time):
  *   query_device_ns     memhook_query of a hooked cuMemAlloc pointer
  *   query_host_ns       memhook_query of malloc'd memory
+ *   query_mixed_ns      the two in turn (a transport sending from device
+ *                       memory and receiving into host memory)
  *   driver_device_ns    cuPointerGetAttribute(MEMORY_TYPE) on the same pointers
  *   driver_host_ns
  *   batch_ns_per_ptr    memhook_query_types over REGIONS live allocations,
@@ -276,6 +278,12 @@ int main(int argc, char **argv)
         qh = time_query(host_ptrs, N, 200000);
         printf("query_device_ns %.2f\n", qd);
         printf("query_host_ns %.2f\n", qh);
+        uint64_t mixed[2 * N];
+        for (int i = 0; i < N; i++) {
+            mixed[2 * i] = dev_ptrs[i];
+            mixed[2 * i + 1] = host_ptrs[i];
+        }
+        printf("query_mixed_ns %.2f\n", time_query(mixed, 2 * N, 100000));
         printf("driver_device_ns %.2f\n", time_driver(dev_ptrs, N, 20000));
         printf("driver_host_ns %.2f\n", time_driver(host_ptrs, N, 20000));
     }

@@ -318,11 +318,12 @@ static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
 /* ---- the common case: a vouched answer, remembered per thread ----
  *
  * A transport asks about the same buffers again and again.  Each thread
- * keeps the last answer the hooks vouched for outright (mh_cache_hit: a
- * vouched region, or a gap while host memory is vouched) with the extent it
- * holds for and the cache's version it was read at; while the version has
- * not moved, a query inside that extent is answered from it with no
- * snapshot, no epoch and no search.  It is used only where the map holds
+ * keeps its last two answers the hooks vouched for outright (mh_cache_hit:
+ * a vouched region, or a gap while host memory is vouched; two, for a
+ * caller that sends from device memory and receives into host memory in
+ * turn) with the extent each holds for and the cache's version it was read
+ * at; while the version has not moved, a query inside that extent is
+ * answered from it with no snapshot, no epoch and no search.  It is used only where the map holds
  * every event published before the query (the view is UP_TO_DATE), and it
  * is the map's answer, so it is the same for every thread and for the
  * cached forms.  A signal handler may query on the thread (the cached
@@ -332,7 +333,8 @@ static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
  * overwritten meanwhile (a handler's write) is not used. */
 static __thread struct memo {
     unsigned seq;
-    mh_hit hit;
+    unsigned last;  /* the entry written last */
+    mh_hit hit[2];
 } t_memo __attribute__((tls_model("initial-exec")));
 
 static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
@@ -350,7 +352,10 @@ static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_re
     atomic_signal_fence(memory_order_acquire);
     if (seq & 1u)
         return false;
-    mh_hit h = t_memo.hit;
+    unsigned e = t_memo.last;
+    if (t_memo.hit[e].lo > p || end > t_memo.hit[e].hi)
+        e ^= 1u;
+    mh_hit h = t_memo.hit[e & 1u];
     atomic_signal_fence(memory_order_acquire);
     if (t_memo.seq != seq || h.lo > p || end > h.hi || h.version != mh_cache_version(c))
         return false;
@@ -365,13 +370,14 @@ static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_re
  * empty (an extent no range fits in) and out untouched. */
 static inline bool hit_kept(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
-    unsigned seq = t_memo.seq;
+    unsigned seq = t_memo.seq, e = (t_memo.last ^ 1u) & 1u;
     mh_hit own;
-    mh_hit *h = (seq & 1u) ? &own : &t_memo.hit;  /* (odd: a handler, inside the
-                                                   * thread's own write) */
+    mh_hit *h = (seq & 1u) ? &own : &t_memo.hit[e];  /* (odd: a handler, inside
+                                                      * the thread's own write) */
     if (h != &own) {
         t_memo.seq = seq + 1;
         atomic_signal_fence(memory_order_seq_cst);
+        t_memo.last = e;
     }
     bool ok = mh_cache_hit(c, p, end, h);
     if (ok)
