@@ -14,6 +14,7 @@
  *   batch_ns_per_ptr    memhook_query_types over REGIONS live allocations,
  *                       random pointers (half in them, half in host memory)
  *   batch_sorted_ns_per_ptr   the same pointers in address order
+ *   batch_device_ns_per_ptr   random pointers all in the allocations
  *   batch_regions_ns_per_ptr  memhook_query_batch (a memhook_region each) of
  *                       the same random pointers
  *   backlog_events / backlog_absorb_ms
@@ -325,6 +326,15 @@ int main(int argc, char **argv)
         printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
                bt[PASSES / 2], gpu, M);
         printf("batch_sorted_ns_per_ptr %.2f\n", bs[PASSES / 2]);
+        for (size_t i = 0; i < M; i++)
+            sorted[i] = live[(size_t)rand_r(&seed) % regions] + (uint64_t)(rand_r(&seed) % 4096);
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t t0 = now_ns();
+            memhook_query_types(sorted, M, types);
+            bs[p] = (double)(now_ns() - t0) / M;
+        }
+        qsort(bs, PASSES, sizeof bs[0], cmp_double);
+        printf("batch_device_ns_per_ptr %.2f\n", bs[PASSES / 2]);
         batch_ns = bt[PASSES / 2];
         /* memhook_query_batch: a whole memhook_region per pointer. */
         enum { MB = 1 << 16 };

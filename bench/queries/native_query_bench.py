@@ -92,7 +92,7 @@ def figures(text: str) -> dict[str, float]:
 
 
 KEYS = ("query_device_ns", "query_host_ns", "query_mixed_ns", "query_random_ns", "batch_ns_per_ptr",
-        "batch_sorted_ns_per_ptr", "batch_regions_ns_per_ptr", "backlog_absorb_ms",
+        "batch_sorted_ns_per_ptr", "batch_device_ns_per_ptr", "batch_regions_ns_per_ptr", "backlog_absorb_ms",
         "cache_apply_ms", "p50_ns", "p99_ns")
 
 
