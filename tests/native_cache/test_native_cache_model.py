@@ -254,7 +254,8 @@ def test_a_large_map_answers_as_memtypecache() -> None:
     """Thousands of regions (the search's upper levels then run over an
     index of blocks, and the batch's lanes all run): random allocations,
     overlapping reuse and frees over a wide space, in a few batches, then
-    every answer of 40,000 random pointers, single and batched."""
+    every answer of 40,000 random pointers, single and batched, and of
+    the same in ascending runs."""
     rng = np.random.default_rng(34)
     space = 1 << 24
     ref = MemtypeCache()
@@ -275,6 +276,12 @@ def test_a_large_map_answers_as_memtypecache() -> None:
                 apply_row(ref, tuple(row))
             ptrs = (BASE + rng.integers(-64, space + 64, size=40_000)).astype(np.uint64)
             assert native.types(ptrs).tolist() == ref.memory_types(ptrs).tolist()
+            # In order (the batch then walks the regions instead of
+            # searching), dense and sparse (steps past several regions),
+            # and in runs that go back down.
+            ordered = np.sort(ptrs)
+            for some in (ordered, ordered[::37], np.concatenate([ordered[::5], ordered[3::5]])):
+                assert native.types(some).tolist() == ref.memory_types(some).tolist()
             for p in ptrs[:2000].tolist():
                 kind, got = native.lookup(p, 1)
                 want = ref.lookup(p, 1)
