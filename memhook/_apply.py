@@ -1,48 +1,19 @@
 """What events do to the cache: one at a time (:func:`apply_row`), or a
 whole batch in bulk (:func:`apply_rows`), with the same result.
 
-One event, in order (the reference):
+One event, in order: a skipped slot does nothing; DRIVER_UNLOADED forgets
+every region; CONTEXT_RESET marks UNKNOWN the regions of its device and of
+no known device, HOOKS_GAP every region (UNKNOWN makes a query ask the
+driver, which knows); any other failed call does nothing; a successful
+ALLOC is ``update``, a FREE ``remove``, or, of unknown size, demotes the
+region holding its address to UNKNOWN.
 
-* a slot flagged ``MEMHOOK_EVENT_SKIPPED`` does nothing;
-* ``MEMHOOK_EVENT_DRIVER_UNLOADED`` forgets every region (the driver's
-  memory is gone);
-* ``MEMHOOK_EVENT_CONTEXT_RESET`` (a successful cuDevicePrimaryCtxReset,
-  cuCtxDestroy or last cuDevicePrimaryCtxRelease) marks UNKNOWN every
-  region of the event's device, and every region of no known device (all
-  of them when the device is not known): the cache does not know which
-  context a region belongs to, another context on that device may still
-  own some of them, and UNKNOWN makes a query ask the driver, which knows;
-* ``MEMHOOK_EVENT_HOOKS_GAP`` (the hooks stopped recording, or started
-  again after a stop) marks every region UNKNOWN: calls made while no hook
-  recorded may have freed any of them, and UNKNOWN makes a query ask the
-  driver, which knows;
-* any other failed call does nothing;
-* a successful ALLOC is ``update(address, size, type, device)`` (size 0:
-  nothing); a successful FREE is ``remove(address, size)``, or, when nobody
-  knew its size (``MEMHOOK_EVENT_SIZE_UNKNOWN``), demotes the region holding
-  ``address`` to UNKNOWN (that region may also hold live neighbours:
-  touching regions of one type and device are merged).
-
-Why a batch reduces: the cache is canonical - its regions are exactly the
-maximal runs of equal (type, device) (update merges what it touches of
-its own type and device, update and remove keep the outer ends of what
-they cut), so its state is a map from each address to a (type, device)
-or nothing, and ``regions()`` is a function of that map.  update and
-remove assign one value to every address of their range.  So between
-events that read the cache (a FREE of unknown size looks up the region
-holding its address) or clear it (the markers) - the barriers, applied one
-at a time in order - a run of events leaves at each address the value of
-the last event whose range holds it.  The events of one ``(address,
-size)`` all hold the same addresses, so the last of them wins over the
-others everywhere: each ``(address, size)`` reduces to its last event, and
-applying those in event order leaves every address as the whole run
-would (an allocator handing one address out and back: thousands of
-events, one ``remove``).
-
-A malformed event (a range past 2**64, from a native recorder) is a
-barrier too: the reference path logs and skips it.  The property test
-(tests/cache/test_cache_bulk_apply.py) replays random streams both ways and
-compares ``regions()``.
+A batch reduces because the cache is canonical and update and remove assign
+one value to every address of their range: between the barriers (events
+that read or clear the cache, applied one at a time), each ``(address,
+size)`` reduces to its last event.  docs/design/event-apply.md gives the
+rules in full and the argument; tests/hooks/test_bulk_apply.py replays
+random streams both ways.
 """
 
 from __future__ import annotations

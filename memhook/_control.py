@@ -4,16 +4,16 @@ cffi releases the GIL around every call into C.  For a short call that
 costs nothing; for one that runs long - installing or removing the hooks
 (bistro's live-write protocol, reloc's walk over every loaded object),
 reading the whole hook table, walking /proc/self/maps, taking a batch of
-events out of the queue - another Python
-thread takes the GIL meanwhile, and in a process whose threads keep it busy
-the caller then waits its turn when the call returns: one such release cost
-a median of 16 ms and a p99 of 220 ms beside 4 spinning and 4 allocating
-Python threads on a loaded 2-core box (issue 23), and an install/uninstall
-cycle made a dozen of them.  Called through ``ctypes.PyDLL`` on the same
-loaded library, the same functions run with the GIL held: other Python
-threads wait for the call (milliseconds at most), and the caller never waits
-for them, so install() and uninstall() release the GIL a bounded number of
-times (none of their own).
+events out of the queue - another Python thread takes the GIL meanwhile,
+and in a process whose threads keep it busy the caller then waits its turn
+for each release, on a loaded box far longer than the call itself took
+(docs/performance.md, "Costs behind the code's choices").  These calls
+are therefore builtins of the extension (csrc/pyext/control.c) that keep
+the GIL: other Python threads wait for the call (milliseconds at most),
+and the caller never waits for them, so install() and uninstall() release
+the GIL a bounded number of times (none of their own).  The extension is
+memhook's one binding of the core: cffi's functions for the short calls,
+its own builtins for these and for the queries (csrc/pyext/query.c).
 
 Why that is safe: none of these functions waits for anything a Python
 thread holds.  They take the core's own locks, which only C code holds, and
@@ -30,71 +30,68 @@ the GIL across a dlopen.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
-from ._core import _core_handle, ffi
+from ._core import ffi
+
+try:  # (after memhook._core, which binds the core first)
+    from ._native import (control_coverage_complete,  # type: ignore[import-not-found]
+                          control_cuda_reserved_ranges, control_events_drain,
+                          control_events_drain_into, control_hook_rows, control_install,
+                          control_queue_stats, control_uninstall)
+except ImportError as exc:  # pragma: no cover - an extension built by another cffi
+    raise ImportError("memhook's extension memhook._native lacks its control builtins "
+                      f"(csrc/pyext/control.c; {exc}): rebuild it with `pip install .`") from exc
 
 __all__ = ["coverage_complete", "cuda_reserved_ranges", "events_drain", "events_drain_into",
            "hook_rows", "install", "queue_stats", "uninstall"]
 
-_held = ctypes.PyDLL(None, handle=_core_handle._handle)
+_VIEWS_MAX = 16
+_views: dict[int, tuple[Any, Any]] = {}
 
 
-def _function(name: str, argtypes: list[Any], restype: Any) -> Any:
-    """One of the core's functions, called with the GIL held."""
-    fn = getattr(_held, name)
-    fn.argtypes = argtypes
-    fn.restype = restype
-    return fn
-
-
-_install = _function("memhook_hooks_install", [ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t],
-                     ctypes.c_int)
-_uninstall = _function("memhook_hooks_uninstall", [], ctypes.c_int)
-_rows = _function("memhook_hook_get_range", [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p],
-                  ctypes.c_size_t)
-_coverage = _function("memhook_hooks_coverage_complete", [], ctypes.c_int)
-_queue_stats = _function("memhook_queue_stats_get", [ctypes.c_void_p], None)
-_drain = _function("memhook_events_drain_bounded",
-                   [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_size_t)
-_drain_into = _function("memhook_events_drain_into",
-                        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p],
-                        ctypes.c_size_t)
-_reserved = _function("memhook_cuda_reserved_ranges",
-                      [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t], ctypes.c_longlong)
+def _view(cdata: Any) -> Any:
+    """``ffi.buffer(cdata)``, made once per array: the drain passes the same
+    few arrays on every call.  (Each entry keeps its array alive, so an id
+    is never another array's.)"""
+    got = _views.get(id(cdata))
+    if got is None or got[0] is not cdata:
+        got = (cdata, ffi.buffer(cdata))
+        if len(_views) >= _VIEWS_MAX:
+            _views.clear()
+        _views[id(cdata)] = got
+    return got[1]
 
 
 def install(mode: int) -> tuple[int, str]:
     """``memhook_hooks_install(mode)``: (its return code, its reason)."""
-    why = ctypes.create_string_buffer(512)
-    rc = int(_install(mode, why, len(why)))
-    return rc, why.value.decode(errors="replace")
+    rc, why = control_install(mode)
+    return int(rc), str(why)
 
 
 def uninstall() -> int:
     """``memhook_hooks_uninstall()``."""
-    return int(_uninstall())
+    return int(control_uninstall())
 
 
 def coverage_complete() -> bool:
     """``memhook_hooks_coverage_complete()`` (a dlopen and a dlsym per
     driver function: asked after every install)."""
-    return bool(_coverage())
+    return bool(control_coverage_complete())
 
 
 def queue_stats(out: Any) -> None:
     """``memhook_queue_stats_get`` into a cffi ``memhook_queue_stats *``
     (it waits for the drain under way in another thread, if any)."""
-    _queue_stats(int(ffi.cast("uintptr_t", out)))
+    control_queue_stats(ffi.buffer(out))
 
 
 def events_drain(out: Any, capacity: int, mark: Any) -> int:
     """``memhook_events_drain_bounded`` into a cffi ``memhook_event[]``
     with a cffi ``uint64_t *`` mark: a bounded call (a batch of events, a
-    fraction of a millisecond), made by the drain's queries and its feeder
-    alike, so that a query that drains never gives up the GIL doing so."""
-    return int(_drain(int(ffi.cast("uintptr_t", out)), capacity, int(ffi.cast("uintptr_t", mark))))
+    fraction of a millisecond), made with the GIL held so that a query that
+    drains never gives it up doing so."""
+    return int(control_events_drain(_view(out), capacity, _view(mark)))
 
 
 def events_drain_into(out: Any, capacity: int, mark: Any, filled: Any) -> int:
@@ -102,27 +99,17 @@ def events_drain_into(out: Any, capacity: int, mark: Any, filled: Any) -> int:
     ``out[filled[0]:capacity]``, with the core adding what it took to the
     cffi ``uint64_t *`` ``filled`` before it returns (an exception that
     lands as the call returns loses the return value, not the events)."""
-    return int(_drain_into(int(ffi.cast("uintptr_t", out)), capacity,
-                           int(ffi.cast("uintptr_t", mark)), int(ffi.cast("uintptr_t", filled))))
+    return int(control_events_drain_into(_view(out), capacity, _view(mark), _view(filled)))
 
 
 def hook_rows(table: Any, count: int) -> int:
     """``memhook_hook_get_range(0, count, table)`` into a cffi
     ``memhook_hook_info[count]``; returns how many rows it filled."""
-    return int(_rows(0, count, int(ffi.cast("uintptr_t", table))))
+    return int(control_hook_rows(ffi.buffer(table), count))
 
 
 def cuda_reserved_ranges() -> list[tuple[int, int]] | None:
     """``memhook_cuda_reserved_ranges``: this process's CUDA-reserved VA
     ranges as ``(start, end)``, in address order; None when the maps cannot
     be read."""
-    cap = 256
-    while True:
-        pairs = (ctypes.c_uint64 * (2 * cap))()
-        n = int(_reserved(pairs, cap))
-        if n < 0:
-            return None
-        if n <= cap:
-            flat = pairs[:2 * n]
-            return list(zip(flat[0::2], flat[1::2]))
-        cap = n + 64  # (mappings came and went between the two walks: room to spare)
+    return control_cuda_reserved_ranges()  # type: ignore[no-any-return]

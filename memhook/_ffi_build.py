@@ -19,6 +19,8 @@ INCLUDE = os.path.join(os.path.dirname(HERE), "csrc", "include")
 # memory_type and lookup: builtins of this extension, added to the module at
 # its init (csrc/pyext/query.c; docs/design/python-queries.md says why).
 QUERY = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "query.c")
+# The core's long control calls, with the GIL held (csrc/pyext/control.c).
+CONTROL = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "control.c")
 # memory_types over a cache snapshot (csrc/pyext/batch_search.c says why).
 BATCH_SEARCH = os.path.join(os.path.dirname(HERE), "csrc", "pyext", "batch_search.c")
 
@@ -240,19 +242,22 @@ void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const u
                           uint8_t *absent);
 """
 
-# The module's init, wrapped so that it also adds csrc/pyext/query.c's
-# builtins (query_type, query_region...) to the module cffi made.  This text
+# The module's init, wrapped so that it also adds csrc/pyext/query.c's and
+# control.c's builtins (query_type, control_install...) to the module cffi
+# made.  This text
 # follows cffi's own helpers in the generated C and precedes its PyInit,
 # which calls _cffi_init by that name (cffi 1.x and 2.x): renaming the call
 # is the whole hook, and memhook/_query.py fails its import with a clear
 # error if the builtins are missing.
 INIT_WRAP = """
 int memhook_pyext_add(PyObject *module);
+int memhook_pyext_control_add(PyObject *module);
 static PyObject *memhook_cffi_init(const char *name, Py_ssize_t version,
                                    const struct _cffi_type_context_s *ctx)
 {
     PyObject *module = _cffi_init(name, version, ctx);
-    if (module != NULL && memhook_pyext_add(module) != 0)
+    if (module != NULL && (memhook_pyext_add(module) != 0 ||
+                           memhook_pyext_control_add(module) != 0))
         Py_CLEAR(module);
     return module;
 }
@@ -264,7 +269,7 @@ ffibuilder.set_source(
     "memhook._native",
     '#include "memhook/memhook.h"\n#include "memhook_internal/api.h"\n' + DRIVER_SOURCE
     + BATCH_SEARCH_CDEF + INIT_WRAP,
-    sources=[QUERY, BATCH_SEARCH],
+    sources=[QUERY, CONTROL, BATCH_SEARCH],
     include_dirs=[INCLUDE],
     libraries=["memhook", "dl"],  # dl: dlopen/dlsym before glibc 2.34
     # library_dirs is filled in by setup.py's build_ext, which builds the core

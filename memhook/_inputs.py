@@ -26,17 +26,11 @@ non-integral numbers, strings.  A size is an int (or numpy or ctypes
 integer, or ``__index__`` object) >= 1, and ``[address, address + size)``
 must fit in the 64-bit address space.
 
-Objects are looked up over their whole extent, found through (in this order)
-``__cuda_array_interface__``, ``__array_interface__``, DLPack
-(``__dlpack__``, versioned or legacy capsules) and the buffer protocol; a
-protocol attribute that raises (a torch CPU tensor's
-``__cuda_array_interface__``) passes to the next.  A malformed interface
-dict is refused naming the key and what is valid.  Strided objects cover from their
-lowest to their highest addressed byte.  An empty object (no bytes:
-``np.zeros(0)``, ``b''``, ``torch.empty(0)``) is asked about as the one byte
-at its data pointer: the answer is the memory it points into, HOST for a
-NULL data pointer (address 0, which no allocator returns and no hook
-records).
+Objects are looked up over their whole extent, through
+``__cuda_array_interface__``, ``__array_interface__``, DLPack and the buffer
+protocol in that order, a PyTorch tensor that all refuse (one requiring
+grad) through its own methods; an empty object is the byte at its data
+pointer (docs/design/python-queries.md, "Objects' extents").
 """
 
 from __future__ import annotations
@@ -49,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADDRESS_LIMIT", "address", "address_array", "byte_range", "integer", "refused", "size"]
+__all__ = ["ADDRESS_LIMIT", "address", "address_array", "byte_range", "integer", "refused", "size",
+           "torch_tensor"]
 
 ADDRESS_LIMIT = 1 << 64
 
@@ -407,6 +402,26 @@ def _dlpack_extent(obj: Any) -> tuple[int, int]:
     return _extent(ptr, shape, strides, itemsize)
 
 
+def torch_tensor(cls: type) -> bool:
+    """Whether ``cls`` is PyTorch's ``Tensor`` or a subclass (``nn.Parameter``).
+    Asked of the class torch itself defines, found in ``sys.modules``: no
+    object of it exists before torch is imported, so memhook never imports
+    torch, and another library's ``data_ptr`` (whose meaning no protocol
+    fixes) is never read as an address."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    return isinstance(tensor, type) and issubclass(cls, tensor)
+
+
+def _tensor_extent(obj: Any) -> tuple[int, int]:
+    """A PyTorch tensor's extent through its own methods: what the protocols
+    give where they answer, and an answer where they refuse (a tensor that
+    requires grad)."""
+    itemsize = int(obj.element_size())
+    strides = [int(s) * itemsize for s in obj.stride()]
+    return _extent(int(obj.data_ptr()), obj.shape, strides, itemsize)
+
+
 _INTERFACES = ("__cuda_array_interface__", "__array_interface__")
 
 
@@ -414,7 +429,9 @@ def _object_extent(obj: Any) -> tuple[int, int]:
     """Through the first protocol the object offers.  A protocol attribute
     that raises (torch's CPU tensors raise AttributeError from
     __cuda_array_interface__) means the object does not offer it: the next
-    protocol is tried, and the final error says what each one raised."""
+    protocol is tried, and the final error says what each one raised.  A
+    PyTorch tensor both protocols refuse (one that requires grad) is read
+    through its own methods, before the buffer protocol it lacks."""
     declined: list[str] = []
     for name in _INTERFACES:
         try:
@@ -432,6 +449,11 @@ def _object_extent(obj: Any) -> tuple[int, int]:
             return _dlpack_extent(obj)
         except (BufferError, RuntimeError) as exc:  # the producer declines
             declined.append(f"__dlpack__ raised {type(exc).__name__}: {exc}")
+    if torch_tensor(type(obj)):
+        try:
+            return _tensor_extent(obj)
+        except RuntimeError as exc:  # a layout with no strided storage (sparse)
+            declined.append(f"data_ptr() raised RuntimeError: {exc}")
     try:
         return _buffer_extent(obj)
     except TypeError as exc:
@@ -475,8 +497,10 @@ def address_array(ptrs: object) -> np.ndarray:
             return _each_address(ptrs)  # type: ignore[arg-type]
         try:
             arr = np.asarray(ptrs)
-        except (OverflowError, ValueError, TypeError):
-            arr = None  # (pointer objects, arrays among ints...)
+        except (OverflowError, ValueError, TypeError, RuntimeError):
+            # (pointer objects, arrays among ints, a tensor that requires
+            # grad - its __array__ raises RuntimeError)
+            arr = None
         if arr is None or (arr.dtype.kind not in "ui" and arr.size):
             # e.g. [1, 2**64 - 1] becomes float64, [CUdeviceptr, ...] fails:
             # check each value exactly

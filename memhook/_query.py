@@ -25,13 +25,16 @@ or reads oddly (an error, an empty extent), comes back here.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import inspect
 import numbers
+import types
 from typing import Any
 
 import numpy as np
 
 from ._core import ffi, lib
-from ._inputs import address_array, byte_range
+from ._inputs import address_array, byte_range, torch_tensor
 from ._types import MemoryType, Region, _make_region
 from .cache import MemtypeCache
 
@@ -156,12 +159,14 @@ def memory_types(ptrs: Any) -> np.ndarray:
 # Teaching C the argument forms (csrc/pyext/query.c's enum kind)
 
 _KIND_BUFFER, _KIND_INDEX, _KIND_INT, _KIND_CAI, _KIND_DLPACK = 1, 3, 4, 5, 6
-_KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED = 7, 8
+_KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED, _KIND_CAI_DLPACK, _KIND_TORCH = 7, 8, 9, 10
 _CTYPES_SIGNED_CODES = frozenset("bhilq")
 _CTYPES_UNSIGNED_CODES = frozenset("BHILQP")  # (not c_char_p/c_wchar_p: .value is text)
 _LEARNED_MAX = 256  # (types: a program passes a handful)
+_DECLINED_MAX = 8  # objects of a type C declines to read before it stops trying
 _kinds: dict[type, int] = {}
 _refused: set[type] = set()
+_declined: dict[type, int] = {}
 
 
 def _kind_of(cls: type) -> int:
@@ -169,6 +174,10 @@ def _kind_of(cls: type) -> int:
     cannot)."""
     if issubclass(cls, bool) or cls in (np.bool_, ctypes.c_bool):
         return 0
+    if torch_tensor(cls):
+        # (its own methods: the protocols' extent where they answer, at a
+        # fraction of their cost, and an answer where they refuse)
+        return _KIND_TORCH
     if issubclass(cls, ctypes._SimpleCData):
         code = getattr(cls, "_type_", "")
         if code in _CTYPES_UNSIGNED_CODES:
@@ -181,6 +190,12 @@ def _kind_of(cls: type) -> int:
     if issubclass(cls, (np.generic, float, complex, str)):
         return 0
     if hasattr(cls, "__cuda_array_interface__"):
+        # (a type offering DLPack too - PyTorch's tensors, whose interface
+        # raises on the CPU - is read as memhook._inputs reads it: the
+        # interface, else DLPack; with an __array_interface__ between them
+        # in that order, such objects stay with Python)
+        if hasattr(cls, "__dlpack__") and not hasattr(cls, "__array_interface__"):
+            return _KIND_CAI_DLPACK
         return _KIND_CAI
     if hasattr(cls, "__array_interface__"):
         # (a numpy array's interface data is its buffer; others, in Python)
@@ -197,7 +212,11 @@ def _kind_of(cls: type) -> int:
 
 
 def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
-    """Teach C ``type(obj)`` if C reads this object as memhook._inputs did."""
+    """Teach C ``type(obj)`` if C reads this object as memhook._inputs did.
+    A type C reads differently is refused; one whose object C declined to
+    read (an empty array, a tensor whose interface raised...) is tried again
+    on later objects, up to _DECLINED_MAX of them: the first object a
+    program passes is often not a typical one."""
     cls = type(obj)
     if cls in _refused or len(_kinds) >= _LEARNED_MAX:
         return
@@ -205,8 +224,14 @@ def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
     if kind:
         got = query_extent(obj, kind)
         address = kind in (_KIND_INDEX, _KIND_INT, _KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED)
-        if got is not None and (got[0] == start if address else (not sized and got == (start, n))):
+        if got is None or (sized and not address):
+            declined = _declined.get(cls, 0) + 1
+            _declined[cls] = declined
+            if declined < _DECLINED_MAX:
+                return
+        elif got[0] == start if address else got == (start, n):
             _kinds[cls] = kind
+            _declined.pop(cls, None)
             return
     _refused.add(cls)
 
@@ -221,8 +246,16 @@ def _normalise(obj: Any, size: Any = 1) -> tuple[int, int]:
     return start, n
 
 
+def _slotted(cls: type) -> bool:
+    """Whether every field of ``cls`` is a slot (a member descriptor), which
+    C then sets itself (Python 3.10+; memhook._types)."""
+    return all(isinstance(inspect.getattr_static(cls, f.name), types.MemberDescriptorType)
+               for f in dataclasses.fields(cls))
+
+
 def _configure() -> None:
-    query_configure(tuple(MemoryType), _make_region, _normalise, _kinds)
+    query_configure(tuple(MemoryType), Region if _slotted(Region) else None, _make_region,
+                    _normalise, _kinds)
 
 
 _configure()

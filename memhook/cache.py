@@ -17,53 +17,15 @@ memtype-cache semantics, and then some:
   :meth:`~MemtypeCache.lookup` and ``HOST`` from
   :meth:`~MemtypeCache.memory_type`.
 
-How it is built (and why it is fast):
-
-* The regions live in a :class:`sortedcontainers.SortedKeyList` keyed by
-  their *end*.  The region holding ``ptr`` is then the first one whose end is
-  greater than ``ptr``: one ``bisect_right`` over the sublists' maxima and
-  one inside a sublist, both C calls, and no second probe backwards.  Reads
-  use the list's (stable, documented-in-source) internals ``_maxes``,
-  ``_keys`` and ``_lists``; writes insert and delete at a located position
-  as its ``add`` and ``_delete`` do (sublists of ``LOAD`` regions).
-  sortedcontainers is pinned below 3.
-* Reads take no lock.  Every published state of the cache is one tuple,
-  ``_flat = (bounds, types, memo, memo_limit)``, replaced (never changed) by
-  each write in the same step that changes the regions: a write works out
-  what changes, reading only, then makes every change and stores the new
-  tuple, with a new, empty memo dict, in one call into C
-  (memhook._atomic.commit) - so an exception from a signal handler (^C)
-  leaves the cache as it was or as written, never half written, and no
-  reader sees a write under way.  A reader takes the tuple once; an answer
-  read from the sorted list is kept only if ``_flat`` is still that tuple
-  afterwards (nothing was written meanwhile), otherwise - rarely - it is
-  answered again under the lock.
-* Hot path: single-byte answers are memoised per pointer in the tuple's
-  memo dict, so a pointer asked about again costs one dict probe.  A fresh
-  answer goes into the memo one time in ``MEMO_SAMPLE``: a pointer asked
-  about again and again gets there after a few asks, while a stream of
-  pointers asked about once (cold lookups) mostly skips the insert and
-  does not flush the memo; the memo is emptied when it reaches ``HOT_LIMIT``
-  entries (``FLAT_HOT_LIMIT`` for a small cache).
-* A flat copy: ``bounds`` is the region starts and ends as one flat sorted
-  list and ``types`` the type of each interval between them, so a single
-  lookup is one ``bisect_right`` and one index into an immutable snapshot,
-  with nothing to validate afterwards.  Small caches (up to ``FLAT_LIMIT``
-  regions) make one at every write.  Larger caches publish ``(None, None,
-  memo, HOT_LIMIT)`` and read the sorted list, until they have answered
-  ``FLAT_AFTER`` lookups per region since their last write (counted as the
-  memo fills): then a reader makes the flat copy - outside the lock - and
-  publishes it with the same memo, until the next write drops it.
-* :meth:`~MemtypeCache.memory_types` answers a numpy array of pointers in
-  one C pass over a sorted snapshot (starts, last bytes, type codes:
-  memhook._search, csrc/pyext/batch_search.c; numpy's ``searchsorted``
-  without the extension), rebuilt only when the cache has changed since the
-  last batch.
+Reads take no lock (but to answer again the rare read a write overlapped):
+each write publishes the cache's state as one new tuple, in one call into
+C, so ^C never leaves it half written (docs/design/python-cache.md has the
+argument, the memo and the flat copy).
 
 The process-wide cache and the module-level queries over it
 (:func:`memory_type`, :func:`lookup`, :func:`memory_types`,
-:func:`process_cache`, :func:`set_hook_layer`) live in :mod:`memhook._query`;
-they are named here too, as they always were.
+:func:`process_cache`) live in :mod:`memhook._query`; they are named here
+too, as they always were.
 """
 
 from __future__ import annotations

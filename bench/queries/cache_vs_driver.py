@@ -25,10 +25,14 @@ own so that one mode's install cannot colour another's figures:
   which is its answer "not CUDA's");
 * the objects users pass, through ``memory_type``: numpy arrays, bytes,
   memoryview, ctypes integers, ``c_void_p`` and arrays, cuda-python's
-  ``CUdeviceptr``, ``__cuda_array_interface__`` objects and DLPack-only
-  objects (64 distinct ones of each kind, cycled), beside the cost of
-  reading their interfaces alone, and ``cuPointerGetAttribute`` through
-  ctypes;
+  ``CUdeviceptr``, ``__cuda_array_interface__`` objects, DLPack-only
+  objects, objects read as a PyTorch CPU tensor is (an interface that
+  raises, then DLPack with an IntEnum device type) and, where torch is
+  importable, torch's CPU tensors, with and without requires_grad (64
+  distinct ones of each kind, cycled; a build that refuses a kind shows "-"),
+  beside the cost of reading their interfaces alone (a tensor that requires
+  grad: its data_ptr(), shape, stride() and element_size()), and
+  ``cuPointerGetAttribute`` through ctypes;
 * with ``--baseline-python PY``, every mode again with another interpreter
   - a build of another version of memhook in its own venv (e.g. main's) -
   run right after this one's, so that both sets of figures come from the
@@ -98,6 +102,57 @@ class _DLPackOnly:
         return self._arr.__dlpack_device__()
 
 
+class _TensorLike:
+    """An object read as a PyTorch tensor is: ``__cuda_array_interface__``
+    raising AttributeError off the GPU, then DLPack, whose device type is an
+    IntEnum (numpy's capsule for ``arr``); a length; no buffer protocol."""
+
+    def __init__(self, arr: Any) -> None:
+        self._arr = arr
+
+    def __len__(self) -> int:
+        return len(self._arr)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        kwargs.pop("stream", None)  # (-1 on the CPU means none, as PyTorch takes it)
+        return self._arr.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return (_DL_CPU, 0)
+
+
+def _dl_cpu() -> Any:
+    import enum
+
+    class DLDeviceType(enum.IntEnum):
+        kDLCPU = 1
+
+    return DLDeviceType.kDLCPU
+
+
+_DL_CPU = _dl_cpu()
+
+
+def _read_tensor_iface(t: Any) -> Any:
+    """What reading a tensor's interfaces costs in the protocols' order: the
+    CUDA array interface (raising off the GPU), the DLPack device, the
+    versioned capsule."""
+    try:
+        return t.__cuda_array_interface__
+    except AttributeError:
+        return t.__dlpack_device__(), t.__dlpack__(max_version=(1, 0))
+
+
+def _read_tensor_methods(t: Any) -> Any:
+    """What reading a tensor's extent through its own methods costs (the
+    reading where both protocols refuse: a tensor that requires grad)."""
+    return t.data_ptr(), t.shape, t.stride(), t.element_size()
+
+
 def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list[Any], Any]]:
     """The objects users pass, each kind as a list of ``queries`` objects
     (cycled over 64 distinct ones), with the type memory_type must answer."""
@@ -120,7 +175,15 @@ def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list
         "CUdeviceptr (dev)": ([cu.CUdeviceptr(p) for p in dev_ptrs[:64]], cuda),
         "cuda_array_interface (dev)": ([_CudaArray(p, 1024) for p in dev_ptrs[:64]], cuda),
         "dlpack (host)": ([_DLPackOnly(a) for a in arrays], host),
+        "tensor-like (host)": ([_TensorLike(a) for a in arrays], host),
     }
+    try:
+        import torch
+        kinds["torch cpu tensor"] = ([torch.zeros(256 + i) for i in range(64)], host)
+        kinds["torch cpu tensor (requires grad)"] = (
+            [torch.zeros(256 + i, requires_grad=True) for i in range(64)], host)
+    except ImportError:
+        pass
     return {k: ((objs * (queries // len(objs) + 1))[:queries], want)
             for k, (objs, want) in kinds.items()}
 
@@ -225,6 +288,10 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     }
     objects = _objects(cu, keep, queries)
     for kind, (objs, want) in objects.items():
+        try:
+            memory_type(objs[0])
+        except TypeError:
+            continue  # a build that refuses this kind (a baseline): not measured, "-"
         assert all(memory_type(o) is want for o in objs[:256]), kind
         work[f"obj {kind}"] = ((lambda objs=objs: consume(map(memory_type, objs))), queries)
     # What reading the interfaces alone costs (the goal for those objects is
@@ -237,6 +304,14 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     # capsule: both are the protocol's reading)
     work["iface dlpack"] = (lambda: consume((o.__dlpack_device__(), o.__dlpack__(
         max_version=(1, 0))) for o in dlp), queries)
+    for kind in ("tensor-like (host)", "torch cpu tensor"):
+        if kind in objects:
+            work[f"iface {kind}"] = ((lambda objs=objects[kind][0]: consume(
+                map(_read_tensor_iface, objs))), queries)
+    grad = objects.get("torch cpu tensor (requires grad)")
+    if grad is not None:
+        work["iface torch cpu tensor (requires grad)"] = (
+            lambda objs=grad[0]: consume(map(_read_tensor_methods, objs)), queries)
     ctypes_get_attr = _ctypes_driver_query()
     if ctypes_get_attr is not None:
         work["ctypes_driver_dev_cold"] = (lambda: consume(map(ctypes_get_attr, cold)), queries)
@@ -345,6 +420,8 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
             goal = BATCH_GOAL_NS
         elif key in ("dev_cold", "host"):
             goal = INT_GOAL_NS
+        elif f"iface {key[4:]}" in rows[0]:
+            goal = rows[0][f"iface {key[4:]}"] + IFACE_EXTRA_NS
         elif "cuda_array_interface" in key:
             goal = rows[0]["iface cuda_array_interface"] + IFACE_EXTRA_NS
         elif "dlpack" in key:
@@ -364,7 +441,9 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
         name = {"dev_cold": "int (dev, cold)", "host": "int (host)",
                 "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
         print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
-    for what in ("iface cuda_array_interface", "iface dlpack", "ctypes_driver_dev_cold",
+    for what in ("iface cuda_array_interface", "iface dlpack", "iface tensor-like (host)",
+                 "iface torch cpu tensor", "iface torch cpu tensor (requires grad)",
+                 "ctypes_driver_dev_cold",
                  "ctypes_driver_host", "cu_dev_cold", "cu_host"):
         print(f"{what}: " + ", ".join(f"{r['mode']} {r[what]:.0f}" for r in rows if what in r)
               + " ns")

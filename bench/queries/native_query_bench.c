@@ -7,10 +7,16 @@
  * CPU time):
  *   query_device_ns     memhook_query of a hooked cuMemAlloc pointer
  *   query_host_ns       memhook_query of malloc'd memory
+ *   query_mixed_ns      the two in turn (a transport sending from device
+ *                       memory and receiving into host memory)
  *   driver_device_ns    cuPointerGetAttribute(MEMORY_TYPE) on the same pointers
  *   driver_host_ns
  *   batch_ns_per_ptr    memhook_query_types over REGIONS live allocations,
- *                       random pointers (half in them, half in gaps)
+ *                       random pointers (half in them, half in host memory)
+ *   batch_sorted_ns_per_ptr   the same pointers in address order
+ *   batch_device_ns_per_ptr   random pointers all in the allocations
+ *   batch_regions_ns_per_ptr  memhook_query_batch (a memhook_region each) of
+ *                       the same random pointers
  *   backlog_events / backlog_absorb_ms
  *                       events pending after BACKLOG/2 alloc+free pairs with
  *                       nobody draining, and how long the first query takes
@@ -27,6 +33,8 @@
  *   goals               the issue's figures, met or not
  *
  * Usage: native_query_bench [REGIONS [BACKLOG]]  (run by native_query_bench.py)
+ * MEMHOOK_BENCH_PARTS (comma-separated, of query, batch, backlog, contention;
+ * default all) picks the parts to run.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -64,6 +72,25 @@ static void *need(void *lib, const char *name)
         exit(2);
     }
     return fn;
+}
+
+/* Whether MEMHOOK_BENCH_PARTS asks for `name` (unset: every part). */
+static int part(const char *name)
+{
+    const char *parts = getenv("MEMHOOK_BENCH_PARTS");
+    if (parts == NULL || *parts == 0)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = parts; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == parts || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+            return 1;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
 }
 
 static CUresult (*p_get_attribute)(void *, CUpointer_attribute, CUdeviceptr);
@@ -159,12 +186,6 @@ static void *querier(void *arg)
     return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static void contention(double seconds)
 {
     pthread_t a[ALLOCATORS], q[QUERIERS];
@@ -252,80 +273,137 @@ int main(int argc, char **argv)
     printf("device answer: type %d origin %d; ", r.mem_type, r.origin);
     memhook_query(h, 1, &r);
     printf("host answer: type %d origin %d\n", r.mem_type, r.origin);
-    double qd = time_query(dev_ptrs, N, 200000), qh = time_query(host_ptrs, N, 200000);
-    printf("query_device_ns %.2f\n", qd);
-    printf("query_host_ns %.2f\n", qh);
-    printf("driver_device_ns %.2f\n", time_driver(dev_ptrs, N, 20000));
-    printf("driver_host_ns %.2f\n", time_driver(host_ptrs, N, 20000));
+    double qd = 0, qh = 0, batch_ns = 0, backlog_ms = 0;
+    if (part("query")) {
+        qd = time_query(dev_ptrs, N, 200000);
+        qh = time_query(host_ptrs, N, 200000);
+        printf("query_device_ns %.2f\n", qd);
+        printf("query_host_ns %.2f\n", qh);
+        uint64_t mixed[2 * N];
+        for (int i = 0; i < N; i++) {
+            mixed[2 * i] = dev_ptrs[i];
+            mixed[2 * i + 1] = host_ptrs[i];
+        }
+        printf("query_mixed_ns %.2f\n", time_query(mixed, 2 * N, 100000));
+        printf("driver_device_ns %.2f\n", time_driver(dev_ptrs, N, 20000));
+        printf("driver_host_ns %.2f\n", time_driver(host_ptrs, N, 20000));
+    }
 
     /* The batch: `regions` live allocations, random pointers. */
-    CUdeviceptr *live = malloc(regions * sizeof *live);
-    for (size_t i = 0; i < regions; i++)
-        if (cu_alloc(&live[i], 4096 * (1 + i % 4))) {
-            fprintf(stderr, "native_query_bench: cuMemAlloc %zu failed\n", i);
-            return 2;
+    if (part("batch")) {
+        CUdeviceptr *live = malloc(regions * sizeof *live);
+        for (size_t i = 0; i < regions; i++)
+            if (cu_alloc(&live[i], 4096 * (1 + i % 4))) {
+                fprintf(stderr, "native_query_bench: cuMemAlloc %zu failed\n", i);
+                return 2;
+            }
+        memhook_query((void *)(uintptr_t)live[0], 1, &r);  /* (applies them) */
+        enum { M = 1 << 20 };
+        uint64_t *ptrs = malloc(M * sizeof *ptrs), *sorted = malloc(M * sizeof *sorted);
+        uint8_t *types = malloc(M);
+        unsigned seed = 7;
+        for (size_t i = 0; i < M; i++) {
+            size_t k = (size_t)rand_r(&seed) % regions;
+            ptrs[i] = (rand_r(&seed) & 1) ? live[k] + (uint64_t)(rand_r(&seed) % 4096)
+                                          : (uint64_t)(uintptr_t)(h + rand_r(&seed) % (1 << 20));
         }
-    memhook_query((void *)(uintptr_t)live[0], 1, &r);  /* (applies them) */
-    enum { M = 1 << 20 };
-    uint64_t *ptrs = malloc(M * sizeof *ptrs);
-    uint8_t *types = malloc(M);
-    unsigned seed = 7;
-    for (size_t i = 0; i < M; i++) {
-        size_t k = (size_t)rand_r(&seed) % regions;
-        ptrs[i] = (rand_r(&seed) & 1) ? live[k] + (uint64_t)(rand_r(&seed) % 4096)
-                                      : (uint64_t)(uintptr_t)(h + rand_r(&seed) % (1 << 20));
+        memcpy(sorted, ptrs, M * sizeof *ptrs);
+        qsort(sorted, M, sizeof *sorted, cmp_u64);
+        double bt[PASSES], bs[PASSES];
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t t0 = now_ns();
+            memhook_query_types(sorted, M, types);
+            bs[p] = (double)(now_ns() - t0) / M;
+            t0 = now_ns();
+            memhook_query_types(ptrs, M, types);
+            bt[p] = (double)(now_ns() - t0) / M;
+        }
+        qsort(bt, PASSES, sizeof bt[0], cmp_double);
+        qsort(bs, PASSES, sizeof bs[0], cmp_double);
+        size_t gpu = 0;
+        for (size_t i = 0; i < M; i++)
+            gpu += types[i] == MEMHOOK_MEMORY_CUDA;
+        printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
+               bt[PASSES / 2], gpu, M);
+        printf("batch_sorted_ns_per_ptr %.2f\n", bs[PASSES / 2]);
+        for (size_t i = 0; i < M; i++)
+            sorted[i] = live[(size_t)rand_r(&seed) % regions] + (uint64_t)(rand_r(&seed) % 4096);
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t t0 = now_ns();
+            memhook_query_types(sorted, M, types);
+            bs[p] = (double)(now_ns() - t0) / M;
+        }
+        qsort(bs, PASSES, sizeof bs[0], cmp_double);
+        printf("batch_device_ns_per_ptr %.2f\n", bs[PASSES / 2]);
+        batch_ns = bt[PASSES / 2];
+        /* memhook_query_batch: a whole memhook_region per pointer. */
+        enum { MB = 1 << 16 };
+        memhook_region *regs = malloc(MB * sizeof *regs);
+        regs[0].struct_size = sizeof *regs;
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t t0 = now_ns();
+            memhook_query_batch((const void *const *)ptrs, MB, regs);
+            bt[p] = (double)(now_ns() - t0) / MB;
+        }
+        qsort(bt, PASSES, sizeof bt[0], cmp_double);
+        printf("batch_regions_ns_per_ptr %.2f\n", bt[PASSES / 2]);
+        /* Single queries of random pointers over the same map. */
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t t0 = now_ns();
+            for (size_t i = 0; i < MB; i++) {
+                memhook_query((const void *)(uintptr_t)ptrs[i], 1, &r);
+                g_sink += r.mem_type;
+            }
+            bt[p] = (double)(now_ns() - t0) / MB;
+        }
+        qsort(bt, PASSES, sizeof bt[0], cmp_double);
+        printf("query_random_ns %.2f\n", bt[PASSES / 2]);
+        for (size_t i = 0; i < regions; i++)
+            cu_free(live[i]);
+        free(regs);
+        free(types);
+        free(sorted);
+        free(ptrs);
+        free(live);
     }
-    double bt[PASSES];
-    for (int p = 0; p < PASSES; p++) {
+
+    if (part("backlog")) {
+        /* The backlog: nobody drains while it builds (no query, no Python). */
+        memhook_query(h, 1, &r);
+        memhook_queue_stats st0, st1;
+        memhook_queue_stats_get(&st0);
+        for (size_t i = 0; i < backlog / 2; i++) {
+            CUdeviceptr x;
+            cu_alloc(&x, 4096 * (1 + i % 8));
+            cu_free(x);
+        }
+        memhook_queue_stats_get(&st1);
         uint64_t t0 = now_ns();
-        memhook_query_types(ptrs, M, types);
-        bt[p] = (double)(now_ns() - t0) / M;
-    }
-    qsort(bt, PASSES, sizeof bt[0], cmp_double);
-    size_t gpu = 0;
-    for (size_t i = 0; i < M; i++)
-        gpu += types[i] == MEMHOOK_MEMORY_CUDA;
-    printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
-           bt[PASSES / 2], gpu, M);
-    double batch_ns = bt[PASSES / 2];
-    for (size_t i = 0; i < regions; i++)
-        cu_free(live[i]);
+        memhook_query((void *)(uintptr_t)d, 1, &r);
+        uint64_t t1 = now_ns();
+        backlog_ms = (double)(t1 - t0) / 1e6;
+        printf("backlog_events %llu backlog_absorb_ms %.2f (answer type %d origin %d)\n",
+               (unsigned long long)(st1.produced - st0.produced), backlog_ms, r.mem_type, r.origin);
 
-    /* The backlog: nobody drains while it builds (no query, no Python). */
-    memhook_query(h, 1, &r);
-    memhook_queue_stats st0, st1;
-    memhook_queue_stats_get(&st0);
-    for (size_t i = 0; i < backlog / 2; i++) {
-        CUdeviceptr x;
-        cu_alloc(&x, 4096 * (1 + i % 8));
-        cu_free(x);
+        /* The cache's part alone: the same kind of stream into a private cache
+         * (memhook_testing_cache_apply: what the feed does with a drained
+         * batch), one batch. */
+        memhook_event *ev = calloc(backlog, sizeof *ev);
+        for (size_t i = 0; i < backlog; i++) {
+            ev[i].kind = (i & 1) ? MEMHOOK_EVENT_FREE : MEMHOOK_EVENT_ALLOC;
+            ev[i].address = d + (uint64_t)((i / 2) % 64) * (1u << 16);
+            ev[i].size = 4096u * (1u + (uint64_t)((i / 2) % 8));
+            ev[i].mem_type = MEMHOOK_MEM_CUDA;
+            ev[i].device = 0;
+        }
+        memhook_testing_cache *tc = memhook_testing_cache_new();
+        uint64_t a0 = now_ns();
+        memhook_testing_cache_apply(tc, ev, backlog);
+        printf("cache_apply_events %zu cache_apply_ms %.2f\n", backlog,
+               (double)(now_ns() - a0) / 1e6);
+        memhook_testing_cache_free(tc);
+        free(ev);
     }
-    memhook_queue_stats_get(&st1);
-    uint64_t t0 = now_ns();
-    memhook_query((void *)(uintptr_t)d, 1, &r);
-    uint64_t t1 = now_ns();
-    double backlog_ms = (double)(t1 - t0) / 1e6;
-    printf("backlog_events %llu backlog_absorb_ms %.2f (answer type %d origin %d)\n",
-           (unsigned long long)(st1.produced - st0.produced), backlog_ms, r.mem_type, r.origin);
-
-    /* The cache's part alone: the same kind of stream into a private cache
-     * (memhook_testing_cache_apply: what the feed does with a drained
-     * batch), one batch. */
-    memhook_event *ev = calloc(backlog, sizeof *ev);
-    for (size_t i = 0; i < backlog; i++) {
-        ev[i].kind = (i & 1) ? MEMHOOK_EVENT_FREE : MEMHOOK_EVENT_ALLOC;
-        ev[i].address = d + (uint64_t)((i / 2) % 64) * (1u << 16);
-        ev[i].size = 4096u * (1u + (uint64_t)((i / 2) % 8));
-        ev[i].mem_type = MEMHOOK_MEM_CUDA;
-        ev[i].device = 0;
-    }
-    memhook_testing_cache *tc = memhook_testing_cache_new();
-    uint64_t a0 = now_ns();
-    memhook_testing_cache_apply(tc, ev, backlog);
-    printf("cache_apply_events %zu cache_apply_ms %.2f\n", backlog,
-           (double)(now_ns() - a0) / 1e6);
-    memhook_testing_cache_free(tc);
-    free(ev);
 
     p_alloc = cu_alloc;
     p_free = cu_free;
@@ -333,14 +411,21 @@ int main(int argc, char **argv)
     g_ctx = ctx;
     g_dev_ptr = d + 64;
     g_host_ptr = (uint64_t)(uintptr_t)h + 64;
-    contention(1.0);
+    if (part("contention"))
+        contention(1.0);
     /* (the cache's goals, docs/design/native-cache.md; the contention
      * case's is structural - a query takes no lock another thread holds:
      * tests/fixtures/native_query_nowait.c) */
-    printf("goals: query <= 10 ns %s (%.1f / %.1f) | batch <= 8 ns/ptr %s (%.1f) | "
-           "backlog of 1,000,000 <= 100 ms %s (%.1f)\n",
-           qd <= 10 && qh <= 10 ? "met" : "NOT met", qd, qh, batch_ns <= 8 ? "met" : "NOT met",
-           batch_ns, backlog_ms <= 100 ? "met" : "NOT met", backlog_ms);
+    printf("goals:");
+    if (part("query"))
+        printf(" query <= 10 ns %s (%.1f / %.1f) |", qd <= 10 && qh <= 10 ? "met" : "NOT met",
+               qd, qh);
+    if (part("batch"))
+        printf(" batch <= 8 ns/ptr %s (%.1f) |", batch_ns <= 8 ? "met" : "NOT met", batch_ns);
+    if (part("backlog"))
+        printf(" backlog of 1,000,000 <= 100 ms %s (%.1f)", backlog_ms <= 100 ? "met" : "NOT met",
+               backlog_ms);
+    printf("\n");
     cu_free(d);
     free(h);
     return 0;

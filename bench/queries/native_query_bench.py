@@ -2,6 +2,7 @@
 """memhook_query from C, beside the driver, on the bundled simulator.
 
     python bench/queries/native_query_bench.py [REGIONS [BACKLOG]]   # after `pip install -e .`
+    python bench/queries/native_query_bench.py --baseline DIR [--repeats 3] [--parts query,batch]
 
 Builds bench/queries/native_query_bench.c against the tree's header and
 libmemhook.so and runs it with the core in LD_PRELOAD and the simulator as
@@ -17,10 +18,17 @@ Then, as the baseline of the backlog, Python's path in a child process:
 ``install()``, the feeder held off while BACKLOG/2 cuMemAlloc/cuMemFree
 pairs are made through ctypes, then one ``memhook.flush()`` (Python's drain
 applying them to its cache, and the core feeding its own on the way).
+
+``--baseline DIR`` runs the same binary against another core as well (a
+build of main: ``python csrc/build_native.py DIR`` puts it in
+``DIR/memhook/``; pass that folder), the two in turn for ``--repeats``
+rounds, and prints both cores' figures side by side; ``--parts`` picks the
+parts to run (the Python baseline only without ``--baseline``).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -57,23 +65,93 @@ feeder._feed = held
 """
 
 
+def run_core(exe: Path, lib: Path, argv: list[str], parts: str | None) -> tuple[int, str]:
+    """One run of the bench binary with `lib` preloaded; its output, echoed."""
+    env = dict(os.environ) if os.environ.get("MEMHOOK_BENCH_REAL_DRIVER") else \
+        memhook.sim.environ()
+    env["LD_PRELOAD"] = str(lib)
+    if parts:
+        env["MEMHOOK_BENCH_PARTS"] = parts
+    proc = subprocess.run([str(exe), *argv], env=env, capture_output=True, text=True)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode, proc.stdout
+
+
+def figures(text: str) -> dict[str, float]:
+    """The `name value` pairs of the bench's output."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        words = line.replace(":", " ").split()
+        for name, value in zip(words, words[1:]):
+            try:
+                out.setdefault(name, float(value))
+            except ValueError:
+                pass
+    return out
+
+
+KEYS = ("query_device_ns", "query_host_ns", "query_mixed_ns", "query_random_ns", "batch_ns_per_ptr",
+        "batch_sorted_ns_per_ptr", "batch_device_ns_per_ptr", "batch_regions_ns_per_ptr", "backlog_absorb_ms",
+        "cache_apply_ms", "p50_ns", "p99_ns")
+
+
+def compare(exe: Path, cores: dict[str, Path], argv: list[str], parts: str | None,
+            repeats: int) -> int:
+    """Each core in turn, `repeats` rounds (A B A B ...), then a table."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in cores}
+    for r in range(repeats):
+        for name, lib in cores.items():
+            print(f"== {name} (round {r + 1}, load average {os.getloadavg()[0]:.2f})", flush=True)
+            rc, text = run_core(exe, lib, argv, parts)
+            if rc != 0:
+                return rc
+            runs[name].append(figures(text))
+    print(f"\nA/B ({repeats} rounds, interleaved; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}):")
+    for key in KEYS:
+        if not any(key in f for fs in runs.values() for f in fs):
+            continue
+        cells = []
+        for name, fs in runs.items():
+            vals = [f"{f[key]:.2f}" for f in fs if key in f]
+            cells.append(f"{name} {' / '.join(vals)}")
+        print(f"  {key:24s} " + " | ".join(cells))
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    lib = Path(memhook.library_path())
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("regions", nargs="?", default="10000")
+    ap.add_argument("backlog", nargs="?", default="1000000")
+    ap.add_argument("--core", type=Path, help="folder with the libmemhook.so to measure "
+                    "(default: the package's)")
+    ap.add_argument("--baseline", type=Path, help="folder with another libmemhook.so (a "
+                    "build of main: csrc/build_native.py OUT puts it in OUT/memhook/): "
+                    "both cores run in turn, --repeats rounds, then a table of both")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", help="comma-separated, of query,batch,backlog,contention,"
+                    "python (default: all)")
+    args = ap.parse_args(argv)
+    lib = args.core.resolve() / "libmemhook.so" if args.core else Path(memhook.library_path())
+    bench_argv = [args.regions, args.backlog]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "native_query_bench"
         subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
                         f"-I{ROOT / 'csrc' / 'include'}", str(HERE / "native_query_bench.c"),
                         "-o", str(exe), f"-L{lib.parent}", "-lmemhook", "-ldl", "-lpthread"],
                        check=True)
+        if args.baseline is not None:
+            cores = {"baseline": args.baseline.resolve() / "libmemhook.so", "this": lib}
+            return compare(exe, cores, bench_argv, args.parts, args.repeats)
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        rc, _ = run_core(exe, lib, bench_argv, args.parts)
+        if rc != 0 or (args.parts and "python" not in args.parts.split(",")):
+            return rc
         env = dict(os.environ) if os.environ.get("MEMHOOK_BENCH_REAL_DRIVER") else \
             memhook.sim.environ()
-        env["LD_PRELOAD"] = str(lib)
-        rc = subprocess.run([str(exe), *argv], env=env).returncode
-        if rc != 0:
-            return rc
-        env.pop("LD_PRELOAD")
-        backlog = argv[1] if len(argv) > 1 else "1000000"
-        return subprocess.run([sys.executable, "-c", PYTHON_BASELINE, backlog],
+        sys.stdout.flush()
+        return subprocess.run([sys.executable, "-c", PYTHON_BASELINE, args.backlog],
                               env=env).returncode
 
 

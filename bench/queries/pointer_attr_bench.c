@@ -11,10 +11,18 @@
  * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
  * allocation; the median of ROUNDS rounds, ns per call.  Then the four
  * attributes on host memory again with no current context (RANGE_* are left
- * untouched for memory in no allocation, with a context or without), and
- * cuCtxGetCurrent alone, for scale.
+ * untouched for memory in no allocation, with a context or without); the
+ * set libcudart 13's cudaPointerGetAttributes asks of cuPointerGetAttributes
+ * (CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, IS_MANAGED,
+ * DEVICE_ORDINAL: never answerable together, so memhook passes it through
+ * and only its decision costs); cudaPointerGetAttributes, the runtime's own
+ * (memhook_hooks_original) beside memhook's, where a libcudart.so.13 loads
+ * (on the simulator the runtime's own asks the driver through memhook's
+ * wrappers, which answer its calls); and cuCtxGetCurrent and cuCtxGetDevice
+ * alone, for scale.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +90,69 @@ static double time_gets(gets_fn f, unsigned long long p, long n)
     return r[ROUNDS / 2];
 }
 
+/* The attribute set libcudart 13 asks (its cudaPointerGetAttributes). */
+static double time_runtime_set(gets_fn f, unsigned long long p, long n)
+{
+    int attrs[6] = {1, 2, 3, 4, 8, 9};
+    void *ctx = NULL, *dptr = NULL, *hptr = NULL;
+    unsigned type = 0, managed = 0;
+    int dev = 0;
+    void *data[6] = {&ctx, &type, &dptr, &hptr, &managed, &dev};
+    double r[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(6, attrs, data, p);
+            sink = type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+/* cudaPointerAttributes as CUDA 13 lays it out. */
+struct rt_attributes {
+    int type, device;
+    void *device_pointer, *host_pointer;
+    long reserved[8];
+};
+typedef int (*rt_get_fn)(struct rt_attributes *, const void *);
+
+static double time_rt(rt_get_fn f, unsigned long long p, long n)
+{
+    double r[ROUNDS];
+    struct rt_attributes a;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&a, (const void *)(uintptr_t)p);
+            sink = (unsigned)a.type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+typedef int (*ctx_device_fn)(int *);
+
+static double time_ctx_device(ctx_device_fn f, long n)
+{
+    double r[ROUNDS];
+    int dev = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(&dev);
+            sink = (unsigned)dev;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
 static double time_ctx_current(ctx_current_fn f, long n)
 {
     double r[ROUNDS];
@@ -96,6 +167,79 @@ static double time_ctx_current(ctx_current_fn f, long n)
     }
     qsort(r, ROUNDS, sizeof r[0], cmp);
     return r[ROUNDS / 2];
+}
+
+/* `pointer_attr_bench CALLS count WHO:CALL:WHERE` (pointer_attr_bench.py
+ * --callgrind): CALL n times, nothing else, in count_calls alone - the
+ * function callgrind collects in (--toggle-collect), so its instructions
+ * per call are the call's, load or not.  WHO: driver, memhook; CALL: get,
+ * gets (the four attributes), runtime6 (libcudart 13's set), cuda
+ * (cudaPointerGetAttributes); WHERE: host, device. */
+enum count_call { COUNT_GET, COUNT_GETS, COUNT_RUNTIME6, COUNT_CUDA };
+
+__attribute__((noinline)) static void count_calls(enum count_call what, void *fn,
+                                                  unsigned long long p, long n)
+{
+    int four[4] = {2, 9, 11, 12}, six[6] = {1, 2, 3, 4, 8, 9};
+    void *ctx = NULL, *dptr = NULL, *hptr = NULL;
+    unsigned type = 0, managed = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data4[4] = {&type, &dev, &start, &size};
+    void *data6[6] = {&ctx, &type, &dptr, &hptr, &managed, &dev};
+    struct rt_attributes a;
+    for (long i = 0; i < n; i++) {
+        switch (what) {
+        case COUNT_GET:
+            ((get_fn)fn)(&type, 2, p);
+            break;
+        case COUNT_GETS:
+            ((gets_fn)fn)(4, four, data4, p);
+            break;
+        case COUNT_RUNTIME6:
+            ((gets_fn)fn)(6, six, data6, p);
+            break;
+        case COUNT_CUDA:
+            ((rt_get_fn)fn)(&a, (const void *)(uintptr_t)p);
+            type = (unsigned)a.type;
+            break;
+        }
+        sink = type;
+    }
+}
+
+static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn real_get,
+                      gets_fn real_gets, unsigned long long h, unsigned long long d)
+{
+    char who[16], call[16], where[16];
+    if (sscanf(spec, "%15[^:]:%15[^:]:%15s", who, call, where) != 3)
+        return 2;
+    bool mine = strcmp(who, "memhook") == 0;
+    unsigned long long p = strcmp(where, "device") == 0 ? d : h;
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+    void *rt_get = rt != NULL ? dlsym(rt, "cudaPointerGetAttributes") : NULL;
+    void *real_rt_get = memhook_hooks_original("cudaPointerGetAttributes");
+    enum count_call what;
+    void *fn;
+    if (strcmp(call, "get") == 0) {
+        what = COUNT_GET;
+        fn = mine ? (void *)get : (void *)real_get;
+    } else if (strcmp(call, "gets") == 0 || strcmp(call, "runtime6") == 0) {
+        what = call[4] == '\0' ? COUNT_GETS : COUNT_RUNTIME6;
+        fn = mine ? (void *)gets : (void *)real_gets;
+    } else if (strcmp(call, "cuda") == 0 && rt_get != NULL && real_rt_get != NULL) {
+        what = COUNT_CUDA;
+        fn = mine ? rt_get : real_rt_get;
+        struct rt_attributes a;
+        ((rt_get_fn)rt_get)(&a, (const void *)(uintptr_t)p);  /* the runtime initialised */
+    } else {
+        return 2;
+    }
+    count_calls(what, fn, p, 16);  /* (warm) */
+    unsigned long long before = memhook_testing_pointer_attributes_answered();
+    count_calls(what, fn, p, n);
+    printf("answered %llu of %ld\n", memhook_testing_pointer_attributes_answered() - before, n);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -128,6 +272,8 @@ int main(int argc, char **argv)
     }
     char *host = malloc(4096);
     unsigned long long h = (uintptr_t)host;
+    if (argc > 3 && strcmp(argv[2], "count") == 0)
+        return count_main(argv[3], n, get, gets, real_get, real_gets, h, d);
     unsigned long long before = memhook_testing_pointer_attributes_answered();
     int attrs[4] = {2, 9, 11, 12};
     unsigned type = 0;
@@ -150,6 +296,31 @@ int main(int argc, char **argv)
            time_get(real_get, d, n), time_get(get, d, n));
     printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4 attributes)",
            time_gets(real_gets, d, n), time_gets(gets, d, n));
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(runtime's 6)",
+           time_runtime_set(real_gets, h, n), time_runtime_set(gets, h, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(runtime's 6)",
+           time_runtime_set(real_gets, d, n), time_runtime_set(gets, d, n));
+    /* The runtime: the exported name (memhook's, reloc routes it) and the
+     * runtime's own definition. */
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+    rt_get_fn rt_get = rt != NULL ? (rt_get_fn)dlsym(rt, "cudaPointerGetAttributes") : NULL;
+    rt_get_fn real_rt_get = (rt_get_fn)memhook_hooks_original("cudaPointerGetAttributes");
+    if (rt_get != NULL && real_rt_get != NULL) {
+        struct rt_attributes a;
+        rt_get(&a, host);  /* (the runtime's first call initialises it) */
+        before = memhook_testing_pointer_attributes_answered();
+        rt_get(&a, host);
+        rt_get(&a, (const void *)(uintptr_t)d);
+        printf("memhook answered %d of 2 cudaPointerGetAttributes probe calls "
+               "(the runtime's own in the first column)\n",
+               (int)(memhook_testing_pointer_attributes_answered() - before));
+        printf("%-44s %10.1f %10.1f\n", "host   cudaPointerGetAttributes",
+               time_rt(real_rt_get, h, n), time_rt(rt_get, h, n));
+        printf("%-44s %10.1f %10.1f\n", "device cudaPointerGetAttributes",
+               time_rt(real_rt_get, d, n), time_rt(rt_get, d, n));
+    } else {
+        printf("cudaPointerGetAttributes: no libcudart.so.13 here, or not hooked (reloc)\n");
+    }
     if (setcur(NULL) != 0)
         return 2;
     before = memhook_testing_pointer_attributes_answered();
@@ -164,6 +335,10 @@ int main(int argc, char **argv)
     if (ctx_current != NULL)
         printf("%-44s %10.1f\n", "cuCtxGetCurrent alone (for scale)",
                time_ctx_current(ctx_current, n));
+    ctx_device_fn ctx_device = (ctx_device_fn)dlsym(cuda, "cuCtxGetDevice");
+    if (ctx_device != NULL)
+        printf("%-44s %10.1f\n", "cuCtxGetDevice alone (for scale)",
+               time_ctx_device(ctx_device, n));
     free(host);
     return answered == 5 ? 0 : 1;
 }

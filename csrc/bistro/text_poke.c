@@ -1,88 +1,29 @@
 /*
  * text_poke.c - writing live code that other threads may be executing.
  *
- * The int3 protocol, run once for a whole batch of patch windows
- * [at, at+len) (len: a jump form's size), in bounded time - it never waits
- * for a thread to leave a window.  The protocol is generic; the bytes,
- * registers and jump forms it names are x86-64's, and come from arch.h
- * (arch/x86_64/arch_x86_64.h):
+ * The int3 protocol, run once for a whole batch of patch windows, in
+ * bounded time: it never waits for a thread to leave a window.  The
+ * protocol is generic; the bytes, registers and jump forms it names are
+ * x86-64's and come from arch.h.  mh_text_poke_batch runs its steps in
+ * order, one static function each:
  *
- *   0. plan the signals: read every thread's State, SigBlk and Name from
- *      /proc/self/task/<tid>/status.  A thread that blocks SIGTRAP would be
- *      killed by the kernel if it ran into one of our int3s (a blocked
- *      forced signal gets the default action), so then the barrier is
- *      "jmp ." (eb fe, one atomic 2-byte store) instead of int3, and windows
- *      it cannot cover (first instruction 1 byte, bytes 0-1 across a cache
- *      line) are refused naming the thread.  patch.c asks first
- *      (mh_text_poke_trap_blocker) and then places a 5-byte jump after the
- *      entry's one-byte pushes, where the spin barrier fits; the argument
- *      is docs/design/live-patching.md.  The probe signal is the highest
- *      free real-time signal no thread blocks, else SIGURG or SIGWINCH
- *      (default action: ignore) if no thread blocks it; interior windows
- *      are refused when a runnable thread blocks whichever we use.  The
- *      installing thread unblocks SIGTRAP for the duration.
- *   1. read the protections of every page once from /proc/self/maps and
- *      mprotect them R+W+X (a W^X host refuses: nothing written).
- *   2. store int3 at every window's byte 0; sync cores once.  From here a
- *      thread entering a window traps; the SIGTRAP handler sends it to the
- *      trampoline (original behaviour).
- *   3. when a window has an instruction boundary inside it (the old bytes
- *      have one, or the far jump being removed has one), send every
- *      runnable thread one probe.  The probe handler does not report
- *      "inside" - it moves the thread: from an old instruction boundary to
- *      the same boundary in the trampoline (the relocator's offset map), or
- *      from midway through the far jump to where it goes
- *      (mh_arch_far_jump_midway).  We wait for the answers only a
- *      bounded time: a thread that has not answered
- *      is not running user code (a running thread is interrupted at once to
- *      take the signal), and it takes the probe before its next user
- *      instruction, so it is moved before it could execute the new bytes.
- *      A thread that cannot hear the probe (it blocks every candidate, as
- *      faulthandler's watchdog does) refuses nothing when the kernel shows
- *      it parked with its resume pc outside every window
- *      (/proc/self/task/<tid>/syscall, read after the barriers are in):
- *      it runs no user code before that pc, and from there a way into a
- *      window crosses a barrier.  Running, unreadable, or parked inside:
- *      the interior windows are refused.
- *   4. store bytes 1.. of every window; sync; store every byte 0; sync.
- *   5. put every page's protection back.
+ *   0. signals_plan: which barrier each window gets (int3, or "jmp ." beside
+ *      a thread that blocks SIGTRAP) and which probe signal to send;
+ *   1. pages_make_writable: every page R+W+X once (W^X: nothing written);
+ *   2. barriers_store: a barrier at every window's byte 0; sync cores;
+ *   3. threads_recheck, threads_move_out: a probe moves each thread that
+ *      stands inside a window to the same place in the trampoline; a thread
+ *      that cannot hear it must be parked outside every window, else the
+ *      windows with a boundary inside are refused;
+ *   4. windows_write: bytes 1.., sync, every byte 0, sync;
+ *   5. pages_restore.
  *
- * mh_text_poke_batch runs them in this order, one static function each:
- * signals_plan (0), pages_make_writable (1), barriers_store (2),
- * threads_recheck and threads_move_out (3), windows_write (4),
- * pages_restore (5).
- *
- * Every store to byte 0 is a single-byte store, so fetches see either the
- * old or the new byte; bytes 1.. are only written while byte 0 is an int3
- * and every thread that stood inside has been (or will be, before it runs
- * again) moved out.
- *
- * Residual races, and how small they are: a thread that starts blocking
- * SIGTRAP between step 0 and the int3s (step 3 looks again and takes the
- * int3s out at once if so) and enters a window while its int3 is there
- * would be killed - the exposure is the few microseconds between the two
- * reads of its mask and the int3 stores; a thread that
- * blocks the probe signal after step 0 keeps its probe pending and is moved
- * when it unblocks (it is not running user code inside the window then
- * only if it was not there: we cannot tell, as with any unprobed thread).
- * A thread that stands at the far jump's midpoint of a window whose old
- * code also has a boundary there is told apart by the register the first
- * half loaded holding the hook address.
- *
- * "Sync cores" is membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE):
- * every CPU running a thread of ours executes a core-serializing instruction
- * before the call returns, so none keeps stale prefetched bytes (Intel SDM
- * vol. 3, 8.1.3 cross-modifying code).  Kernels without it (< 4.16, or with
- * membarrier disabled) get a fallback: downgrading the protection of a
- * present, touched page of ours makes the kernel flush that TLB entry on
- * every CPU in the mm's cpumask with an IPI, and the return from that
- * interrupt (IRET) is serializing.  That covers every CPU currently running
- * one of our threads; a thread scheduled in later passes through a CR3 write
- * or IRET on its way back to user mode, both serializing.
- *
- * The SIGTRAP and probe handlers are async-signal-safe: they read atomics,
- * compare addresses, write the ucontext, and chain with sigaction/tgkill
- * only.
+ * Why it is safe: a store to byte 0 is one byte, so a fetch sees the old or
+ * the new byte; bytes 1.. change only behind a barrier, once no thread can
+ * stand inside.  "Sync cores" is membarrier's SYNC_CORE, else a protection
+ * downgrade whose TLB-flush IPIs serialise every CPU (mh_sync_cores).  The
+ * handlers are async-signal-safe.  docs/design/live-patching.md states
+ * each step, the residual races and the hardware it rests on.
  */
 #include "bistro.h"
 #include "mh_time.h"

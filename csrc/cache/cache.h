@@ -42,6 +42,27 @@ typedef struct mh_region {
  * (memhook_testing_cache_*). */
 typedef struct mh_cache mh_cache;
 
+/* What every query reads first, inline: a cache's first member (so a
+ * pointer to the cache, converted, points to it).
+ *   version   bumped after each change a query's answer may depend on (a
+ *             publish, an install period, the coverage, a lost write): an
+ *             answer read at version v stands while the version is v.
+ *   deferred  operations queued by a drain and not published yet. */
+typedef struct mh_cache_head {
+    _Atomic uint64_t version;
+    _Atomic size_t deferred;
+} mh_cache_head;
+
+static inline const mh_cache_head *mh_cache_head_of(const mh_cache *c)
+{
+    return (const mh_cache_head *)(const void *)c;
+}
+
+static inline uint64_t mh_cache_version(const mh_cache *c)
+{
+    return atomic_load_explicit(&mh_cache_head_of(c)->version, memory_order_acquire);
+}
+
 /* (its address, inline: every query asks for it) */
 MH_HIDDEN extern mh_cache mh_process_cache;
 static inline mh_cache *mh_cache_process(void) { return &mh_process_cache; }
@@ -131,6 +152,25 @@ typedef struct mh_found_region {
  * remembered from a driver answer, only if besides the hooks cover every
  * allocation and free entry point (else a free may go unseen). */
 MH_HIDDEN int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *out);
+/* An answer the hooks vouch for outright, and the extent it holds for:
+ * [lo, hi) is the region, or the gap between two regions. */
+typedef struct mh_hit {
+    uint64_t version;   /* the cache's (mh_cache_version) before it was read */
+    uint64_t lo, hi;
+    uint64_t alloc_id;  /* 0 for a gap */
+    int16_t device;     /* -1 for a gap */
+    uint8_t type;       /* MEMHOOK_MEMORY_HOST for a gap */
+    bool gap;           /* in no region: host memory */
+} mh_hit;
+/* The answer for [ptr, end) where it needs no more than the map and the
+ * vouching: wholly inside one vouched region, or in no region while the
+ * hooks vouch for host memory - what mh_cache_classify would answer with
+ * origin HOOKS.  False for everything else (the caller classifies). */
+MH_HIDDEN bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out);
+/* mh_cache_hit of the byte at each of ptrs[0 .. count), into out and ok:
+ * searched sixteen at a time (the batch's way), one snapshot for all. */
+MH_HIDDEN void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out,
+                             bool *ok);
 /* Types of single bytes, count of them: MEMHOOK_MEMORY_* per pointer, or
  * MH_TYPE_ABSENT (in no region; MEMHOOK_MEMORY_HOST instead where
  * `host` says the caller may answer so) / MH_TYPE_UNVOUCHED (a region the

@@ -58,7 +58,7 @@ static bool host_vouched(mh_cache *c)
     return (mh_cache_period(c) & 1u) && mh_cache_coverage(c);
 }
 
-static int check_args(const void *ptr, size_t len, const memhook_region *out, uint64_t *end)
+static inline int check_args(const void *ptr, size_t len, const memhook_region *out, uint64_t *end)
 {
     if (out == NULL || out->struct_size < MEMHOOK_REGION_MIN_SIZE)
         return -EINVAL;
@@ -138,7 +138,9 @@ static void look_up(mh_cache *c, view *v)
     v->own = NULL;
     v->nown = 0;
     v->standing = UP_TO_DATE;
-    if (mh_queue_feed_run(false) && mh_cache_publish_deferred(c, false))
+    if (mh_queue_feed_run(false) &&
+        (atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0 ||
+         mh_cache_publish_deferred(c, false)))
         return;
     mh_queue_unapplied u;
     mh_queue_unapplied_get(&u);
@@ -313,6 +315,109 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
 
 static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
 
+/* ---- the common case: a vouched answer, remembered per thread ----
+ *
+ * A transport asks about the same buffers again and again.  Each thread
+ * keeps its last two answers the hooks vouched for outright (mh_cache_hit:
+ * a vouched region, or a gap while host memory is vouched; two, for a
+ * caller that sends from device memory and receives into host memory in
+ * turn) with the extent each holds for and the cache's version it was read
+ * at; while the version has not moved, a query inside that extent is
+ * answered from it with no snapshot, no epoch and no search.  It is used only where the map holds
+ * every event published before the query (the view is UP_TO_DATE), and it
+ * is the map's answer, so it is the same for every thread and for the
+ * cached forms.  A signal handler may query on the thread (the cached
+ * forms are async-signal-safe): the memo is written under a sequence
+ * count of its own thread (odd while written) - a handler that finds it
+ * odd neither reads nor writes it, and a read that the count shows was
+ * overwritten meanwhile (a handler's write) is not used. */
+static __thread struct memo {
+    unsigned seq;
+    unsigned last;  /* the entry written last */
+    mh_hit hit[2];
+} t_memo __attribute__((tls_model("initial-exec")));
+
+static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
+{
+    if (h->gap)
+        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
+    else
+        fill(out, h->type, h->device, h->lo, h->hi - h->lo, h->alloc_id, MEMHOOK_ORIGIN_HOOKS);
+}
+
+/* The memo's answer for [p, end), if it holds one. */
+static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+{
+    unsigned seq = t_memo.seq;
+    atomic_signal_fence(memory_order_acquire);
+    if (seq & 1u)
+        return false;
+    unsigned e = t_memo.last;
+    if (t_memo.hit[e].lo > p || end > t_memo.hit[e].hi)
+        e ^= 1u;
+    mh_hit h = t_memo.hit[e & 1u];
+    atomic_signal_fence(memory_order_acquire);
+    if (t_memo.seq != seq || h.lo > p || end > h.hi || h.version != mh_cache_version(c))
+        return false;
+    fill_hit(out, &h, p, end);
+    return true;
+}
+
+/* The map's vouched answer for [p, end) into out, remembered: the search
+ * writes it into the memo in place and out is filled from there, field by
+ * field (a copy through the stack would read whole what was written a
+ * field at a time: a store-forwarding stall each).  A miss leaves the memo
+ * empty (an extent no range fits in) and out untouched. */
+static inline bool hit_kept(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+{
+    unsigned seq = t_memo.seq, e = (t_memo.last ^ 1u) & 1u;
+    mh_hit own;
+    mh_hit *h = (seq & 1u) ? &own : &t_memo.hit[e];  /* (odd: a handler, inside
+                                                      * the thread's own write) */
+    if (h != &own) {
+        t_memo.seq = seq + 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        t_memo.last = e;
+    }
+    bool ok = mh_cache_hit(c, p, end, h);
+    if (ok)
+        fill_hit(out, h, p, end);
+    else
+        h->hi = 0;
+    if (h != &own) {
+        atomic_signal_fence(memory_order_seq_cst);
+        t_memo.seq = seq + 2;
+    }
+    return ok;
+}
+
+/* The answer for [p, end) past the memo: the map's, where it is up to date
+ * and vouched (then remembered), else answer()'s.  (Out of line: the
+ * memo's path stays short.) */
+static __attribute__((noinline)) void answer_past_memo(mh_cache *c, uint64_t p, uint64_t end,
+                                                       const view *v, bool use_driver,
+                                                       memhook_region *out)
+{
+    if (v->standing != UP_TO_DATE || !hit_kept(c, p, end, out))
+        answer(c, p, end, v, use_driver, out);
+}
+
+/* Whether the map holds every event published before the call, at the
+ * cost of a few loads where it does (look_up's first step, inline). */
+static inline bool up_to_date(mh_cache *c)
+{
+    return mh_queue_feed_run(false) &&
+           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+}
+
+static __attribute__((noinline)) void query_behind(mh_cache *c, uint64_t p, uint64_t end,
+                                                   memhook_region *out)
+{
+    view v;
+    look_up(c, &v);
+    answer_past_memo(c, p, end, &v, true, out);
+}
+
 int memhook_query(const void *ptr, size_t len, memhook_region *out)
 {
     uint64_t end;
@@ -320,9 +425,11 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
     if (rc != 0)
         return rc;
     mh_cache *c = mh_cache_process();
-    view v;
-    look_up(c, &v);
-    answer(c, (uint64_t)(uintptr_t)ptr, end, &v, true, out);
+    uint64_t p = (uint64_t)(uintptr_t)ptr;
+    if (!up_to_date(c))
+        query_behind(c, p, end, out);
+    else if (!memo_answer(c, p, end, out))
+        answer_past_memo(c, p, end, &g_up_to_date, true, out);
     return 0;
 }
 
@@ -332,7 +439,10 @@ int memhook_query_cached(const void *ptr, size_t len, memhook_region *out)
     int rc = check_args(ptr, len, out, &end);
     if (rc != 0)
         return rc;
-    answer(mh_cache_process(), (uint64_t)(uintptr_t)ptr, end, &g_up_to_date, false, out);
+    mh_cache *c = mh_cache_process();
+    uint64_t p = (uint64_t)(uintptr_t)ptr;
+    if (!memo_answer(c, p, end, out))
+        answer_past_memo(c, p, end, &g_up_to_date, false, out);
     return 0;
 }
 
@@ -346,13 +456,39 @@ int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *o
     mh_cache *c = mh_cache_process();
     view v;
     look_up(c, &v);
-    for (size_t i = 0; i < count; i++) {
-        memhook_region *o = (memhook_region *)((char *)out + i * stride);
-        o->struct_size = stride;
-        uint64_t p = (uint64_t)(uintptr_t)ptrs[i];
-        if (p == UINT64_MAX)
+    /* (the map's vouched answers a chunk at a time, searched side by side;
+     * the rest one by one) */
+    enum { CHUNK = 64 };
+    uint64_t xs[CHUNK];
+    mh_hit hits[CHUNK];
+    bool ok[CHUNK];
+    for (size_t at = 0; at < count; at += CHUNK) {
+        size_t m = count - at < CHUNK ? count - at : CHUNK, valid = 0;
+        while (valid < m && (uint64_t)(uintptr_t)ptrs[at + valid] != UINT64_MAX) {
+            xs[valid] = (uint64_t)(uintptr_t)ptrs[at + valid];
+            valid++;
+        }
+        if (v.standing == UP_TO_DATE)
+            mh_cache_hits(c, xs, valid, hits, ok);
+        else
+            memset(ok, 0, sizeof ok);
+        for (size_t i = 0; i < valid; i++) {
+            memhook_region *o = (memhook_region *)((char *)out + (at + i) * stride);
+            o->struct_size = stride;
+            uint64_t p = xs[i];
+            const mh_hit *h = &hits[i];
+            if (!ok[i])
+                answer(c, p, p + 1, &v, true, o);
+            else if (h->gap)
+                fill(o, MEMHOOK_MEMORY_HOST, -1, p, 1, 0, MEMHOOK_ORIGIN_HOOKS);
+            else
+                fill(o, h->type, h->device, h->lo, h->hi - h->lo, h->alloc_id,
+                     MEMHOOK_ORIGIN_HOOKS);
+        }
+        if (valid < m) {  /* (the byte at 2^64 - 1 has no end) */
+            ((memhook_region *)((char *)out + (at + valid) * stride))->struct_size = stride;
             return -EOVERFLOW;
-        answer(c, p, p + 1, &v, true, o);
+        }
     }
     return 0;
 }

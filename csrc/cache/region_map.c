@@ -109,13 +109,31 @@ typedef struct snap {
      * cache, where the same levels over `keys` touch a line each. */
     const uint64_t *top;
     const mh_region *regions;
+    /* The batch's last step, compact: for j = the number of starts <= x,
+     * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
+     * and meta[j] what the answer needs of it (META_*), so a pointer's
+     * answer costs two small loads and no branch, where the region itself
+     * is 32 bytes away in a larger array. */
+    const uint64_t *ends;
+    const uint8_t *meta;
+    uint32_t period_hi;    /* the newest install period of its regions */
 } snap;
+
+/* meta[j]: the type, and whether the region was learned from the hooks and
+ * in the snapshot's newest period (vouching: is_vouched). */
+#define META_TYPE 0x07u
+#define META_HOOKS 0x08u
+#define META_NEWEST 0x10u
+#define META_VALUES 0x20u
 
 #define BLOCK 16
 
 static const uint64_t g_no_keys[1] = {UINT64_MAX};
+static const uint64_t g_no_ends[1] = {0};
+static const uint8_t g_no_meta[1] = {0};
 /* The snapshot of an empty cache: static, never retired. */
-static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL};
+static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL, .ends = g_no_ends,
+                       .meta = g_no_meta};
 
 /* Reclaimed snapshots kept for the next builds (a writer's mmap and munmap
  * per drained batch would hold the consumer lock longer). */
@@ -131,7 +149,8 @@ static snap *snap_alloc(snap **spare, size_t cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    size_t bytes = page_round(head + (pow + ntop) * sizeof(uint64_t) + cap * sizeof(mh_region));
+    size_t bytes = page_round(head + (pow + ntop + cap + 1) * sizeof(uint64_t) +
+                              cap * sizeof(mh_region) + cap + 1);
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
         if (spare[i] != NULL && spare[i]->bytes >= bytes && spare[i]->bytes <= 4 * bytes) {
@@ -145,8 +164,10 @@ static snap *snap_alloc(snap **spare, size_t cap)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    *s = (snap){.bytes = bytes, .keys = keys,
-                .regions = (const mh_region *)(keys + pow + ntop)};
+    const mh_region *regions = (const mh_region *)(keys + pow + ntop);
+    const uint64_t *ends = (const uint64_t *)(regions + cap);
+    *s = (snap){.bytes = bytes, .keys = keys, .regions = regions, .ends = ends,
+                .meta = (const uint8_t *)(ends + cap + 1)};
     return s;
 }
 
@@ -164,6 +185,21 @@ static void snap_finish(snap *s, size_t n)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
+    uint32_t hi = 0;
+    for (size_t i = 0; i < n; i++)
+        hi = s->regions[i].period > hi ? s->regions[i].period : hi;
+    uint64_t *ends = (uint64_t *)s->ends;
+    uint8_t *meta = (uint8_t *)s->meta;
+    ends[0] = 0;
+    meta[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mh_region *r = &s->regions[i];
+        ends[i + 1] = r->end;
+        meta[i + 1] = (uint8_t)((r->type & META_TYPE) |
+                                (r->origin == MEMHOOK_ORIGIN_HOOKS ? META_HOOKS : 0) |
+                                (r->period == hi ? META_NEWEST : 0));
+    }
+    s->period_hi = hi;
     s->n = n;
     s->pow = pow;
     s->top = ntop ? top : NULL;
@@ -217,12 +253,12 @@ typedef struct oplist {
 } oplist;
 
 struct mh_cache {
+    mh_cache_head head;           /* (first: read inline, cache.h) */
     _Atomic(snap *) current;
     _Atomic uint32_t period;      /* odd: hooks installed */
     _Atomic bool coverage;
     _Atomic bool broken;          /* a write lost memory: nothing is vouched */
     _Atomic uint64_t generation;  /* operations queued (mh_cache_generation) */
-    _Atomic size_t deferred;      /* operations queued, not published yet */
     atomic_flag seat;             /* the writer's */
     /* The writer's own (the seat held): the ops queued, in event order. */
     oplist *q;
@@ -392,9 +428,24 @@ static void reclaim(mh_cache *c, bool force)
     }
 }
 
+/* After a change a reader's answer may depend on (mh_cache_version).
+ * (Release: a reader that sees the new version sees the change.) */
+static void version_bump(mh_cache *c)
+{
+    atomic_fetch_add_explicit(&c->head.version, 1, memory_order_release);
+}
+
+/* A write lost memory: nothing is vouched for from now on. */
+static void set_broken(mh_cache *c)
+{
+    atomic_store(&c->broken, true);
+    version_bump(c);
+}
+
 static void publish(mh_cache *c, snap *s)
 {
     snap *old = atomic_exchange_explicit(&c->current, s, memory_order_acq_rel);
+    version_bump(c);
     if (old != &g_empty) {
         old->retire_epoch = atomic_fetch_add(&g_epoch, 1);
         old->retired_next = c->retired;
@@ -445,13 +496,16 @@ uint32_t mh_cache_period(const mh_cache *c)
 void mh_cache_period_next(mh_cache *c, bool installed)
 {
     uint32_t p = atomic_load(&c->period);
-    if (((p & 1u) != 0) != installed)  /* (a mode switch keeps the period) */
+    if (((p & 1u) != 0) != installed) {  /* (a mode switch keeps the period) */
         atomic_store_explicit(&c->period, p + 1, memory_order_release);
+        version_bump(c);
+    }
 }
 
 void mh_cache_set_coverage(mh_cache *c, bool complete)
 {
-    atomic_store_explicit(&c->coverage, complete, memory_order_release);
+    if (atomic_exchange_explicit(&c->coverage, complete, memory_order_acq_rel) != complete)
+        version_bump(c);
 }
 
 bool mh_cache_coverage(const mh_cache *c)
@@ -516,6 +570,153 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     return found;
 }
 
+bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+{
+    /* (the version first: what is read after it is as new or newer) */
+    out->version = mh_cache_version(c);
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (!(period & 1u) || atomic_load_explicit(&c->broken, memory_order_relaxed))
+        return false;
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    const mh_region *rs = s->regions;
+    long i = last_at_or_before(s, ptr);
+    bool ok;
+    if (i >= 0 && ptr < rs[i].end) {
+        const mh_region *r = &rs[i];
+        ok = end <= r->end && is_vouched(r, period, coverage);
+        out->lo = r->start;
+        out->hi = r->end;
+        out->alloc_id = r->alloc_id;
+        out->device = r->device;
+        out->type = r->type;
+        out->gap = false;
+    } else {
+        out->lo = i >= 0 ? rs[i].end : 0;
+        out->hi = (size_t)(i + 1) < s->n ? rs[i + 1].start : UINT64_MAX;
+        ok = coverage && end <= out->hi;
+        out->alloc_id = 0;
+        out->device = -1;
+        out->type = MEMHOOK_MEMORY_HOST;
+        out->gap = true;
+    }
+    read_end(&rd);
+    return ok;
+}
+
+/* The answer of each meta value (META_*) for mh_cache_types, given the
+ * period, the coverage and the snapshot's newest period (is_vouched). */
+static void meta_answers(uint8_t *out, const snap *s, uint32_t period, bool coverage)
+{
+    bool current = (period & 1u) && s->period_hi == period;
+    for (unsigned m = 0; m < META_VALUES; m++) {
+        uint8_t type = (uint8_t)(m & META_TYPE);
+        bool vouched = current && (m & META_NEWEST) && type != MEMHOOK_MEMORY_UNKNOWN &&
+                       ((m & META_HOOKS) || coverage);
+        out[m] = vouched ? type : (uint8_t)(MH_TYPE_UNVOUCHED | type);
+    }
+}
+
+/* The answer for x, from j = the number of region starts <= x: with no
+ * branch (where a batch's pointers fall in regions and out of them at
+ * random, a branch on it would be mispredicted every other time). */
+static inline uint8_t type_at(const snap *s, const uint8_t *answers, uint8_t absent, size_t j,
+                              uint64_t x)
+{
+    uint8_t in = (uint8_t) - (uint8_t)(x < s->ends[j]);
+    return (uint8_t)((answers[s->meta[j]] & in) | (absent & (uint8_t)~in));
+}
+
+/* The number of region starts <= x (at most n) of each of q[0 .. LANES),
+ * into js: sixteen searches side by side, each lane its own variables (its
+ * position and its pointer, not an array the compiler keeps in memory):
+ * their loads are independent, so the core overlaps their misses, and a
+ * level costs a lane a load, a compare and a conditional add. */
+enum { LANES = 16 };
+
+static inline __attribute__((always_inline)) void search16(const snap *s, const uint64_t *q,
+                                                            size_t *js)
+{
+    const uint64_t *k = s->keys;
+    size_t n = s->n;
+#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
+    MH_LANES(MH_LOAD)
+#undef MH_LOAD
+    size_t step = s->pow >> 1;
+    if (s->top != NULL) {
+        const uint64_t *t = s->top;
+        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
+#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
+            MH_LANES(MH_TOP)
+#undef MH_TOP
+        }
+#define MH_BLOCK(l) p##l *= BLOCK;
+        MH_LANES(MH_BLOCK)
+#undef MH_BLOCK
+        step = BLOCK >> 1;
+    }
+    for (; step != 0; step >>= 1) {
+#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
+        MH_LANES(MH_STEP)
+#undef MH_STEP
+    }
+    /* (the padding keys are the largest value: at most n) */
+#define MH_FINISH(l)                                                                    \
+    {                                                                                   \
+        size_t j = p##l + (size_t)(k[p##l] <= x##l);                                    \
+        js[l] = j <= n ? j : n;                                                         \
+    }
+    MH_LANES(MH_FINISH)
+#undef MH_FINISH
+#undef MH_LANES
+}
+
+/* Whether q[0 .. m) ascend (a caller walking its buffers in order). */
+static inline bool ascending(const uint64_t *q, size_t m)
+{
+    unsigned down = 0;
+    for (size_t i = 1; i < m; i++)
+        down |= q[i] < q[i - 1];
+    return down == 0;
+}
+
+/* The number of region starts <= x, from j, that number for a pointer at
+ * or below x: a few steps forward, else a search. */
+static inline size_t advance(const snap *s, size_t j, uint64_t x)
+{
+    for (int i = 0; i < 4 && j < s->n && s->keys[j] <= x; i++)
+        j++;
+    if (j < s->n && s->keys[j] <= x)
+        j = (size_t)(last_at_or_before(s, x) + 1);
+    return j;
+}
+
+/* A batch's position after its last ascending sixteen pointers. */
+typedef struct walk {
+    size_t j;    /* the number of starts <= x */
+    uint64_t x;
+    bool on;     /* (j and x hold one) */
+} walk;
+
+/* The number of region starts <= x of each of q[0 .. LANES), into js.
+ * Sixteen pointers in ascending order walk the starts from the last one's
+ * position (a merge of two sorted lists: most steps are none or one where
+ * pointers are denser than regions); others are searched side by side. */
+static inline __attribute__((always_inline)) void positions16(const snap *s, const uint64_t *q,
+                                                              size_t *js, walk *w)
+{
+    if (!ascending(q, LANES)) {
+        search16(s, q, js);
+        return;
+    }
+    size_t j = w->on && q[0] >= w->x ? w->j : (size_t)(last_at_or_before(s, q[0]) + 1);
+    for (size_t l = 0; l < LANES; l++)
+        js[l] = j = advance(s, j, q[l]);
+    *w = (walk){j, q[LANES - 1], true};
+}
+
 size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types, bool host)
 {
     uint8_t absent = host ? MEMHOOK_MEMORY_HOST : MH_TYPE_ABSENT;
@@ -526,71 +727,116 @@ size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *
         period = 0;
     reader rd;
     const snap *s = read_begin(c, &rd);
-    const uint64_t *k = s->keys;
-    const mh_region *rs = s->regions;
     size_t n = s->n;
+    uint8_t answers[META_VALUES];
+    meta_answers(answers, s, period, coverage);
     size_t done = 0;
     if (n == 0) {
         memset(types, absent, count);
         done = count;
         open = host ? 0 : count;
     }
-    /* Sixteen searches side by side, each lane its own variables (its
-     * position and its pointer, not an array the compiler keeps in memory):
-     * their loads are independent, so the core overlaps their misses, and
-     * a level costs a lane a load, a compare and a conditional add. */
-    enum { LANES = 16 };
-#define MH_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
-    for (; done + LANES <= count; done += LANES) {
-        const uint64_t *q = ptrs + done;
-#define MH_LOAD(l) uint64_t x##l = q[l]; size_t p##l = 0;
-        MH_LANES(MH_LOAD)
-#undef MH_LOAD
-        size_t step = s->pow >> 1;
-        if (s->top != NULL) {
-            const uint64_t *t = s->top;
-            for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
-#define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
-                MH_LANES(MH_TOP)
-#undef MH_TOP
+    /* A pointer outside the span of the regions is in none: where a block
+     * holds many such (host memory a transport passes usually lies outside
+     * the VA the driver hands out), they are answered at once and only the
+     * others searched, gathered with no branch.  Where its first sixteen
+     * are mostly inside, the block is searched whole (the gathering would
+     * cost more than it saves). */
+    enum { GATHER = 256 };
+    uint64_t lo = n ? s->keys[0] : 0, width = n ? s->ends[n] - lo : 0;
+    walk w = {0};
+    while (done < count) {
+        size_t m = count - done < GATHER ? count - done : GATHER, kept = 0;
+        size_t inside = 0;
+        for (size_t i = 0; i < m && i < LANES; i++)
+            inside += ptrs[done + i] - lo < width;
+        if (m >= LANES && inside * 4 >= LANES * 3) {
+            size_t whole = m & ~(size_t)(LANES - 1);
+            for (size_t i = 0; i < whole; i += LANES) {
+                const uint64_t *q = ptrs + done + i;
+                size_t js[LANES];
+                positions16(s, q, js, &w);
+#pragma GCC unroll 16
+                for (size_t l = 0; l < LANES; l++) {
+                    uint8_t t = type_at(s, answers, absent, js[l], q[l]);
+                    types[done + i + l] = t;
+                    open += t >= MH_TYPE_UNVOUCHED;
+                }
             }
-#define MH_BLOCK(l) p##l *= BLOCK;
-            MH_LANES(MH_BLOCK)
-#undef MH_BLOCK
-            step = BLOCK >> 1;
+            done += whole;
+            continue;
         }
-        for (; step != 0; step >>= 1) {
-#define MH_STEP(l) p##l += k[p##l + step - 1] <= x##l ? step : 0;
-            MH_LANES(MH_STEP)
-#undef MH_STEP
+        uint32_t at[GATHER];
+        uint64_t xs[GATHER];
+        for (size_t i = 0; i < m; i++) {
+            uint64_t x = ptrs[done + i];
+            types[done + i] = absent;
+            at[kept] = (uint32_t)i;
+            xs[kept] = x;
+            kept += x - lo < width;
         }
-#define MH_FINISH(l)                                                                    \
-    {                                                                                   \
-        long i = (long)(p##l + (size_t)(k[p##l] <= x##l)) - 1;                           \
-        i = i < (long)n ? i : (long)n - 1;                                              \
-        uint8_t t = absent;                                                             \
-        if (i >= 0 && x##l < rs[i].end)                                                 \
-            t = is_vouched(&rs[i], period, coverage)                                    \
-                    ? rs[i].type                                                        \
-                    : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);                        \
-        types[done + l] = t;                                                            \
-        open += t >= MH_TYPE_UNVOUCHED;                                                 \
-    }
-        MH_LANES(MH_FINISH)
-#undef MH_FINISH
-    }
-#undef MH_LANES
-    for (; done < count; done++) {
-        long i = last_at_or_before(s, ptrs[done]);
-        uint8_t t = absent;
-        if (i >= 0 && ptrs[done] < rs[i].end)
-            t = is_vouched(&rs[i], period, coverage) ? rs[i].type
-                                                     : (uint8_t)(MH_TYPE_UNVOUCHED | rs[i].type);
-        types[done] = t;
-        open += t >= MH_TYPE_UNVOUCHED;
+        open += host ? 0 : m - kept;
+        size_t i = 0;
+        for (; i + LANES <= kept; i += LANES) {
+            size_t js[LANES];
+            positions16(s, xs + i, js, &w);
+            /* (unrolled: js stays in registers) */
+#pragma GCC unroll 16
+            for (size_t l = 0; l < LANES; l++) {
+                uint8_t t = type_at(s, answers, absent, js[l], xs[i + l]);
+                types[done + at[i + l]] = t;
+                open += t >= MH_TYPE_UNVOUCHED;
+            }
+        }
+        for (; i < kept; i++) {
+            uint8_t t = type_at(s, answers, absent, (size_t)(last_at_or_before(s, xs[i]) + 1),
+                                xs[i]);
+            types[done + at[i]] = t;
+            open += t >= MH_TYPE_UNVOUCHED;
+        }
+        done += m;
     }
     read_end(&rd);
     return open;
+}
+
+void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out, bool *ok)
+{
+    uint64_t version = mh_cache_version(c);
+    uint32_t period = mh_cache_period(c);
+    bool coverage = mh_cache_coverage(c);
+    if (!(period & 1u) || atomic_load_explicit(&c->broken, memory_order_relaxed)) {
+        memset(ok, 0, count * sizeof *ok);
+        return;
+    }
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    uint8_t answers[META_VALUES];
+    meta_answers(answers, s, period, coverage);
+    walk w = {0};
+    for (size_t done = 0; done < count; done += LANES) {
+        size_t js[LANES], m = count - done < LANES ? count - done : LANES;
+        if (m == LANES)
+            positions16(s, ptrs + done, js, &w);
+        else
+            for (size_t l = 0; l < m; l++)
+                js[l] = (size_t)(last_at_or_before(s, ptrs[done + l]) + 1);
+        for (size_t l = 0; l < m; l++) {
+            size_t j = js[l];
+            uint64_t x = ptrs[done + l];
+            mh_hit *h = &out[done + l];
+            if (x < s->ends[j]) {
+                const mh_region *r = &s->regions[j - 1];
+                ok[done + l] = answers[s->meta[j]] < MH_TYPE_UNVOUCHED;
+                *h = (mh_hit){version, r->start, r->end, r->alloc_id, r->device, r->type, false};
+            } else {
+                ok[done + l] = coverage;
+                *h = (mh_hit){version, s->ends[j], j < s->n ? s->keys[j] : UINT64_MAX, 0, -1,
+                              MEMHOOK_MEMORY_HOST, true};
+            }
+        }
+    }
+    read_end(&rd);
 }
 
 /* ---- the writer ---- */
@@ -639,7 +885,7 @@ static bool oplist_add(mh_cache *c, oplist *l, const mh_op *op)
         *slot = tag | (uint32_t)(at + 1);
     }
     if (at == l->cap && !grow((void **)&l->ops, &l->cap, at + 1, sizeof(mh_op))) {
-        atomic_store(&c->broken, true);
+        set_broken(c);
         return false;
     }
     l->ops[at] = *op;
@@ -718,7 +964,7 @@ void mh_cache_stage_commit(mh_cache *c, bool deferrable)
             q->run_start = q->n;
             c->queued += s->n;
         } else {
-            atomic_store(&c->broken, true);
+            set_broken(c);
         }
         for (size_t i = 0; i < s->nmarks; i++)
             oplist_mark(q, s->marks[i].where, s->marks[i].value);
@@ -1055,7 +1301,7 @@ void mh_cache_write_end_deferrable(mh_cache *c)
     snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
     size_t limit = 2 * s->n > DEFER_OPS ? 2 * s->n : DEFER_OPS;
     if (c->q->n != 0 && c->q->n < limit && s->n >= DEFER_REGIONS) {
-        atomic_store_explicit(&c->deferred, c->q->n, memory_order_release);
+        atomic_store_explicit(&c->head.deferred, c->q->n, memory_order_release);
         seat_leave(c);
         return;
     }
@@ -1064,12 +1310,12 @@ void mh_cache_write_end_deferrable(mh_cache *c)
 
 bool mh_cache_publish_deferred(mh_cache *c, bool wait)
 {
-    if (atomic_load_explicit(&c->deferred, memory_order_acquire) == 0)
+    if (atomic_load_explicit(&c->head.deferred, memory_order_acquire) == 0)
         return true;
     /* A writer at work publishes, or defers again: a reader does not wait
      * for it (`wait` false), it reads what the map lacks elsewhere. */
     if (!mh_cache_write_begin(c, wait))
-        return atomic_load_explicit(&c->deferred, memory_order_acquire) == 0;
+        return atomic_load_explicit(&c->head.deferred, memory_order_acquire) == 0;
     mh_cache_write_end(c);
     return true;
 }
@@ -1113,7 +1359,7 @@ void mh_cache_write_end(mh_cache *c)
         } else {
             /* Out of memory: keep answering from what stands, vouching
              * for nothing from now on (a query asks the driver). */
-            atomic_store(&c->broken, true);
+            set_broken(c);
             mh_error("memory-type cache: out of memory applying %zu operations; the cache "
                      "no longer vouches for any answer", q->n);
         }
@@ -1124,7 +1370,7 @@ void mh_cache_write_end(mh_cache *c)
         atomic_store_explicit(q->marks[i].where, q->marks[i].value, memory_order_release);
     oplist_clear(q);
     /* (only now: a reader that sees no deferred work reads it published) */
-    atomic_store_explicit(&c->deferred, 0, memory_order_release);
+    atomic_store_explicit(&c->head.deferred, 0, memory_order_release);
     seat_leave(c);
 }
 

@@ -67,6 +67,7 @@ void mh_options_at_load(void)
     mh_opts.trace_poll_ms = text("MEMHOOK_TRACE_POLL_MS");
     mh_opts.trace_buffer_mb = text("MEMHOOK_TRACE_BUFFER_MB");
     mh_opts.testing_trace_fork_delay_ms = text("MEMHOOK_TESTING_TRACE_FORK_DELAY_MS");
+    mh_opts.testing_trace_load_delay_ms = text("MEMHOOK_TESTING_TRACE_LOAD_DELAY_MS");
     mh_opts.trace_stacks = text("MEMHOOK_TRACE_STACKS");
     mh_opts.trace_python = text("MEMHOOK_TRACE_PYTHON");
     mh_opts.trace_library_path = text("MEMHOOK_TRACE_LIBRARY_PATH");

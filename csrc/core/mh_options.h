@@ -44,6 +44,10 @@ typedef struct mh_options {
      * child waits this long, 0-10000 ms, in its atfork handler before it
      * hands its area over (a child the scheduler runs late). */
     const char *testing_trace_fork_delay_ms;
+    /* MEMHOOK_TESTING_TRACE_LOAD_DELAY_MS: tests only - every traced
+     * process image waits this long, 0-10000 ms, at load before it
+     * connects to the collector (a spawned child the loader runs late). */
+    const char *testing_trace_load_delay_ms;
     /* MEMHOOK_TRACE_STACKS: native frames recorded per ALLOC, 0-128
      * (default 0: none); set by `memhook trace --stacks[=DEPTH]`. */
     const char *trace_stacks;

@@ -10,8 +10,8 @@
  *
  * CLOCK_MONOTONIC_COARSE is the same clock read at its last tick (1-4 ms
  * old): the vDSO serves it from the kernel's data page without reading any
- * counter, so it costs a few loads (5 ns on the dev box against 21 for
- * CLOCK_MONOTONIC and 10-18 for rdtsc, which a VM may make slower still).
+ * counter, so it costs a few loads, a fraction of CLOCK_MONOTONIC or rdtsc
+ * (which a VM may make slower still; docs/performance.md has the figures).
  * It is what an event carries where nobody asked for precise time
  * (csrc/queue/clock.c says when).
  */

@@ -38,8 +38,8 @@ typedef struct mh_text_range {
     uintptr_t lo, hi;
 } mh_text_range;
 /* Entry 0 of each buffer bounds all the others: an address outside it -
- * nearly every caller - costs one compare (the loop over two ranges cost
- * ~3 ns more per event in bench/hooks/caller_bench.py). */
+ * nearly every caller - costs one compare instead of a loop over the
+ * ranges (bench/hooks/caller_bench.py measures both). */
 MH_HIDDEN extern mh_text_range mh_cuda_text[2][MH_CUDA_RANGES + 1];
 MH_HIDDEN extern _Atomic uint32_t mh_cuda_text_state;
 

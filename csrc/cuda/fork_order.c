@@ -6,29 +6,19 @@
  * the module between two operations) or repairs its state in the child
  * exports its handlers; this file calls them in the order
  * csrc/core/mh_lock_order.h writes down.  Prepare takes the locks in the
- * lock order - install, then bistro and reloc (which never nest), then the
- * queue's consumer lock (a leaf) - so a fork() never waits for a lock while
- * holding one that the lock's holder may want next.  Holding the consumer
- * lock across fork() is what hands the child the drain's whole state
- * between two drains: the causal merge's pending markers, closer set,
- * FREE indexes and run cuts (event_drain.c) are never half-updated there,
- * and the lanes' links and the address chain (lock-free: lane ids and
- * indexes a child keeps) still name the events they named.  Parent and
- * child handlers release in the reverse order; the child repairs the
- * queue and the hooks' pid before anything can record, then makes the
- * observers' locks afresh (not held across fork: a refresh they guard
- * leaves complete state behind), and runs the trace's handler last: it
- * records into a fresh area, whose module table (trace_modules.c) must
- * have started over first.
+ * lock order, so a fork() never waits for a lock while holding one that the
+ * lock's holder may want next; holding the queue's consumer lock hands the
+ * child the drain's state between two drains.  Parent and child handlers
+ * release in the reverse order; the child repairs the queue and the hooks'
+ * pid before anything can record, makes the observers' locks afresh, and
+ * runs the trace's handler last: it records into a fresh area, whose module
+ * table must have started over first.
  *
- * Why one place: modules used to register lazily (bistro at its first
- * install or remove, reloc when its lock was first made, install twice
- * around them), so the order depended on which API a process happened to
- * call first.  In mode reloc, bistro's first remove registered after
- * install's handler: fork's prepare then took bistro's lock before
- * install's while another thread held install's and waited for bistro's -
- * the parent hung in fork() (issue 23).  Registered at load, before any
- * function of the core can run, no lock they cover can be held yet.
+ * Why one place, at load: pthread_atfork runs prepare handlers in reverse
+ * order of registration, so a module registering later or lazily would
+ * take its lock before the earlier ones' and invert the lock order.
+ * Registered before any function of the core can run, no lock they cover
+ * can be held yet.  docs/design/lock-order.md has the whole argument.
  */
 #include <pthread.h>
 

@@ -603,11 +603,10 @@ int memhook_hook_get(size_t index, memhook_hook_info *out)
     return memhook_hook_get_range(index, 1, out) == 1 ? 0 : EINVAL;
 }
 
-/* The whole table in one call: one lock hold and one probe of the driver
- * (status() asked row by row - 46 calls, each releasing the GIL, which a
- * busy Python process's other threads then held for up to a switch
- * interval each: issue 23 measured status() at a median of 287 ms beside 4
- * Python spinners and 4 callers). */
+/* The whole table in one call: one lock hold and one probe of the driver.
+ * Asked row by row, status() released the GIL once a row, and in a busy
+ * Python process each release may cost a switch interval or more
+ * (docs/performance.md, "Costs behind the code's choices"). */
 size_t memhook_hook_get_range(size_t first, size_t count, memhook_hook_info *out)
 {
     if (out == NULL || first >= MH_FN_COUNT)

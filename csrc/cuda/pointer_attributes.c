@@ -10,55 +10,19 @@
  * A call is answered only when every attribute it asks for is one the
  * cache knows exactly for that pointer; otherwise the whole call goes to
  * the real function, so an answer is never half memhook's, and an output
- * the driver would leave untouched is untouched.  What the cache vouches
- * for (docs/design/pointer-attributes.md has the evidence, per attribute):
- *
- *  - a pointer inside a region the hooks recorded in this install period
- *    (origin HOOKS, type CUDA, CUDA_MANAGED or CUDA_HOST, device known):
- *    the region is one allocation call's range as the driver reports it
- *    (the requested size; pitch x height; a pool allocation's own size), so
- *      MEMORY_TYPE       DEVICE (managed memory too, as the driver says) or HOST
- *      IS_MANAGED        whether a managed-memory call made it
- *      DEVICE_ORDINAL    the device current at the call (the context's)
- *      RANGE_START_ADDR, RANGE_SIZE   the region
- *      MAPPED            1: the range is mapped while the allocation lives
- *      HOST_POINTER      the pointer itself, for managed and page-locked
- *                        host memory (their host address is the region's)
- *      DEVICE_POINTER    the pointer itself, for device and managed memory
- *                        of the current context's device (unified
- *                        addressing; device_pointer_is_ptr says when)
- *  - a pointer in no region while the hooks cover every allocation entry
- *    point of the loaded driver (the cache's host_vouched): no CUDA
- *    allocation holds it, which is how the driver sees host memory, freed
- *    memory and NULL alike:
- *      cuPointerGetAttribute   MEMORY_TYPE, IS_MANAGED, CONTEXT ->
- *                              CUDA_ERROR_INVALID_VALUE, nothing written
- *      cuPointerGetAttributes  CUDA_SUCCESS with MEMORY_TYPE 0, IS_MANAGED
- *                              0, DEVICE_ORDINAL CU_DEVICE_INVALID (-2),
- *                              CONTEXT NULL; RANGE_START_ADDR and RANGE_SIZE
- *                              left untouched (RANGE_OF_NO_ALLOCATION)
- *      cudaPointerGetAttributes  cudaMemoryTypeUnregistered, device -2,
- *                              devicePointer NULL, hostPointer the pointer,
- *                              the reserved words zero (as cuda.h asks;
- *                              libcudart leaves stack contents there)
- *
- * Passed through always: attributes whose value only the driver holds
- * (CONTEXT and BUFFER_ID of CUDA memory, P2P_TOKENS and its side effect,
- * SYNC_MEMOPS, which cuPointerSetAttribute changes, ACCESS_FLAGS,
- * MEMPOOL_HANDLE, MAPPING_*, MEMORY_BLOCK_ID, the capability flags);
- * recording them at allocation would cost every allocation a driver call.  Passed
- * through also: every call before the driver is initialised in this process
- * image (it answers NOT_INITIALIZED then, and in a fork child for ever),
- * a cache that may lack a pending event (the drain was busy elsewhere), a
- * region remembered from a driver answer, and memory whose driver
- * attributes are not its region's: VMM maps (RANGE_* name the whole
- * cuMemAddressReserve range), module and library globals (a __managed__
- * variable comes back typed CUDA) and IPC mappings (of another device's
- * memory).  Their wrappers mark the 2 MiB granules they touch in a bitmap
- * (mh_pointer_attributes_note_irregular; a VMM map its whole reservation)
- * before their ALLOC is published; a pointer, or a region starting, in a
- * marked granule is passed through (an irregular range is marked whole).
- * Marks stay: a stale one only sends a call to the driver.
+ * the driver would leave untouched is untouched.  Answered: a pointer in a
+ * region the hooks recorded in this install period (REGION_ATTRS below,
+ * HOST_POINTER and DEVICE_POINTER where they are the pointer itself), and
+ * a pointer in no region while the hooks cover every allocation entry
+ * point (NOT_CUDA_GET/_GETS: the driver's answers for host memory, freed
+ * memory and NULL alike).  Passed through: values only the driver holds,
+ * every call before the driver is initialised in this process image, a
+ * cache that may lack a pending event, regions remembered from a driver
+ * answer, and memory whose driver attributes are not its region's (VMM
+ * maps, module globals, IPC mappings: their wrappers mark the 2 MiB
+ * granules they touch, mh_pointer_attributes_note_irregular).
+ * docs/design/pointer-attributes.md says why each answer is exact, with
+ * the evidence per attribute, and what always goes to the driver.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -157,7 +121,7 @@ void mh_pointer_attributes_note_vmm(uint64_t addr, uint64_t size)
 /* Whether addr's granule may hold memory whose attributes are not its
  * region's.  (An address above the 47-bit space always may; a bitmap that
  * could not be mapped was never written, so marks were lost: every one.) */
-static inline bool irregular(uint64_t addr)
+static inline __attribute__((always_inline)) bool irregular(uint64_t addr)
 {
     if (addr >> VA_BITS)
         return true;
@@ -225,42 +189,51 @@ static inline bool driver_ready(void)
 typedef enum { PA_PASS = 0, PA_NOT_CUDA, PA_REGION } pa_kind;
 
 typedef struct pa_view {
-    pa_kind kind;
     int type;    /* PA_REGION: MEMHOOK_MEMORY_CUDA, _CUDA_MANAGED or _CUDA_HOST */
     int device;
     uint64_t start, size;
 } pa_view;
 
-static inline __attribute__((always_inline)) pa_view view_of(uint64_t p)
+/* One read of the cache, brought up to date first (a drain busy in another
+ * thread: give up, since an ALLOC published before this call may not be in
+ * it yet).  Fills *v for PA_REGION.  The caller has raised mh_hook_depth
+ * (nothing the driver calls records). */
+static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view *v)
 {
-    pa_view v = {PA_PASS, 0, 0, 0, 0};
     if (p == UINT64_MAX || !driver_ready())
-        return v;
+        return PA_PASS;
     mh_cache *c = mh_cache_process();
-    /* Bring the cache up to date (a drain busy in another thread: give up,
-     * since an ALLOC published before this call may not be in it yet). */
     if (!mh_queue_feed_run(false) || !mh_cache_publish_deferred(c, false))
-        return v;
+        return PA_PASS;
     mh_found_region f;
     int k = mh_cache_classify(c, p, p + 1, &f);
-    if (k == MH_FOUND_ABSENT) {
-        if (f.host_vouched && !irregular(p))
-            v.kind = PA_NOT_CUDA;
-        return v;
-    }
+    if (k == MH_FOUND_ABSENT)
+        return f.host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
     /* (p's granule, not the region's first: an irregular range is marked
      * whole, so a pointer into one always finds its mark) */
     if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS ||
         f.r.device < 0 || irregular(p))
-        return v;
+        return PA_PASS;
     if (f.r.type != MEMHOOK_MEMORY_CUDA && f.r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
         f.r.type != MEMHOOK_MEMORY_CUDA_HOST)
-        return v;
-    v = (pa_view){PA_REGION, f.r.type, f.r.device, f.r.start, f.r.end - f.r.start};
-    return v;
+        return PA_PASS;
+    v->type = f.r.type;
+    v->device = f.r.device;
+    v->start = f.r.start;
+    v->size = f.r.end - f.r.start;
+    return PA_REGION;
 }
 
+/* Attribute sets as bit masks: bit a for attribute a.  Bit 0 (no attribute
+ * is 0) stands for whatever is never answered: an attribute above 31, an
+ * output that is NULL. */
 #define BIT(a) (1u << (a))
+#define NEVER 1u
+static inline uint32_t bit_of(CUpointer_attribute a)
+{
+    return (unsigned)a < 32 ? BIT((unsigned)a) : NEVER;
+}
+
 /* The attributes answered for a pointer in no CUDA allocation: by
  * cuPointerGetAttribute (with CUDA_ERROR_INVALID_VALUE, documented for
  * these three) and by cuPointerGetAttributes (their defaults). */
@@ -270,27 +243,23 @@ static inline __attribute__((always_inline)) pa_view view_of(uint64_t p)
 #define NOT_CUDA_GETS                                                                 \
     (NOT_CUDA_GET | BIT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) |                        \
      BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE))
-/* ... and for a pointer in a region (HOST_POINTER: not device memory's). */
+/* ... and for a pointer in a region of any type; HOST_POINTER not for
+ * device memory, DEVICE_POINTER only as device_pointer_is_ptr says. */
 #define REGION_ATTRS                                                                  \
     (BIT(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) | BIT(CU_POINTER_ATTRIBUTE_IS_MANAGED) |   \
      BIT(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) | BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | \
      BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE) | BIT(CU_POINTER_ATTRIBUTE_MAPPED))
+#define REGION_AT_MOST                                                                \
+    (REGION_ATTRS | BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) |                          \
+     BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER))
 
-/* The attributes answered for a pointer seen as *v, as a bit mask (bit a:
- * attribute a; none above 31 is answered). */
-static inline uint32_t answerable(const pa_view *v, bool many)
+/* Whether a call asking `asked` can be answered for any pointer at all:
+ * decided from the call's arguments alone, before the cache is read, so a
+ * set no answer can cover (the runtime's own, which asks CONTEXT and
+ * HOST_POINTER together) costs the driver call only. */
+static inline bool may_answer(uint32_t asked, uint32_t not_cuda)
 {
-    if (v->kind == PA_NOT_CUDA)
-        return many ? NOT_CUDA_GETS : NOT_CUDA_GET;
-    if (v->kind != PA_REGION)
-        return 0;
-    return REGION_ATTRS |
-           (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
-}
-
-static inline bool in(uint32_t mask, CUpointer_attribute a)
-{
-    return (unsigned)a < 32 && (mask >> (unsigned)a) & 1u;
+    return (asked & ~not_cuda) == 0 || (asked & ~REGION_AT_MOST) == 0;
 }
 
 /* The answerable attributes' values, indexed by attribute, and the width
@@ -309,13 +278,14 @@ static const uint8_t WIDTH[MAX_ANSWERED + 1] = {
     [CU_POINTER_ATTRIBUTE_RANGE_SIZE] = sizeof(size_t),
     [CU_POINTER_ATTRIBUTE_MAPPED] = sizeof(unsigned int),
 };
-_Static_assert((REGION_ATTRS | NOT_CUDA_GETS | BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER)) >>
-                       (MAX_ANSWERED + 1) == 0,
+_Static_assert(((REGION_AT_MOST | NOT_CUDA_GETS) >> (MAX_ANSWERED + 1)) == 0 &&
+                   ((REGION_AT_MOST | NOT_CUDA_GETS) & NEVER) == 0,
                "every answered attribute has a value and a width");
 
-static inline void values_of(const pa_view *v, uint64_t p, uint64_t out[MAX_ANSWERED + 1])
+static inline void values_of(pa_kind kind, const pa_view *v, uint64_t p,
+                             uint64_t out[MAX_ANSWERED + 1])
 {
-    bool region = v->kind == PA_REGION;
+    bool region = kind == PA_REGION;
     out[CU_POINTER_ATTRIBUTE_CONTEXT] = 0;
     out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = !region ? 0u
                                             : v->type == MEMHOOK_MEMORY_CUDA_HOST
@@ -330,6 +300,28 @@ static inline void values_of(const pa_view *v, uint64_t p, uint64_t out[MAX_ANSW
     out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
 }
 
+/* One attribute's value, for cuPointerGetAttribute (a region's: memory in
+ * no allocation gets no value from it). */
+static inline uint64_t value_of(const pa_view *v, uint64_t p, CUpointer_attribute a)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        return v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        return v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        return (uint32_t)v->device;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        return v->start;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        return v->size;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        return 1;
+    default:  /* DEVICE_POINTER, HOST_POINTER: the pointer itself */
+        return p;
+    }
+}
+
 /* Write attribute a (answerable, so at most MAX_ANSWERED) to data. */
 static inline void write_value(const uint64_t *values, CUpointer_attribute a, void *data)
 {
@@ -339,23 +331,40 @@ static inline void write_value(const uint64_t *values, CUpointer_attribute a, vo
         *(uint64_t *)data = values[a];
 }
 
+/* The calling thread's current context's device: false where there is no
+ * current context (or no driver entry to ask).  (mh_hook_depth raised by
+ * the caller.) */
+static bool current_device(CUdevice *dev)
+{
+    ctx_get_device_fn cur = (ctx_get_device_fn)driver_fn(&g_ctx_get_device, "cuCtxGetDevice");
+    return cur != NULL && cur(dev) == CUDA_SUCCESS;
+}
+
 /* DEVICE_POINTER is the address kernels of the calling thread's current
  * context use: the pointer itself for device and managed memory of that
  * context's device (unified addressing).  With no current context the
  * driver answers INVALID_CONTEXT, for another device's memory it depends on
  * peer access, and page-locked memory may have a device alias of its own:
  * those go to the driver.  One driver call (cuCtxGetDevice), made only
- * when DEVICE_POINTER is asked for. */
-static bool device_pointer_is_ptr(const pa_view *v)
+ * when DEVICE_POINTER is asked for and everything else asked is answered. */
+static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 {
-    if (v->kind != PA_REGION || v->type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->type == MEMHOOK_MEMORY_CUDA_HOST)
         return false;
-    ctx_get_device_fn cur = (ctx_get_device_fn)driver_fn(&g_ctx_get_device, "cuCtxGetDevice");
     CUdevice dev = -1;
-    mh_hook_depth++;
-    bool same = cur != NULL && cur(&dev) == CUDA_SUCCESS && dev == v->device;
-    mh_hook_depth--;
-    return same;
+    return current_device(&dev) && dev == v->device;
+}
+
+/* Whether every attribute in `asked` is answered for a pointer in region
+ * *v. */
+static inline __attribute__((always_inline)) bool region_answers(const pa_view *v,
+                                                                uint32_t asked)
+{
+    uint32_t mask = REGION_ATTRS |
+                    (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+    uint32_t rest = asked & ~mask;
+    return rest == 0 ||
+           (rest == BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) && device_pointer_is_ptr(v));
 }
 
 /* For a pointer in no allocation the driver leaves RANGE_START_ADDR and
@@ -371,6 +380,24 @@ static inline bool answering(void)
     return atomic_load_explicit(&g_enabled, memory_order_relaxed) && mh_hook_depth == 0;
 }
 
+/* What the cache says of p for a call asking `asked`: PA_PASS unless every
+ * attribute asked is answered (`not_cuda`: the set answered for memory in
+ * no allocation).  Fills *v for PA_REGION. */
+static inline __attribute__((always_inline)) pa_kind decide(uint64_t p, uint32_t asked,
+                                                            uint32_t not_cuda, pa_view *v)
+{
+    if (!may_answer(asked, not_cuda))
+        return PA_PASS;
+    mh_hook_depth++;
+    pa_kind k = view_of(p, v);
+    if (k == PA_NOT_CUDA && (asked & ~not_cuda) != 0)
+        k = PA_PASS;
+    else if (k == PA_REGION && !region_answers(v, asked))
+        k = PA_PASS;
+    mh_hook_depth--;
+    return k;
+}
+
 CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     cuPointerGetAttribute_fn real_ = (cuPointerGetAttribute_fn)mh_next(MH_FN_cuPointerGetAttribute);
@@ -378,20 +405,18 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
         return (CUresult)mh_unresolved(MH_FN_cuPointerGetAttribute);
     if (!answering() || data == NULL)
         return real_(data, attribute, ptr);
-    mh_hook_depth++;
-    pa_view v = view_of(ptr);
-    mh_hook_depth--;
-    uint32_t mask = answerable(&v, false);
-    if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && device_pointer_is_ptr(&v))
-        mask |= BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER);
-    if (!in(mask, attribute))
+    pa_view v;
+    pa_kind k = decide(ptr, bit_of(attribute), NOT_CUDA_GET, &v);
+    if (k == PA_PASS)
         return real_(data, attribute, ptr);
     t_answered++;
-    if (v.kind == PA_NOT_CUDA)
+    if (k == PA_NOT_CUDA)
         return CUDA_ERROR_INVALID_VALUE;  /* nothing written, as the driver */
-    uint64_t values[MAX_ANSWERED + 1];
-    values_of(&v, ptr, values);
-    write_value(values, attribute, data);
+    uint64_t value = value_of(&v, ptr, attribute);
+    if (WIDTH[attribute] == 4)
+        *(uint32_t *)data = (uint32_t)value;
+    else
+        *(uint64_t *)data = value;
     return CUDA_SUCCESS;
 }
 
@@ -404,28 +429,24 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
         return (CUresult)mh_unresolved(MH_FN_cuPointerGetAttributes);
     if (!answering() || numAttributes == 0 || attributes == NULL || data == NULL)
         return real_(numAttributes, attributes, data, ptr);
-    mh_hook_depth++;
-    pa_view v = view_of(ptr);
-    mh_hook_depth--;
-    uint32_t mask = answerable(&v, true);
-    /* Every attribute first, writing nothing: a call passed through finds
-     * its outputs as the caller left them. */
-    bool answered = mask != 0, asked_device_pointer = false;
-    for (unsigned int i = 0; answered && i < numAttributes; i++) {
-        CUpointer_attribute a = attributes[i];
-        asked_device_pointer |= a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER;
-        answered = data[i] != NULL &&
-                   (in(mask, a) || a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER);
-    }
-    if (answered && asked_device_pointer)
-        answered = device_pointer_is_ptr(&v);
-    uint32_t untouched = v.kind == PA_NOT_CUDA ? RANGE_OF_NO_ALLOCATION : 0;
-    if (!answered)
+    /* The set asked, read once; nothing is written unless every attribute
+     * is answered, so a call passed through finds its outputs as the
+     * caller left them. */
+    uint32_t asked = 0;
+    for (unsigned int i = 0; i < numAttributes; i++)
+        asked |= bit_of(attributes[i]);
+    if (may_answer(asked, NOT_CUDA_GETS))
+        for (unsigned int i = 0; i < numAttributes; i++)
+            asked |= data[i] == NULL ? NEVER : 0u;
+    pa_view v;
+    pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
+    if (k == PA_PASS)
         return real_(numAttributes, attributes, data, ptr);
     uint64_t values[MAX_ANSWERED + 1];
-    values_of(&v, ptr, values);
+    values_of(k, &v, ptr, values);
+    uint32_t untouched = k == PA_NOT_CUDA ? RANGE_OF_NO_ALLOCATION : 0;
     for (unsigned int i = 0; i < numAttributes; i++)
-        if (!in(untouched, attributes[i]))
+        if (!(untouched & BIT(attributes[i])))
             write_value(values, attributes[i], data[i]);
     t_answered++;
     return CUDA_SUCCESS;
@@ -436,7 +457,10 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
  * cannot), so it is answered only in a thread with a current context.
  * The runtime reports a device pointer for the current device's memory;
  * another device's (peer access or not) and page-locked host memory
- * (whose device alias the driver alone knows) pass through. */
+ * (whose device alias the driver alone knows) pass through.  Which case a
+ * pointer is decides first, from the cache alone; the one driver call
+ * (cuCtxGetDevice) is made only for a pointer that will be answered if the
+ * context allows it. */
 cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
                                           const void *ptr)
 {
@@ -448,39 +472,34 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
         return real_(attributes, ptr);
     mh_hook_depth++;
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    pa_view v = view_of(p);
-    bool answered = false;
-    if (v.kind != PA_PASS) {
-        ctx_get_device_fn cur = (ctx_get_device_fn)driver_fn(&g_ctx_get_device, "cuCtxGetDevice");
-        CUdevice dev = -1;
-        if (cur != NULL && cur(&dev) == CUDA_SUCCESS) {
-            /* (reserved zeroed, as cuda.h asks of the caller: libcudart
-             * leaves its stack contents there, which no caller can use) */
-            struct cudaPointerAttributes out;
-            memset(&out, 0, sizeof out);
-            if (v.kind == PA_NOT_CUDA) {
-                out.type = 0;  /* cudaMemoryTypeUnregistered */
-                out.device = CU_DEVICE_INVALID;
-                out.hostPointer = (void *)ptr;
-                answered = true;
-            } else if (v.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
-                out.type = 3;  /* cudaMemoryTypeManaged */
-                out.device = v.device;
-                out.devicePointer = out.hostPointer = (void *)ptr;
-                answered = true;
-            } else if (v.type == MEMHOOK_MEMORY_CUDA && v.device == dev) {
-                out.type = 2;  /* cudaMemoryTypeDevice */
-                out.device = v.device;
-                out.devicePointer = (void *)ptr;
-                answered = true;
-            }
-            if (answered)
-                *attributes = out;
-        }
-    }
+    pa_view v;
+    pa_kind k = view_of(p, &v);
+    if (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA_HOST)
+        k = PA_PASS;
+    CUdevice dev = -1;
+    if (k != PA_PASS && (!current_device(&dev) ||
+                         (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA && v.device != dev)))
+        k = PA_PASS;
     mh_hook_depth--;
-    if (!answered)
+    if (k == PA_PASS)
         return real_(attributes, ptr);
+    /* (every field written, reserved zeroed as cuda.h asks of the caller:
+     * libcudart leaves its stack contents there, which no caller can use) */
+    struct cudaPointerAttributes out = {0};
+    if (k == PA_NOT_CUDA) {
+        out.type = 0;  /* cudaMemoryTypeUnregistered */
+        out.device = CU_DEVICE_INVALID;
+        out.hostPointer = (void *)ptr;
+    } else if (v.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
+        out.type = 3;  /* cudaMemoryTypeManaged */
+        out.device = v.device;
+        out.devicePointer = out.hostPointer = (void *)ptr;
+    } else {
+        out.type = 2;  /* cudaMemoryTypeDevice */
+        out.device = v.device;
+        out.devicePointer = (void *)ptr;
+    }
+    *attributes = out;
     t_answered++;
     return 0;
 }

@@ -6,10 +6,9 @@
  *
  * Why in C: the kernel hands /proc/self/maps out a page per read(2), and
  * Python's every read releases the GIL; in a process whose other threads
- * keep the GIL busy, each release may cost tens of milliseconds before
- * the reader runs again (issue 23 measured a p99 of 220 ms for one
- * release beside 4 spinning and 4 allocating Python threads).  One call
- * into the core reads the whole file.
+ * keep the GIL busy, each release may make the reader wait its turn
+ * (docs/performance.md, "Costs behind the code's choices").  One call into
+ * the core reads the whole file.
  */
 #include <string.h>
 #include <sys/mman.h>

@@ -2,52 +2,22 @@
  * ucm_feed.c - memhook's events handed to UCX's memory hooks (libucm) in
  * the same process, when memhook holds the CUDA entry points first.
  *
- * UCX's memtype cache learns of CUDA allocations from libucm's own CUDA
- * hooks (bistro or reloc, installed when the first MEM_TYPE handler is
- * registered).  With memhook's jump already at a driver entry, UCX's
- * bistro refuses the entry (it relocates only a compiler's frame setup),
- * its handler registration fails, and a UCX in that process gets no CUDA
- * events at all.  libucm has a way for a library with hooks of its own to
- * feed it (documented for Open MPI): declare the events external
- * (ucm_set_external_event), so that registering a handler installs no
- * hook, and dispatch them.  docs/design/ucx-coexistence.md argues the
- * choice and its limits.
+ * With memhook's jump at a driver entry, UCX's bistro refuses the entry and
+ * UCX's memtype cache would get no CUDA events at all.  So, when memhook
+ * first finds libucm (at install, or after a dlopen reloc's wrapper sees)
+ * and UCX's CUDA module is not loaded yet, it declares MEM_TYPE_ALLOC|FREE
+ * external (ucm_set_external_event) and dispatches one event per call it
+ * records: an ALLOC before the caller has the pointer, a FREE before the
+ * real free (UCX never holds a range the driver may have handed out
+ * again), the ALLOC again when the driver refused the free.  UCX's CUDA
+ * module already loaded means UCX hooked first: memhook feeds nothing, so
+ * UCX never sees a call twice.  At uninstall memhook hands the hooks back
+ * and dispatches the existing mappings, as libucm does for late hooks.
  *
- * When: memhook attaches the first time it finds libucm.so.0 in the
- * process - at install, and at every later dlopen reloc's wrapper sees.
- * If UCX's CUDA module (libucm_cuda.so.0) is already loaded then, UCX's
- * memtype handler came first and installed UCX's own hooks (which sit
- * under or over memhook's and see the calls themselves): memhook feeds
- * nothing, so UCX never sees a call twice.  Otherwise memhook declares
- * MEM_TYPE_ALLOC|FREE external and dispatches, from the hooks, one event
- * per call memhook records: an ALLOC after the call returned and before
- * the caller has the pointer, a FREE before the real free (so UCX's cache
- * never holds a range the driver may already have handed out again);
- * a FREE the driver refused is followed by the ALLOC again.
- *
- * At uninstall memhook hands UCX its hooks back: the events stop being
- * external and a handler registered for a moment makes libucm install its
- * own CUDA hooks, on entries memhook has just restored.  A call made by
- * another thread between memhook's last patch coming out and UCX's first
- * going in is seen by nobody, so memhook then dispatches what libucm
- * itself dispatches for hooks that come late (UCM_EVENT_FLAG_EXISTING_
- * ALLOC): every inaccessible or /dev/nvidia mapping as an ALLOC of unknown
- * type, which makes UCX ask the driver for any address there (a stale
- * cached type is overwritten; a range allocated unseen is no longer a
- * miss, which UCX would take for host memory).
- *
- * Re-entrancy: the dispatch holds libucm's event lock for reading, as
- * libucm's own hooks do (a reader lock: a handler that calls into CUDA and
- * comes back through memhook dispatches again under it).  Threads: the
- * hot flag is read once per event; attach and hand-back run under g_lock.
- * fork(): a child keeps the parent's state (libucm is in it too).
- *
- * ABI: the declarations below are memhook's own, from UCX's public
- * ucm/api/ucm.h (UCX 1.22): the event bits, and the mem_type member of
- * ucm_event_t (address, size, the memory type as UCX's enum, then the
- * system device and memory flags, both bytes).  UCX releases before the
- * last two fields ignore them; the storage is memhook's and larger than
- * any member of the union.
+ * The dispatch holds libucm's event lock for reading, as libucm's own
+ * hooks do; attach and hand-back run under g_lock.  The declarations below
+ * are memhook's own, from UCX's public ucm/api/ucm.h (UCX 1.22).
+ * docs/design/ucx-coexistence.md argues the choice, the ABI and the limits.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -75,6 +45,9 @@ enum { UCS_MT_HOST = 0, UCS_MT_CUDA = 1, UCS_MT_CUDA_MANAGED = 2, UCS_MT_UNKNOWN
 #define UCS_SYS_DEV_UNKNOWN 0xff
 #define UCS_MEM_FLAG_REGISTRABLE 1
 
+/* ucm_event_t, of which memhook uses the mem_type member: UCX releases
+ * without its last two fields ignore them, and this storage is larger than
+ * any member of the union. */
 typedef union mh_ucm_event {
     struct {
         void *address;

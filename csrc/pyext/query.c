@@ -1,43 +1,27 @@
 /* query.c - memhook.memory_type / lookup in C: the argument normalised,
  * then one call into the core's cache (memhook_query).
  *
- * Built into the cffi extension memhook._native and added to that module
- * as builtins at its initialisation (memhook_pyext_add; the module's init
- * is wrapped in memhook/_ffi_build.py): cffi calls release and retake the
- * GIL around every call and convert arguments through its type system,
- * which is most of a query's cost, and cannot take a Python object.  So
- * there is one binding, the extension, with two kinds of entry point:
- * cffi functions for the core's C API, these builtins for the queries
- * (docs/design/python-queries.md argues the choice).
+ * Builtins of the cffi extension memhook._native, not cffi functions: a
+ * cffi call converts each argument and releases the GIL, most of a query's
+ * cost, and cannot take an object (docs/design/python-queries.md).
  *
- * What is normalised here, without calling Python code:
- *   - an exact int (a size too);
- *   - bytes and bytearray (their storage);
- *   - objects of a type memhook/_query.py has learned (`kinds`, a dict from
- *     type to how to read it), after checking, on the first object of that
- *     type, that the reading here gives what memhook._inputs.byte_range
- *     gives: the buffer protocol (numpy arrays, memoryview, ctypes arrays),
- *     a ctypes integer or c_void_p (its own bytes), an __index__ integer (numpy
- *     integers, IntEnum), a pointer handle with __int__ (cuda-python's
- *     CUdeviceptr), __cuda_array_interface__ (CuPy, Numba, PyTorch),
- *     DLPack's versioned capsule (__dlpack__(max_version=(1, 0))).
- * Anything else, and anything unusual on these paths (an error, an empty
- * extent, a negative value, a malformed interface), goes to the Python
- * normaliser (`fallback`), which gives the answer or the clear error; so
- * this file never answers what the Python path would not, and never words
- * an error.
+ * Read here, without calling Python code: an exact int, bytes, bytearray,
+ * and objects of the types memhook/_query.py has taught (`kinds`, checked
+ * on a first object against memhook._inputs.byte_range): the buffer
+ * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
+ * handle), __cuda_array_interface__, DLPack, the interface else DLPack
+ * (Python's order), and a PyTorch tensor's own methods.  Anything else or
+ * odd (an error, an empty extent, a malformed interface) goes to the
+ * Python normaliser (`fallback`): this file never answers what Python
+ * would not, and never words an error.
  *
  * The GIL is held throughout (memhook_query takes no lock a Python thread
- * could hold, and never calls Python), so the configured objects below are
+ * could hold and never calls Python); the configured objects below are
  * read and replaced under it.
  *
- * Limited API: the rest of the extension is built for the stable ABI of
- * Python 3.9 (cffi's default, the wheel's cp39-abi3 tag).  The buffer
- * protocol (PyObject_GetBuffer, Py_buffer) joined the limited API's headers
- * only in 3.11, but its functions and struct are unchanged and exported
- * since Python 3.0, so this file declares 3.11's limited API: the symbols it
- * uses are all present in every CPython 3.9+.  A free-threaded or debug
- * build takes the full API. */
+ * Limited API 3.11 (the buffer protocol), whose symbols every CPython 3.9+
+ * exports, so the wheel stays cp39-abi3; free-threaded and debug builds
+ * take the full API (python-queries.md). */
 #include <pyconfig.h>
 #if !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_TRACE_REFS) && \
     !defined(Py_REF_DEBUG)
@@ -50,6 +34,14 @@
 
 #include "memhook/memhook.h"
 
+#ifdef Py_LIMITED_API
+/* Public and exported since Python 3.9, declared by the limited API's
+ * headers from 3.12: a method call with keywords and no tuple or dict made
+ * for it (the DLPack calls below). */
+PyAPI_FUNC(PyObject *) PyObject_VectorcallMethod(PyObject *name, PyObject *const *args,
+                                                 size_t nargsf, PyObject *kwnames);
+#endif
+
 #define TYPE_CODES 5
 
 /* How an object of a learned type is read (memhook/_query.py's _KIND_*). */
@@ -61,6 +53,8 @@ enum kind {
     KIND_DLPACK = 6, /* __dlpack__ (versioned capsule, 1.x) */
     KIND_CTYPES_UNSIGNED = 7, /* a ctypes unsigned integer or c_void_p: its bytes */
     KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
+    KIND_CAI_DLPACK = 9, /* __cuda_array_interface__, else (it raised) DLPack */
+    KIND_TORCH = 10,     /* a PyTorch tensor's own methods (tensor_range) */
 };
 
 /* Set once by memhook/_query.py (query_configure); global because the
@@ -68,6 +62,14 @@ enum kind {
 static struct {
     PyObject *types;       /* MemoryType members by code */
     PyObject *make_region; /* (start, size, MemoryType, device) -> Region */
+    /* Region made here where its fields are slots (Python 3.10+): the
+     * type's allocator and each field's member descriptor, set as the
+     * frozen dataclass's own trusted constructor sets them
+     * (memhook/_types.py's _region_factory), without a call into Python. */
+    PyObject *region_type;
+    allocfunc region_alloc;
+    PyObject *region_field[4];
+    descrsetfunc region_set[4];
     PyObject *fallback;    /* (obj, size) -> (start, n), or raises */
     PyObject *kinds;       /* dict: type -> enum kind */
     /* The subscribers' delivery: while events wait in the core's queue
@@ -78,17 +80,28 @@ static struct {
     const volatile uint32_t *pending;
 } g;
 
-static PyObject *s_dlpack, *s_dlpack_device, *s_max_version, *s_stream, *v_max_version,
-    *v_no_sync;
-static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset;
+static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
+/* __dlpack__'s keywords, made once: max_version=(1, 0), and stream=-1 (the
+ * protocol's "no synchronisation": only metadata is read) off the CPU;
+ * their names as vectorcall takes them (interned: matched by identity). */
+static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
+static PyObject *s_data_ptr, *s_stride, *s_element_size;
+static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset,
+    *s_version, *s_stream, *s_mask, *s_descr;
+
+/* (PyLong_AsUnsignedLong and PyLong_AsLong read the digits in a loop;
+ * the long long forms go through a byte-array conversion, several times
+ * dearer for an address: long is 64 bits on every platform memhook runs
+ * on.) */
+_Static_assert(sizeof(long) == 8, "an LP64 platform");
 
 /* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
 static int as_u64(PyObject *o, uint64_t *v)
 {
     if (!PyLong_CheckExact(o))
         return 0;
-    unsigned long long a = PyLong_AsUnsignedLongLong(o);
-    if (a == (unsigned long long)-1 && PyErr_Occurred()) {
+    unsigned long a = PyLong_AsUnsignedLong(o);
+    if (a == (unsigned long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
@@ -100,7 +113,22 @@ static int as_i64(PyObject *o, int64_t *v)
 {
     if (!PyLong_CheckExact(o))
         return 0;
-    long long a = PyLong_AsLongLong(o);
+    long a = PyLong_AsLong(o);
+    if (a == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *v = a;
+    return 1;
+}
+
+/* An int or an int subclass (an IntEnum: PyTorch's DLDeviceType), as
+ * int() reads it, with no call into Python. */
+static int as_int_i64(PyObject *o, int64_t *v)
+{
+    if (!PyLong_Check(o))
+        return 0;
+    long a = PyLong_AsLong(o);
     if (a == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
@@ -185,7 +213,7 @@ static int int_tuple(PyObject *t, int64_t *out, Py_ssize_t *len)
 
 /* An array-interface typestr's item size ("<f4": 4, "|u1": 1, "<U4": 16),
  * for the kinds numpy sizes as written; 0 for anything else. */
-static int64_t typestr_itemsize(PyObject *typestr)
+static int64_t typestr_parse(PyObject *typestr)
 {
     Py_ssize_t len;
     const char *s = PyUnicode_Check(typestr) ? PyUnicode_AsUTF8AndSize(typestr, &len) : NULL;
@@ -204,20 +232,64 @@ static int64_t typestr_itemsize(PyObject *typestr)
     return s[1] == 'U' ? size * 4 : size;
 }
 
+/* typestr_parse, remembered for the last string object read: a producer
+ * hands out the same one (a literal, or one per dtype) every time.  (Under
+ * the GIL, like g.) */
+static int64_t typestr_itemsize(PyObject *typestr)
+{
+    static PyObject *last;
+    static int64_t last_size;
+    if (typestr == last)
+        return last_size;
+    int64_t size = typestr_parse(typestr);
+    if (size > 0 && PyUnicode_CheckExact(typestr)) {
+        Py_INCREF(typestr);
+        Py_XDECREF(last);
+        last = typestr;
+        last_size = size;
+    }
+    return size;
+}
+
+/* The interface's entries: one pass over the dict where each key is one of
+ * the interned names (a producer's literals are), else a lookup each. */
+static void cai_entries(PyObject *iface, PyObject *out[5])
+{
+    PyObject *const names[5] = {s_data, s_shape, s_typestr, s_strides, s_offset};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    int i;
+    memset(out, 0, 5 * sizeof *out);
+    while (PyDict_Next(iface, &pos, &key, &value)) {
+        for (i = 0; i < 5 && key != names[i]; i++)
+            ;
+        if (i < 5)
+            out[i] = value;
+        else if (key != s_version && key != s_stream && key != s_mask && key != s_descr)
+            goto lookups;
+    }
+    return;
+lookups:
+    for (i = 0; i < 5; i++)
+        out[i] = PyDict_GetItem(iface, names[i]);
+}
+
+/* 1: read; 0: not read here (the Python path answers); -1: the attribute
+ * raised, which the protocol order takes as "not offered" (a PyTorch CPU
+ * tensor's AttributeError). */
 static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *iface = PyObject_GetAttr(obj, s_cai);
     if (iface == NULL) {
         PyErr_Clear();
-        return 0;
+        return -1;
     }
     int ok = 0;
     if (PyDict_CheckExact(iface)) {
-        PyObject *data = PyDict_GetItem(iface, s_data);
-        PyObject *shape_t = PyDict_GetItem(iface, s_shape);
-        PyObject *typestr = PyDict_GetItem(iface, s_typestr);
-        PyObject *strides_t = PyDict_GetItem(iface, s_strides);
-        PyObject *offset_o = PyDict_GetItem(iface, s_offset);
+        PyObject *e[5];
+        cai_entries(iface, e);
+        PyObject *data = e[0], *shape_t = e[1], *typestr = e[2], *strides_t = e[3],
+                 *offset_o = e[4];
         int64_t shape[64], strides[64], offset = 0, itemsize;
         Py_ssize_t nd = 0, ns = 0;
         uint64_t ptr;
@@ -291,64 +363,106 @@ typedef struct {
 } dl_tensor;
 
 /* DLManagedTensorVersioned: {version {major, minor}; manager_ctx; deleter;
- * flags; dl_tensor}. */
+ * flags; dl_tensor}; the legacy DLManagedTensor starts with its DLTensor. */
 #define DL_VERSIONED_TENSOR_OFFSET 32
 #define DL_CPU 1
 
-/* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a versioned
- * capsule, read and released (its destructor calls the producer's deleter,
- * as memhook._inputs does).  A legacy capsule, or anything odd: 0. */
+/* The extent a DLTensor describes, as memhook._inputs._dlpack_extent
+ * reads it. */
+static int dl_tensor_range(const dl_tensor *t, uint64_t *start, uint64_t *n)
+{
+    int64_t itemsize = ((int64_t)t->bits * t->lanes + 7) / 8;
+    if (itemsize < 1)
+        itemsize = 1;
+    if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && t->shape == NULL))
+        return 0;
+    int64_t strides[64];
+    for (int i = 0; t->strides != NULL && i < t->ndim; i++)
+        strides[i] = t->strides[i] * itemsize;
+    __int128 p = (__int128)(uintptr_t)t->data + t->byte_offset;
+    return p < ((__int128)1 << 64) &&
+           extent((uint64_t)p, t->ndim, t->shape, t->strides ? strides : NULL, itemsize, start,
+                  n);
+}
+
+/* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a capsule,
+ * versioned or legacy, read and released (its destructor calls the
+ * producer's deleter, as memhook._inputs does).  Anything odd: 0. */
 static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
-    PyObject *device = PyObject_CallMethodObjArgs(obj, s_dlpack_device, NULL);
+    PyObject *args[3] = {obj, v_max_version, v_no_sync};
+    PyObject *device = PyObject_VectorcallMethod(s_dlpack_device, args, 1, NULL);
     if (device == NULL) {
         PyErr_Clear();
         return 0;
     }
     int64_t dev_type;
     int ok = PyTuple_Check(device) && PyTuple_Size(device) == 2 &&
-             as_i64(PyTuple_GetItem(device, 0), &dev_type);
+             as_int_i64(PyTuple_GetItem(device, 0), &dev_type);
     Py_DECREF(device);
     if (!ok)
         return 0;
-    PyObject *method = PyObject_GetAttr(obj, s_dlpack);
-    PyObject *kwargs = method != NULL ? PyDict_New() : NULL;
-    PyObject *empty = kwargs != NULL ? PyTuple_New(0) : NULL;
-    PyObject *capsule = NULL;
-    if (empty != NULL && PyDict_SetItem(kwargs, s_max_version, v_max_version) == 0 &&
-        (dev_type == DL_CPU || PyDict_SetItem(kwargs, s_stream, v_no_sync) == 0))
-        capsule = PyObject_Call(method, empty, kwargs);
-    Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(method);
+    PyObject *capsule = PyObject_VectorcallMethod(s_dlpack, args, 1,
+                                                  dev_type == DL_CPU ? kwnames_cpu
+                                                                     : kwnames_device);
     if (capsule == NULL) {
         PyErr_Clear();
         return 0;
     }
     ok = 0;
     const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
-    if (name != NULL && strcmp(name, "dltensor_versioned") == 0) {
-        const char *raw = PyCapsule_GetPointer(capsule, name);
+    const char *raw = name != NULL ? PyCapsule_GetPointer(capsule, name) : NULL;
+    if (raw != NULL && strcmp(name, "dltensor_versioned") == 0) {
         uint32_t major;
-        if (raw != NULL && (memcpy(&major, raw, sizeof major), major == 1)) {
-            const dl_tensor *t = (const dl_tensor *)(const void *)(raw +
-                                                                  DL_VERSIONED_TENSOR_OFFSET);
-            int64_t itemsize = ((int64_t)t->bits * t->lanes + 7) / 8;
-            if (itemsize < 1)
-                itemsize = 1;
-            if (t->ndim >= 0 && t->ndim <= 64 && (t->ndim == 0 || t->shape != NULL)) {
-                int64_t strides[64];
-                for (int i = 0; t->strides != NULL && i < t->ndim; i++)
-                    strides[i] = t->strides[i] * itemsize;
-                __int128 p = (__int128)(uintptr_t)t->data + t->byte_offset;
-                ok = p < ((__int128)1 << 64) &&
-                     extent((uint64_t)p, t->ndim, t->shape, t->strides ? strides : NULL,
-                            itemsize, start, n);
-            }
-        }
+        memcpy(&major, raw, sizeof major);
+        if (major == 1)
+            ok = dl_tensor_range((const dl_tensor *)(const void *)(raw +
+                                                                   DL_VERSIONED_TENSOR_OFFSET),
+                                 start, n);
+    } else if (raw != NULL && strcmp(name, "dltensor") == 0) {
+        ok = dl_tensor_range((const dl_tensor *)(const void *)raw, start, n);
     }
     PyErr_Clear();
     Py_DECREF(capsule);
+    return ok;
+}
+
+/* obj.name(), or NULL (no exception set). */
+static PyObject *call0(PyObject *obj, PyObject *name)
+{
+    PyObject *args[1] = {obj};
+    PyObject *r = PyObject_VectorcallMethod(name, args, 1, NULL);
+    if (r == NULL)
+        PyErr_Clear();
+    return r;
+}
+
+/* A PyTorch tensor's extent from data_ptr(), shape, stride() (in elements)
+ * and element_size(): methods written in C, which answer whether or not the
+ * tensor requires grad, where both protocols refuse one that does and are
+ * Python code in torch.  For any tensor the protocols read, it is the
+ * extent they give (memhook._inputs._tensor_extent; memhook/_query.py
+ * checks it on the type's first object). */
+static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *ptr_o = NULL, *shape_t = NULL, *strides_t = NULL, *itemsize_o = NULL;
+    int64_t shape[64], strides[64], itemsize;
+    Py_ssize_t nd = 0, ns = 0;
+    uint64_t ptr;
+    int ok = (ptr_o = call0(obj, s_data_ptr)) != NULL && as_u64(ptr_o, &ptr) &&
+             (shape_t = PyObject_GetAttr(obj, s_shape)) != NULL &&
+             int_tuple(shape_t, shape, &nd) && (strides_t = call0(obj, s_stride)) != NULL &&
+             int_tuple(strides_t, strides, &ns) && ns == nd &&
+             (itemsize_o = call0(obj, s_element_size)) != NULL &&
+             as_i64(itemsize_o, &itemsize) && itemsize > 0;
+    for (Py_ssize_t i = 0; ok && i < nd; i++)
+        ok = !__builtin_mul_overflow(strides[i], itemsize, &strides[i]);
+    ok = ok && extent(ptr, (int)nd, shape, strides, itemsize, start, n);
+    PyErr_Clear();
+    Py_XDECREF(ptr_o);
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    Py_XDECREF(itemsize_o);
     return ok;
 }
 
@@ -391,7 +505,19 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 0;
             break;
         case KIND_CAI:
-            if (!cai_range(obj, start, n))
+            if (cai_range(obj, start, n) != 1)
+                return 0;
+            is_address = 0;
+            break;
+        case KIND_CAI_DLPACK: {
+            int got = cai_range(obj, start, n);
+            if (got == 0 || (got < 0 && !dlpack_range(obj, start, n)))
+                return 0;
+            is_address = 0;
+            break;
+        }
+        case KIND_TORCH:
+            if (!tensor_range(obj, start, n))
                 return 0;
             is_address = 0;
             break;
@@ -544,6 +670,29 @@ typedef struct {
 } region_memo;
 static region_memo g_regions[REGION_MEMO];
 
+/* A Region of r's extent, type and device: made here where the type's
+ * fields are slots, else by memhook._types' constructor. */
+static PyObject *make_region(const memhook_region *r)
+{
+    PyObject *t = PyTuple_GetItem(g.types, r->mem_type);
+    if (t == NULL)
+        return NULL;
+    if (g.region_type == NULL)
+        return PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r->base,
+                                     (unsigned long long)r->size, t, r->device);
+    PyObject *v[4] = {PyLong_FromUnsignedLongLong(r->base),
+                      PyLong_FromUnsignedLongLong(r->size), t, PyLong_FromLong(r->device)};
+    Py_INCREF(t);
+    PyObject *region = v[0] && v[1] && v[3] ? g.region_alloc((PyTypeObject *)g.region_type, 0)
+                                            : NULL;
+    for (int i = 0; region != NULL && i < 4; i++)
+        if (g.region_set[i](g.region_field[i], region, v[i]) != 0)
+            Py_CLEAR(region);
+    for (int i = 0; i < 4; i++)
+        Py_XDECREF(v[i]);
+    return region;
+}
+
 /* query_region(obj[, size]): memhook.lookup. */
 static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -556,18 +705,14 @@ static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t 
         Py_RETURN_NONE;
     /* An allocation's Region is made once and handed out again while its
      * extent, type and device stay (Regions are immutable): making one
-     * costs a call into Python, several times the query. */
+     * costs several times the query. */
     region_memo *m = r.alloc_id ? &g_regions[r.alloc_id % REGION_MEMO] : NULL;
     if (m != NULL && m->region != NULL && m->alloc_id == r.alloc_id && m->base == r.base &&
         m->size == r.size && m->type == r.mem_type && m->device == r.device) {
         Py_INCREF(m->region);
         return m->region;
     }
-    PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
-    if (t == NULL)
-        return NULL;
-    PyObject *region = PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r.base,
-                                             (unsigned long long)r.size, t, r.device);
+    PyObject *region = make_region(&r);
     if (region != NULL && m != NULL) {
         PyObject *old = m->region;
         *m = (region_memo){.alloc_id = r.alloc_id, .base = r.base, .size = r.size,
@@ -639,20 +784,60 @@ static PyObject *query_deliver(PyObject *self, PyObject *const *argv, Py_ssize_t
     Py_RETURN_NONE;
 }
 
-/* query_configure(types, make_region, fallback, kinds). */
+/* The slotted Region's allocator and field setters, or NULL in
+ * g.region_type (Regions then made by g.make_region). */
+static void region_fields(PyObject *type)
+{
+    static const char *const names[4] = {"start", "size", "mem_type", "device"};
+    PyObject *fields[4] = {NULL};
+    descrsetfunc sets[4];
+    allocfunc alloc = type != Py_None && PyType_Check(type)
+                          ? (allocfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_alloc)
+                          : NULL;
+    int ok = alloc != NULL;
+    for (int i = 0; ok && i < 4; i++) {
+        fields[i] = PyObject_GetAttrString(type, names[i]);
+        sets[i] = fields[i] != NULL ? (descrsetfunc)PyType_GetSlot(Py_TYPE(fields[i]),
+                                                                    Py_tp_descr_set)
+                                    : NULL;
+        ok = sets[i] != NULL;
+    }
+    PyErr_Clear();
+    Py_CLEAR(g.region_type);
+    for (int i = 0; i < 4; i++) {
+        Py_CLEAR(g.region_field[i]);
+        if (ok) {
+            g.region_field[i] = fields[i];
+            g.region_set[i] = sets[i];
+        } else {
+            Py_XDECREF(fields[i]);
+        }
+    }
+    if (ok) {
+        Py_INCREF(type);
+        g.region_type = type;
+        g.region_alloc = alloc;
+    }
+}
+
+/* query_configure(types, region_type, make_region, fallback, kinds):
+ * region_type is Region where its fields are member descriptors (slots),
+ * else None. */
 static PyObject *query_configure(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     (void)self;
-    if (argc != 4 || !PyTuple_Check(argv[0]) || PyTuple_Size(argv[0]) != TYPE_CODES ||
-        !PyCallable_Check(argv[1]) || !PyCallable_Check(argv[2]) || !PyDict_Check(argv[3])) {
-        PyErr_SetString(PyExc_TypeError, "query_configure(5 MemoryTypes, make_region, "
-                                         "fallback, kinds dict)");
+    if (argc != 5 || !PyTuple_Check(argv[0]) || PyTuple_Size(argv[0]) != TYPE_CODES ||
+        (argv[1] != Py_None && !PyType_Check(argv[1])) || !PyCallable_Check(argv[2]) ||
+        !PyCallable_Check(argv[3]) || !PyDict_Check(argv[4])) {
+        PyErr_SetString(PyExc_TypeError, "query_configure(5 MemoryTypes, Region or None, "
+                                         "make_region, fallback, kinds dict)");
         return NULL;
     }
+    region_fields(argv[1]);
     set(&g.types, argv[0]);
-    set(&g.make_region, argv[1]);
-    set(&g.fallback, argv[2]);
-    set(&g.kinds, argv[3]);
+    set(&g.make_region, argv[2]);
+    set(&g.fallback, argv[3]);
+    set(&g.kinds, argv[4]);
     Py_RETURN_NONE;
 }
 
@@ -664,7 +849,7 @@ static PyMethodDef methods[] = {
     {"query_extent", (PyCFunction)(void (*)(void))query_extent, METH_FASTCALL,
      "query_extent(obj, kind): (start, size) as read in C, or None"},
     {"query_configure", (PyCFunction)(void (*)(void))query_configure, METH_FASTCALL,
-     "query_configure(types, make_region, fallback, kinds)"},
+     "query_configure(types, region_type, make_region, fallback, kinds)"},
     {"query_hand_out", query_hand_out, METH_NOARGS,
      "query_hand_out(): the subscribers' delivery a query makes first"},
     {"query_deliver", (PyCFunction)(void (*)(void))query_deliver, METH_FASTCALL,
@@ -684,10 +869,15 @@ int memhook_pyext_add(PyObject *m)
     if (!(s_current = intern("current")) || !(s_cai = intern("__cuda_array_interface__")) ||
         !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
         !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
-        !(s_offset = intern("offset")) || !(s_dlpack = intern("__dlpack__")) ||
-        !(s_dlpack_device = intern("__dlpack_device__")) ||
-        !(s_max_version = intern("max_version")) || !(s_stream = intern("stream")) ||
-        !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)))
+        !(s_offset = intern("offset")) || !(s_version = intern("version")) ||
+        !(s_stream = intern("stream")) || !(s_mask = intern("mask")) ||
+        !(s_descr = intern("descr")) || !(s_dlpack = intern("__dlpack__")) ||
+        !(s_dlpack_device = intern("__dlpack_device__")) || !(s_data_ptr = intern("data_ptr")) ||
+        !(s_stride = intern("stride")) || !(s_element_size = intern("element_size")) ||
+        !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||
+        !(s_max_version = intern("max_version")) ||
+        !(kwnames_cpu = PyTuple_Pack(1, s_max_version)) ||
+        !(kwnames_device = PyTuple_Pack(2, s_max_version, s_stream)))
         return -1;
     return PyModule_AddFunctions(m, methods);
 }

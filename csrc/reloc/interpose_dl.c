@@ -5,55 +5,16 @@
  * installed (memhook's own excepted), so objects loaded later are patched
  * before dlopen returns and a dlsym of a hooked name answers the wrapper.
  *
- * The caller problem.  glibc identifies the calling object by the return
- * address of dlopen/dlsym.
- *  - dlsym/dlvsym of a name memhook does not hook: the assembly stub
- *    (interpose_x86_64.S) tail-jumps to the real function, so the loader
- *    sees the real caller: RTLD_NEXT and RTLD_DEFAULT behave exactly as
- *    without memhook.
- *  - dlsym/dlvsym of a hooked name (mh_dlsym_hooked): handle or
- *    RTLD_DEFAULT: the real lookup (RTLD_DEFAULT from memhook's scope, then,
- *    if that found nothing, the caller's own local scope, for a caller that
- *    was loaded RTLD_LOCAL); RTLD_NEXT: the first object after the caller's
- *    in the link-map chain that itself defines the name.  That chain is the
- *    load order of the base namespace; glibc searches the caller's scope
- *    list, which differs only for objects loaded RTLD_LOCAL (approximation).
- *    A non-NULL answer is replaced by the wrapper.
- *  - dlopen/dlmopen(LM_ID_BASE) must run code after the real call, so they
- *    cannot tail-jump.  Instead the name is resolved the way the loader
- *    would resolve it for the caller: a name with '/' is used as is (a
- *    leading $ORIGIN is expanded against the caller's directory); a bare name
- *    already loaded is found with RTLD_NOLOAD; otherwise the caller's search
- *    path (dlinfo RTLD_DI_SERINFO: its RPATH, LD_LIBRARY_PATH, its RUNPATH,
- *    the system directories) is tried in order up to its last directory that
- *    memhook's own search path lacks, by absolute path; then the bare name,
- *    which resolves through LD_LIBRARY_PATH, ld.so.cache and the system
- *    directories the same for any caller.
- *    Remaining differences: dlmopen into another namespace is passed through
- *    as memhook's call (its search path is memhook's); DSTs other than a
- *    leading $ORIGIN ($LIB, $PLATFORM) are left to the loader, which expands
- *    them against memhook; a file found in the caller's path that fails to
- *    load makes memhook try the next directory where the loader would stop.
- *
- * Unload watches: a layer above asks to hear when a dlclose takes a library
- * out of the process (mh_reloc_watch_unload: a driver layer watches its
- * driver); the wrapper looks before and after the real dlclose.
- *
- * dlerror().  Every wrapper leaves the calling thread's dlerror() as the
- * real call left it: glibc clears it at the start of every dl call and
- * sets it when one fails, so memhook's own calls (a RTLD_NOLOAD probe, the
- * walk's pins) would otherwise overwrite or clear it.  After a refused
- * call memhook makes no dl call of its own (the last dl call is the real
- * one, or a repeat of it: dl_fail_as_real); after a successful one it
- * clears what its own calls left (dl_clear_error).  A NULL dlerror() after
- * a failed call is worse than a wrong message: CPython's ctypes passes it
- * to PyErr_SetString, which dereferences it.
- *
- * Nesting: a dlopen/dlclose made by a constructor or destructor while this
- * thread is inside a real dlopen/dlclose called from a wrapper (so under the
- * loader's lock) does not patch: the outer wrapper patches everything new
- * before it returns, and memhook's mutex is never taken under the loader's
- * lock from there.
+ * glibc identifies the calling object by the return address, so each
+ * wrapper answers as the loader would have answered the caller: a dlsym of
+ * a name memhook does not hook tail-jumps to the real one from an assembly
+ * stub (interpose_x86_64.S); a hooked name is looked up in the caller's
+ * scope (hooked_lookup); dlopen resolves the name along the caller's own
+ * search path (open_as_caller).  Every wrapper leaves dlerror() as the real
+ * call left it (ctypes dereferences it after a failure).  A dlopen made
+ * from a constructor inside a wrapped dlopen does not patch: the outer
+ * wrapper does, and memhook's lock is never taken under the loader's.
+ * docs/design/reloc-interposition.md gives each rule and what still differs.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -131,6 +92,9 @@ static void dl_fail_as_real(void *handle, const char *name, const char *version,
         (void)mh_real_dlsym(handle, name);
 }
 
+/* A handle or RTLD_DEFAULT: the real lookup, then the caller's own scope
+ * (a caller loaded RTLD_LOCAL); RTLD_NEXT: the first object after the
+ * caller's in the link map that defines the name.  Found: the wrapper. */
 static void *hooked_lookup(void *handle, const char *name, const char *version, void *caller)
 {
     mh_reloc_inside++;
@@ -249,6 +213,10 @@ static bool caller_dir(struct link_map *lm, char *out, size_t cap)
     return true;
 }
 
+/* The name as the loader would resolve it for the caller: a path as is
+ * (a leading $ORIGIN expanded), a loaded bare name by RTLD_NOLOAD, else the
+ * caller's search path up to its last directory memhook's lacks, then the
+ * bare name, which resolves the same for any caller. */
 static void *open_as_caller(const void *caller, Lmid_t lmid, bool is_mopen, const char *file,
                             int mode)
 {

@@ -372,7 +372,7 @@ static int write_collected(const collect *c, void **pins, size_t npinned, mh_wal
                            bool *no_maps)
 {
     mh_maps maps = {NULL, 0};
-    /* Reading /proc/self/maps costs ~1 ms with a few hundred objects; a
+    /* Reading /proc/self/maps grows with every object loaded; a
      * dlopen-time refresh writes only freshly loaded (pinned, so fully
      * relocated) objects, whose page protections are exactly what their
      * program headers say (PT_GNU_RELRO read-only, else PT_LOAD's flags). */

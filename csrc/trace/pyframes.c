@@ -3,53 +3,16 @@
  * read in the hook on that thread, without the GIL and without running
  * any Python.
  *
- * Which thread state (the same answer, thread held the GIL or not):
- *
- *   A thread that runs Python has a PyThreadState bound to it in the
- *   "gilstate" thread-specific key from its start to its end (the main
- *   thread at Py_Initialize; a threading thread when it starts; a C thread
- *   from PyGILState_Ensure on): in 3.9-3.13 alike, PyGILState_GetThisThreadState()
- *   returns it whether the thread holds the GIL or released it around the
- *   call that reached CUDA (Py_BEGIN_ALLOW_THREADS: ctypes, cuda-python,
- *   PyTorch's and CuPy's allocators).  That function reads a variable: it
- *   tests that the key exists and calls pthread_getspecific - no lock, no
- *   allocation, no Python, nothing that needs the GIL (disassembled in
- *   3.9-3.13).  So it is the source for every version.
- *
- *   The "current" thread state is not: in 3.9-3.11 it is one global, the
- *   thread holding the GIL - another thread's while ours waits in CUDA
- *   with the GIL released - and reading another thread's state races with
- *   its end.  From 3.12 it is thread-local (_Py_tss_tstate), NULL while
- *   the GIL is released, and the only way to see a thread state the
- *   gilstate key does not hold (a sub-interpreter's, a state made with
- *   PyThreadState_New and swapped in): those versions ask it first,
- *   through its accessor (_PyThreadState_UncheckedGet, 3.13's
- *   PyThreadState_GetUnchecked), which is one thread-local load.
- *
- *   Either candidate counts only if its thread_id is pthread_self(): a
- *   state of another thread is never walked.  A thread with no Python (a
- *   C++ worker, NCCL's, the driver's) has neither: its ALLOCs say
- *   MH_TRACE_PY_NO_THREAD.  Before Py_Initialize and from the start of
- *   finalization (Py_IsInitialized, _Py_IsFinalizing: each reads a
- *   variable) nothing is read: finalization frees other threads' states,
- *   daemon threads' included.
- *
- * Why the walk is safe: a thread's frame chain is changed only by that
- * thread, and this thread is in the hook, so its chain holds still; each
- * frame holds a strong reference to its code object, which holds its
- * strings.  Nothing is written.  Every pointer is checked before it is
- * followed (non-null, 8-aligned, user space) and every code object's type
- * is PyCode_Type (found by dlsym), so a layout that were wrong would end
- * the walk (MH_TRACE_PY_BROKEN) at its first frame rather than wander;
- * pyframes_abi.c refuses builds whose object header differs.  What is not
- * done: proving each address mapped (only a system call could, per frame);
- * the checks above and tests/pyframes/test_layouts.py stand for it.
- *
- * What is recorded: per frame the code record's reference (pycode.c) and
- * the instruction offset, the interpreter's own (f_lasti, or
- * prev_instr/instr_ptr minus the code's first instruction); frames a
- * Python traceback leaves out are left out too (3.12+ shim frames owned by
- * the C stack, 3.11+ frames still in their setup instructions).
+ * The thread state comes from the "gilstate" key
+ * (PyGILState_GetThisThreadState: a pthread_getspecific, bound whether the
+ * thread holds the GIL or released it around the CUDA call), and on 3.12+
+ * first from the thread-local current state; either counts only if its
+ * thread_id is pthread_self().  Nothing is read before Py_Initialize or
+ * once finalization has begun.  The walk is safe because only this thread
+ * changes its frame chain, and it is in the hook; every pointer is checked
+ * before it is followed and every code object's type compared, so a wrong
+ * layout ends the walk at its first frame.  docs/design/python-frames.md
+ * gives the argument per CPython version and what is recorded.
  */
 #include <pthread.h>
 #include <stdatomic.h>

@@ -7,55 +7,26 @@
  *
  *   load         makes the image's trace area (trace_lane.c: a memfd the
  *                hooks copy every event into) and connects; the hook layer
- *                installs the hooks (csrc/cuda/startup_order.c); then
- *                HELLO goes out with the memfd attached and how the
- *                install went, and both descriptors are closed: from then
- *                on the collector reads the area on its own, and nothing
- *                the program does to its descriptors, nor how it ends, can
- *                take the events away;
- *   fork child   the child must not write into its parent's area (it is
- *                MADV_DONTFORK): it makes its own and hands it over from
- *                the atfork child handler, before the program's code runs
- *                again, so even a child that is killed at once is read.
- *                Until it has, the parent's fork() keeps a connection of
- *                the child's open (a "hold": see mh_trace_fork_prepare),
- *                so a parent that exits at once cannot end the trace
- *                before the child says HELLO.
- *                A child of a raw fork system call runs no handler: it
- *                finds no area and counts its events as lost in its
- *                parent's (trace_lane.c), and the collector says so;
- *   streamer     a thread that, every MEMHOOK_TRACE_POLL_MS (10 ms),
- *                refreshes the area's clock anchor, retries a hand-over
- *                the collector could not take yet (its listen queue full),
- *                and bounds the process's own queue while it has no
- *                consumer (the tee + trim below).  It starts with the
- *                image's first event (or at once when the hand-over must
- *                be retried), not at load: see "credentials" below;
- *   exit         marks the area exited (the summary's "exited") and
- *                writes a last anchor.  exec'd images inherit LD_PRELOAD
- *                and the environment and connect on their own; a program
- *                given an environment without them gets them back
- *                (trace_exec.c).
+ *                installs the hooks (csrc/cuda/startup_order.c); HELLO goes
+ *                out with the memfd, and both descriptors are closed: from
+ *                then on the collector reads the area on its own;
+ *   fork child   makes its own area and hands it over from the atfork
+ *                child handler; the parent's fork() connects for it first
+ *                (a "hold": mh_trace_fork_prepare);
+ *   spawn/vfork  the child is announced by EXPECT (mh_trace_expect), since
+ *                it runs no fork handler;
+ *   streamer     a thread that refreshes the area's clock anchor, retries a
+ *                hand-over the collector could not take yet and bounds the
+ *                process's own queue; started by the image's first event,
+ *                not at load (a program that changes per-thread
+ *                credentials must stay single-threaded);
+ *   exit         marks the area exited and writes a last anchor.
  *
- * Credentials are per thread in Linux; glibc's setuid/setgid family runs
- * the call in every thread and aborts the process if the results differ.
- * A program that changes a per-thread setting first - setpriv, su and
- * privilege-dropping daemons do prctl(PR_SET_KEEPCAPS) and capset(),
- * which glibc does not broadcast, then setresuid() and setresgid() -
- * leaves any other thread without the capabilities the next call needs:
- * with a streamer there, setpriv --reuid --regid died of SIGABRT (the
- * streamer's setresgid got EPERM).  Such programs are single-threaded and
- * make no CUDA call; with the streamer started only by a first event,
- * they stay single-threaded under the trace too.  (A process that has
- * made CUDA calls has the driver's threads as well, traced or not.)  A
- * process that then runs as another user cannot connect to the collector
- * (its socket is the tracing user's alone) and says so.
- *
- * Never blocking: every socket call is non-blocking (SOCK_NONBLOCK,
- * MSG_DONTWAIT), none is made under a lock a hook or fork() takes, and the
- * hooks only copy into shared memory.  A stalled collector costs area
- * memory (MEMHOOK_TRACE_BUFFER_MB per image, default 256), then counted
- * losses; never a wait.
+ * Never blocking: every socket call is non-blocking, none is made under a
+ * lock a hook or fork() takes, and the hooks only copy into shared memory
+ * (EXPECT's bounded connect is the one wait, outside any hook).
+ * docs/design/trace-children.md has the reasons: how children are
+ * followed, the credentials, what a stalled collector costs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -67,6 +38,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
@@ -100,6 +73,7 @@ _Static_assert(sizeof(memhook_event) == 64, "event layout");
  * hand-over per image is what the collector counts processes by. */
 static struct {
     bool enabled;                /* MEMHOOK_TRACE_SOCKET was set and valid */
+    pid_t pid;                   /* the process this image's HELLO is for */
     pthread_mutex_t hand_lock;   /* streamer vs exit handing the area over; a leaf
                                   * of the lock order (csrc/core/mh_lock_order.h) */
     int area_fd;                 /* -1 once handed over (or given up) */
@@ -370,6 +344,14 @@ static void trace_exit(void)
     }
 }
 
+/* Tests only (MEMHOOK_TESTING_TRACE_*_DELAY_MS): a process run late. */
+static void sleep_ms(unsigned ms)
+{
+    struct timespec d = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    }
+}
+
 /* A fork child says HELLO from its atfork handler, but only once it runs:
  * a parent that exits first (`sh -c 'job & exit'`) could leave the
  * collector with no image and no connection, and the trace would end
@@ -414,13 +396,8 @@ void mh_trace_fork_child(void)
 {
     if (!t.enabled)
         return;
-    if (t.testing_fork_delay_ms != 0) {
-        /* Tests only: a child the scheduler runs late, after its parent is gone. */
-        struct timespec d = {.tv_sec = t.testing_fork_delay_ms / 1000,
-                             .tv_nsec = (long)(t.testing_fork_delay_ms % 1000) * 1000000L};
-        while (nanosleep(&d, &d) != 0 && errno == EINTR) {
-        }
-    }
+    if (t.testing_fork_delay_ms != 0)
+        sleep_ms(t.testing_fork_delay_ms);  /* tests only: a child the scheduler runs late */
     /* A hold of the parent's own fork, if any, is no longer wanted; this
      * fork's is the child's until its HELLO is out. */
     if (t.held >= 0 && fd_is(t.held, t.held_dev, t.held_ino) && t.held != t.fork_hold)
@@ -444,8 +421,67 @@ void mh_trace_fork_child(void)
     atomic_store(&t.stop, 0);
     atomic_store(&t.streamer, 0);  /* the parent's is not here; the child's first event starts one */
     t.hello_flags = MH_TRACE_HELLO_FORKED;
+    t.pid = getpid();
     if (new_area() && !hand_over())
         mh_trace_want_streamer();  /* a hand-over to retry */
+}
+
+/* How long an EXPECT waits for room in the collector's listen queue: it
+ * must not be lost, and the process it announces waits meanwhile (a vfork
+ * parent, or the child the spawn made, which is exec'ing). */
+#define EXPECT_WAIT_MS 1000
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* (one number on every architecture) */
+#endif
+
+/* Only system calls and the stack, errno kept: this may run in a vfork
+ * child (trace_exec.h), whose writes to `t` would be its parent's. */
+void mh_trace_expect(pid_t pid)
+{
+    if (!t.enabled || pid <= 0)
+        return;
+    int saved = errno;
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* (close-on-exec) */
+    int fd = pidfd >= 0 ? socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0) : -1;
+    if (fd >= 0) {
+        /* A Unix connect waits for room in the listen queue up to SO_SNDTIMEO. */
+        struct timeval wait = {.tv_sec = EXPECT_WAIT_MS / 1000,
+                               .tv_usec = (EXPECT_WAIT_MS % 1000) * 1000};
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+        int rc;
+        do
+            rc = connect(fd, (const struct sockaddr *)&t.addr, sizeof t.addr);
+        while (rc != 0 && errno == EINTR);
+        if (rc == 0) {
+            mh_trace_header h = {.magic = MH_TRACE_MAGIC, .version = MH_TRACE_VERSION,
+                                 .type = MH_TRACE_EXPECT};
+            struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
+            union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+            } control;
+            memset(&control, 0, sizeof control);
+            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                               .msg_controllen = sizeof control.buf};
+            struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+            while (sendmsg(fd, &m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+            }
+        }
+        close(fd);
+    }
+    if (pidfd >= 0)
+        close(pidfd);
+    errno = saved;
+}
+
+bool mh_trace_exec_needs_expect(void)
+{
+    return t.enabled && getpid() != t.pid;
 }
 
 static unsigned env_number(const char *name, const char *v, unsigned dflt, unsigned lo,
@@ -486,6 +522,10 @@ bool mh_trace_open_at_load(void)
                                          mh_opts.testing_trace_fork_delay_ms, 0, 0, 10000);
     t.buffer_mb = env_number("MEMHOOK_TRACE_BUFFER_MB", mh_opts.trace_buffer_mb,
                              MH_TRACE_BUFFER_MB_DEFAULT, 4, 4096);
+    unsigned load_delay_ms = env_number("MEMHOOK_TESTING_TRACE_LOAD_DELAY_MS",
+                                        mh_opts.testing_trace_load_delay_ms, 0, 0, 10000);
+    if (load_delay_ms != 0)
+        sleep_ms(load_delay_ms);  /* tests only: an image the loader runs late */
     /* Connect first: a process the collector will never hear from is left
      * alone, hooks and all.  (A full listen queue is not that: retried.) */
     if (connect_collector() == NO_COLLECTOR) {
@@ -507,6 +547,7 @@ bool mh_trace_open_at_load(void)
         t.sock = -1;
         return false;
     }
+    t.pid = getpid();
     t.enabled = true;
     return true;
 }

@@ -99,8 +99,10 @@ bool mh_trace_env_plan(char *const envp[], mh_env_plan *plan)
             if (has_key(*e, knob_key[i]))
                 have |= 1u << i;
     }
-    if (sock != NULL && *sock != '\0' && strcmp(sock, ours) != 0)
-        return true;  /* another trace's child (a nested memhook trace): its own */
+    if (sock != NULL && *sock != '\0' && strcmp(sock, ours) != 0) {
+        plan->foreign = true;  /* another trace's child (a nested memhook trace): its own */
+        return true;
+    }
     plan->add_socket = sock == NULL || *sock == '\0';
     for (int i = 0; i < KNOBS; i++)
         if (g.knob_kv[i] != NULL && !(have & (1u << i)))

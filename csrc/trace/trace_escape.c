@@ -226,10 +226,10 @@ void mh_trace_escape_report(unsigned why, const char *path)
     close(fd);
 }
 
-void mh_trace_escape_check(int dirfd, const char *path, int at_flags, unsigned spawned)
+bool mh_trace_escape_check(int dirfd, const char *path, int at_flags, unsigned spawned)
 {
     if (mh_trace_socket_path() == NULL || path == NULL)
-        return;
+        return false;
     int saved = errno;
     char who[256] = "";
     unsigned why = program_escape(dirfd, path, at_flags, who, sizeof who);
@@ -257,6 +257,7 @@ void mh_trace_escape_check(int dirfd, const char *path, int at_flags, unsigned s
         mh_trace_escape_report(why | spawned, name);
     }
     errno = saved;
+    return why != 0;
 }
 
 bool mh_trace_exec_search(const char *file, char *buf, size_t cap)

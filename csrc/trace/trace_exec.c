@@ -123,33 +123,59 @@ static int run(const struct call *c, char *const envp[])
     return missing();
 }
 
-/* The program the call will run, checked for an escape. */
-static void check(const struct call *c)
+/* The program the call will run, checked for an escape: whether it runs
+ * without the core. */
+static bool check(const struct call *c)
 {
     if (c->path == NULL)
-        return;  /* the real call says EFAULT, or crashes as it would untraced */
+        return false;  /* the real call says EFAULT, or crashes as it would untraced */
     unsigned spawned = c->how == SPAWN || c->how == SPAWNP ? MH_TRACE_ESCAPE_SPAWNED : 0;
     switch (c->how) {
     case EXECVE:
     case SPAWN:
-        mh_trace_escape_check(AT_FDCWD, c->path, 0, spawned);
-        break;
+        return mh_trace_escape_check(AT_FDCWD, c->path, 0, spawned);
     case EXECVPE:
     case SPAWNP: {
         char found[PATH_MAX];
         if (strchr(c->path, '/') != NULL)
-            mh_trace_escape_check(AT_FDCWD, c->path, 0, spawned);
-        else if (mh_trace_exec_search(c->path, found, sizeof found))
-            mh_trace_escape_check(AT_FDCWD, found, 0, spawned);
-        break;
+            return mh_trace_escape_check(AT_FDCWD, c->path, 0, spawned);
+        if (mh_trace_exec_search(c->path, found, sizeof found))
+            return mh_trace_escape_check(AT_FDCWD, found, 0, spawned);
+        return false;
     }
     case FEXECVE:
-        mh_trace_escape_check(c->fd, "", AT_EMPTY_PATH, 0);
-        break;
+        return mh_trace_escape_check(c->fd, "", AT_EMPTY_PATH, 0);
     case EXECVEAT:
-        mh_trace_escape_check(c->fd, c->path, c->flags, 0);
-        break;
+        return mh_trace_escape_check(c->fd, c->path, c->flags, 0);
     }
+    return false;
+}
+
+/* libc's function for the call, the new process announced to the
+ * collector where its first traced image is still to come (EXPECT): a
+ * posix_spawn child once the spawn has returned - glibc's runs no atfork
+ * handler, and its parent may exit as soon as the child exec'd - and a
+ * vfork or raw clone child before its exec, which its parent waits for
+ * and no more.  A fork child said HELLO from its handler already; a
+ * program that escapes the trace, or is given another trace's collector,
+ * never says HELLO here and is not waited for (`elsewhere`). */
+static int run_announced(const struct call *c, char *const envp[], bool elsewhere)
+{
+    if (elsewhere)
+        return run(c, envp);
+    if (c->how != SPAWN && c->how != SPAWNP) {
+        if (mh_trace_exec_needs_expect())
+            mh_trace_expect(getpid());
+        return run(c, envp);
+    }
+    pid_t own = 0;
+    struct call s = *c;
+    if (s.pid == NULL)
+        s.pid = &own;  /* (posix_spawn's pid may be NULL; ours is needed) */
+    int rc = run(&s, envp);
+    if (rc == 0)
+        mh_trace_expect(*s.pid);
+    return rc;
 }
 
 /* The call, with the trace kept in envp. */
@@ -158,12 +184,12 @@ static int traced(const struct call *c, char *const envp[])
     if (mh_trace_socket_path() == NULL)
         return run(c, envp);
     int saved = errno;
-    check(c);
+    bool escapes = check(c);
     mh_env_plan plan;
     bool fits = mh_trace_env_plan(envp, &plan);
     errno = saved;
     if (!plan.need)
-        return run(c, envp);
+        return run_announced(c, envp, escapes || plan.foreign);
     if (!fits) {
         unsigned spawned = c->how == SPAWN || c->how == SPAWNP ? MH_TRACE_ESCAPE_SPAWNED : 0;
         mh_trace_escape_report(MH_TRACE_ESCAPE_ENV | spawned,
@@ -173,7 +199,7 @@ static int traced(const struct call *c, char *const envp[])
     }
     char *vec[plan.slots];
     char str[plan.bytes != 0 ? plan.bytes : 1];
-    return run(c, mh_trace_env_build(&plan, envp, vec, str));
+    return run_announced(c, mh_trace_env_build(&plan, envp, vec, str), escapes);
 }
 
 MH_INTERPOSE int execve(const char *path, char *const argv[], char *const envp[])

@@ -33,12 +33,25 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "mh_visibility.h"
 
 /* The collector's socket path while this image is traced, else NULL
  * (trace.c). */
 MH_HIDDEN const char *mh_trace_socket_path(void);
+
+/* Tell the collector that process `pid` (a pidfd of it, made here) is to
+ * say HELLO from an image still to come: a posix_spawn child once the
+ * spawn returned, or the calling process itself just before its exec
+ * when it is a process no image of which said HELLO yet (a vfork or raw
+ * clone child: mh_trace_exec_needs_expect).  trace_proto.h's EXPECT.
+ * Best effort: without pidfds (Linux < 5.3) nothing is sent. */
+MH_HIDDEN void mh_trace_expect(pid_t pid);
+/* Whether the calling process is one no traced image of which has said
+ * HELLO yet: it shares this image's memory (a vfork child) or copied it
+ * without a fork handler (a raw clone), and its pid is not the image's. */
+MH_HIDDEN bool mh_trace_exec_needs_expect(void);
 
 /* At load (csrc/cuda/startup_order.c): libc's exec and posix_spawn
  * functions (trace_exec.c), the environment a child's is mended with
@@ -60,6 +73,7 @@ typedef struct mh_env_plan {
                           * with the trace's first; NULL: kept as it is */
     bool add_socket;     /* MEMHOOK_TRACE_SOCKET is not set: add ours */
     unsigned add_knobs;  /* bit i: knob i is missing and ours is set */
+    bool foreign;        /* it names another trace's collector: left alone */
 } mh_env_plan;
 
 /* The most stack a mended environment may take: a thread's stack may be
@@ -83,8 +97,9 @@ MH_HIDDEN char *const *mh_trace_env_build(const mh_env_plan *plan, char *const e
  * at_flags: dirfd itself - will run without the core, tell the collector
  * (MH_TRACE_ESCAPE_*, | MH_TRACE_ESCAPE_SPAWNED when a spawned child runs
  * it).  Nothing when it cannot be read or is no program: the exec then
- * fails or runs a script through a shell, which is traced. */
-MH_HIDDEN void mh_trace_escape_check(int dirfd, const char *path, int at_flags,
+ * fails or runs a script through a shell, which is traced.  Returns
+ * whether it escapes. */
+MH_HIDDEN bool mh_trace_escape_check(int dirfd, const char *path, int at_flags,
                                      unsigned spawned);
 
 /* Tell the collector that `path` escapes, for `why` (MH_TRACE_ESCAPE_*). */

@@ -28,6 +28,14 @@
  *           core cannot follow into (trace_exec.h): a header whose count
  *           is MH_TRACE_ESCAPE_* (| MH_TRACE_ESCAPE_SPAWNED), then the
  *           program's path (no NUL), no descriptor.
+ *   EXPECT  a header alone, with a pidfd of a process whose first traced
+ *           image is still to come (SCM_RIGHTS): a posix_spawn child, sent
+ *           by its parent once the spawn returned, or a vfork (or raw
+ *           clone) child, sent by the child itself just before its exec.
+ *           Neither ran an atfork handler, and the parent may exit as soon
+ *           as the exec is done, before the loader has run the child's
+ *           core: the collector waits for the process until one of its
+ *           images says HELLO or it ends.
  */
 #ifndef MEMHOOK_TRACE_PROTO_H
 #define MEMHOOK_TRACE_PROTO_H
@@ -37,8 +45,9 @@
 #define MH_TRACE_MAGIC 0x3154484Du /* "MHT1" */
 /* 3: events carry `caller` (memhook.h: 16-bit kind/function/mem_type/
  * device), and the area holds module records and stack records.
- * 4: and Python records and code records (--python). */
-#define MH_TRACE_VERSION 4
+ * 4: and Python records and code records (--python).
+ * 5: EXPECT. */
+#define MH_TRACE_VERSION 5
 
 #define MH_TRACE_HELLO 1
 /* (2 and 3 were version 1's EVENTS and BYE, events on the socket.)
@@ -55,6 +64,9 @@
 #define MH_TRACE_ESCAPE_FOREIGN 3     /* an ELF of another class or machine */
 #define MH_TRACE_ESCAPE_ENV 4         /* an environment too large to mend on the stack */
 #define MH_TRACE_ESCAPE_SPAWNED 0x100u /* posix_spawn*: a child runs it, not the sender */
+/* Sent (header, a pidfd) for a process whose first image is still to
+ * come; see EXPECT above. */
+#define MH_TRACE_EXPECT 6
 
 /* mh_trace_hello.flags */
 #define MH_TRACE_HELLO_FORKED 0x1u /* a fork() child of a traced process */
@@ -62,7 +74,7 @@
 typedef struct mh_trace_header {
     uint32_t magic;    /* MH_TRACE_MAGIC */
     uint16_t version;  /* MH_TRACE_VERSION */
-    uint16_t type;     /* MH_TRACE_HELLO / _NESTED / _ESCAPE */
+    uint16_t type;     /* MH_TRACE_HELLO / _NESTED / _ESCAPE / _EXPECT */
     uint32_t count;    /* 0; ESCAPE: why (MH_TRACE_ESCAPE_*) */
     uint32_t reserved;
 } mh_trace_header;     /* 16 bytes */

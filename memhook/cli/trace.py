@@ -7,80 +7,16 @@ command's socket and streams its events (csrc/trace/trace.c); this process
 collects them (:mod:`memhook.tracing.collector`), writes them in the chosen
 format as they come, and ends with a summary.
 
-Where things go:
+CMD outlives every failure on this side: memhook never kills or signals CMD
+because of its own trouble (an output that fails is closed and said under
+the summary; a bad trace area costs that area alone).  Exit status: CMD's
+(128+N when a signal N ended it); only when CMD succeeded does the trace's
+own state show: 70 (:data:`DEGRADED_STATUS`) when the trace is incomplete,
+127/126 when CMD cannot be found/executed, 2 for a usage error.
 
-* ``text`` (default): events and summary to stdout (or ``-o FILE``), live,
-  interleaved with CMD's own output; each line shows pid and tid, and the
-  lines of all processes are merged in timestamp order
-  (:mod:`memhook.tracing.reorder`: held 250 ms);
-* ``jsonl``: events to stdout (or ``-o FILE``); when they go to stdout,
-  CMD's stdout is sent to stderr so the stream stays parseable; the first
-  line is a header record (host, rank, clock anchor:
-  :mod:`memhook.tracing.runinfo`), which ``memhook merge`` aligns by;
-* ``-o`` is a template: ``%p`` (this memhook's pid), ``%h`` (the host),
-  ``%r`` (the rank, from the launchers' variables), ``%%``; one file per rank;
-* ``chrome``, ``memviz``: to ``-o FILE`` (default ``memhook-trace.json`` /
-  ``memhook-trace.pickle``);
-* ``--oom-snapshot FILE``: a memviz pickle of what was live on the device
-  of the first allocation that failed for lack of memory, at that moment
-  (:mod:`memhook.tracing.oom`; the summary's OOM section and jsonl's
-  ``oom`` record say the same in every format); written when the trace
-  ends, and not at all (said under the summary) when nothing failed so;
-* the summary goes to stderr - except for text to stdout, where it ends
-  the stream; to a file (``-o``) it goes there too for text, so the
-  terminal shows it in every format.
-
-Pids: every output shows a process by its kernel pid as this (memhook's)
-PID namespace numbers it - the one a user here can ``kill`` or find in
-``ps`` - taken from the socket (``SO_PEERCRED``), never from what the
-process says; a process in a PID namespace of its own (a container,
-``unshare -p``) has its own number beside it in the "process started" line
-and the summary.  Thread ids stay as the process numbers them.
-
-``-m ''`` is an error (name a mode); without a loadable CUDA driver and
-without ``--sim`` CMD still runs, and the tracer says so and suggests
-``--sim``.  Signals: see :class:`memhook.cli.launch.SignalRelay`.
-
-CMD outlives every failure on this side.  memhook never kills or signals
-CMD because of its own trouble:
-
-* an output that fails (a full disk under ``-o``: ENOSPC; an encoding
-  error; any exception of a formatter) is closed, said under the summary,
-  and the trace goes on into the summary and the other outputs; an output
-  closed by its reader (``| head``: EPIPE) likewise;
-* a malformed or hostile HELLO or trace area, or a failure reading one
-  area, costs that area alone (:mod:`memhook.tracing.collector`);
-* an exception of the collector itself stops the reading (its traceback
-  goes to stderr); memhook then only waits for CMD, still relaying
-  signals, and writes the summary of what it had.  The processes' trace
-  areas cannot block them: they only fill.
-
-Children: every process CMD starts stays traced, whatever environment it
-is given (csrc/trace/trace_exec.c puts the trace back into it); a program
-the core cannot follow into (set-ID, static or foreign with CUDA) is named
-(:mod:`memhook.tracing.escape` checks CMD itself).  The trace ends when CMD
-and every traced process after it have ended (orphans: background jobs,
-daemons), saying so while it waits; ``--no-wait-orphans`` (1 s after CMD)
-or a signal (SIGTERM, SIGHUP, SIGQUIT; ^C twice) stops the wait, and names
-what still runs.
-
-Exit status: CMD's (128+N when a signal N ended it), whatever the trace
-did.  Only when CMD succeeded (0) does the trace's own state show: 70
-(:data:`DEGRADED_STATUS`, sysexits' EX_SOFTWARE) when the trace is
-incomplete - events lost (an area full, a raw-fork child, a refused HELLO,
-an area that failed), a program that escaped the trace, traced processes
-still running when the trace stopped waiting, an output that failed (not
-one its reader closed) or that was removed or replaced under ``-o``, or
-the collector's own failure; the lines under the summary say what and
-why.  127 when CMD cannot be found, 126 when it cannot be executed; 2 for
-a usage error (bad flag, missing CMD, unknown format or mode, unwritable
-output).  A second signal: see :class:`memhook.cli.launch.SignalRelay` (128+N, CMD left
-running).
-
-Nested: a ``memhook trace`` run by a traced program traces its own CMD
-(its outputs are what that program asked for) and tells the outer trace
-so, which says it under its summary: the inner command's events are in
-the inner trace, not the outer one.
+docs/trace.md is the reference: where each format and the summary go, how
+processes are numbered, which children stay traced and when the trace ends,
+every exit status, and nested traces.
 """
 
 from __future__ import annotations
@@ -350,7 +286,7 @@ def _driver_problem(env: dict[str, str]) -> str | None:
 
     Asked of a child with CMD's environment (its LD_LIBRARY_PATH counts), so
     this process never loads the host's driver; dlopen only, no cuInit, so
-    it costs a Python start (~20 ms), not a driver start."""
+    it costs a Python start, not a driver start."""
     try:
         probe = subprocess.run([sys.executable, "-S", "-c", _DRIVER_PROBE], env=env,
                                capture_output=True, text=True, timeout=60, check=False)

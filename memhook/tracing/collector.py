@@ -49,7 +49,7 @@ from .area import SEG_EVENTS, AreaTruncated, TraceArea
 from .writers.base import Writer
 from .ledger import Ledger, Process
 from .modules import parse_modules
-from .peers import Peer, identify, pidfd_ended
+from .peers import Peer, identify, pidfd_ended, pidfd_pid
 from .sockdir import SocketFolder
 
 __all__ = ["Collector"]
@@ -92,6 +92,9 @@ class Collector:
         self.selector.register(self.listener, selectors.EVENT_READ)
         self.pending: dict[socket.socket, Peer] = {}  # accepted, HELLO not read yet
         self.images: list[_Image] = []
+        # Processes announced by EXPECT (kernel pid -> its pidfd): waited
+        # for until one of their images says HELLO or they end.
+        self.expected: dict[int, int] = {}
         self.failures: list[str] = []
         """What the trace lost or refused (events not traced): memhook
         trace then exits nonzero after CMD (unless CMD's own status is)."""
@@ -176,6 +179,9 @@ class Collector:
             if kind == protocol.ESCAPE and not fds:
                 self.note_escape(peer.pid, protocol.parse_escape(data))
                 return
+            if kind == protocol.EXPECT and len(fds) == 1:
+                self._expect(fds.pop())
+                return
             if kind != protocol.HELLO or len(fds) != 1:
                 raise protocol.ProtocolError(f"expected HELLO with one descriptor, got type "
                                              f"{kind} with {len(fds)}")
@@ -198,6 +204,7 @@ class Collector:
         except (protocol.ProtocolError, OSError, ValueError) as exc:
             self._refuse(peer, str(exc), hello.command)
             return
+        self._unexpect(peer.pid)  # (announced, and here now)
         for image in list(self.images):
             if image.proc.pid == peer.pid:  # the same process, a new image: it exec'd
                 try:
@@ -226,6 +233,25 @@ class Collector:
         self.ledger.process_started(proc)
         for w in self.writers:
             w.process_started(proc)
+
+    def _expect(self, pidfd: int) -> None:
+        """An EXPECT: the process of ``pidfd`` is to say HELLO from an
+        image still to come (a posix_spawn or vfork child: trace_proto.h).
+        Waited for like a connection that has said nothing, until then or
+        its end.  Nothing to wait for when it has ended already, or
+        already said HELLO (its image is read and waited for)."""
+        pid = pidfd_pid(pidfd)
+        if pid <= 0 or pid in self.expected or any(i.proc.pid == pid for i in self.images):
+            os.close(pidfd)
+            return
+        self.expected[pid] = pidfd
+        self.selector.register(pidfd, selectors.EVENT_READ, pid)
+
+    def _unexpect(self, pid: int) -> None:
+        pidfd = self.expected.pop(pid, None)
+        if pidfd is not None:
+            self.selector.unregister(pidfd)
+            os.close(pidfd)
 
     def note_escape(self, pid: int, escape: protocol.Escape) -> None:
         """Process ``pid`` starts a program the trace cannot follow into
@@ -404,6 +430,10 @@ class Collector:
                 self._accept()
             elif key.fileobj in self.pending:
                 self._hello(key.fileobj)  # type: ignore[arg-type]
+            elif isinstance(key.data, int):  # an announced process ended, no HELLO
+                # (a HELLO it sent before is still in the listen queue: the
+                # run's last look takes it)
+                self._unexpect(key.data)
             busy = True
         for image in list(self.images):
             try:
@@ -454,7 +484,7 @@ class Collector:
                 elif stop():
                     break
                 continue
-            if not self.images and not self.pending:
+            if not self.images and not self.pending and not self.expected:
                 if not self.poll(0):  # a last look for connections not yet accepted
                     break
             elif stop() or (not wait_orphans and time.monotonic() > deadline):
@@ -495,6 +525,8 @@ class Collector:
             peer = self._drop(conn)
             if peer is not None:
                 peer.close()
+        for pid in list(self.expected):
+            self._unexpect(pid)
         for image in self.images:
             if image.pidfd is not None:
                 os.close(image.pidfd)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Peer", "identify", "pidfd_ended"]
+__all__ = ["Peer", "identify", "pidfd_ended", "pidfd_pid"]
 
 SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
 _UCRED = struct.Struct("<iII")  # pid, uid, gid
@@ -88,6 +88,16 @@ def _start_ns(pid: int) -> int | None:
         return int(fields[19]) * _TICK_NS  # field 22: starttime
     except (IndexError, ValueError):
         return None
+
+
+def pidfd_pid(pidfd: int) -> int:
+    """The pid, as this PID namespace numbers it, of a process known by a
+    pidfd someone sent (fdinfo's ``Pid``): 0 when it has ended, is outside
+    this namespace, or the kernel does not say (< 5.3)."""
+    nums = _fdinfo_field(pidfd, "Pid:")
+    if nums is _ABSENT or not nums or nums[0] <= 0 or pidfd_ended(pidfd):
+        return 0
+    return nums[0]
 
 
 def _pidfd(conn: socket.socket, pid: int, accepted_ns: int) -> int | None:

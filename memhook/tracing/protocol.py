@@ -11,7 +11,11 @@ Mirrors ``csrc/trace/trace_proto.h`` (a test compares the two): one Unix
   (:func:`nested_message`);
 * ESCAPE - from a traced process about to exec or spawn a program the core
   cannot follow into: the header's count says why, the path follows
-  (:func:`parse_escape`).
+  (:func:`parse_escape`);
+* EXPECT - a header alone with a pidfd (``SCM_RIGHTS``) of a process whose
+  first traced image is still to come (a posix_spawn child, from its
+  parent; a vfork child, from itself before its exec): the collector waits
+  for it until one of its images says HELLO or it ends.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from .._event_layout import EVENT_DTYPE
 
 __all__ = [
     "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED", "HELLO_FORKED", "MAGIC", "MAX_MESSAGE",
-    "ESCAPE", "NESTED", "VERSION", "Escape", "Hello", "ProtocolError", "nested_message",
+    "ESCAPE", "EXPECT", "NESTED", "VERSION", "Escape", "Hello", "ProtocolError", "nested_message",
     "parse_escape", "parse_header", "parse_hello",
 ]
 
 MAGIC = 0x3154484D          # "MHT1"
-VERSION = 4  # 3: events carry caller, module and stack records; 4: Python and code records
-HELLO, NESTED, ESCAPE = 1, 4, 5  # (2 and 3 were version 1's EVENTS and BYE)
+VERSION = 5  # 3: events carry caller, module and stack records; 4: Python and code records;
+#              5: EXPECT
+HELLO, NESTED, ESCAPE, EXPECT = 1, 4, 5, 6  # (2 and 3 were version 1's EVENTS and BYE)
 HELLO_FORKED = 0x1
 ESCAPE_SECURE, ESCAPE_STATIC, ESCAPE_FOREIGN, ESCAPE_ENV = 1, 2, 3, 4
 ESCAPE_SPAWNED = 0x100

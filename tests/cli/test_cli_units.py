@@ -29,6 +29,7 @@ def test_protocol_matches_trace_proto_h() -> None:
     assert d["MH_TRACE_MAGIC"] == protocol.MAGIC
     assert d["MH_TRACE_VERSION"] == protocol.VERSION
     assert (d["MH_TRACE_HELLO"], d["MH_TRACE_NESTED"]) == (protocol.HELLO, protocol.NESTED)
+    assert (d["MH_TRACE_ESCAPE"], d["MH_TRACE_EXPECT"]) == (protocol.ESCAPE, protocol.EXPECT)
     assert d["MH_TRACE_HELLO_FORKED"] == protocol.HELLO_FORKED
     assert protocol.HEADER.size == 16 and protocol.HELLO_FIXED.size == 48
 

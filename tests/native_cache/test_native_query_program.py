@@ -98,3 +98,27 @@ def test_a_query_never_waits_for_a_drain_and_sees_its_own_events(tmp_path: Path)
     exe = _build(ROOT / "tests" / "fixtures" / "native_query_nowait.c", tmp_path / "nqw")
     out = _run(exe)
     assert out.rstrip().endswith("ALL OK"), out
+
+
+def test_the_query_memo_is_never_torn_by_a_signal_handler(tmp_path: Path) -> None:
+    """tests/fixtures/native_query_memo_signals.c: the main thread's queries
+    replace the thread's memo at nearly every call while another thread
+    keeps signalling it, and the handler queries (memhook_query_cached,
+    async-signal-safe) on the same thread: neither side may answer with
+    another region's extent, type or alloc_id (a memo half written by one,
+    half by the other)."""
+    exe = _build(ROOT / "tests" / "fixtures" / "native_query_memo_signals.c", tmp_path / "nqm")
+    out = _run(exe, "1000000")
+    assert out.rstrip().endswith("ALL OK"), out
+    assert int(re.search(r"handled=(\d+)", out)[1]) > 0, out
+
+
+def test_the_batches_answer_each_pointer_as_a_query_does(tmp_path: Path) -> None:
+    """tests/fixtures/native_query_batch.c: 10,001 pointers over 2,000 live
+    allocations with holes, host memory and the ends, random and sorted,
+    through memhook_query_batch (a larger stride) and memhook_query_types,
+    each against memhook_query; the byte at 2^64 - 1 stops a batch with
+    -EOVERFLOW after answering what came before it."""
+    exe = _build(ROOT / "tests" / "fixtures" / "native_query_batch.c", tmp_path / "nqb")
+    out = _run(exe)
+    assert out.rstrip().endswith("ALL OK"), out

@@ -7,7 +7,13 @@ interface plus 200 ns).
 
 64 distinct tensors/arrays of each kind, cycled; best of 7 rounds of
 100,000 queries.  Each answer is checked (CUDA for device objects, HOST for
-CPU tensors) before anything is timed.
+CPU tensors) before anything is timed, and so is where it was read: the
+"python" column counts the objects of the kind that went to Python's
+normaliser (memhook._inputs.byte_range) over 10 rounds after the first
+object - 0 when C reads the kind.  A CPU tensor's interface is read in the
+protocols' order, as memhook must: __cuda_array_interface__ (it raises),
+then __dlpack_device__() and __dlpack__(max_version=(1, 0)); "dlpack()" is
+PyTorch's own __dlpack__() alone, for reference.
 """
 
 from __future__ import annotations
@@ -32,6 +38,35 @@ def best_ns(fn: Callable[[Any], Any], objs: list[Any]) -> float:
     return best
 
 
+def cpu_tensor_iface(t: Any) -> Any:
+    try:
+        return t.__cuda_array_interface__
+    except AttributeError:
+        return t.__dlpack_device__(), t.__dlpack__(max_version=(1, 0))
+
+
+def python_reads(objs: list[Any]) -> int:
+    """How many of 10 rounds over ``objs`` memory_type left to Python."""
+    import memhook
+    from memhook import _query
+    calls = []
+    real = _query.byte_range
+
+    def counting(obj: Any, size: Any = 1) -> Any:
+        calls.append(obj)
+        return real(obj, size)
+
+    memhook.memory_type(objs[0])  # (the first object of a type teaches C)
+    _query.byte_range = counting
+    try:
+        for _ in range(10):
+            for o in objs:
+                memhook.memory_type(o)
+    finally:
+        _query.byte_range = real
+    return len(calls)
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "bistro,reloc"
     import memhook
@@ -48,16 +83,14 @@ def main() -> None:
     memhook.flush()
     cases: dict[str, tuple[list[Any], Callable[[Any], Any], MemoryType]] = {
         "torch cuda tensor": (tensors, lambda t: t.__cuda_array_interface__, MemoryType.CUDA),
-        "torch cpu tensor": (cpu_tensors, lambda t: t.__array_interface__
-                             if hasattr(t, "__array_interface__") else t.__dlpack__(),
-                             MemoryType.HOST),
+        "torch cpu tensor": (cpu_tensors, cpu_tensor_iface, MemoryType.HOST),
         "cupy array": (arrays, lambda a: a.__cuda_array_interface__, MemoryType.CUDA),
     }
     attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     print(f"memhook {memhook.__version__}, mode {mode}, {torch.cuda.get_device_name()}, "
           f"torch {torch.__version__}, cupy {cupy.__version__}")
     print(f"{'object':22} {'memory_type':>12} {'interface':>10} {'iface+200':>10} "
-          f"{'driver':>10}  goal")
+          f"{'driver':>10} {'python':>7}  goal")
     failed = False
     for name, (objs, iface, want) in cases.items():
         try:
@@ -78,8 +111,11 @@ def main() -> None:
         ptrs = [o.data_ptr() if hasattr(o, "data_ptr") else o.data.ptr for o in objs]
         drv = best_ns(lambda p: cu.cuPointerGetAttribute(attr, p), ptrs)
         ok = mt <= it + 200 if it == it else mt <= 300
-        print(f"{name:22} {mt:12.0f} {it:10.0f} {it + 200:10.0f} {drv:10.0f}  "
+        slow = python_reads(objs)
+        print(f"{name:22} {mt:12.0f} {it:10.0f} {it + 200:10.0f} {drv:10.0f} {slow:7d}  "
               f"{'met' if ok else 'MISSED'}")
+    plain = best_ns(lambda t: t.__dlpack__(), cpu_tensors)
+    print(f"torch cpu tensor: __dlpack__() alone {plain:.0f} ns")
     sys.exit(1 if failed else 0)
 
 

@@ -256,8 +256,8 @@ MEMHOOK_API size_t memhook_events_drain_into(memhook_event *out, size_t capacity
  * Python's feeder does): memhook_events_drain's order, but it promises
  * nothing about what was pending when it was called - it hands out what
  * the previous call (any drain's) saw published, and of a lane whose
- * thread recorded since, only events some way behind the newest (the
- * lines that thread writes next stay in its core: issue 26).  It reads
+ * thread recorded since, only events some way behind the newest (so the
+ * cache lines that thread writes next stay in its core).  It reads
  * each thread's count once.  What it leaves, a later call or any
  * memhook_events_drain / _bounded run takes (those hand out everything
  * recorded before they began: use them for a flush or before a query).
@@ -321,58 +321,6 @@ MEMHOOK_API int memhook_events_record(int kind, int function, uint64_t address,
  * pending first.  So a program with no Python in it (this library in
  * LD_PRELOAD, hooks installed with memhook_hooks_install) has it too, and a
  * C transport, Python and `memhook trace` all read the same one.
- *
- * Contract of memhook_query(ptr, len, out):
- *  - [ptr, ptr + len) is asked about (len 0 is taken as 1: the byte at ptr).
- *  - Wholly inside one allocation: its type, device, base, size and alloc_id.
- *    Covered by touching allocations of one type: that type, base/size span
- *    them, device -1 unless they share one, alloc_id 0.  Starting in an
- *    allocation and running past its end into a gap or another type, or
- *    starting in a gap and running into one: MEMHOOK_MEMORY_UNKNOWN.  In no
- *    allocation: MEMHOOK_MEMORY_HOST.  (The semantics of Python's
- *    memhook.MemtypeCache, which is the reference the cache is tested
- *    against.)  For a HOST or UNKNOWN answer base/size are ptr/len and
- *    alloc_id is 0.
- *  - alloc_id: unique per allocation for the life of the process (never
- *    reused, never 0 for an allocation): what a registration cache keys on,
- *    as it keys on CU_POINTER_ATTRIBUTE_BUFFER_ID.  A part of an allocation
- *    that outlives a partial unmap keeps its id.
- *  - origin: MEMHOOK_ORIGIN_HOOKS when the hooks vouch for the answer (no
- *    driver call was made): a region learned from hook events since the hooks
- *    were last installed, or host memory while the hooks cover every
- *    allocation entry point of the loaded driver
- *    (memhook_hooks_coverage_complete).  MEMHOOK_ORIGIN_DRIVER when the
- *    driver was asked - the only way an answer is made where the hooks do
- *    not vouch: no hooks, memory learned before an uninstall, a region
- *    remembered from a driver answer while the hooks do not cover frees,
- *    UNKNOWN regions (a context reset, VA reserved before install).
- *    MEMHOOK_ORIGIN_UNKNOWN when neither could: what the cache holds is
- *    answered, unverified (no driver loaded or initialised).  The driver is
- *    asked only if this process has already loaded and initialised it:
- *    memhook never loads or initialises a driver for a query.
- *  - A driver answer is remembered as a region (origin DRIVER) when no event
- *    was applied meanwhile; it is vouched for only while the hooks cover
- *    every entry point (else a free may go unseen), and re-verified with
- *    the driver otherwise.
- *  - Returns 0 with *out filled; -EINVAL for out NULL or out->struct_size
- *    below MEMHOOK_REGION_MIN_SIZE (nothing written); -EOVERFLOW when
- *    ptr + len runs past the end of the address space.
- *  - Any thread; it waits for no lock and no writer, and makes no malloc:
- *    the cache's memory is mapped by its writers.  When events are pending
- *    it first applies them, taking the queue's consumer lock and the
- *    cache's writer seat only if they are free.  Where another thread holds
- *    them (a drain in progress), the calling thread's own pending events
- *    are still seen (read from its lane: an allocation it made is answered
- *    by the hooks, with the alloc_id it keeps), and the driver is asked
- *    only when another thread's events are pending too (the cache may lack
- *    one of them).
- *
- * Async-signal-safety: memhook_query_cached and memhook_query_types_cached
- * are async-signal-safe (no drain, no driver call, no lock: they read the
- * published snapshot, with a nested reader in a handler keeping the
- * interrupted one's protection).  memhook_query, memhook_query_batch and
- * memhook_query_types are not: they may drain (the queue's lock), and may
- * call the driver (dlopen of an already-loaded libcuda, its own locks).
  */
 
 #define MEMHOOK_ORIGIN_UNKNOWN 0  /* neither hooks nor driver vouched */
@@ -393,13 +341,53 @@ typedef struct memhook_region {
 /* The smallest struct_size accepted: every field above. */
 #define MEMHOOK_REGION_MIN_SIZE sizeof(memhook_region)
 
+/* memhook_query(ptr, len, out): what [ptr, ptr + len) is (len 0: the byte
+ * at ptr).  Python's memhook.MemtypeCache has the same semantics and is the
+ * reference the cache is tested against.
+ *  - Wholly inside one allocation: its type, device, base, size, alloc_id.
+ *    Covered by touching allocations of one type: that type, base/size span
+ *    them, device -1 unless they share one, alloc_id 0.  Running from an
+ *    allocation into a gap or another type, or from a gap into one:
+ *    MEMHOOK_MEMORY_UNKNOWN.  In no allocation: MEMHOOK_MEMORY_HOST.  For
+ *    HOST or UNKNOWN, base/size are ptr/len and alloc_id is 0.
+ *  - alloc_id: unique per allocation for the life of the process (never
+ *    reused, never 0 for an allocation): a registration cache keys on it as
+ *    on CU_POINTER_ATTRIBUTE_BUFFER_ID.  A part of an allocation that
+ *    outlives a partial unmap keeps its id.
+ *  - origin: HOOKS when the hooks vouch (no driver call): a region learned
+ *    from hook events since the hooks were last installed, or host memory
+ *    while they cover every allocation entry point of the loaded driver
+ *    (memhook_hooks_coverage_complete).  DRIVER when the driver was asked,
+ *    the only way an answer is made where the hooks do not vouch (no hooks,
+ *    memory learned before an uninstall, a region remembered from a driver
+ *    answer while the frees are not covered, UNKNOWN regions: a context
+ *    reset, VA reserved before install).  UNKNOWN when neither could (no
+ *    driver loaded or initialised): the cache's answer, unverified.  The
+ *    driver is asked only if this process has loaded and initialised it
+ *    already: memhook never loads or initialises a driver for a query.
+ *  - A driver answer is remembered as a region (origin DRIVER) when no event
+ *    was applied meanwhile; vouched for only while the hooks cover every
+ *    entry point, else re-verified with the driver.
+ *  - Returns 0 with *out filled; -EINVAL for out NULL or out->struct_size
+ *    below MEMHOOK_REGION_MIN_SIZE (nothing written); -EOVERFLOW when
+ *    ptr + len runs past the end of the address space.
+ *  - Any thread; waits for no lock and no writer, makes no malloc.  Pending
+ *    events are applied first if the queue's consumer lock and the cache's
+ *    writer seat are free; if another thread holds them, the caller's own
+ *    pending events are still seen (from its lane: its own allocation is
+ *    answered by the hooks, with the alloc_id it keeps), and the driver is
+ *    asked only when another thread's events are pending too.  Not
+ *    async-signal-safe (it may drain and call the driver): the _cached
+ *    forms are. */
 MEMHOOK_API int memhook_query(const void *ptr, size_t len, memhook_region *out);
 /* memhook_query without a drain or a driver call: what the cache holds now
  * (its published map: on a map of 2,048 regions or more, the events a drain
  * applied are published by the next memhook_query, or by a later drain
  * once they are as many as twice the map's regions).
  * Where memhook_query would ask the driver, answers what the cache has with
- * origin MEMHOOK_ORIGIN_UNKNOWN.  Async-signal-safe. */
+ * origin MEMHOOK_ORIGIN_UNKNOWN.  Async-signal-safe: no drain, no driver
+ * call, no lock (it reads the published snapshot; a nested reader in a
+ * handler keeps the interrupted one's protection). */
 MEMHOOK_API int memhook_query_cached(const void *ptr, size_t len, memhook_region *out);
 /* memhook_query of the byte at each of ptrs[0 .. count), one drain for all:
  * out is an array of count regions of out[0].struct_size bytes each (the
@@ -410,7 +398,9 @@ MEMHOOK_API int memhook_query_batch(const void *const *ptrs, size_t count, memho
  * memory_types binds.  Returns 0, or -EINVAL for a NULL array with count
  * nonzero. */
 MEMHOOK_API int memhook_query_types(const uint64_t *ptrs, size_t count, uint8_t *types);
-/* memhook_query_types from the cache alone (as memhook_query_cached). */
+/* memhook_query_types from the cache alone (as memhook_query_cached;
+ * async-signal-safe).  memhook_query_batch and memhook_query_types are not:
+ * like memhook_query they may drain and call the driver. */
 MEMHOOK_API int memhook_query_types_cached(const uint64_t *ptrs, size_t count,
                                             uint8_t *types);
 

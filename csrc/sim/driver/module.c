@@ -27,17 +27,6 @@
  * Globals are zero-filled allocations made with sim_mem_alloc_locked
  * (owner = the module) and flagged SIM_ALLOC_FLAG_MODULE_GLOBAL, so that
  * cuMemFree refuses them: only unloading frees them.
- *
- * cuModuleGetGlobal (the 32-bit v1 ABI) first needs a current context
- * created by the v1 cuCtxCreate, else CUDA_ERROR_INVALID_CONTEXT, as every
- * v1 entry point (sim_internal.h).  Then it answers only when the values fit
- * in 32 bits.  Globals live in the 64-bit device range, so asking v1 for an
- * address returns CUDA_ERROR_INVALID_VALUE (nothing written); asking it only
- * for the size (dptr == NULL) works.  A 64-bit process cannot hold such a
- * pointer in a CUdeviceptr_v1 on a real driver either.
- *
- * Modules obtained from a library (cuLibraryGetModule) are owned by the
- * library: cuModuleUnload on them is CUDA_ERROR_NOT_PERMITTED.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -382,6 +371,8 @@ SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
     return load_text(module, image);
 }
 
+/* A module obtained from a library (cuLibraryGetModule) is the library's:
+ * unloading it here is CUDA_ERROR_NOT_PERMITTED. */
 SIM_API CUresult cuModuleUnload(CUmodule hmod)
 {
     CUresult rc = sim_check_init();
@@ -447,6 +438,12 @@ SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
     return CUDA_SUCCESS;
 }
 
+/* The 32-bit v1 ABI: first a current context made by the v1 cuCtxCreate,
+ * else CUDA_ERROR_INVALID_CONTEXT, as every v1 entry point (sim_internal.h);
+ * then an answer only where the values fit in 32 bits.  Globals live in the
+ * 64-bit device range, so asking for an address is CUDA_ERROR_INVALID_VALUE
+ * (nothing written) and asking only for the size (dptr NULL) works, as on a
+ * real driver, where a CUdeviceptr_v1 cannot hold such a pointer either. */
 SIM_API CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod,
                                    const char *name)
 {

@@ -40,7 +40,7 @@ import time
 AREA = struct.Struct("<IIIIQQQQQQQiIQQQQQQ")
 HEADER = struct.Struct("<IHHII")
 HELLO = struct.Struct("<iiIiIIQIIII")
-AREA_MAGIC, MAGIC, VERSION, SEG_EVENTS, SEG_BYTES = 0x41544D48, 0x3154484D, 4, 256, 256 * 64
+AREA_MAGIC, MAGIC, VERSION, SEG_EVENTS, SEG_BYTES = 0x41544D48, 0x3154484D, 5, 256, 256 * 64
 
 
 RECORDS = struct.Struct("<QQQQQQQIIQQQQQQQQII")  # mh_trace_area from modules_off (256)
