@@ -150,6 +150,7 @@ size_t memhook_events_drain_background(memhook_event *out, size_t capacity);
 int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms);
 const volatile uint32_t *memhook_events_pending_flag(void);
 int memhook_events_precise_time(int want);
+int memhook_events_exact_sizes(int want);
 typedef struct memhook_queue_stats {
     uint64_t produced;
     uint64_t consumed;

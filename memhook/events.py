@@ -159,12 +159,15 @@ class Subscription:
     A subscription closed while a drain is delivering gets no further
     events."""
 
-    __slots__ = ("__weakref__", "_active", "_kind_bits", "callback", "kinds", "precise_time")
+    __slots__ = ("__weakref__", "_active", "_kind_bits", "callback", "exact", "kinds",
+                 "precise_time")
 
-    def __init__(self, callback: Callback, kinds: EventKind, precise_time: bool = False) -> None:
+    def __init__(self, callback: Callback, kinds: EventKind, precise_time: bool = False,
+                 exact: bool = False) -> None:
         self.callback = callback
         self.kinds = kinds
         self.precise_time = precise_time
+        self.exact = exact
         self._kind_bits = int(kinds)  # (the drain tests it per event: int & int is cheap)
         self._active = True
 
@@ -213,6 +216,8 @@ class _Registry:
         steps: list[tuple[Any, ...]] = []
         if sub.precise_time:
             steps.append((lib.memhook_events_precise_time, 1))
+        if sub.exact:
+            steps.append((lib.memhook_events_exact_sizes, 1))
         with self.lock:
             steps.append((setattr, self, "current", (*self.current, sub)))
             commit(steps)
@@ -226,6 +231,8 @@ class _Registry:
                 (setattr, self, "current", tuple(s for s in self.current if s is not sub))]
             if sub.precise_time:
                 steps.append((lib.memhook_events_precise_time, 0))
+            if sub.exact:
+                steps.append((lib.memhook_events_exact_sizes, 0))
             commit(steps)
 
     def after_fork_in_child(self) -> None:
@@ -247,7 +254,7 @@ def _as_kinds(kinds: EventKind | int) -> EventKind:
 
 def subscribe(callback: Callback,
               kinds: EventKind | int = EventKind.ALLOC | EventKind.FREE, *,
-              precise_time: bool = False) -> Subscription:
+              precise_time: bool = False, exact: bool = False) -> Subscription:
     """Call ``callback(event)`` for every event of ``kinds`` drained from now
     on (failed calls included), in event order.  Returns the
     :class:`Subscription`; close it (or use it as a context manager) to
@@ -261,6 +268,14 @@ def subscribe(callback: Callback,
     instead of the kernel's coarse clock, which costs the application
     tens of ns a hooked call; events already recorded keep the time they
     have.  Subscribers that only need the order leave it off.
+
+    ``exact=True`` asks for what ``memhook trace`` gets: every FREE whose
+    call begins while the subscription is open carries its size as the
+    driver knew it before the free, sized in the hook, and every event a
+    precise timestamp.  Without it a FREE is recorded with its address
+    only and the drain fills its size, type and device from the ALLOC it
+    pairs with; a FREE of memory allocated before :func:`install` (or
+    before a gap in the hooks) then has size 0 and ``size_unknown`` set.
 
     Runtime complexity: O(s) for s live subscriptions (the list is copied
     on write, so the drain reads it without a lock).
@@ -291,7 +306,9 @@ def subscribe(callback: Callback,
         raise TypeError(f"callback must be callable, not {type(callback).__name__}")
     if not isinstance(precise_time, bool):
         raise TypeError(f"precise_time must be True or False, not {precise_time!r}")
-    sub = Subscription(callback, _as_kinds(kinds), precise_time)
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be True or False, not {exact!r}")
+    sub = Subscription(callback, _as_kinds(kinds), precise_time, exact)
     _registry.add(sub)
     return sub
 

@@ -27,6 +27,8 @@
  *   --no-profile          skip the timing of the pieces (print_profile)
  *   --no-paired           skip the paired in-thread measurement (paired_work)
  *   --paired-block N      pairs per block there (default 500; 20 blocks a round)
+ *   --exact               exact sizes (memhook_events_exact_sizes: FREEs sized in the
+ *                         hook, precise stamps), as subscribe(exact=True)
  *   --precise             precise timestamps (memhook_events_precise_time), as under
  *                         memhook trace; without it, the coarse ones every other
  *                         process gets
@@ -422,7 +424,7 @@ int main(int argc, char **argv)
     const char *libcuda = NULL, *libmemhook = NULL, *label = NULL;
     char apis_s[64] = "sync,async", modes_s[128] = "bistro,reloc,bistro+reloc",
          threads_s[64] = "1,2";
-    int rounds = 21, drain = 1, real = 0, profile = 1, paired = 1, precise = 0;
+    int rounds = 21, drain = 1, real = 0, profile = 1, paired = 1, precise = 0, exact = 0;
     long paired_blocks = 20, paired_block = 500;
     long pairs = 20000;
     size_t size = 64;
@@ -459,6 +461,8 @@ int main(int argc, char **argv)
             paired = 0;
         else if (strcmp(a, "--precise") == 0)
             precise = 1;
+        else if (strcmp(a, "--exact") == 0)
+            exact = 1;
         else if (OPT("--paired-block"))
             paired_block = atol(v);
         else if (OPT("--goal-ns"))
@@ -478,7 +482,7 @@ int main(int argc, char **argv)
                         "[--api sync,async] [--modes bistro,reloc,bistro+reloc] "
                         "[--threads 1,2] [--rounds 21] [--pairs 20000] [--size 64] "
                         "[--no-drain] [--no-profile] [--no-paired] [--paired-block 500] "
-                        "[--precise] "
+                        "[--precise] [--exact] "
                         "[--goal-ns 60 | --goal-pct 10]\n");
         return 2;
     }
@@ -501,6 +505,14 @@ int main(int argc, char **argv)
     drainer_resolve(mh);
     p_stats = need(mh, "memhook_queue_stats_get");
     p_original = need(mh, "memhook_hooks_original");
+    if (exact) {
+        /* Exact sizes, as for subscribe(exact=True): FREEs sized in the
+         * hook (the live table), precise stamps with them.  A core from
+         * before the switch sized every FREE in the hook. */
+        int (*want_exact)(int) = (int (*)(int))dlsym(mh, "memhook_events_exact_sizes");
+        if (want_exact != NULL)
+            want_exact(1);
+    }
     if (precise) {
         /* Precise timestamps, as under memhook trace (the trace itself
          * would add its own copy of every event: its cost is not this). */

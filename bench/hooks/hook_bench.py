@@ -6,6 +6,7 @@ unhooked in the same run (builds and runs bench/hooks/hook_bench.c).
     python bench/hooks/hook_bench.py --quick          # fewer, shorter rounds
     python bench/hooks/hook_bench.py --real           # the system's libcuda.so.1 (a GPU machine)
     python bench/hooks/hook_bench.py --precise        # precise timestamps, as under memhook trace
+    python bench/hooks/hook_bench.py --exact          # exact sizes (FREEs sized in the hook), as the trace
     python bench/hooks/hook_bench.py --core DIR       # libmemhook.so and sim/lib/ from DIR
                                                       #   (a `csrc/build_native.py OUT` build: OUT/memhook)
 
@@ -103,6 +104,9 @@ def main() -> int:
     ap.add_argument("--no-stub", action="store_true", help="skip the stub-driver run")
     ap.add_argument("--no-sim", action="store_true",
                     help="skip the simulator run (the stub driver's figure only)")
+    ap.add_argument("--exact", action="store_true",
+                    help="exact sizes (FREEs sized in the hook, precise stamps), as "
+                         "subscribe(exact=True) and memhook trace")
     ap.add_argument("--precise", action="store_true",
                     help="precise timestamps, as under memhook trace (default: coarse, "
                          "as everywhere else)")
@@ -128,6 +132,8 @@ def main() -> int:
         common.append("--no-drain")
     if args.precise:
         common.append("--precise")
+    if args.exact:
+        common.append("--exact")
     if args.no_profile:
         common.append("--no-profile")
 

@@ -4,7 +4,7 @@
  * variant (the real core, and the core with one piece of the hook path
  * left out) to say where the hooked pair's ns go.
  *
- *   hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] [precise]
+ *   hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] [precise|exact]
  *
  * Installs bistro, then alternates blocks of BLOCK cuMemAllocAsync +
  * cuMemFreeAsync pairs through the hooked entry points and through the
@@ -59,11 +59,13 @@ static double ns_per_tick(void)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] [precise]\n");
+        fprintf(stderr, "usage: hook_cost_split LIBMEMHOOK LIBCUDA [drainer|same] "
+                        "[precise|exact]\n");
         return 2;
     }
     int same = argc > 3 && strcmp(argv[3], "same") == 0;
-    int precise = argc > 4 && strcmp(argv[4], "precise") == 0;
+    int exact = argc > 4 && strcmp(argv[4], "exact") == 0;
+    int precise = exact || (argc > 4 && strcmp(argv[4], "precise") == 0);
     void *cu = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     void *mh = cu != NULL ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL;
     if (mh == NULL) {
@@ -79,6 +81,13 @@ int main(int argc, char **argv)
     void *(*original)(const char *) = need(mh, "memhook_hooks_original");
     p_drain = need(mh, "memhook_events_drain");
     drainer_resolve(mh);
+    if (exact) {
+        /* FREEs sized in the hook (subscribe(exact=True), the trace); a core
+         * from before the switch sizes them there always. */
+        int (*want_exact)(int) = (int (*)(int))dlsym(mh, "memhook_events_exact_sizes");
+        if (want_exact != NULL)
+            want_exact(1);
+    }
     if (precise) {
         /* A core from before the switch (--compare) has precise time always. */
         int (*want_precise)(int) = (int (*)(int))dlsym(mh, "memhook_events_precise_time");

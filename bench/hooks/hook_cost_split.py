@@ -11,9 +11,11 @@ The pieces (each a copy of csrc/ with the lines below replaced):
   links    the drain's order words: the address chain's read and write,
            the marker epoch
   device   the ALLOC's cuCtxGetDevice
-  live     the live table (insert at ALLOC, find and forget at FREE), and
+  live     (--exact only: outside exact sizes the drain sizes FREEs) the
+           live table (insert at ALLOC, find and forget at FREE), and
            with it the fences its CASes lend the pending flag
-  table    the live table's own work only: a fence in place of its CASes
+  table    (--exact only) the live table's own work: a fence in place of
+           its CASes
   caller   caller attribution (the wrapper's note, the event's compare)
   all      stamp, links, device, live, caller: what is left is the
            wrappers and writing two events into the queue
@@ -32,7 +34,8 @@ before/after, in the same run.
 
     python3 bench/hooks/hook_cost_split.py             # stub driver, a drainer thread
     python3 bench/hooks/hook_cost_split.py --same      # drained by the measured thread
-    python3 bench/hooks/hook_cost_split.py --precise   # precise timestamps (as under the trace)
+    python3 bench/hooks/hook_cost_split.py --precise   # precise timestamps
+    python3 bench/hooks/hook_cost_split.py --exact     # FREEs sized in the hook (as under the trace)
     python3 bench/hooks/hook_cost_split.py --real      # the system's libcuda.so.1
     python3 bench/hooks/hook_cost_split.py --compare 018144a --pieces all
 
@@ -70,7 +73,7 @@ KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
                "    (void)self;\n"),
               ("cuda/emit.c", "((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags())", "0")],
     "device": [("cuda/emit.c", "device = mh_current_device();", "device = 0;")],
-    "live": [("cuda/emit.c", "if (result == 0 && addr != 0 && mh_hooks[f].tracked) {",
+    "live": [("cuda/emit.c", "if (exact && result == 0 && addr != 0 && mh_hooks[f].tracked) {",
               "if (0) {"),
              ("cuda/emit.c", "plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);",
               "plan->from_table = false;\n    plan->rec = (mh_live){.size = 64, .mem_type = 1};"),
@@ -118,9 +121,8 @@ def make_variant(tmp: Path, name: str, compare: str | None = None) -> Path:
 
 
 def run_once(exe: Path, core: Path, libcuda: str, same: bool,
-             precise: bool) -> dict[str, float]:
-    proc = subprocess.run([str(exe), str(core), libcuda, "same" if same else "drainer",
-                           "precise" if precise else "coarse"],
+             clock: str) -> dict[str, float]:
+    proc = subprocess.run([str(exe), str(core), libcuda, "same" if same else "drainer", clock],
                           capture_output=True, text=True, check=True)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     return {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
@@ -132,6 +134,9 @@ def main() -> int:
     ap.add_argument("--same", action="store_true", help="drain in the measured thread")
     ap.add_argument("--precise", action="store_true",
                     help="precise timestamps, as under memhook trace")
+    ap.add_argument("--exact", action="store_true",
+                    help="exact sizes (FREEs sized in the hook, precise stamps), as "
+                         "subscribe(exact=True) and memhook trace")
     ap.add_argument("--compare", metavar="REV",
                     help="also the core of git revision REV, as built (a before/after)")
     ap.add_argument("--reps", type=int, default=5)
@@ -139,8 +144,11 @@ def main() -> int:
                     help="comma list (default: stamp,links,device,live,caller,all; "
                          "with --precise also fence)")
     args = ap.parse_args()
-    default = "stamp,fence,links,device,live,caller,all" if args.precise else \
-        "stamp,links,device,live,caller,all"
+    if args.exact:
+        args.precise = True
+    clock = "exact" if args.exact else "precise" if args.precise else "coarse"
+    default = "stamp,fence,links,device,live,caller,all" if args.exact else \
+        "stamp,fence,links,device,caller,all" if args.precise else "stamp,links,device,caller,all"
     pieces = [p for p in (args.pieces or default).split(",") if p]
     for p in pieces:
         if p not in KNOCKOUTS:
@@ -168,10 +176,11 @@ def main() -> int:
         results: dict[str, list[dict[str, float]]] = {n: [] for n in names}
         for _ in range(args.reps):
             for n in names:
-                results[n].append(run_once(exe, cores[n], libcuda, args.same, args.precise))
+                results[n].append(run_once(exe, cores[n], libcuda, args.same, clock))
     med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
     print(f"driver {'real' if args.real else 'stub'}, drained by "
           f"{'the measured thread' if args.same else 'a drainer thread'}, "
+          f"{'exact sizes, ' if args.exact else ''}"
           f"{'precise' if args.precise else 'coarse'} timestamps, bistro, "
           f"cuMemAllocAsync+cuMemFreeAsync, {args.reps} runs interleaved (medians)")
     print(f"original pair: {med['core']['original_ns']:.1f} ns")

@@ -149,6 +149,15 @@ MH_HIDDEN bool mh_live_find(uint64_t addr, mh_live *out, uint32_t *where);
 /* Forget the record mh_live_find found, with a CAS (a locked instruction,
  * whether or not it succeeds: emit.c counts on it). */
 MH_HIDDEN void mh_live_remove(uint64_t addr, uint32_t where);
+/* Forget every record: exact sizes go on (exact_sizes.c), and records made
+ * before may name memory freed since by FREEs that did not read the table. */
+MH_HIDDEN void mh_live_forget_all(void);
+
+/* ---- exact_sizes.c ---- */
+
+/* Subscribers that asked for exact sizes (memhook_events_exact_sizes).
+ * Process-wide, on the hooks' line: every hooked ALLOC and FREE reads it. */
+MH_HIDDEN extern _Atomic uint32_t mh_exact_wanted;
 
 /* ---- driver_calls.c ---- */
 
@@ -220,11 +229,15 @@ static inline mh_stamp mh_stamp_now(bool ordered)
 MH_HIDDEN void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
                              int mem_type, int device);
 
-/* A FREE is planned before the real call: its size and type come from the
- * live table, else from the driver.  When the allocation is known the
+/* A FREE is planned before the real call.  With exact sizes (emit.c:
+ * the trace, a subscriber that asked, UCX fed) its size and type come from
+ * the live table, else from the driver: when the allocation is known the
  * event goes out BEFORE the call (no later ALLOC of the address can be
  * ordered before it); when it is not, the call would fail or frees memory
- * nobody saw, and the event goes out after it with the call's result. */
+ * nobody saw, and the event goes out after it with the call's result.
+ * Otherwise it goes out BEFORE the call with its address only, and its
+ * result is exchanged into it when the call returns (queue.h,
+ * MH_RESULT_PENDING); the drain fills its size. */
 typedef struct mh_free_plan {
     uint64_t addr;
     mh_live rec;
@@ -232,6 +245,7 @@ typedef struct mh_free_plan {
     bool from_table;
     uint32_t table_slot;  /* where mh_live_find found it */
     uint32_t flags;
+    memhook_event *pending;  /* recorded with its address only: its slot */
 } mh_free_plan;
 
 MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);

@@ -37,16 +37,34 @@ static int32_t current_pid(void)
  * it before the trace's child handler (csrc/trace/trace.c). */
 void mh_emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
 
+/* Whether FREEs are sized in the hook (the live table, else the driver,
+ * before the free): under `memhook trace` (its area gets the event as the
+ * hook wrote it, and a traced process may have no drain), while a
+ * subscriber asked (exact_sizes.c), and while UCX is fed (libucm is told
+ * of a free before the call, with its size).  Otherwise the drain fills a
+ * FREE's size from its ALLOC (queue/free_fill.c).  Loads of the MH_HOT
+ * line. */
+static inline bool sizes_exact(void)
+{
+    return atomic_load_explicit(&mh_trace_on, memory_order_relaxed) != 0 ||
+           atomic_load_explicit(&mh_exact_wanted, memory_order_relaxed) != 0 ||
+           __atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED) != 0;
+}
+
 /* Write and publish one event stamped `stamp`, following `link` (an
  * event's identity; 0: the last event recorded at addr, from the address
- * chain); returns its own identity.  The caller then calls
- * mh_lane_announce.  The chain learns of the event after its publication,
- * so a link read from it names a published event (event_drain.c). */
-static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                            int device, int result, uint32_t flags, mh_stamp stamp,
-                            uint64_t link)
+ * chain); returns its own identity, and its slot in *slot unless NULL.
+ * `fence`: publish with a locked instruction (then the caller may pass
+ * mh_lane_announce true).  The caller then calls mh_lane_announce.  The
+ * chain learns of the event after its publication, so a link read from it
+ * names a published event (event_drain.c). */
+static uint64_t write_event_at(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                               int device, int result, uint32_t flags, mh_stamp stamp,
+                               uint64_t link, bool fence, memhook_event **slot)
 {
     memhook_event *e = mh_lane_slot();
+    if (slot != NULL)
+        *slot = e;
     uint64_t self = mh_lane_slot_id();
     if (link == 0 && addr != 0)
         link = mh_addr_chain_last(addr);
@@ -69,10 +87,21 @@ static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int
      * consumers' business only: the collector counts calls and live bytes. */
     if (kind != 0)
         mh_trace_copy(e);
-    mh_lane_publish();
+    if (fence)
+        mh_lane_publish_fenced();
+    else
+        mh_lane_publish();
     if (addr != 0 && self != 0)
         mh_addr_chain_note(addr, self);
     return self;
+}
+
+static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
+                            int device, int result, uint32_t flags, mh_stamp stamp,
+                            uint64_t link)
+{
+    return write_event_at(kind, f, addr, size, mem_type, device, result, flags, stamp, link,
+                          false, NULL);
 }
 
 static void push(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
@@ -91,8 +120,15 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
         device = mh_current_device();
     if (result != 0)
         addr = 0;
-    uint64_t self =
-        write_event(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result, 0, stamp, 0);
+    /* With exact sizes the live record below is remembered for the FREE,
+     * and its CAS is the announcement's fence; otherwise the publication
+     * is (the drain pairs the FREE with this event: queue/free_fill.c). */
+    bool exact = sizes_exact();
+    uint32_t unpaired = addr != 0 && __atomic_load_n(&mh_live_gen, __ATOMIC_ACQUIRE) != mh_call_gen
+                            ? MH_EVENT_UNPAIRED
+                            : 0;
+    uint64_t self = write_event_at(MEMHOOK_EVENT_ALLOC, f, addr, size, mem_type, device, result,
+                                   unpaired, stamp, 0, !exact, NULL);
     /* A call that began before a new generation (its thread stalled across
      * an uninstall and the reinstall after it, or a context teardown, or
      * the driver's unload) and is published only now may be ordered after
@@ -108,8 +144,8 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
     /* The live record after the event: its CAS is the fence that lets the
      * announcement skip a store (event_lane.h).  No FREE of addr can race
      * it: the caller does not have addr until we return. */
-    bool fenced = false;
-    if (result == 0 && addr != 0 && mh_hooks[f].tracked) {
+    bool fenced = !exact;
+    if (exact && result == 0 && addr != 0 && mh_hooks[f].tracked) {
         mh_live rec = {.size = size,
                        .stamp = (stamp.flags & MH_EVENT_RAW_TSC) ? stamp.at : 0,
                        .id = self,
@@ -129,6 +165,26 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
 {
     plan->addr = addr;
     plan->flags = 0;
+    plan->pending = NULL;
+    if (!sizes_exact()) {
+        /* The address only (and the range, when the call names one: a
+         * ranged free, cuMemUnmap): the drain fills size, type and device
+         * from the ALLOC this pairs with (queue/free_fill.c), or says the
+         * size is unknown.  Published before the real free (nothing reusing the
+         * address can be ordered before it: event_drain.c, P), with its
+         * result pending until the call returns (mh_free_end); announced
+         * then, after the exchange that writes the result in (its fence).
+         * The stamp is ordered: after the ALLOC's, which this thread may
+         * have just learned the address from. */
+        plan->known = true;
+        plan->from_table = false;
+        plan->flags = given_size != 0 ? MH_EVENT_RANGE : MEMHOOK_EVENT_SIZE_UNKNOWN;
+        write_event_at(MEMHOOK_EVENT_FREE, f, addr, given_size, mh_hooks[f].mem_type,
+                       MH_DEVICE_FILL,
+                       MH_RESULT_PENDING, plan->flags, mh_stamp_now(true), 0, false,
+                       &plan->pending);
+        return;
+    }
     plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);
     plan->known = plan->from_table;
     if (!plan->known) {
@@ -187,6 +243,24 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
 
 void mh_free_end(mh_fn f, const mh_free_plan *plan, int result)
 {
+    if (plan->pending != NULL) {
+        /* Its slot is in the segment this thread writes (nothing was
+         * recorded in it since: the hook depth), which the drain never
+         * retires.  The exchange is the announcement's fence. */
+        int32_t was = __atomic_exchange_n(&plan->pending->result,
+                                          result != 0 ? result | MH_RESULT_REFUSED : 0,
+                                          __ATOMIC_ACQ_REL);
+        mh_lane_announce(true);
+        if (result != 0 && (was & MH_RESULT_TAKEN)) {
+            /* A drain handed it out as a free that succeeded: what the
+             * consumers learned of this range is wrong now, so tell them to
+             * distrust what they learned before (the driver decides). */
+            mh_debug("%s(0x%llx) failed with %d after its FREE was handed out",
+                     mh_hooks[f].name, (unsigned long long)plan->addr, result);
+            push_marker(0, (mh_fn)0, -1, 0, MEMHOOK_EVENT_HOOKS_GAP);
+        }
+        return;
+    }
     if (!plan->known) {
         push(MEMHOOK_EVENT_FREE, f, plan->addr, plan->rec.size, plan->rec.mem_type,
              plan->rec.device, result, plan->flags);

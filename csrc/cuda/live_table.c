@@ -2,26 +2,24 @@
  * live_table.c - address -> (size, type, device) of the allocations the
  * hooks have seen and not yet seen freed.
  *
- * Why: a FREE must carry the allocation's size, and asking the driver
- * (cuMemGetAddressRange) costs a driver lock and a tree walk per free - and
- * the driver does not answer at all for host-located pool memory.  The
- * table answers in a few loads.  When it cannot (allocation made before
- * install, or the table is crowded), the FREE falls back to the driver.
+ * Used only with exact sizes (emit.c: the trace, a subscriber that asked,
+ * UCX fed): a FREE then carries the allocation's size from the hook, and
+ * asking the driver (cuMemGetAddressRange) costs a driver lock and a tree
+ * walk per free - and the driver does not answer at all for host-located
+ * pool memory.  The table answers in a few loads; when it cannot
+ * (allocation made before install, or the table is crowded), the FREE
+ * falls back to the driver.
  *
- * Why in the hook, not in the drain (issue 26 item 5 asked): the drain
- * could fill a FREE's size from the ALLOCs it handed out, but the hook
- * needs the record itself.  (1) Whether memhook saw the allocation decides
- * whether the FREE is published before the real free (event_drain.c, P)
- * and whether the driver must be asked for the size before it is gone
- * (DESIGN.md section 3: "query the range before freeing"); only a table
- * the hook reads can say so without asking the driver on every free.
- * (2) rec.id is the FREE's link to its ALLOC, which makes "a FREE after
- * its ALLOC" exact across threads; the address chain's word can be
- * overwritten by another address hashing the same.  (3) The trace's area
- * gets the event as the hook wrote it (mh_trace_copy); a traced process
- * may have no drain at all.  (4) A refused free puts the record back, and
- * the FREE's precise stamp is placed after rec.stamp instead of fencing.
- * (5) Its CASes are the fences mh_lane_announce needs anyway.
+ * Outside exact sizes the drain fills a FREE's size from its ALLOC
+ * (queue/free_fill.h).  What the table did in the hook, and how that is
+ * done without it (docs/design/causal-merge.md has the argument): (1) when
+ * the FREE is published - always before the free now, with its result
+ * exchanged in after; (2) the FREE's link to its ALLOC - the address
+ * chain's word, checked by the drain while the ALLOC is pending; (3) the
+ * trace's copy - the trace keeps exact sizes; (4) a refused free - its
+ * result reaches the slot, or a gap marker follows what a run took as
+ * done; (5) the announcement's fence - the ALLOC's publication and the
+ * FREE's result exchange are locked instructions.
  *
  * Lock-free open addressing with linear probing over a fixed array mapped
  * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
@@ -228,4 +226,17 @@ void mh_live_remove(uint64_t addr, uint32_t where)
     if (atomic_compare_exchange_strong(&t[where].key, &k, chain_end ? KEY_EMPTY : KEY_TOMB) &&
         chain_end)
         sweep_tombs_before(t, where);
+}
+
+void mh_live_forget_all(void)
+{
+    live_slot *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (t == NULL)
+        return;
+    /* (a record being written, BUSY, is one its ALLOC makes now: current) */
+    for (uint32_t i = 0; i < TABLE_SLOTS; i++) {
+        uint64_t k = atomic_load_explicit(&t[i].key, memory_order_acquire);
+        if (is_address(k))
+            atomic_compare_exchange_strong(&t[i].key, &k, KEY_TOMB);
+    }
 }

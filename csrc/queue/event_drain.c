@@ -161,11 +161,13 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "event_lane.h"
+#include "free_fill.h"
 #include "log.h"
 #include "queue.h"
 #include "memhook_internal/api.h"
@@ -597,8 +599,9 @@ static void index_upto(cursor *o, uint64_t key, uint32_t clock)
         const memhook_event *x = cursor_event(&s);
         if (same_clock(x->flags, clock) && mh_clock_ns_of(x) > key)
             break;  /* (by time only: an epoch check would stop at a marker) */
-        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0)
-            continue;
+        if (x->kind != MEMHOOK_EVENT_FREE || x->address == 0 ||
+            (__atomic_load_n(&x->result, __ATOMIC_ACQUIRE) & MH_RESULT_REFUSED))
+            continue;  /* (a free the driver refused ended no lifetime) */
         uint64_t end = x->address + (x->size != 0 ? x->size : 1);
         mh_range_item item = {.start = x->address, .end = end > x->address ? end : UINT64_MAX,
                               .index = s.at, .link = x->seq, .key = mh_clock_ns_of(x),
@@ -667,6 +670,42 @@ static uint64_t behind_point(uint64_t start, uint64_t g)
     return g >= start + DRAIN_BEHIND ? (g - DRAIN_BEHIND) & ~1ull : start;
 }
 
+/* Size a FREE recorded with its address only (queue.h, MH_DEVICE_FILL) as
+ * it becomes visible to the rules, which weigh its range (rule 3).  Its
+ * ALLOC was published before it (P), so it is pending now or handed out:
+ *  - its link names it (the address chain's word: the last event at its
+ *    address was its ALLOC) and it is still pending;
+ *  - the drain handed it out (free_fill.c's record).
+ * An ALLOC of another marker epoch than the FREE's, or one flagged
+ * MH_EVENT_UNPAIRED, is not believed: a marker between them (a gap in the
+ * hooks above all) may hide the free of that allocation and another made
+ * at its address unseen.  Otherwise memhook never saw the allocation (made
+ * before install, or before a gap), or its chain word was another
+ * address's while the ALLOC was still pending: size unknown, which the
+ * cache resolves through the driver (docs/design/causal-merge.md). */
+static void fill_visible(memhook_event *e)
+{
+    mh_lane *const linked = e->seq != 0 ? lane_by_id(e->seq) : NULL;
+    if (linked != NULL) {
+        uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+        if (ti >= lane_unread(linked) && ti < linked->seen) {
+            const memhook_event *a = event_at(linked, ti);
+            if (a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address && a->size != 0 &&
+                epoch_of(a->flags) == epoch_of(e->flags) && !(a->flags & MH_EVENT_UNPAIRED)) {
+                mh_fill_rec rec = {a->size, a->mem_type, a->device};
+                mh_fill_apply(e, &rec);
+                return;
+            }
+        }
+    }
+    mh_fill_rec rec;
+    if (mh_fill_find(e->address, &rec)) {
+        mh_fill_apply(e, &rec);
+        return;
+    }
+    mh_fill_apply(e, NULL);
+}
+
 /* Read every lane's `published` (G; first once more for H when fresh_h),
  * and open a cursor over each lane with events visible and not handed out.
  * `run_start`: this look's snapshot is a new run's cut.  `behind` (a
@@ -723,6 +762,8 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
             cursor s = cursor_at(l, from, cur[i].seen);
             for (; s.at < s.end; s.at++) {
                 memhook_event *e = cursor_event(&s);
+                if (e->kind == MEMHOOK_EVENT_FREE && e->device == MH_DEVICE_FILL)
+                    fill_visible(e);  /* (its range, before anything reads it) */
                 if (e->address != 0) {
                     uint64_t end = e->address + (e->size != 0 ? e->size : 1);
                     end = end > e->address ? end : UINT64_MAX;
@@ -831,6 +872,19 @@ static bool hold_3b(const look *lk, mh_lane *fl, uint64_t fi, uint64_t lo, uint6
     return true;
 }
 
+/* A FREE recorded before its call, whose call has not returned, in a look
+ * that owes nothing to the moment it began (a background drain, the tee):
+ * left for a later look, which will know the result.  A run hands it out
+ * as a free that succeeded (its producer then learns that: queue.h), so no
+ * drain ever waits for a call; so does any look once its thread is gone
+ * (killed in the call, or not this fork child's). */
+static bool call_in_flight(const look *lk, const mh_lane *l, const memhook_event *e)
+{
+    return lk->run == 0 && e->kind == MEMHOOK_EVENT_FREE &&
+           (__atomic_load_n(&e->result, __ATOMIC_ACQUIRE) & MH_RESULT_PENDING) &&
+           atomic_load_explicit(&l->state, memory_order_acquire) == MH_LANE_OWNED;
+}
+
 /* Walk the holds on c's head (the rules at the top of the file). */
 static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
 {
@@ -841,6 +895,12 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
      * before the run began (the top of the file). */
     bool guaranteed = lk->run != 0 && l->run == lk->run && c->at < l->run_h;
     hold h;
+    /* 0. a FREE whose call has not returned (queue.h, MH_RESULT_PENDING) */
+    if (call_in_flight(lk, l, e)) {
+        h = (hold){NULL, 0, HOLD_HARD};
+        if (!fn(lk, &h, arg))
+            return;
+    }
     /* 1. the link */
     if (e->seq != 0) {
         mh_lane *t = lane_by_id(e->seq);
@@ -1096,6 +1156,31 @@ out:
 
 /* ---- handing out ---- */
 
+/* A copy of a published slot.  Its `result` word is read atomically: the
+ * producer of a FREE recorded before its call exchanges the call's result
+ * into it when the call returns (queue.h), maybe while a run copies it. */
+static void copy_event(memhook_event *out, const memhook_event *slot)
+{
+    _Static_assert(offsetof(memhook_event, result) + sizeof slot->result ==
+                       offsetof(memhook_event, flags), "result, then flags");
+    memcpy(out, slot, offsetof(memhook_event, result));
+    out->result = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
+    out->flags = slot->flags;
+}
+
+/* The result an event is handed out with.  A FREE whose call is still in
+ * flight (MH_RESULT_PENDING) goes as one that succeeded, and says so in
+ * its slot (MH_RESULT_TAKEN) for its producer (queue.h). */
+static int32_t take_result(memhook_event *slot)
+{
+    int32_t v = __atomic_load_n(&slot->result, __ATOMIC_ACQUIRE);
+    while ((v & MH_RESULT_PENDING) && !(v & MH_RESULT_TAKEN) &&
+           !__atomic_compare_exchange_n(&slot->result, &v, v | MH_RESULT_TAKEN, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    return mh_result_settled(v);
+}
+
 /* Take c's head out: into *out (NULL: nowhere) numbered, private flags
  * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
  * leaves the number in the slot (the drain hands it out with it). */
@@ -1117,14 +1202,29 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
                 ranged_remove(l, c->at);
         }
     }
+    int32_t result = take_result(slot);
     uint64_t seq = g_next_seq++;
     if (tee)
         slot->seq = seq;
-    if (out != NULL) {
-        *out = *slot;
-        out->seq = seq;
-        out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
+    memhook_event here;
+    if (out == NULL)
+        out = &here;
+    copy_event(out, slot);
+    if (out->kind == MEMHOOK_EVENT_FREE && out->device == MH_DEVICE_FILL) {
+        /* Not seen by the rules (one lane pending): filled here, in the
+         * copy - and in the slot only for the tee, whose events the drain
+         * hands out again from their slots (the drain leaves the lines
+         * the producer will write again unwritten). */
+        mh_fill_rec rec;
+        bool found = mh_fill_find(out->address, &rec);
+        mh_fill_apply(out, found ? &rec : NULL);
+        if (tee)
+            mh_fill_apply(slot, found ? &rec : NULL);
     }
+    out->seq = seq;
+    out->result = result;
+    mh_fill_note(out);  /* (before the private flags go: MH_EVENT_UNPAIRED) */
+    out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     if (id != NULL)  /* (its identity: mh_lane_slot_id's, for the cache's alloc_id) */
         *id = l->id != 0 ? (uint64_t)l->id << MH_LANE_INDEX_BITS | c->at : 0;
     c->at++;
@@ -1143,7 +1243,8 @@ static size_t look_merge(look *lk, memhook_event *out, uint64_t *ids, size_t cap
             if (c->at >= c->end)
                 continue;
             if (!lk->rules) {
-                best = (long)i;  /* the one lane with anything pending */
+                if (!call_in_flight(lk, c->lane, cursor_event(c)))
+                    best = (long)i;  /* the one lane with anything pending */
                 break;
             }
             head_refresh(lk, c);
@@ -1195,7 +1296,8 @@ static size_t merge_by_seq(cursor *cur, size_t n, memhook_event *out, size_t cap
         if (best < 0)
             break;
         if (out != NULL) {
-            out[got] = *cursor_event(&cur[best]);
+            copy_event(&out[got], cursor_event(&cur[best]));
+            out[got].result = mh_result_settled(out[got].result);
             out[got].flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
         }
         cur[best].at++;

@@ -193,6 +193,21 @@ static inline void mh_lane_publish(void)
     atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
 }
 
+/* A word of the thread's own for mh_lane_publish_fenced's locked
+ * instruction (ThreadSanitizer knows no atomic_thread_fence). */
+MH_HIDDEN extern __thread _Atomic uint32_t mh_fence_word __attribute__((tls_model("initial-exec")));
+
+/* mh_lane_publish, then a full barrier, so the caller may pass
+ * mh_lane_announce true: for an event with no other locked instruction
+ * after it.  The barrier is a locked add on a word of the thread's own,
+ * not an exchange of `published`: the drain reads that line, and a locked
+ * write there waits for it to come back from the drain's core. */
+static inline void mh_lane_publish_fenced(void)
+{
+    mh_lane_publish();
+    atomic_fetch_add_explicit(&mh_fence_word, 0, memory_order_seq_cst);
+}
+
 /* ---- the address chain: who recorded at an address last ----
  *
  * One word per hash of an address: the identity of the last event

@@ -30,13 +30,13 @@
 
 /* ---- what producers leave in an event for the drain ----
  *
- * memhook_event.flags bits 16-31 are the queue's own: producers set them,
+ * memhook_event.flags bits 15-31 are the queue's own: producers set them,
  * the drain reads them and clears them before an event leaves the core (no
  * consumer, subscriber or trace ever sees them).  The public MEMHOOK_EVENT_*
- * flags stay below bit 16.  Until the drain hands an event out, its `seq`
+ * flags stay below bit 15.  Until the drain hands an event out, its `seq`
  * holds a link: the identity (mh_lane_slot_id, event_lane.h) of an event it
  * must come after, or 0.  event_drain.c says how the drain uses them. */
-#define MH_EVENT_PRIVATE     0xffff0000u
+#define MH_EVENT_PRIVATE     0xffff8000u
 /* timestamp_ns holds a raw TSC reading; the drain converts it
  * (mh_clock_convert) and clears the flag. */
 #define MH_EVENT_RAW_TSC     0x80000000u
@@ -53,10 +53,36 @@
 /* Written by the drain into a pending ALLOC's slot: its link is the last
  * event recorded at its own address (checked while the link was pending). */
 #define MH_EVENT_CHAIN       0x04000000u
+/* An ALLOC whose call began before the hooks' current generation (it ran
+ * across a stop of the hooks or a teardown: cuda_hooks.h, mh_call_gen):
+ * its allocation may be gone unseen, so the drain pairs no FREE with it
+ * (free_fill.h). */
+#define MH_EVENT_UNPAIRED    0x00008000u
 /* The marker epoch the producer read (mh_epoch_flags), 10 bits. */
 #define MH_EVENT_EPOCH_SHIFT 16
 #define MH_EVENT_EPOCH_BITS  10
 #define MH_EVENT_EPOCH_MASK  0x03ff0000u
+
+/* A FREE recorded with its address only (emit.c, outside exact sizes) is
+ * published before its call, with `result` MH_RESULT_PENDING and
+ * MEMHOOK_EVENT_SIZE_UNKNOWN, size 0 and device MH_DEVICE_FILL; the drain
+ * fills size, type and device (event_drain.c, free_fill.h).  Its producer exchanges the call's result in when the call
+ * returns; a drain that hands the event out first ORs MH_RESULT_TAKEN in
+ * (and hands it out as a free that succeeded), so a producer that then
+ * finds the free refused knows the consumers took it as done, and puts a
+ * HOOKS_GAP marker after it.  Real results (CUresult, cudaError_t) are
+ * small and non-negative: these bits are never one. */
+#define MH_DEVICE_FILL       (-3)  /* its `device` until the drain fills it */
+#define MH_RESULT_PENDING    0x40000000
+#define MH_RESULT_TAKEN      0x20000000
+/* ... and a refused call's result is exchanged in with this bit: such a
+ * FREE freed nothing, so it holds no ALLOC back (event_drain.c, rule 3). */
+#define MH_RESULT_REFUSED    0x10000000
+/* What a consumer reports of a slot's result word. */
+static inline int32_t mh_result_settled(int32_t raw)
+{
+    return (raw & MH_RESULT_PENDING) ? 0 : (raw & ~(MH_RESULT_TAKEN | MH_RESULT_REFUSED));
+}
 
 /* ---- clock.c ---- */
 

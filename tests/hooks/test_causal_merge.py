@@ -3,8 +3,8 @@
 four threads allocating and freeing in one small arena - the same address
 reused and overlapping ranges reused at other addresses, frees by other
 threads, several VMM maps unmapped at once, a native recorder's events,
-markers (driver unloads, context resets), bounded runs interleaved with
-other runs, the trace's tee - go through the real hook layer
+markers (driver unloads, context resets), frees the driver refuses,
+bounded runs interleaved with other runs, the trace's tee - go through the real hook layer
 and the real queue, and through a model that knows the true order; the
 cache the drained order builds must be the model's at every drain and at
 the end.  Under precise time, and with ranges only ever reused exactly,
@@ -49,9 +49,10 @@ def run(exe: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-# (seeds, rounds, mode...): coarse time (the default outside the trace),
-# precise time switched on and off mid-history, precise time with every
-# range's order checked, and exact reuse under coarse time checked strictly.
+# (seeds, rounds, mode...): coarse time (the default outside the trace:
+# FREEs recorded with their address only, sized by the drain), precise time
+# switched on and off mid-history, precise time with every range's order
+# checked, and exact reuse under coarse time checked strictly.
 CASES = {
     "coarse": ("6", "coarse"),
     "mixed": ("4", "mixed"),

@@ -271,6 +271,16 @@ MEMHOOK_API size_t memhook_events_drain_background(memhook_event *out, size_t ca
  * from then on.  Returns 0, or EINVAL for a give-back nobody asked for. */
 MEMHOOK_API int memhook_events_precise_time(int want);
 
+/* Exact sizes.  Outside the trace a FREE is recorded with its address
+ * only, and the drain fills its size, type and device from the allocation
+ * it frees (the ALLOC it pairs with); a FREE of memory allocated before
+ * install carries size 0 and MEMHOOK_EVENT_SIZE_UNKNOWN.  want 1 (counted,
+ * given back with want 0) asks for what the trace gets instead: each FREE
+ * sized in the hook (as the driver knows it, before the free) and precise
+ * timestamps, for the FREEs of calls that begin after it returned.
+ * Returns 0, or EINVAL for a give-back nobody asked for. */
+MEMHOOK_API int memhook_events_exact_sizes(int want);
+
 /* A flag a drainer may read without calling in (Python reads it through
  * cffi before each query): nonzero when events may be pending, 0 when a
  * drain would find none.  Read it with a plain 32-bit load. */

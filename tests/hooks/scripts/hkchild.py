@@ -92,10 +92,10 @@ class Recorder:
     """Every event, through a subscriber; take() flushes and hands over what
     arrived since the last take()."""
 
-    def __init__(self) -> None:
+    def __init__(self, exact: bool = False) -> None:
         self.events: list[memhook.Event] = []
         self.lock = threading.Lock()
-        self.sub = memhook.subscribe(self._on_event)
+        self.sub = memhook.subscribe(self._on_event, exact=exact)
 
     def _on_event(self, ev: memhook.Event) -> None:
         with self.lock:

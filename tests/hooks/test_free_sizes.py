@@ -1,0 +1,22 @@
+"""Where a FREE's size comes from (scripts/free_sizes.py, every mode):
+outside the trace the drain fills it from the ALLOC it pairs with - the
+ALLOC's size, type and device for an allocation made after install (freed
+by its thread or another, drained in between or not), size 0 and
+size_unknown for one made before install; a free the driver refuses is
+its error and leaves the cache as it was; a subscriber with exact=True
+gets the hook's sizes (the driver's, before the free), as the trace
+does, and a switch of that flag under threads freeing leaves no FREE
+without its size."""
+
+from __future__ import annotations
+
+import pytest
+from hooks_testing import MODES
+
+CASES = ("without exact", "refused", "exact", "exact switch")
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_free_sizes(scenario, mode: str, case: str) -> None:
+    scenario("free_sizes.py", mode).check(case)
