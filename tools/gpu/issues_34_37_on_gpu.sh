@@ -21,8 +21,12 @@ set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
 work=$(mktemp -d)
+# Steps run in order of need; once BUDGET_S seconds have passed, the rest are
+# skipped (say so) so that the call ends inside the device tool's limit.
+t_end=$(( $(date +%s) + ${BUDGET_S:-400} ))
 step() {
     local name=$1; shift
+    if [ "$(date +%s)" -gt "$t_end" ]; then echo "== $name: skipped (time budget spent)"; return 0; fi
     echo "== $name ($(date +%T))"
     "$@" >"$work/$name.txt" 2>&1
     local rc=$?
@@ -37,7 +41,7 @@ OUT=$work/suite TAIL=40 step gpu-run bash tools/gpu-run.sh || rc=1
 step cores sh -c "python3 build/base-src/csrc/build_native.py build/base-core &&
     cd .base && python3 csrc/build_native.py ../build/old-core"
 TAIL=14 step real-pair-exact timeout 90 python3 bench/hooks/hook_bench.py --real --no-stub --api async --exact
-for turn in 1 2; do
+for turn in 1 2; do  # (interleaved: the host wanders)
     for core in build/old-core/memhook memhook; do
         TAIL=5 step "stub-pair-$turn-${core%%/*}" timeout 60 python3 bench/hooks/hook_bench.py --core "$core" \
             --quick --no-sim --api sync --threads 1 --no-profile
@@ -46,7 +50,7 @@ done
 TAIL=24 step cost-split timeout 90 python3 bench/hooks/hook_cost_split.py --real --reps 3
 export MEMHOOK_BENCH_REAL_DRIVER=1
 TAIL=40 step native-query timeout 150 python3 bench/queries/native_query_bench.py \
-    --baseline build/base-core/memhook --repeats 2 --parts query,batch,contention
+    --baseline build/base-core/memhook --repeats 1 --parts query,batch,contention
 TAIL=24 step pointer-attr timeout 90 python3 bench/queries/pointer_attr_bench.py 1000000 bistro \
     --core build/base-core/memhook --core .
 unset MEMHOOK_BENCH_REAL_DRIVER
