@@ -10,7 +10,7 @@ where they need a driver.
 
 * hooks: :func:`install`, :func:`uninstall`, :func:`status` (:mod:`memhook.hooks`);
 * events: :func:`subscribe`, :class:`Event` (:mod:`memhook.events`), :func:`flush`
-  (:mod:`memhook._drain`);
+  (:mod:`memhook._events.drain`);
 * queries: :func:`memory_type`, :func:`lookup`, :func:`memory_types`, and the
   standalone :class:`MemtypeCache` (:mod:`memhook.cache`);
 * the simulator: :mod:`memhook.sim`.
@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import logging
 
-from . import _drain, _feeder
-from ._core import library_path
-from ._modes import HookMode
-from ._types import MemoryType, Region
+from ._events import drain as _drain
+from ._events import feeder as _feeder
+from ._binding.core import library_path
+from ._values.modes import HookMode
+from ._values.types import MemoryType, Region
 from ._version import __version__
-from ._query import lookup, memory_type, memory_types
+from ._queries.query import lookup, memory_type, memory_types
 from .cache import MemtypeCache
-from ._drain import flush
+from ._events.drain import flush
 from .events import Caller, Event, EventKind, Subscription, subscribe
 from .hooks import HookInfo, HookReport, install, status, uninstall
 

@@ -38,7 +38,7 @@ __all__ = ["main"]
 
 def _cmd_version(_args: argparse.Namespace) -> int:
     from . import __version__, library_path, sim
-    from ._core import native_version
+    from ._binding.core import native_version
 
     print(f"memhook {__version__}")
     print(f"core    {native_version()} {library_path()}")

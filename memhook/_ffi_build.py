@@ -208,7 +208,7 @@ void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *p
                                  size_t count, uint8_t *types);
 """
 
-# The two driver queries of memhook/_driver.py, called through pointers that
+# The two driver queries of memhook/_binding/driver.py, called through pointers that
 # dlsym finds in an already-loaded libcuda.so.1 (memhook never links or loads
 # the driver).  Their types come from cuda_abi.h, so the compiler checks these
 # declarations and cffi checks every argument at the call.
@@ -247,7 +247,7 @@ void memhook_memory_types(const uint64_t *starts, const uint64_t *lasts, const u
 # made.  This text
 # follows cffi's own helpers in the generated C and precedes its PyInit,
 # which calls _cffi_init by that name (cffi 1.x and 2.x): renaming the call
-# is the whole hook, and memhook/_query.py fails its import with a clear
+# is the whole hook, and memhook/_queries/query.py fails its import with a clear
 # error if the builtins are missing.
 INIT_WRAP = """
 int memhook_pyext_add(PyObject *module);

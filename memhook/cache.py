@@ -24,7 +24,7 @@ argument, the memo and the flat copy).
 
 The process-wide cache and the module-level queries over it
 (:func:`memory_type`, :func:`lookup`, :func:`memory_types`,
-:func:`process_cache`) live in :mod:`memhook._query`; they are named here
+:func:`process_cache`) live in :mod:`memhook._queries.query`; they are named here
 too, as they always were.
 """
 
@@ -42,14 +42,14 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 from sortedcontainers import SortedKeyList
 
-from . import _inputs
-from ._search import snapshot_memory_types
-from ._inputs import ADDRESS_LIMIT, address_array, byte_range
-from ._types import MemoryType, Region, _make_region
-from ._atomic import commit, held_here
+from ._queries import inputs as _inputs
+from ._queries.search import snapshot_memory_types
+from ._queries.inputs import ADDRESS_LIMIT, address_array, byte_range
+from ._values.types import MemoryType, Region, _make_region
+from ._events.atomic import commit, held_here
 
 if TYPE_CHECKING:
-    from ._query import lookup, memory_type, memory_types, process_cache
+    from ._queries.query import lookup, memory_type, memory_types, process_cache
 
 __all__ = [
     "HOT_LIMIT",
@@ -320,7 +320,7 @@ class MemtypeCache:
         empty object (``np.zeros(0)``, ``b''``, ``torch.empty(0)``) gets the
         type of the byte at its data pointer: HOST for a NULL one.  ``size``
         is at least 1.  Bad arguments raise TypeError or ValueError saying
-        what was wrong and what is valid (see :mod:`memhook._inputs`).
+        what was wrong and what is valid (see :mod:`memhook._queries.inputs`).
 
         Runtime complexity: O(1) for a pointer asked about recently (the
         memo), else O(log n).
@@ -621,7 +621,7 @@ class MemtypeCache:
     def _owned_here(self, above: int) -> bool:
         """Whether this thread holds the lock in a frame still running (a
         signal handler nested in a call of this cache: ``above`` names the
-        first frame to look at, memhook._atomic.held_here).  A lock an
+        first frame to look at, memhook._events.atomic.held_here).  A lock an
         exception left held - after acquire() returned, before the try that
         releases it - is given back here."""
         lock = self._lock
@@ -703,7 +703,7 @@ class MemtypeCache:
     # Writes.  A write first works out, reading only, what the sorted
     # list's sublists become, then makes every change - the sublists, the
     # keys, the maxima, the length, the version and the published state -
-    # in one commit (memhook._atomic): an exception from a signal handler
+    # in one commit (memhook._events.atomic): an exception from a signal handler
     # (^C) lands before it or after it, so the cache is always one whole
     # state, never half written, and readers never see a write under way.
     # The sublists keep sortedcontainers' shape (each non-empty, at most
@@ -961,17 +961,17 @@ _CACHE_CODES = frozenset(getattr(MemtypeCache, name).__code__ for name in (
     "update", "remove", "clear", "regions", "_set_load", "_classify_checked", "_build_snapshot",
     "_memo_full"))
 
-# The process-wide cache and its queries live in memhook._query; these names
+# The process-wide cache and its queries live in memhook._queries.query; these names
 # were always this module's too (the public API names them here).  Looked up there at
 # each access (not copied at import), so that the hook layer's current
 # state reads the same through either module, and so that importing either
-# module first works (memhook._query imports this one).
+# module first works (memhook._queries.query imports this one).
 _QUERY_NAMES = frozenset({"lookup", "memory_type", "memory_types", "process_cache"})
 
 
 def __getattr__(name: str) -> Any:
     if name in _QUERY_NAMES:
-        from . import _query
+        from ._queries import query as _query
 
         return getattr(_query, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

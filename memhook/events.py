@@ -6,7 +6,7 @@ core's lock-free queue; Python takes them out when it drains the queue -
 lazily before every module-level cache query (:func:`memhook.memory_type`
 and friends), and on :func:`memhook.flush`.  Draining applies each event
 to the process-wide cache and then hands it to the subscribers, in event
-order.  The drain (:mod:`memhook._drain`, where ``flush`` lives) reads this
+order.  The drain (:mod:`memhook._events.drain`, where ``flush`` lives) reads this
 module; this module never imports the drain, so the two form no cycle.
 
 Subscribers run in the thread that drains, one event at a time, while that
@@ -30,10 +30,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._atomic import commit
-from ._core import lib
-from ._symbolize import Caller, resolve_local
-from ._types import MemoryType
+from ._events.atomic import commit
+from ._binding.core import lib
+from ._objects.symbolize import Caller, resolve_local
+from ._values.types import MemoryType
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -208,7 +208,7 @@ class _Registry:
         self.lock = threading.Lock()
         self.current: tuple[Subscription, ...] = ()
 
-    # Each change is one commit (memhook._atomic): an exception from a
+    # Each change is one commit (memhook._events.atomic): an exception from a
     # signal handler (^C) in subscribe() or close() leaves the subscription
     # registered, active and counted for precise time, or none of these.
 
@@ -284,7 +284,7 @@ def subscribe(callback: Callback,
     (``memhook_events_record``), standing in for a hooked CUDA call:
 
     >>> import memhook
-    >>> from memhook._core import lib
+    >>> from memhook._binding.core import lib
     >>> from memhook.hooks import hook_index
     >>> def record(kind, function):
     ...     return lib.memhook_events_record(kind, hook_index(function), 0x7f0000000000,

@@ -6,7 +6,7 @@ restores every byte and GOT slot; :func:`status` says, per function, which
 mechanism covers it and, where none does, why.  The work is the core's
 (``memhook_hooks_install`` and friends); this module parses the mode,
 serialises Python callers, marks the ranges CUDA reserved before the hooks
-(:mod:`memhook._preexisting`) and turns the core's table into
+(:mod:`memhook._queries.preexisting`) and turns the core's table into
 :class:`HookReport` / :class:`HookInfo`.
 """
 
@@ -18,10 +18,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _control, _feeder, _hook_table, _preexisting
-from ._core import ffi, lib
-from ._modes import HookMode
-from ._query import process_cache
+from ._binding import control as _control
+from ._events import feeder as _feeder
+from ._binding import hook_table as _hook_table
+from ._queries import preexisting as _preexisting
+from ._binding.core import ffi, lib
+from ._values.modes import HookMode
+from ._queries.query import process_cache
 from .events import EventKind
 
 __all__ = ["HookInfo", "HookReport", "QueueStats", "hook_index", "install", "status", "uninstall"]
@@ -225,7 +228,7 @@ def install(mode: str | int | HookMode | None = None, *,
     answers = _pointer_attributes(pointer_attributes)
     with _lock:
         lib.memhook_hooks_set_pointer_attributes(int(answers))
-        # With the GIL held (memhook._control says why): this call is long.
+        # With the GIL held (memhook._binding.control says why): this call is long.
         rc, reason = _control.install(int(parsed))
         if rc != 0:
             raise OSError(rc, f"memhook: installing the hooks with mode {parsed} failed: "
@@ -257,7 +260,7 @@ def uninstall() -> None:
     >>> memhook.uninstall()                     # again: nothing to do
     """
     with _lock:
-        rc = _control.uninstall()  # (the GIL held: memhook._control)
+        rc = _control.uninstall()  # (the GIL held: memhook._binding.control)
         if rc != 0:
             raise OSError(rc, f"memhook: removing the hooks failed: {os.strerror(rc)}")
     _log.info("memhook: hooks removed")

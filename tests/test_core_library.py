@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import memhook
-from memhook._core import ffi, lib, native_version
+from memhook._binding.core import ffi, lib, native_version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def test_library_path_is_the_loaded_core() -> None:
 
 def test_extension_binds_the_core_beside_it() -> None:
     """The extension's rpath is $ORIGIN: it must not pick up another copy."""
-    ext = Path(memhook._core.__file__).parent
+    ext = Path(memhook._binding.core.__file__).parent
     assert Path(memhook.library_path()).parent == ext
 
 
@@ -59,7 +59,7 @@ def _import_with_log_level(value: str | None) -> subprocess.CompletedProcess[str
     env.pop("MEMHOOK_LOG_LEVEL", None)
     if value is not None:
         env["MEMHOOK_LOG_LEVEL"] = value
-    code = ("import memhook; from memhook._core import lib; "
+    code = ("import memhook; from memhook._binding.core import lib; "
             "lib.memhook_log_write(2, b'hello-info'); lib.memhook_log_write(0, b'hello-error')")
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60)
@@ -89,7 +89,7 @@ def test_bad_log_level_is_reported_with_valid_values() -> None:
 
 def test_long_log_line_is_truncated_not_overflowed() -> None:
     env = dict(os.environ, MEMHOOK_LOG_LEVEL="error")
-    code = "from memhook._core import lib; lib.memhook_log_write(0, b'x' * 5000)"
+    code = "from memhook._binding.core import lib; lib.memhook_log_write(0, b'x' * 5000)"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0
     lines = proc.stderr.splitlines()

@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # The documented API: memhook/__init__.py's __all__ lives in these modules.
-MODULES = ("memhook/__init__.py", "memhook/_core.py", "memhook/_drain.py", "memhook/cache.py",
-           "memhook/events.py", "memhook/hooks.py")
+MODULES = ("memhook/__init__.py", "memhook/_binding/core.py", "memhook/_events/drain.py",
+           "memhook/cache.py", "memhook/events.py", "memhook/hooks.py")
 
 
 @pytest.mark.parametrize("module", MODULES)

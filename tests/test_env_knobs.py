@@ -12,7 +12,7 @@ import pytest
 
 import memhook
 from memhook import HookMode
-from memhook._core import lib
+from memhook._binding.core import lib
 
 
 def _preload(**env: str) -> str:

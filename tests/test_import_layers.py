@@ -34,10 +34,12 @@ PACKAGE = ROOT / "memhook"
 # index: it may import only modules of earlier layers.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: values, layouts, names and parsers that import nothing of memhook",
-     ("_version", "_types", "_modes", "_inputs", "_event_layout", "_procmaps", "_sonames",
-      "_cuda_errors", "_printable", "_atomic", "_debuginfo")),
+     ("_version", "_values", "_binding", "_objects", "_events", "_queries", "_values.types",
+      "_values.modes", "_queries.inputs", "_events.layout", "_objects.procmaps",
+      "_objects.sonames", "_binding.cuda_errors", "_values.printable", "_events.atomic",
+      "_objects.debuginfo")),
     ("the native core's binding, and symbolizing addresses from maps",
-     ("_core", "_symbolize")),
+     ("_binding.core", "_objects.symbolize")),
     # The trace's machinery (memhook trace's collector side) needs nothing of
     # the library but the leaves above; ranking it here holds it to that.
     ("trace: the wire, the peer, Python frames",
@@ -70,18 +72,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
      ("report.inputs",)),
     # The library proper.
     ("the core's control calls, the driver's answers, the simulator",
-     ("_control", "_driver", "sim", "_search")),
+     ("_binding.control", "_binding.driver", "sim", "_queries.search")),
     ("the hook table, the memory-type cache, events and subscriptions",
-     ("_hook_table", "cache", "events")),
+     ("_binding.hook_table", "cache", "events")),
     ("applying events to a MemtypeCache; what was allocated before the hooks; the core's "
      "process cache as a MemtypeCache",
-     ("_apply", "_preexisting", "_process_cache")),
+     ("_events.apply", "_queries.preexisting", "_queries.process_cache")),
     ("the queries a user makes of the process cache",
-     ("_query",)),
+     ("_queries.query",)),
     ("the drain",
-     ("_drain",)),
+     ("_events.drain",)),
     ("the background feeder (drives the drain)",
-     ("_feeder",)),
+     ("_events.feeder",)),
     ("install / uninstall / status",
      ("hooks",)),
     ("the API (memhook/__init__.py)",
@@ -114,9 +116,9 @@ ALLOWED_PENDING: dict[tuple[str, str], str] = {}
 # only inside that __getattr__ or under TYPE_CHECKING
 # (test_facade_edges_are_lazy_reexports_only holds it there).
 FACADES: dict[tuple[str, str], str] = {
-    ("memhook.cache", "memhook._query"):
+    ("memhook.cache", "memhook._queries.query"):
         "memhook.cache's public process-wide names (process_cache, set_hook_layer, "
-        "memory_type, lookup, memory_types: its __all__) moved to memhook._query with "
+        "memory_type, lookup, memory_types: its __all__) moved to memhook._queries.query with "
         "the query path (issue 27 item 5), which sits above the cache it queries",
 }
 _SKIPPED_EDGES = set(ALLOWED_PENDING) | set(FACADES)
@@ -305,18 +307,20 @@ def _plant(path: Path, code: str) -> None:
 
 
 def test_catches_an_upward_import_inside_a_function(copy: Path) -> None:
-    _plant(copy / "_sonames.py", "def _late():\n    from . import hooks\n    return hooks\n")
+    _plant(copy / "_objects" / "sonames.py",
+           "def _late():\n    from .. import hooks\n    return hooks\n")
     problems = upward_imports(copy)
-    assert any(p.startswith("memhook._sonames (layer 0") and "imports memhook.hooks" in p
+    assert any(p.startswith("memhook._objects.sonames (layer 0") and "imports memhook.hooks" in p
                for p in problems), problems
-    assert any("memhook._sonames" in c and "memhook.hooks" in c for c in import_cycles(copy))
+    assert any("memhook._objects.sonames" in c and "memhook.hooks" in c
+               for c in import_cycles(copy))
 
 
 @pytest.mark.parametrize("statement", [
     "from ..cli import trace",            # relative, two levels, a module by name
     "from ..cli.trace import run_trace",  # relative, a name inside a module
     "import memhook.cli.trace",           # absolute
-    "from memhook import _drain",         # absolute, a module by name
+    "from memhook._events import drain",  # absolute, a module by name
     "from .. import hooks",               # the parent package's module
 ])
 def test_catches_every_import_form(copy: Path, statement: str) -> None:
@@ -336,8 +340,9 @@ def test_catches_a_planted_cycle(copy: Path) -> None:
 
 
 def test_type_checking_imports_are_not_edges(copy: Path) -> None:
-    _plant(copy / "_sonames.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                 "    from .hooks import HookReport\n")
+    _plant(copy / "_objects" / "sonames.py",
+           "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+           "    from ..hooks import HookReport\n")
     assert not upward_imports(copy)
 
 
@@ -390,7 +395,7 @@ print(sorted(m for m in sys.modules if m.startswith("memhook.")))
     assert proc.returncode == 0, proc.stderr
     loaded = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     assert "memhook.events" in loaded
-    assert "memhook._drain" not in loaded, f"memhook.events imported the drain: {loaded}"
+    assert "memhook._events.drain" not in loaded, f"memhook.events imported the drain: {loaded}"
 
 
 def facade_violations(package: Path) -> list[str]:
@@ -426,6 +431,7 @@ def test_facade_edges_are_lazy_reexports_only() -> None:
 
 
 def test_catches_a_real_import_along_a_facade_edge(copy: Path) -> None:
-    _plant(copy / "cache.py", "def _helper():\n    from . import _query\n    return _query\n")
+    _plant(copy / "cache.py", "def _helper():\n    from ._queries import query\n    return query\n")
     problems = facade_violations(copy)
-    assert len(problems) == 1 and "memhook.cache imports memhook._query" in problems[0], problems
+    assert len(problems) == 1, problems
+    assert "memhook.cache imports memhook._queries.query" in problems[0], problems

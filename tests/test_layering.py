@@ -459,10 +459,11 @@ def _splits_a_maps_line(tree: ast.AST) -> bool:
 
 PY_ONE_OF_EACH: dict[str, tuple[object, str]] = {
     "reads /proc/PID/maps": (lambda tree: any("/maps" in t for t in _py_strings(tree)),
-                             "_procmaps.py"),
-    "parses a maps line": (_splits_a_maps_line, "_procmaps.py"),
+                             "_objects/procmaps.py"),
+    "parses a maps line": (_splits_a_maps_line, "_objects/procmaps.py"),
     "spells the driver's soname": (
-        lambda tree: any("libcuda.so.1" in t for t in _py_strings(tree)), "_sonames.py"),
+        lambda tree: any("libcuda.so.1" in t for t in _py_strings(tree)),
+        "_objects/sonames.py"),
 }
 
 
@@ -496,7 +497,10 @@ def test_the_python_one_of_each_check_catches_a_second_reader(tmp_path: Path) ->
         "def driver():\n"
         '    return ctypes.CDLL(b"libcuda.so.1")\n')
     assert py_one_of_each_violations(package) == [
-        "memhook/cli/second.py reads /proc/PID/maps; only memhook/_procmaps.py may (use it)",
-        "memhook/cli/second.py parses a maps line; only memhook/_procmaps.py may (use it)",
-        "memhook/cli/second.py spells the driver's soname; only memhook/_sonames.py may (use it)",
+        "memhook/cli/second.py reads /proc/PID/maps; "
+        "only memhook/_objects/procmaps.py may (use it)",
+        "memhook/cli/second.py parses a maps line; "
+        "only memhook/_objects/procmaps.py may (use it)",
+        "memhook/cli/second.py spells the driver's soname; "
+        "only memhook/_objects/sonames.py may (use it)",
     ]

@@ -82,7 +82,7 @@ class Verdict:
 
 
 def analyze(fn: Function, library: str, jump_size: int) -> Verdict:
-    from memhook._core import ffi, lib
+    from memhook._binding.core import ffi, lib
 
     out = ffi.new("memhook_bistro_analysis *")
     code = fn.code if fn.code else b"\x00"

@@ -185,7 +185,7 @@ def generate(count: int, seed: int) -> np.ndarray:
 # ------------------------------------------------------------------- compare
 
 def our_lengths(buf: np.ndarray) -> np.ndarray:
-    from memhook._core import ffi, lib
+    from memhook._binding.core import ffi, lib
 
     buf = np.ascontiguousarray(buf, dtype=np.uint8)
     out = np.zeros(buf.shape[0], dtype=np.int8)

@@ -67,7 +67,7 @@ def _import_cache():  # type: ignore[no-untyped-def]
 
 cache_mod = _import_cache()
 MemtypeCache = cache_mod.MemtypeCache
-from memhook._types import MemoryType
+from memhook._values.types import MemoryType
 
 TYPES = [MemoryType.CUDA, MemoryType.CUDA_MANAGED, MemoryType.CUDA_HOST]
 BASE = 0x7F00_0000_0000

@@ -4,11 +4,11 @@
     python bench/queries/driver_query_bench.py [ROUNDS]     # after `pip install -e .`; ROUNDS=9
 
 memhook asks an already-loaded driver about pointers it cannot vouch for
-(memhook/_driver.py) with ``cuPointerGetAttributes``, called through a
+(memhook/_binding/driver.py) with ``cuPointerGetAttributes``, called through a
 function-pointer type of its cffi extension.  This times that call (one
 attribute, MEMORY_TYPE, on a device pointer) on the bundled simulator, beside
-the same call through a ctypes binding (what _driver.py used before), and
-beside ``memhook._driver.is_cuda`` (the whole Python path), in alternating
+the same call through a ctypes binding (what _binding/driver.py used before), and
+beside ``memhook._binding.driver.is_cuda`` (the whole Python path), in alternating
 rounds of 20,000 calls; it prints the median and the best round, ns per call.
 The simulator's own work is in every figure alike.
 """
@@ -23,8 +23,8 @@ import time
 from typing import Any, Callable
 
 import memhook.sim
-from memhook import _driver
-from memhook._core import ffi, lib
+from memhook._binding import driver as _driver
+from memhook._binding.core import ffi, lib
 
 CALLS = 20_000
 
@@ -50,7 +50,7 @@ def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
     dev = _device_pointer(memhook.sim.activate())
 
-    # the baseline: ctypes, bound as _driver.py did before
+    # the baseline: ctypes, bound as _binding/driver.py did before
     c_fn = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOW | os.RTLD_NOLOAD).cuPointerGetAttributes
     c_fn.restype = ctypes.c_int
     c_fn.argtypes = [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
@@ -71,7 +71,7 @@ def main() -> int:
     cases: dict[str, Callable[[], Any]] = {
         "ctypes cuPointerGetAttributes (baseline)": lambda: c_fn(1, c_attr, c_data, dev),
         "cffi cuPointerGetAttributes (memhook)": lambda: f_fn(1, f_attr, f_data, dev),
-        "memhook._driver.is_cuda (whole path)": lambda: _driver.is_cuda(dev),
+        "memhook._binding.driver.is_cuda (whole path)": lambda: _driver.is_cuda(dev),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):

@@ -44,7 +44,7 @@ ROOT = HERE.parents[1]
 
 PYTHON_BASELINE = r"""
 import ctypes, sys, time
-import memhook, memhook._feeder as feeder
+import memhook, memhook._events.feeder as feeder
 backlog = int(sys.argv[1])
 cuda = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 memhook.install()

@@ -18,7 +18,7 @@ import argparse
 import io
 import time
 
-from memhook._symbolize import Caller
+from memhook._objects.symbolize import Caller
 from memhook.tracing.ledger import Ledger, Process, format_summary
 from memhook.tracing.pyframes import PyFrame, PyStack
 from memhook.tracing.writers.jsonl import JsonlWriter

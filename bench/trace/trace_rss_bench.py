@@ -4,7 +4,7 @@ the same trace of 10,000 events, in one run.
 
     python bench/trace/trace_rss_bench.py [--events N] [--formats text,jsonl,chrome,memviz]
 
-Traces ``event_storm N`` (tests/cli/c/event_storm.c: alloc/free pairs
+Traces ``event_storm N`` (tests/cli/fixtures/event_storm.c: alloc/free pairs
 through the hooks' own recording path, the live set small) in each format,
 output to /dev/null, and prints two figures per trace: the summary's
 "peak RSS" and the collector's true peak, the kernel's VmHWM read as the

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from .._sonames import LIBCUDA_SONAME
+from .._objects.sonames import LIBCUDA_SONAME
 
 __all__ = ["add_parser", "gpu_present", "have_cuda_bindings", "run"]
 

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from .._printable import printable
+from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
 
 __all__ = ["DATA_ERROR", "add_parser", "check_versions", "run", "write_stdout"]

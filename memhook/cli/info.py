@@ -27,9 +27,9 @@ import re
 import sys
 from typing import Any
 
-from .._printable import printable
-from .._procmaps import file_paths
-from .._sonames import LIBCUDA_SONAME
+from .._values.printable import printable
+from .._objects.procmaps import file_paths
+from .._objects.sonames import LIBCUDA_SONAME
 
 __all__ = ["add_parser", "collect", "format_text", "run"]
 
@@ -60,7 +60,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ probing
 
 def _driver_info() -> tuple[dict, ctypes.CDLL | None]:
-    from .._cuda_errors import error_name
+    from .._binding.cuda_errors import error_name
 
     try:
         cuda = ctypes.CDLL(LIBCUDA_SONAME)
@@ -191,7 +191,7 @@ def _read_code(address: int, size: int) -> bytes:
 
 def _bistro_analysis(cuda: ctypes.CDLL | None, names: list[tuple[str, str]]) -> dict[str, dict]:
     """Per driver function the driver exports: bistro's verdict on its entry."""
-    from .._core import ffi, lib
+    from .._binding.core import ffi, lib
 
     out: dict[str, dict] = {}
     if cuda is None:
@@ -313,7 +313,7 @@ def format_text(info: dict) -> str:
     for mode, err in info["mode_errors"].items():
         out.append(f"mode {mode}: {err}")
     # Paths, device names and the loader's messages are not ours to trust
-    # on a terminal (memhook._printable); the lines below are memhook's own.
+    # on a terminal (memhook._values.printable); the lines below are memhook's own.
     out = [printable(line) for line in out]
     out.append("hooked functions: the mechanism covering each, per MEMHOOK_CUDA_MODE")
     out.append(f"  {'function':<30} {'api':<8} {'present':<8} " +

@@ -29,7 +29,7 @@ import resource
 import sys
 from typing import IO, Any
 
-from .._printable import printable
+from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
 from .diff import DATA_ERROR, check_versions
 

@@ -28,7 +28,7 @@ import os
 import sys
 from typing import IO, Any
 
-from .._printable import printable
+from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
 from .diff import DATA_ERROR, check_versions, write_stdout
 from .merge import UsageError, input_files

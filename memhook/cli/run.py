@@ -33,7 +33,7 @@ import os
 import sys
 from typing import Any
 
-from .._printable import printable
+from .._values.printable import printable
 from . import launch
 
 __all__ = ["USAGE", "add_parser", "run", "run_command"]
@@ -77,7 +77,7 @@ def run_command(command: list[str], mode: str | None = None, sim: bool = False,
                 pointer_attributes: bool = False) -> int:
     """The whole of ``memhook run``; returns the exit status."""
     from .. import library_path
-    from .._modes import HookMode
+    from .._values.modes import HookMode
     from .trace import mode_error
 
     problem = mode_error(mode)

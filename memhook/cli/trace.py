@@ -32,8 +32,8 @@ import time
 import traceback
 from typing import IO, Any
 
-from .._printable import printable
-from .._sonames import LIBCUDA_SONAME
+from .._values.printable import printable
+from .._objects.sonames import LIBCUDA_SONAME
 from . import launch
 from .launch import SignalRelay as _SignalRelay
 from .launch import exit_status as _exit_status
@@ -99,7 +99,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def mode_error(mode: str | None) -> str | None:
     """What is wrong with ``-m MODE`` (None: the environment's), or None."""
-    from .._modes import VALID_MODES, HookMode
+    from .._values.modes import VALID_MODES, HookMode
 
     if mode is not None and not mode.strip():
         # HookMode.parse("") is the default (as a blank environment variable
@@ -113,7 +113,7 @@ def mode_error(mode: str | None) -> str | None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    # (A message may quote CMD or a path: see memhook._printable.)
+    # (A message may quote CMD or a path: see memhook._values.printable.)
     print(f"memhook trace: {printable(message)}", file=sys.stderr)
     return status
 
@@ -193,7 +193,7 @@ def run_trace(command: list[str], mode: str | None = None, sim: bool = False,
     set at the first failure for lack of memory is written to (a memviz
     pickle), if there is one."""
     from .. import library_path
-    from .._modes import HookMode
+    from .._values.modes import HookMode
     from ..tracing.runinfo import expand_output
     from ..tracing.writers import FORMATS
 
@@ -298,7 +298,7 @@ def _driver_problem(env: dict[str, str]) -> str | None:
 
 
 def _function_table() -> tuple[list[str], list[bool]]:
-    from .. import _hook_table
+    from .._binding import hook_table as _hook_table
 
     return list(_hook_table.names()), list(_hook_table.runtime_flags())
 

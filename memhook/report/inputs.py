@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from .._printable import printable
+from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
 from .model import TrackInfo, merged_sources
 

@@ -31,7 +31,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from .._printable import printable
+from .._values.printable import printable
 from ..tracing.diff import CONTEXT_TEARDOWNS
 from ..tracing.ledger import GLOBAL_FUNCTIONS, HOST_KEY, device_label, human_size
 from ..tracing.tracefile import Event, TraceError, TraceFile

@@ -29,8 +29,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from .._procmaps import file_paths
-from .._sonames import LIBCUDA_SONAME
+from .._objects.procmaps import file_paths
+from .._objects.sonames import LIBCUDA_SONAME
 
 __all__ = [
     "DRIVER_SONAME",

@@ -84,7 +84,7 @@ nanosecond a CPU of the area's life (a hooked call takes far longer).
 (``scan`` is not one: a search for a free segment adds several to it.)"""
 _SEG_BYTES = SEG_EVENTS * EVENT_DTYPE.itemsize
 _HEADER_BYTES = 4096
-_TS_AT = 24  # timestamp_ns in memhook_event (memhook/_event_layout.py)
+_TS_AT = 24  # timestamp_ns in memhook_event (memhook/_events/layout.py)
 
 MAX_SEGMENTS = 4096 * 2**20 // _SEG_BYTES
 """The most segments the traced side makes (MEMHOOK_TRACE_BUFFER_MB=4096)."""

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from .ledger import GLOBAL_FUNCTIONS, HOST_KEY, human_size
 from .pyframes import PyFrame, PyStack
-from .._printable import printable
+from .._values.printable import printable
 from .tracefile import Event
 
 __all__ = ["CONTEXT_TEARDOWNS", "DiffRow", "Figures", "Profile", "Status", "diff_rows",

@@ -38,9 +38,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from .._cuda_errors import error_name
-from .._symbolize import Caller
-from .._printable import printable
+from .._binding.cuda_errors import error_name
+from .._objects.symbolize import Caller
+from .._values.printable import printable
 from .modules import ModuleMap
 from .oom import OOM_RESULT, REPORTS_MAX, LiveAlloc, OomReport, report
 from .protocol import Hello
@@ -587,7 +587,7 @@ def format_summary(summary: dict, mode: str, elapsed_s: float, collector_rss: in
     out.append(f"collector: {summary['events']} events in {elapsed_s:.2f} s "
                f"({rate:,.0f} events/s), peak RSS {collector_rss / 2**20:.1f} MiB")
     # Commands, libraries, sites and symbols are the program's names: a
-    # control character in one would reach the terminal (memhook._printable).
+    # control character in one would reach the terminal (memhook._values.printable).
     return "\n".join(printable(line) for line in out) + "\n"
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from .diff import CONTEXT_TEARDOWNS
 from .ledger import GLOBAL_FUNCTIONS, HOST_KEY, device_label, human_size
-from .._printable import printable
+from .._values.printable import printable
 from .tracefile import Event, TraceError, TraceFile, TraceHeader
 
 __all__ = ["REORDER_EVENTS", "MergeSummary", "Track", "TrackPeak", "make_tracks", "merged"]

@@ -1,7 +1,7 @@
 """Which object a traced process had loaded where: the collector's copy of
 the module records the process wrote into its trace area
 (``trace_proto.h``: ``mh_trace_module``), and the naming of caller and
-stack addresses with them (:mod:`memhook._symbolize`).
+stack addresses with them (:mod:`memhook._objects.symbolize`).
 
 The records are the process's own, written before dlopen returns and
 before dlclose unmaps, so they stay right after the process exited or
@@ -20,8 +20,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .._procmaps import executable_mappings
-from .._symbolize import Caller, describe
+from .._objects.procmaps import executable_mappings
+from .._objects.symbolize import Caller, describe
 
 __all__ = ["MODULE", "MODULE_LOAD", "MODULE_UNLOAD", "Module", "ModuleMap", "parse_modules"]
 

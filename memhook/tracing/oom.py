@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._symbolize import Caller
+from .._objects.symbolize import Caller
 from .pyframes import PyStack
 
 __all__ = ["OOM_RESULT", "REPORTS_MAX", "TOP", "LiveAlloc", "OomReport", "report"]

@@ -24,7 +24,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from .._event_layout import EVENT_DTYPE
+from .._events.layout import EVENT_DTYPE
 
 __all__ = [
     "EVENT_DTYPE", "HEADER", "HELLO", "HELLO_FIXED", "HELLO_FORKED", "MAGIC", "MAX_MESSAGE",

@@ -23,7 +23,7 @@ them, for a program in any language.
 
 from __future__ import annotations
 
-from .._symbolize import Caller
+from .._objects.symbolize import Caller
 from .bindings import Binding, binding_of
 from .pyframes import PyFrame, PyStack
 

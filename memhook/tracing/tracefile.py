@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from .._printable import printable
+from .._values.printable import printable
 from .runinfo import HEADER_FORMAT, ClockAnchor
 
 __all__ = ["Event", "TraceError", "TraceFile", "TraceHeader"]

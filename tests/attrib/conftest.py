@@ -23,7 +23,7 @@ class AttribPrograms:
 @pytest.fixture(scope="session")
 def attrib_programs(native: NativeBuild, c_test_dir: Path) -> AttribPrograms:
     skip_unless_traced_programs_build(native)
-    src = HERE / "c"
+    src = HERE / "fixtures"
     out = c_test_dir / "attrib"
     out.mkdir(exist_ok=True)
     sim = str(native.sim_dir)

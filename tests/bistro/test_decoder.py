@@ -20,7 +20,7 @@ import pytest
 capstone = pytest.importorskip("capstone")
 np = pytest.importorskip("numpy")
 
-from memhook._core import ffi, lib  # noqa: E402
+from memhook._binding.core import ffi, lib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

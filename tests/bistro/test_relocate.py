@@ -12,7 +12,7 @@ import pytest
 capstone = pytest.importorskip("capstone")
 from capstone import x86 as csx86  # noqa: E402
 
-from memhook._core import ffi, lib  # noqa: E402
+from memhook._binding.core import ffi, lib  # noqa: E402
 
 GIB = 1 << 30
 SRC = 0x7F12_3456_0000

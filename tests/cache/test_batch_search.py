@@ -1,5 +1,5 @@
 """memory_types's search (csrc/pyext/batch_search.c through
-memhook._search): the same index as numpy's searchsorted for every key,
+memhook._queries.search): the same index as numpy's searchsorted for every key,
 over bounds of every size the lockstep loop and its tail split differently,
 at each bound, one off it on both sides, and the ends of the address space."""
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memhook import MemoryType, MemtypeCache, _search
+from memhook import MemoryType, MemtypeCache
+from memhook._queries import search as _search
 
 TOP = np.uint64(2**64 - 1)
 

@@ -29,7 +29,7 @@ def test_this_process_has_no_driver_and_answers_host() -> None:
     import numpy as np
 
     import memhook
-    from memhook import _driver
+    from memhook._binding import driver as _driver
 
     def drivers() -> list[str]:
         with open("/proc/self/maps") as maps:

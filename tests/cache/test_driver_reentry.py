@@ -1,4 +1,4 @@
-"""memhook._driver's query is reentrant on one thread: a query made while
+"""memhook._binding.driver's query is reentrant on one thread: a query made while
 another is under way on the same thread - a Python signal handler runs
 between any two bytecodes of the interrupted query - writes its answer into
 argument blocks of its own, so the interrupted query reads its own answer.
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memhook import MemoryType, _driver
-from memhook._core import ffi
+from memhook import MemoryType
+from memhook._binding import driver as _driver
+from memhook._binding.core import ffi
 
 DEVICE = 0x7F00_0000_0000
 SIZE = 1 << 20

@@ -28,7 +28,7 @@ class Programs:
 @pytest.fixture(scope="session")
 def programs(native: NativeBuild, c_test_dir: Path) -> Programs:
     skip_unless_traced_programs_build(native)
-    src = HERE / "c"
+    src = HERE / "fixtures"
     static = [str(native.sim_dir / "libcudart_static.a"), "-ldl", "-lpthread"]
     static_app = native.compile(src / "static_app.c", c_test_dir / "cli_static_app", extra=static)
     fork_exec = native.compile(src / "fork_exec.c", c_test_dir / "cli_fork_exec", extra=static)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from memhook_testing import CSRC
 
-from memhook import _cuda_errors as cuda_errors
-from memhook._printable import printable
+from memhook._binding import cuda_errors
+from memhook._values.printable import printable
 from memhook.tracing import protocol
 from memhook.tracing.ledger import HOST_KEY, Ledger, Process, human_size
 
@@ -46,7 +46,7 @@ def test_the_receive_buffer_holds_the_longest_hello() -> None:
 
 
 def test_event_layout_matches_the_core() -> None:
-    from memhook._core import ffi
+    from memhook._binding.core import ffi
 
     assert ffi.sizeof("memhook_event") == protocol.EVENT_DTYPE.itemsize
     for name in protocol.EVENT_DTYPE.names:

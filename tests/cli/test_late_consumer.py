@@ -25,7 +25,7 @@ def test_late_consumer_gets_the_truth(tmp_path) -> None:
     assert m.group(2) == "False", proc.stdout  # it cannot vouch: events were trimmed
 
 
-_FEEDER_PROBE = ("import threading, memhook, memhook._feeder as feeder\n"
+_FEEDER_PROBE = ("import threading, memhook, memhook._events.feeder as feeder\n"
                  "names = [t.name for t in threading.enumerate()]\n"
                  "print('feeder', feeder.running(), 'memhook-feeder' in names)\n")
 

@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 
-from memhook._symbolize import Caller
+from memhook._objects.symbolize import Caller
 from memhook.tracing.ledger import ALLOC, Ledger
 from memhook.tracing.writers.memviz import MemvizWriter
 from memhook.tracing.writers.pickle_stream import PickleStream

@@ -2,7 +2,7 @@
 the core preloaded and the hooks on, no trace; the launcher's statuses and
 signal rules are ``memhook trace``'s.
 
-tests/cli/c/run_query.c never links memhook or installs anything: it finds
+tests/cli/fixtures/run_query.c never links memhook or installs anything: it finds
 the core through dlsym(RTLD_DEFAULT), checks memhook_hooks_mode() is
 nonzero, that memhook_query answers a device allocation from the hooks
 (origin HOOKS, extent, alloc_id), and that with nothing in it draining, the
@@ -25,7 +25,7 @@ from memhook import sim
 
 @pytest.fixture(scope="module")
 def run_query(native: NativeBuild, c_test_dir: Path) -> Path:
-    return native.compile(HERE / "c" / "run_query.c", c_test_dir / "cli_run_query",
+    return native.compile(HERE / "fixtures" / "run_query.c", c_test_dir / "cli_run_query",
                           extra=["-ldl"])
 
 

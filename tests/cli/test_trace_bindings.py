@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from memhook._symbolize import Caller
+from memhook._objects.symbolize import Caller
 from memhook.tracing.bindings import BINDINGS, binding_of
 from memhook.tracing.ledger import Ledger, Process, format_summary
 from memhook.tracing.pyframes import PyFrame, PyStack

@@ -160,7 +160,7 @@ def test_a_setuid_program_run_by_a_shell(programs, tmp_path: Path) -> None:
 def static_programs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """static_cuda.c linked -static twice: naming libcuda, and not."""
     folder = tmp_path_factory.mktemp("static")
-    src = Path(__file__).parent / "c" / "static_cuda.c"
+    src = Path(__file__).parent / "fixtures" / "static_cuda.c"
     out = []
     for name, extra in (("static_cuda", ["-DNAMES_CUDA"]), ("static_plain", [])):
         target = folder / name

@@ -221,7 +221,7 @@ def _symbols_within(path: Path, seconds: float = 30) -> object:
     """elf_symbols(path) in a thread: it must return, whatever path is."""
     import threading
 
-    from memhook._symbolize import elf_symbols
+    from memhook._objects.symbolize import elf_symbols
 
     got: list[object] = []
     thread = threading.Thread(target=lambda: got.append(elf_symbols(str(path))), daemon=True)
@@ -262,7 +262,7 @@ def test_the_symbol_reader_reads_a_file_changed_in_place_again(programs,
                                                               tmp_path: Path) -> None:
     """A view of the old file is not used to name the new one: its names
     read as unknown, and the new file is read afresh."""
-    from memhook._symbolize import elf_symbols
+    from memhook._objects.symbolize import elf_symbols
 
     lib = tmp_path / "lib.so"
     shutil.copy(programs.module_lib_big, lib)

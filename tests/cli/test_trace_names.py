@@ -23,7 +23,7 @@ EVENT = re.compile(r"^\s*\d+\.\d{6} \[\d+/\d+\] (alloc|free )")
 
 
 def _shown(name: str) -> str:
-    """As memhook prints it (memhook._printable)."""
+    """As memhook prints it (memhook._values.printable)."""
     return (name.replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\n", "\\n"))
 
 

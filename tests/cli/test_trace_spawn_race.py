@@ -30,7 +30,7 @@ _LATE = {"MEMHOOK_TESTING_TRACE_LOAD_DELAY_MS": "1500"}
 
 @pytest.fixture(scope="module")
 def spawn_exit(native, c_test_dir: Path) -> Path:
-    return native.compile(HERE / "c" / "spawn_exit.c", c_test_dir / "cli_spawn_exit")
+    return native.compile(HERE / "fixtures" / "spawn_exit.c", c_test_dir / "cli_spawn_exit")
 
 
 def _child_pids(out: Path, parent: int | None = None) -> set[int]:

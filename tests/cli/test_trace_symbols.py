@@ -1,5 +1,5 @@
-"""Naming frames of stripped libraries (memhook/_symbolize.py,
-memhook/_debuginfo.py): a local function that ``strip`` took out of the
+"""Naming frames of stripped libraries (memhook/_objects/symbolize.py,
+memhook/_objects/debuginfo.py): a local function that ``strip`` took out of the
 library's ``.symtab`` is named from its separate debug file (by
 debuglink, by build ID) or from its MiniDebugInfo, as --stacks and callers
 show it; a debug file of another build, or a broken MiniDebugInfo, names
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from memhook import _debuginfo
-from memhook._symbolize import ElfSymbols, describe
+from memhook._objects import debuginfo as _debuginfo
+from memhook._objects.symbolize import ElfSymbols, describe
 
 SOURCE = """
 __attribute__((noinline)) static int hidden_helper(int x)

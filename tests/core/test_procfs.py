@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from memhook_testing import CSRC, HAVE_CC, run_checked
 
-from memhook._procmaps import parse_maps
+from memhook._objects.procmaps import parse_maps
 
 pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler")
 
@@ -26,7 +26,8 @@ def _walk(native, c_test_dir: Path, stop_after: int = 0, line_max: int | None = 
         extra = [f"-I{CSRC / 'core'}"]
         if line_max is not None:
             extra.append(f"-DMH_MAPS_LINE_MAX={line_max}")
-        native.compile([HERE / "maps_walk.c", CSRC / "core" / "procfs.c"], exe, extra=extra)
+        native.compile([HERE / "fixtures" / "maps_walk.c", CSRC / "core" / "procfs.c"], exe,
+                       extra=extra)
     out = run_checked([str(exe), str(stop_after)]).stdout
     head, raw = out.split("raw\n", 1)
     lines = head.splitlines()
@@ -54,7 +55,7 @@ def test_walk_matches_the_file(native, c_test_dir: Path) -> None:
 
 
 def test_the_python_reader_agrees_with_the_core(native, c_test_dir: Path) -> None:
-    """memhook/_procmaps.py, the Python side's one reader, reads the same
+    """memhook/_objects/procmaps.py, the Python side's one reader, reads the same
     text into the same ranges, protections and names as the core's."""
     got, raw = _walk(native, c_test_dir)
     assert [(m.start, m.end, m.perms[:3], m.path) for m in parse_maps(raw)] == got
@@ -85,7 +86,7 @@ def test_resume_pc_of_parked_running_and_gone_threads(native, c_test_dir: Path) 
     that has exited is ESRCH."""
     import errno
     exe = c_test_dir / "resume_pc"
-    native.compile([HERE / "resume_pc.c", CSRC / "core" / "procfs.c"], exe,
+    native.compile([HERE / "fixtures" / "resume_pc.c", CSRC / "core" / "procfs.c"], exe,
                    extra=[f"-I{CSRC / 'core'}", "-lpthread"])
     out = dict(line.split(" ", 1) for line in run_checked([str(exe)]).stdout.splitlines())
     assert out["parked"] == "0 0f05", out

@@ -1,4 +1,4 @@
-"""memhook/_procmaps.py, the Python side's one reader of /proc/PID/maps
+"""memhook/_objects/procmaps.py, the Python side's one reader of /proc/PID/maps
 (tests/core/test_procfs.py checks it reads a file as the core's reader
 does): the record of a line, lines it skips, where an object's offset 0
 maps, the files a process maps, and a process that is gone."""
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import memhook
-from memhook._procmaps import (
+from memhook._objects.procmaps import (
     ExecutableMapping,
     Mapping,
     executable_mappings,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import memhook
-from memhook._core import ffi, lib
+from memhook._binding.core import ffi, lib
 from memhook.cache import process_cache
 
 __all__ = [

@@ -40,7 +40,7 @@ def test_cdef_has_the_hook_layer_constants() -> None:
 
 
 def test_the_extension_exposes_them() -> None:
-    from memhook._core import lib
+    from memhook._binding.core import lib
 
     missing = [name for name in sorted(_header_functions()) if not hasattr(lib, name)]
     assert missing == []

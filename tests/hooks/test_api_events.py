@@ -17,7 +17,8 @@ import pytest
 from hooks_api_testing import ALLOC, FREE, WINDOW, clean_events, record  # noqa: F401
 
 import memhook
-from memhook import Event, EventKind, MemoryType, Subscription, _drain
+from memhook import Event, EventKind, MemoryType, Subscription
+from memhook._events import drain as _drain
 from memhook.cache import process_cache
 
 pytestmark = pytest.mark.usefixtures("clean_events")
@@ -594,7 +595,7 @@ def test_threads_record_and_drain_concurrently() -> None:
 
 def test_coverage_token_moves_with_what_the_answer_depends_on(tmp_path: Path) -> None:
     """The core's token changes with the mode and with every object loaded."""
-    from memhook._core import lib
+    from memhook._binding.core import lib
 
     before = int(lib.memhook_coverage_token())
     assert before & 3 == int(lib.memhook_hooks_mode())

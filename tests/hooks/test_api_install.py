@@ -137,7 +137,7 @@ def test_install_status_and_events_in_each_mode(native, tmp_path: Path, mode: st
         after = memhook.status()
         assert after.mode == HookMode.NONE and not any(h.installed for h in after.hooks)
         assert after.coverage_complete is False
-        from memhook._core import lib
+        from memhook._binding.core import lib
         assert lib.memhook_reloc_patched_slots() == 0
         n = len(seen)
         with memhook.subscribe(seen.append):
@@ -182,8 +182,8 @@ def test_fork_child_sees_its_own_allocations(native, tmp_path: Path) -> None:  #
     initialises it.)"""
     run_sim_script(native, tmp_path, setup=SETUP, body="""
         import threading
-        from memhook import _drain
-        from memhook._core import lib
+        from memhook._events import drain as _drain
+        from memhook._binding.core import lib
         memhook.install()
         seen = []
         memhook.subscribe(seen.append)

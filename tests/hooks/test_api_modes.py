@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memhook import HookMode
-from memhook._core import ffi, lib
+from memhook._binding.core import ffi, lib
 
 B, R, N = HookMode.BISTRO, HookMode.RELOC, HookMode.NONE
 BOTH = B | R
@@ -141,7 +141,7 @@ def test_bad_mode_installs_nothing(native, tmp_path) -> None:  # type: ignore[no
     mode, no hook, no GOT slot."""
     env = native.env(MEMHOOK_CUDA_MODE="bistro,gdb")
     run_sim_script(native, tmp_path, """
-        from memhook._core import lib
+        from memhook._binding.core import lib
         import memhook
         def nothing_installed():
             r = memhook.status()

@@ -1,5 +1,5 @@
 """At install, the VA ranges CUDA had reserved already are marked UNKNOWN
-(memhook._preexisting): which mappings count, that regions the hooks
+(memhook._queries.preexisting): which mappings count, that regions the hooks
 recorded keep their types, and the real thing on the simulator."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from hooks_api_testing import run_sim_script
 
 from memhook import MemoryType, MemtypeCache, Region
-from memhook._preexisting import (
+from memhook._queries.preexisting import (
     SIM_MEMFD_PREFIX,
     cuda_reserved_ranges,
     driver_initialised,
     mark_preexisting,
 )
-from memhook._procmaps import parse_maps
+from memhook._objects.procmaps import parse_maps
 
 M = MemoryType
 
@@ -186,7 +186,7 @@ def test_nothing_is_marked_without_an_initialised_driver(native, tmp_path: Path)
     of the process are not CUDA's, and stay unmarked."""
     run_sim_script(native, tmp_path, setup=SETUP, body="""
         hole = reserve(1 << 21)
-        from memhook._preexisting import driver_initialised
+        from memhook._queries.preexisting import driver_initialised
         assert not driver_initialised()
         memhook.install()
         assert process_cache().lookup(hole, 1 << 21) is None

@@ -1,4 +1,4 @@
-"""The drain's bulk apply (memhook/_apply.py: apply_rows) leaves the cache
+"""The drain's bulk apply (memhook/_events/apply.py: apply_rows) leaves the cache
 exactly as applying each event in turn (apply_row) does.
 
 Random event streams over a small address window (so that exact reuse and
@@ -16,9 +16,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memhook import MemoryType, MemtypeCache, Region, _apply
-from memhook._core import lib
-from memhook._event_layout import EVENT_DTYPE
+from memhook import MemoryType, MemtypeCache, Region
+from memhook._events import apply as _apply
+from memhook._binding.core import lib
+from memhook._events.layout import EVENT_DTYPE
 
 ALLOC = int(lib.MEMHOOK_EVENT_ALLOC)
 FREE = int(lib.MEMHOOK_EVENT_FREE)

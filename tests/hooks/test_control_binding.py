@@ -1,4 +1,4 @@
-"""The core's long control calls (memhook._control) go through memhook's one
+"""The core's long control calls (memhook._binding.control) go through memhook's one
 binding, the extension memhook._native: builtins that keep the GIL
 (csrc/pyext/control.c), not a second binding through ctypes.  Arrays reach
 them as buffers checked against the count asked for."""
@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 import memhook
-from memhook import _control, _native  # type: ignore[attr-defined]
-from memhook._core import ffi
+from memhook import _native
+from memhook._binding import control as _control  # type: ignore[attr-defined]
+from memhook._binding.core import ffi
 
 PACKAGE = Path(memhook.__file__).parent
 
 
 def test_no_module_calls_the_core_through_ctypes() -> None:
-    """ctypes may load the core (memhook._core binds it by soname before
+    """ctypes may load the core (memhook._binding.core binds it by soname before
     the extension loads) but calls none of its functions."""
     offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                  if re.search(r"\bPyDLL\b|_core_handle\.\w+\(|_core_handle\[", p.read_text())]
@@ -49,7 +50,7 @@ def test_a_buffer_smaller_than_the_count_is_refused_not_overrun() -> None:
 
 
 def test_the_wrappers_answer_as_before() -> None:
-    count = int(memhook._core.lib.memhook_hook_count())
+    count = int(memhook._binding.core.lib.memhook_hook_count())
     table = ffi.new("memhook_hook_info[]", count)
     assert _control.hook_rows(table, count) == count
     assert {ffi.string(table[i].name).decode() for i in range(count)} >= {"cuMemAlloc_v2",

@@ -14,7 +14,7 @@ from test_api_install import SETUP
 
 BODY = """
 import threading, time
-from memhook import _feeder
+from memhook._events import feeder as _feeder
 
 def switches(tid):
     with open(f"/proc/self/task/{tid}/status") as f:

@@ -47,7 +47,8 @@ def test_fork_during_install_churn(scenario, hook_fixtures, c_test_dir: Path, mo
 _PY_LOCKS = r"""
 import ctypes, os, signal, sys, threading
 import memhook
-from memhook import MemoryType, _driver, cache, hooks
+from memhook import MemoryType, cache, hooks
+from memhook._binding import driver as _driver
 cu = ctypes.CDLL("libcuda.so.1")  # the simulator: memory_type asks it on a miss
 allocated = sys.argv[1] == "allocated"
 ptr = ctypes.c_uint64()

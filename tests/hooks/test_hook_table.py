@@ -1,4 +1,4 @@
-"""One reader of the core's hook table (memhook/_hook_table.py) serves
+"""One reader of the core's hook table (memhook/_binding/hook_table.py) serves
 status(), the drain's event names and (through the same module) the CLI."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 import memhook
-from memhook import _drain, _hook_table
+from memhook._events import drain as _drain
+from memhook._binding import hook_table as _hook_table
 
 PACKAGE = Path(memhook.__file__).resolve().parent
 
@@ -42,20 +43,21 @@ def test_function_name_outside_the_table() -> None:
 
 
 def test_only_the_reader_walks_the_table() -> None:
-    """memhook_hook_get(_range) is called in one place: _hook_table.py (the
-    range reader through memhook._control, which binds it with the GIL
+    """memhook_hook_get(_range) is called in one place: _binding/hook_table.py (the
+    range reader through memhook._binding.control, which binds it with the GIL
     held; _ffi_build.py declares them)."""
     readers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                      if (re.search(r"\bmemhook_hook_get(_range)?\s*\(", p.read_text())
                          or re.search(r"\b_control\.hook_rows\s*\(", p.read_text()))
-                     and p.name not in ("_ffi_build.py", "_control.py"))
-    assert readers == ["_hook_table.py"], readers
+                     and str(p.relative_to(PACKAGE)) not in ("_ffi_build.py",
+                                                             "_binding/control.py"))
+    assert readers == ["_binding/hook_table.py"], readers
 
 
 def test_the_range_reader_answers_as_the_row_reader() -> None:
     """memhook_hook_get_range (one call: what status() uses) gives each row
     as memhook_hook_get does, and cuts a range at the end of the table."""
-    from memhook._core import ffi, lib
+    from memhook._binding.core import ffi, lib
 
     n = int(lib.memhook_hook_count())
     table = ffi.new("memhook_hook_info[]", n + 3)

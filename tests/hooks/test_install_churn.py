@@ -61,7 +61,7 @@ def test_100_cycles_under_python_callers_and_spinners(native, mode: str) -> None
     and made some fifty calls that released the GIL (status() read the hook
     table row by row): a median of 154-193 ms and a worst of 800 ms on a
     loaded box.  Now install() and uninstall() wait for no thread and make
-    no call that releases the GIL (memhook._control): a cycle is a
+    no call that releases the GIL (memhook._binding.control): a cycle is a
     millisecond or two of work, and waits only where the interpreter makes
     it give the GIL up (every 5 ms of holding it while others want it), for
     its turn among the eight.  That wait is the interpreter's, not

@@ -1,6 +1,6 @@
 """memory_type's and lookup's path: the argument normalised (in C for the
 common forms: csrc/pyext/query.c), then one call into the core's cache.
-They answer what memhook._inputs and the cache's semantics say - for every
+They answer what memhook._queries.inputs and the cache's semantics say - for every
 argument form, before and after C has learned its type - and never from a
 state of the cache that an event published before the query has made old.
 

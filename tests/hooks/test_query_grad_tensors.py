@@ -19,8 +19,8 @@ from hooks_api_testing import clean_events  # noqa: F401
 
 import memhook
 from memhook import MemoryType, MemtypeCache, Region
-from memhook import _query
-from memhook._inputs import byte_range
+from memhook._queries import query as _query
+from memhook._queries.inputs import byte_range
 from memhook.cache import process_cache
 
 torch = pytest.importorskip("torch")

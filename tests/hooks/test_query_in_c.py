@@ -1,5 +1,5 @@
 """Which arguments memory_type and lookup read in C (csrc/pyext/query.c)
-rather than through Python's normaliser (memhook._inputs.byte_range), and
+rather than through Python's normaliser (memhook._queries.inputs.byte_range), and
 that the answers are the same either way.
 
 A type is read in C once C has been shown, on an object of it, that its
@@ -22,7 +22,7 @@ from hooks_api_testing import WINDOW, clean_events  # noqa: F401
 
 import memhook
 from memhook import MemoryType, Region
-from memhook import _query
+from memhook._queries import query as _query
 from memhook.cache import process_cache
 
 pytestmark = pytest.mark.usefixtures("clean_events")

@@ -8,7 +8,7 @@ test.  (TSan judges races by the happens-before edges it tracks; the queue's
 many release/acquire pairs - segment links, spares, the hint - mean some
 mistakes in the publication protocol could pass it.  The 8 x 100k stress in
 test_stress.py checks the protocol by counting, test_event_order.py the
-order across threads.)  fixtures/handoff_order.c runs on the same build."""
+order across threads.)  tests/queue/fixtures/handoff_order.c runs on the same build."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from hooks_testing import FIXTURES
+
+QUEUE_FIXTURES = FIXTURES.parents[1] / "queue" / "fixtures"
 from memhook_testing import CSRC, build_native
 
 
@@ -42,7 +44,7 @@ def test_hooks_under_a_sanitizer(native, tmp_path: Path, sanitizer: str) -> None
     order = tmp_path / "handoff_order"
     subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", f"-fsanitize={sanitizer}",
                     "-fno-sanitize-recover=all", f"-I{CSRC / 'include'}",
-                    str(FIXTURES / "handoff_order.c"), "-o", str(order), f"-L{core}",
+                    str(QUEUE_FIXTURES / "handoff_order.c"), "-o", str(order), f"-L{core}",
                     "-lmemhook", f"-Wl,-rpath,{core}", "-lpthread"], check=True)
     proc = subprocess.run([str(order)], env=env, capture_output=True, text=True, timeout=300,
                           check=False)

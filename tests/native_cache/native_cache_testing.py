@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import memhook
-from memhook._event_layout import EVENT_DTYPE
+from memhook._events.layout import EVENT_DTYPE
 
 __all__ = ["FOUND_ABSENT", "FOUND_IN", "FOUND_MIXED", "FOUND_RUN", "ORIGIN_DRIVER",
            "ORIGIN_HOOKS", "ORIGIN_UNKNOWN", "NativeCache", "NativeRegion", "core"]

@@ -7,7 +7,7 @@ failed calls, context-reset markers of one device or of none, the driver
 unloading, hooks-gap markers, and remembered driver answers - go, in random
 batches, into a native test cache (memhook_testing_cache_apply: the feed
 the drain calls) and, event by event, into a MemtypeCache through
-memhook._apply.apply_row (what Python's drain does).  After every batch
+memhook._events.apply.apply_row (what Python's drain does).  After every batch
 every answer is compared: lookup of every byte and of ranges that
 straddle, the batch types, and the map of regions (the native cache keeps
 allocations apart; merged by (type, device) they must be the reference's
@@ -34,8 +34,8 @@ from native_cache_testing import (FOUND_ABSENT, FOUND_IN, FOUND_MIXED, FOUND_RUN
                                   ORIGIN_UNKNOWN, NativeCache, NativeRegion)
 
 from memhook import MemoryType, MemtypeCache, Region
-from memhook._apply import apply_row
-from memhook._event_layout import EVENT_DTYPE
+from memhook._events.apply import apply_row
+from memhook._events.layout import EVENT_DTYPE
 
 BASE = 0x7F00_0000_0000
 SPACE = 96

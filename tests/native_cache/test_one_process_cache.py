@@ -12,7 +12,7 @@ from native_cache_testing import ORIGIN_UNKNOWN, query, query_types
 
 import memhook
 from memhook import MemoryType, Region
-from memhook._core import lib
+from memhook._binding.core import lib
 from memhook.hooks import hook_index
 
 BASE = 0x7E40_0000_0000

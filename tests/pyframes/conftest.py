@@ -13,6 +13,6 @@ from pyframes_testing import HERE
 def c_thread_lib(native: NativeBuild, c_test_dir: Path) -> Path:
     skip_unless_traced_programs_build(native)
     sim = str(native.sim_dir)
-    return native.compile(HERE / "c" / "c_thread.c", c_test_dir / "libpyframes_c_thread.so",
+    return native.compile(HERE / "fixtures" / "c_thread.c", c_test_dir / "libpyframes_c_thread.so",
                           extra=["-fPIC", "-shared", "-lpthread", f"-L{sim}", "-l:libcuda.so.1",
                                  f"-Wl,-rpath,{sim}"])

@@ -53,7 +53,8 @@ def test_offsets_match_the_headers(python: str, tmp_path: Path) -> None:
     if inc is None:
         pytest.skip(f"{python} has no headers here (its -dev package)")
     probe = tmp_path / "probe"
-    build = subprocess.run(["cc", f"-I{inc}", f"-I{inc / 'internal'}", str(HERE / "c" / "layout_probe.c"),
+    build = subprocess.run(["cc", f"-I{inc}", f"-I{inc / 'internal'}",
+                            str(HERE / "fixtures" / "layout_probe.c"),
                             "-o", str(probe)], capture_output=True, text=True, check=False)
     assert build.returncode == 0, build.stderr
     found = dict(line.split() for line in subprocess.run(

@@ -217,7 +217,8 @@ def test_the_readers_match_trace_proto_h(tmp_path) -> None:
     from memhook.tracing import area
 
     exe = tmp_path / "proto_probe"
-    subprocess.run(["cc", "-std=c11", f"-I{CSRC / 'trace'}", str(HERE / "c" / "proto_probe.c"),
+    subprocess.run(["cc", "-std=c11", f"-I{CSRC / 'trace'}",
+                    str(HERE / "fixtures" / "proto_probe.c"),
                     "-o", str(exe)], check=True)
     rows = [line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                      check=True).stdout.splitlines()]

@@ -1,6 +1,6 @@
 """The simulated CUDA runtime (libcudart.so.13 / libcudart_static.a).
 
-tests/sim/c/test_cudart.c exercises every runtime entry point against the
+tests/sim/fixtures/test_cudart.c exercises every runtime entry point against the
 simulated driver; it is built twice, linked to the shared runtime and to the
 static archive.  Other tests check the libraries' symbols, that the runtime
 reaches the driver only through dlopen + dlsym("cuGetProcAddress_v2") +
@@ -20,7 +20,7 @@ import pytest
 from memhook_testing import NativeBuild, run_checked
 
 HERE = Path(__file__).resolve().parent
-C_DIR = HERE / "c"
+C_DIR = HERE / "fixtures"
 NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
 
 # A small arena keeps the out-of-memory checks cheap.

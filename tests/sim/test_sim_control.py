@@ -2,7 +2,7 @@
 contexts, streams, errors, cuGetProcAddress, modules and libraries.
 
 Builds the native tree into a scratch folder with csrc/build_native.py, then
-compiles tests/sim/c/test_sim_control.c against the simulated driver and runs
+compiles tests/sim/fixtures/test_sim_control.c against the simulated driver and runs
 it under a few environment configurations.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-C_TEST = Path(__file__).resolve().parent / "c" / "test_sim_control.c"
+C_TEST = Path(__file__).resolve().parent / "fixtures" / "test_sim_control.c"
 
 
 def _build_native():

@@ -1,5 +1,5 @@
 """The memory half of the simulated driver: allocations, VMM, pools, IPC,
-pointer attributes and copies, exercised by tests/sim/c/test_sim_memory.c.
+pointer attributes and copies, exercised by tests/sim/fixtures/test_sim_memory.c.
 
 The C program checks every memory entry point of libcuda.so.1 with its
 errors, that freed memory really faults, IPC between two processes, and an
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from memhook_testing import CSRC, HAVE_CC
 
-SRC = Path(__file__).resolve().parent / "c" / "test_sim_memory.c"
+SRC = Path(__file__).resolve().parent / "fixtures" / "test_sim_memory.c"
 
 pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler")
 

@@ -9,7 +9,7 @@ interface plus 200 ns).
 100,000 queries.  Each answer is checked (CUDA for device objects, HOST for
 CPU tensors) before anything is timed, and so is where it was read: the
 "python" column counts the objects of the kind that went to Python's
-normaliser (memhook._inputs.byte_range) over 10 rounds after the first
+normaliser (memhook._queries.inputs.byte_range) over 10 rounds after the first
 object - 0 when C reads the kind.  A CPU tensor's interface is read in the
 protocols' order, as memhook must: __cuda_array_interface__ (it raises),
 then __dlpack_device__() and __dlpack__(max_version=(1, 0)); "dlpack()" is
@@ -48,7 +48,7 @@ def cpu_tensor_iface(t: Any) -> Any:
 def python_reads(objs: list[Any]) -> int:
     """How many of 10 rounds over ``objs`` memory_type left to Python."""
     import memhook
-    from memhook import _query
+    from memhook._queries import query as _query
     calls = []
     real = _query.byte_range
 

@@ -35,14 +35,14 @@ echo "libcuda: $libcuda  libcudart: $cudart"
 cflags="-std=c11 -D_GNU_SOURCE -O1 -g -Icsrc/include -Icsrc/sim/driver -Icsrc/sim/runtime/include"
 tmp=$(mktemp -d)
 echo "== simulator C tests against the real driver"
-if cc $cflags tests/sim/c/test_sim_memory.c -o "$tmp/mem" "$libcuda" -lpthread 2>"$out/build-mem.txt"; then
+if cc $cflags tests/sim/fixtures/test_sim_memory.c -o "$tmp/mem" "$libcuda" -lpthread 2>"$out/build-mem.txt"; then
     (cd "$tmp" && timeout 120 ./mem) >"$out/real-test_sim_memory.txt" 2>&1; echo "test_sim_memory exit $?"
 else echo "test_sim_memory: build failed"; fi
-if cc $cflags tests/sim/c/test_sim_control.c -o "$tmp/ctl" "$libcuda" -ldl -lpthread 2>"$out/build-ctl.txt"; then
+if cc $cflags tests/sim/fixtures/test_sim_control.c -o "$tmp/ctl" "$libcuda" -ldl -lpthread 2>"$out/build-ctl.txt"; then
     total=$(python3 -c "import json;print(json.load(open('$out/h200-driver-facts.json'))['device_total_mem'])")
     (cd "$tmp" && timeout 120 ./ctl 1 "$total" "$tmp") >"$out/real-test_sim_control.txt" 2>&1; echo "test_sim_control exit $?"
 else echo "test_sim_control: build failed"; fi
-if [ -n "$cudart" ] && cc $cflags tests/sim/c/test_cudart.c -o "$tmp/rt" "$cudart" -Wl,-rpath,"$(dirname "$cudart")" -ldl -lpthread 2>"$out/build-rt.txt"; then
+if [ -n "$cudart" ] && cc $cflags tests/sim/fixtures/test_cudart.c -o "$tmp/rt" "$cudart" -Wl,-rpath,"$(dirname "$cudart")" -ldl -lpthread 2>"$out/build-rt.txt"; then
     (cd "$tmp" && timeout 120 ./rt) >"$out/real-test_cudart.txt" 2>&1; echo "test_cudart exit $?"
 else echo "test_cudart: build failed or no libcudart"; fi
 grep -h -c "FAIL" "$out"/real-*.txt 2>/dev/null | paste -sd' ' | sed 's/^/failure lines per program: /'

@@ -11,7 +11,7 @@ import json
 import time
 from typing import IO, Any
 
-from ..._symbolize import Caller
+from ..._objects.symbolize import Caller
 from ..ledger import ALLOC, Ledger, Process, device_label, mem_type_name
 from ..sites import binding_name
 from .base import Writer, Padded

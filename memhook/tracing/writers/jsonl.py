@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from ..._symbolize import Caller
+from ..._objects.symbolize import Caller
 from ..ledger import ALLOC, Ledger, Process, mem_type_name
 from ..oom import OOM_RESULT
 from ..pyframes import PyStack

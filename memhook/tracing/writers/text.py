@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import IO, Any
 
-from ..._printable import printable
+from ..._values.printable import printable
 from ..ledger import ALLOC, Ledger, Process, human_size, mem_type_name
-from ..._symbolize import Caller
+from ..._objects.symbolize import Caller
 from ..pyframes import PyStack
 from ..sites import binding_name, python_caller
 from .base import Writer, Padded
@@ -47,7 +47,7 @@ class TextWriter(Writer):
         self._names = Padded(ledger.function_name, 28)
         self._types = Padded(mem_type_name, 12)
         self._sizes = Padded(human_size, 10, right=True)
-        # The program's names, escaped (see memhook._printable) once each.
+        # The program's names, escaped (see memhook._values.printable) once each.
         self._libraries = Padded(printable, 0)
         self._whos: dict = {}  # (id of a PyStack, caller) -> (that stack, the line's end)
 

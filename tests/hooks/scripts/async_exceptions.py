@@ -34,8 +34,9 @@ from typing import Any, Callable
 from hkchild import MODES, Cases, alloc_free_v2, load_driver, mode_arg, primary_context
 
 import memhook
-from memhook import EventKind, MemoryType, MemtypeCache, _drain
-from memhook._core import lib as core
+from memhook import EventKind, MemoryType, MemtypeCache
+from memhook._events import drain as _drain
+from memhook._binding.core import lib as core
 from memhook.cache import process_cache
 from memhook.events import subscriptions
 

@@ -5,7 +5,7 @@
 FIXTURE (fixtures/stress.c) runs THREADS pthreads making ITERS
 cuMemAlloc_v2 + cuMemFree_v2 pairs each through the hooks, called through
 ctypes so the GIL is free; this process never queries while they run, and
-has no subscriber.  memhook's background feeder (memhook/_feeder.py) keeps
+has no subscriber.  memhook's background feeder (memhook/_events/feeder.py) keeps
 the backlog short, so:
   backlog   the queue's segments stay within SEGMENT_BOUND (16 MiB of 16 KiB
             segments; before the feeder, 4M events held 245 MiB), sampled
@@ -30,7 +30,7 @@ import time
 from hkchild import Cases, check_install, install, mode_arg
 
 import memhook
-from memhook._core import ffi, lib
+from memhook._binding.core import ffi, lib
 from memhook.cache import process_cache
 
 SEGMENT_BOUND = 1024      # 16 MiB

@@ -51,7 +51,7 @@ def main() -> int:
         return ctx
 
     with cases.case("flag value"):
-        cases.check(CONTEXT_RESET == int(memhook._core.lib.MEMHOOK_EVENT_CONTEXT_RESET),
+        cases.check(CONTEXT_RESET == int(memhook._binding.core.lib.MEMHOOK_EVENT_CONTEXT_RESET),
                     "memhook.events.CONTEXT_RESET differs from the core's flag")
 
     with cases.case("cuDevicePrimaryCtxReset"):

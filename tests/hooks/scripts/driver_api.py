@@ -85,7 +85,7 @@ def main() -> int:
     with cases.case("original entry"):
         # memhook_hooks_original: what the wrapper calls, bypassing the hook
         # (bench/hooks/hook_bench.c times it against the hooked entry).
-        from memhook._core import ffi, lib
+        from memhook._binding.core import ffi, lib
         orig_alloc = lib.memhook_hooks_original(b"cuMemAlloc_v2")
         orig_free = lib.memhook_hooks_original(b"cuMemFree_v2")
         cases.check(orig_alloc != ffi.NULL and orig_free != ffi.NULL,

@@ -40,7 +40,7 @@ from hkchild import MODES, Cases, load_driver, mode_arg
 
 import memhook
 from memhook import MemoryType
-from memhook._core import lib
+from memhook._binding.core import lib
 
 CHILDREN = 20
 CHILD_LIMIT_S = 10.0
@@ -101,7 +101,8 @@ def churn_python(modes: tuple[str, ...], stop: threading.Event, counts: dict[str
 def churn_core(modes: tuple[str, ...], stop: threading.Event, counts: dict[str, int]) -> None:
     i = 0
     while not stop.is_set():
-        lib.memhook_hooks_install(_MODE_BITS[modes[i % len(modes)]], memhook._core.ffi.NULL, 0)
+        lib.memhook_hooks_install(_MODE_BITS[modes[i % len(modes)]],
+                                  memhook._binding.core.ffi.NULL, 0)
         lib.memhook_hooks_uninstall()
         i += 1
     counts["core"] = i

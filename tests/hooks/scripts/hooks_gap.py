@@ -147,7 +147,7 @@ def kinds(cu, handles: dict[int, bytes], arena: int) -> list[Kind]:
 
 def driver_type(ptr: int) -> MemoryType:
     """What the driver itself says of ``ptr`` (HOST: it does not know it)."""
-    from memhook import _driver
+    from memhook._binding import driver as _driver
 
     answer = _driver.query(ptr, 1)
     return MemoryType.UNKNOWN if answer is None else answer.mem_type

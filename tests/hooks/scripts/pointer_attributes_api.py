@@ -9,7 +9,7 @@ import sys
 
 import memhook
 import memhook.sim
-from memhook._core import lib
+from memhook._binding.core import lib
 
 ROWS = ("cuPointerGetAttribute", "cuPointerGetAttributes", "cudaPointerGetAttributes")
 mode = sys.argv[1]

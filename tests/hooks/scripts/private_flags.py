@@ -25,8 +25,8 @@ import threading
 from hkchild import Cases, Recorder, byref, c_int, c_uint64, c_void_p, load_driver, mode_arg, ok
 
 import memhook
-from memhook import _drain
-from memhook._core import lib
+from memhook._events import drain as _drain
+from memhook._binding.core import lib
 from memhook.hooks import hook_index
 
 PRIVATE = 0xFFFF0000

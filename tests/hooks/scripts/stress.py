@@ -23,7 +23,7 @@ from hkchild import Cases, check_install, install, mode_arg
 
 import memhook
 from memhook import EventKind
-from memhook._core import ffi, lib
+from memhook._binding.core import ffi, lib
 
 # Segments the queue may keep beyond its backlog's.  Each thread records
 # into a lane of its own (csrc/queue/event_lane.c): a lane holds the segment
@@ -105,7 +105,7 @@ def main() -> int:
         cases.check(allocs == frees, "FREEs per thread differ from ALLOCs per thread")
         cases.check(not other, f"{len(other)} unexpected events, e.g. {other[:3]}")
         cases.check(q.pending == 0, f"{q.pending} events still pending after the last flush")
-        # (memhook's background feeder, memhook/_feeder.py, delivers part of
+        # (memhook's background feeder, memhook/_events/feeder.py, delivers part of
         # them too: the subscriber's counts above are the exact check.)
         cases.check(0 < drains[1] <= 2 * total + 2, f"the drainer took {drains[1]} events")
         # Bounded memory: the queue never drops, so while producers outrun

@@ -6,12 +6,18 @@ import ctypes
 import logging
 import os
 
-from ._version import __version__
+from .._version import __version__
 
 __all__ = ["ffi", "lib", "library_path", "native_version"]
 
 _log = logging.getLogger("memhook")
 _CORE_SONAME = "libmemhook.so"
+
+
+def _package_dir() -> str:
+    """The memhook/ folder: libmemhook.so, the extension and the build
+    script sit there, one level above this group."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _bind_core() -> ctypes.CDLL:
@@ -21,12 +27,12 @@ def _bind_core() -> ctypes.CDLL:
     If the core is already there (``memhook trace`` LD_PRELOADs it, or another
     import loaded it), that copy is used; loading ours by path as well would
     put a second copy of the hook state in the process.  Otherwise the file
-    beside this module is loaded - not whatever a RUNPATH search finds."""
+    in the package folder is loaded - not whatever a RUNPATH search finds."""
     try:
         return ctypes.CDLL(_CORE_SONAME, mode=os.RTLD_NOW | os.RTLD_GLOBAL | os.RTLD_NOLOAD)
     except OSError:
         pass
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), _CORE_SONAME)
+    here = os.path.join(_package_dir(), _CORE_SONAME)
     return ctypes.CDLL(here, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
@@ -34,9 +40,9 @@ def _source_tree() -> str | None:
     """The repository root when this package is imported from the source tree
     rather than from an installed copy, else None.
 
-    The build script ``_ffi_build.py`` sits beside this file only there (the
+    The build script ``_ffi_build.py`` sits in the package folder only there (the
     wheel leaves it out), and the root holds ``setup.py`` and ``csrc/``."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = _package_dir()
     root = os.path.dirname(package)
     if (os.path.isfile(os.path.join(package, "_ffi_build.py"))
             and os.path.isfile(os.path.join(root, "setup.py"))
@@ -67,7 +73,7 @@ def _load_error(exc: BaseException) -> ImportError:
 
 try:
     _core_handle = _bind_core()
-    from ._native import ffi, lib  # type: ignore[import-not-found]
+    from .._native import ffi, lib  # type: ignore[import-not-found]
 except (ImportError, OSError) as exc:  # a source tree not built in place, or a broken install
     raise _load_error(exc) from exc
 

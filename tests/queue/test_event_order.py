@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hooks_testing import FIXTURES
+from queue_testing import FIXTURES
 
 
 @pytest.mark.parametrize("clock", ["tsc", "monotonic"])

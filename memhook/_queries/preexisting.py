@@ -34,10 +34,10 @@ import ctypes
 import logging
 import os
 
-from ._procmaps import Mapping, parse_maps, read_maps_text
-from ._sonames import LIBCUDA_SONAME
-from ._types import MemoryType
-from .cache import MemtypeCache
+from .._objects.procmaps import Mapping, parse_maps, read_maps_text
+from .._objects.sonames import LIBCUDA_SONAME
+from .._values.types import MemoryType
+from ..cache import MemtypeCache
 
 __all__ = ["SIM_MEMFD_PREFIX", "cuda_reserved", "cuda_reserved_ranges", "driver_initialised",
            "mark_preexisting"]
@@ -64,10 +64,10 @@ def cuda_reserved_ranges(maps_text: str | None = None) -> list[tuple[int, int]]:
     This process's own maps are walked by the core in one call
     (``memhook_cuda_reserved_ranges``, the same rule over the same lines):
     the kernel hands the file out a page per read, and each of Python's
-    reads would release the GIL (memhook._control says what that costs in a
+    reads would release the GIL (memhook._binding.control says what that costs in a
     busy process)."""
     if maps_text is None:
-        from . import _control
+        from .._binding import control as _control
 
         found = _control.cuda_reserved_ranges()
         if found is not None:

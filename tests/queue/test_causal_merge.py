@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hooks_testing import FIXTURES
+from queue_testing import FIXTURES
 from memhook_testing import CSRC, build_native
 
 CORE = build_native.TARGETS[0]  # libmemhook.so: its sources, include folders

@@ -1,5 +1,5 @@
 """numpy's view of ``memhook_event`` (csrc/include/memhook/memhook.h): the
-one definition the in-process drain (:mod:`memhook._drain`, which checks it
+one definition the in-process drain (:mod:`memhook._events.drain`, which checks it
 against the C layout at import) and the trace's wire and area readers
 (:mod:`memhook.tracing.protocol`) share.  numpy only: the trace collector reads
 it without loading the native core."""

@@ -6,7 +6,7 @@ the module records a traced process wrote into its trace area, so the
 answer stays right after the process exited or unloaded the object).
 Symbols come from the object's own ELF file: ``.symtab`` where it has one,
 else its separate debug file's (by build ID or debuglink), else ``.dynsym``
-with its MiniDebugInfo (:mod:`memhook._debuginfo`); read once per object
+with its MiniDebugInfo (:mod:`memhook._objects.debuginfo`); read once per object
 and cached.  Never called in a hook.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _debuginfo
-from ._procmaps import ExecutableMapping, executable_mappings
+from . import debuginfo as _debuginfo
+from .procmaps import ExecutableMapping, executable_mappings
 
 __all__ = ["Caller", "ElfSymbols", "elf_symbols", "resolve_local"]
 
@@ -235,7 +235,7 @@ class ElfSymbols:
 
     Where it has no ``.symtab`` (a stripped library), the symbols are
     those of its separate debug file, else its ``.dynsym`` and its
-    MiniDebugInfo's ``.symtab`` together (:mod:`memhook._debuginfo`), so
+    MiniDebugInfo's ``.symtab`` together (:mod:`memhook._objects.debuginfo`), so
     that a local function is named wherever the system can name it.
     """
 

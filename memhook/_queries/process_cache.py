@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ._core import ffi, lib
-from ._inputs import address_array, byte_range
-from ._types import MemoryType, Region, _make_region
-from .cache import MemtypeCache, _as_device, _as_memory_type, _checked_range
+from .._binding.core import ffi, lib
+from .inputs import address_array, byte_range
+from .._values.types import MemoryType, Region, _make_region
+from ..cache import MemtypeCache, _as_device, _as_memory_type, _checked_range
 
 __all__ = ["ProcessCache"]
 

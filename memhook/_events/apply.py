@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ._core import lib
-from ._event_layout import EVENT_DTYPE
-from ._types import MemoryType
-from .cache import MemtypeCache
+from .._binding.core import lib
+from .layout import EVENT_DTYPE
+from .._values.types import MemoryType
+from ..cache import MemtypeCache
 
 __all__ = ["UNSURE", "UNTOUCHED", "allocated_type", "apply_row", "apply_rows", "forget_context",
            "last_touch"]

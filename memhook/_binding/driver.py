@@ -35,12 +35,12 @@ import os
 import threading
 from typing import Any, NamedTuple
 
-from ._sonames import LIBCUDA_SONAME
-from ._types import MemoryType
+from .._objects.sonames import LIBCUDA_SONAME
+from .._values.types import MemoryType
 
 try:
-    from ._core import ffi as _ffi
-    from ._core import lib as _core_lib
+    from .core import ffi as _ffi
+    from .core import lib as _core_lib
 except ImportError:  # the source tree without its native build (bench on a bare host):
     _ffi = _core_lib = None  # no binding, so no driver answers
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _control
-from ._core import ffi, lib
+from . import control as _control
+from .core import ffi, lib
 
 __all__ = ["Row", "function_name", "names", "rows", "runtime_flags"]
 
@@ -47,7 +47,7 @@ class Row:
 def rows() -> list[Row]:
     """Every function of the table, in table order, read now - in one call
     into the core (``memhook_hook_get_range``), made with the GIL held
-    (memhook._control says why)."""
+    (memhook._binding.control says why)."""
     count = int(lib.memhook_hook_count())
     table = ffi.new("memhook_hook_info[]", count)
     filled = _control.hook_rows(table, count)  # (memhook_hook_get_range, the GIL held)

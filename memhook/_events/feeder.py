@@ -6,7 +6,7 @@ event in the queue (4M events: 245 MiB) and its next query or flush()
 applies them all.  The feeder is one daemon thread that waits in
 ``memhook_events_wait_backlog`` - C, the GIL released (cffi releases it
 around every call), polling the lanes' counts every 5 ms; producers never
-make a system call to wake it - and drains (:func:`memhook._drain.feed_step`:
+make a system call to wake it - and drains (:func:`memhook._events.drain.feed_step`:
 one batch of pending events to the cache per hold of the apply lock, then
 waiting events to the subscribers for STEP_S per hold of the delivery
 lock) once :data:`BACKLOG` events are waiting, until fewer than STEP / 2
@@ -14,7 +14,7 @@ are and the subscribers have every event.  It never makes another thread
 wait for more than one of its batches: between batches it lets go of the
 apply lock, and while another thread waits for it, it sleeps.
 It also hands out what a query applied to the cache and left for the
-subscribers (a query does not wait for them: memhook._drain.query_drain),
+subscribers (a query does not wait for them: memhook._events.drain.query_drain),
 looking for that every 100 ms when idle and every 5 ms while some wait.
 With no hooks installed and nothing pending or waiting (after
 uninstall()), it sleeps without polling until hooks are installed again or
@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from ._core import lib
+from .._binding.core import lib
 
 __all__ = ["BACKLOG", "running", "start"]
 
@@ -73,7 +73,7 @@ def _idle(drain: Any) -> bool:
 
 def _park(drain: Any) -> None:
     """Sleep, the GIL released, until :func:`start` (an install) or a query
-    that leaves work (memhook._drain's ``wake_feeder``) sets ``_wake``: an
+    that leaves work (memhook._events.drain's ``wake_feeder``) sets ``_wake``: an
     idle process pays no wakeup.  Events a native recorder makes meanwhile
     wait for the next query or flush(), as before the first install."""
     _wake.clear()
@@ -86,7 +86,7 @@ def _park(drain: Any) -> None:
 
 
 def _run() -> None:
-    from . import _drain
+    from . import drain as _drain
 
     wait = lib.memhook_events_wait_backlog
     waiting = _drain.undelivered
@@ -103,7 +103,7 @@ def _run() -> None:
                 _log.exception("memhook: the background drain failed")
             continue
         # Events a query applied to the cache and left for the subscribers
-        # (memhook._drain.query_drain) are looked for every _HANDOFF_MS
+        # (memhook._events.drain.query_drain) are looked for every _HANDOFF_MS
         # while some wait, every _WAIT_MS otherwise.
         if (wait(BACKLOG, _HANDOFF_MS if waiting() else _WAIT_MS) or waiting()
                 or _drain.backlogged()):

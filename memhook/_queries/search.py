@@ -12,7 +12,7 @@ import numpy as np
 __all__ = ["lower_bounds", "snapshot_memory_types"]
 
 try:
-    from ._core import ffi, lib
+    from .._binding.core import ffi, lib
 
     _c_lower_bounds = lib.memhook_lower_bounds
     _c_memory_types = lib.memhook_memory_types

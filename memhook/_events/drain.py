@@ -13,14 +13,14 @@ reset (a FREE flagged ``MEMHOOK_EVENT_CONTEXT_RESET``) reaches both.
 Concurrency - no call waits for another Python thread to make progress:
 
 * Taking events out runs under the take stage's lock (``_lock``).  The
-  background feeder (memhook._feeder) holds it for one batch at a time and
+  background feeder (memhook._events.feeder) holds it for one batch at a time and
   does not take it again while a thread waits for it (:data:`_waiters`), so
   a flush() waits for at most the one batch under way, not for a convoy.
 * A query (:func:`query_drain`, which memory_type's builtin calls first
   while events wait and someone subscribes) never waits for the lock: it
   takes it if it is free and takes out at most :data:`QUERY_EVENTS`
   events (one call into the core, made with the GIL held:
-  memhook._control), and hands subscribers what it can.  The query's
+  memhook._binding.control), and hands subscribers what it can.  The query's
   answer does not depend on it: the core's cache has every event published
   before the query.
 * Re-entry: the locks are RLocks only so that a thread can ask whether
@@ -35,7 +35,7 @@ Concurrency - no call waits for another Python thread to make progress:
   at or past its own event (the core applied it as it was taken out).
 * Exceptions from signal handlers (^C: ``KeyboardInterrupt``) land
   between any two steps, and nothing is lost, repeated or reordered
-  (memhook._atomic).  Rows taken out of the core are counted as held by
+  (memhook._events.atomic).  Rows taken out of the core are counted as held by
   the C call that takes them (``_filled``); marking them taken and
   queueing them for the subscribers is one commit; whatever an exception
   interrupts, the next drain finishes first, in order.  A subscriber's call and the store that counts it are one step.
@@ -43,7 +43,7 @@ Concurrency - no call waits for another Python thread to make progress:
   and leaves the rest waiting.  A lock that an exception left held, in
   the window after acquire() returns or in a ``finally`` before
   release(), is still owned by its thread, and no frame of that thread
-  that takes it is running (memhook._atomic.held_here): that thread's
+  that takes it is running (memhook._events.atomic.held_here): that thread's
   next call takes it back.
 * fork(): the three locks are taken around fork() (unless the forking
   thread holds one), so a child never inherits a batch taken out of the
@@ -65,12 +65,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _control, _hook_table
-from ._atomic import commit, held_here
-from ._core import ffi, lib
-from ._event_layout import EVENT_DTYPE
-from ._types import MemoryType
-from .events import Event, EventKind, _registry
+from .._binding import control as _control
+from .._binding import hook_table as _hook_table
+from .atomic import commit, held_here
+from .._binding.core import ffi, lib
+from .layout import EVENT_DTYPE
+from .._values.types import MemoryType
+from ..events import Event, EventKind, _registry
 
 __all__ = ["BATCH", "DELIVERY_STEP", "EVENT_DTYPE", "QUERY_EVENTS", "QUERY_DELIVERY_S",
            "attach", "drain", "drain_batch", "drain_nowait", "feed_step", "flush",
@@ -115,7 +116,7 @@ def _check_layout() -> None:
     expected = {name: spec[1] for name, spec in fields.items()}
     if size != EVENT_DTYPE.itemsize or offsets != expected:  # pragma: no cover - a header change
         raise ImportError(f"memhook_event layout changed (size {size}, offsets {offsets}); "
-                          "update memhook._event_layout.EVENT_DTYPE")
+                          "update memhook._events.layout.EVENT_DTYPE")
 
 
 _check_layout()
@@ -178,7 +179,7 @@ _deliver_lock = threading.RLock()
 _delivering: Callable[[], bool] = _deliver_lock._is_owned  # type: ignore[attr-defined]
 _fork_held = (False, False)
 # Set by the background feeder while it sleeps with nothing to do
-# (memhook._feeder): what wakes it when a query leaves work behind.
+# (memhook._events.feeder): what wakes it when a query leaves work behind.
 wake_feeder: Callable[[], object] | None = None
 
 QUERY_DELIVERY_S = 0.005
@@ -193,7 +194,7 @@ _names: tuple[str, ...] | None = None
 
 
 def function_names() -> tuple[str, ...]:
-    """The hook table's function names, by index (read by :mod:`memhook._hook_table`)."""
+    """The hook table's function names, by index (read by :mod:`memhook._binding.hook_table`)."""
     global _names
     names = _names
     if names is None:
@@ -244,7 +245,7 @@ def flush() -> int:
     batch), plus the subscribers' own time.
 
     >>> import memhook
-    >>> from memhook._core import lib
+    >>> from memhook._binding.core import lib
     >>> from memhook.hooks import hook_index
     >>> memhook.flush()                          # nothing pending
     0
@@ -315,7 +316,7 @@ def drain_batch(budget_s: float = 0.005, take: bool = True) -> int:
 
 
 def feed_step(budget_s: float, take: bool) -> bool:
-    """One step of the background feeder (memhook._feeder): :func:`drain_batch`,
+    """One step of the background feeder (memhook._events.feeder): :func:`drain_batch`,
     saying whether it did anything (applied a batch, or handed events out)
     - False when the apply lock was busy or wanted, so the feeder backs off
     instead of spinning."""
@@ -344,7 +345,7 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
 
     Lossless under exceptions from signal handlers: rows are counted as
     held by the call that takes them out (``_filled``), marked applied and
-    handed on in single commits (memhook._atomic), and whatever an
+    handed on in single commits (memhook._events.atomic), and whatever an
     exception interrupts, the next drain finishes first, in order."""
     global _quiet, _generation
     if not _pending[0] and _quiet:
@@ -489,7 +490,7 @@ def _to_subscribers(rows: list[tuple[Any, ...]], entry: list[Any], at: int) -> i
     """Hand ``rows`` (entry's rows from index ``at``) to the subscribers of
     now.  ``entry[1]`` is (the next row, how many of its subscribers had
     it): each call of a subscriber and the store that counts it run in one
-    C-level step (memhook._atomic), so an exception from a signal handler
+    C-level step (memhook._events.atomic), so an exception from a signal handler
     neither skips nor repeats an event for a subscriber that returned.  A
     BaseException escaping a subscriber counts that subscriber as served
     (the event reached it)."""
@@ -648,7 +649,7 @@ def _after_fork_in_child() -> None:
         _acquire()
 
 
-# The functions whose frames hold a lock while they run (memhook._atomic.held_here).
+# The functions whose frames hold a lock while they run (memhook._events.atomic.held_here).
 _APPLY_CODES = frozenset({_take.__code__, _deliver.__code__})
 _TAKE_CODES = frozenset({_take.__code__, _apply_taken.__code__})
 _DELIVER_CODES = frozenset({_hand_out.__code__})
@@ -663,7 +664,7 @@ def attach() -> bool:
     True when events may already wait: hooks installed before the import (a
     traced process), so the caller starts the background feeder now (the
     feeder sits above the drain: it imports this module, not the reverse)."""
-    from ._native import query_deliver  # type: ignore[import-not-found]
+    from .._native import query_deliver  # type: ignore[import-not-found]
 
     query_deliver(_registry, query_drain)
     return bool(_pending[0] or lib.memhook_hooks_mode())

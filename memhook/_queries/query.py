@@ -14,7 +14,7 @@ record (memhook.h, memhook_query's contract; docs/design/native-cache.md).
 The argument is read in C (csrc/pyext/query.c, builtins of the extension)
 for an int, bytes and bytearray, and for the types this module has taught
 it (:func:`_normalise`): the first object of a type goes through the
-Python normaliser (memhook._inputs.byte_range, the reference for every form
+Python normaliser (memhook._queries.inputs.byte_range, the reference for every form
 and every error message); where the type's form is one C reads (the buffer
 protocol, a ctypes integer, ``__index__``, ``__int__``,
 ``__cuda_array_interface__``, DLPack) and C's reading of that object gives the same
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from ._core import ffi, lib
-from ._inputs import address_array, byte_range, torch_tensor
-from ._types import MemoryType, Region, _make_region
-from .cache import MemtypeCache
+from .._binding.core import ffi, lib
+from .inputs import address_array, byte_range, torch_tensor
+from .._values.types import MemoryType, Region, _make_region
+from ..cache import MemtypeCache
 
-try:  # (after memhook._core, which binds the core first)
-    from ._native import (query_configure, query_extent,  # type: ignore[import-not-found]
+try:  # (after memhook._binding.core, which binds the core first)
+    from .._native import (query_configure, query_extent,  # type: ignore[import-not-found]
                           query_hand_out, query_region, query_type)
 except ImportError as exc:  # pragma: no cover - an extension built by another cffi
     raise ImportError("memhook's extension memhook._native lacks its query builtins "
@@ -170,7 +170,7 @@ _declined: dict[type, int] = {}
 
 
 def _kind_of(cls: type) -> int:
-    """How C could read an object of ``cls``, as memhook._inputs would (0: it
+    """How C could read an object of ``cls``, as memhook._queries.inputs would (0: it
     cannot)."""
     if issubclass(cls, bool) or cls in (np.bool_, ctypes.c_bool):
         return 0
@@ -191,7 +191,7 @@ def _kind_of(cls: type) -> int:
         return 0
     if hasattr(cls, "__cuda_array_interface__"):
         # (a type offering DLPack too - PyTorch's tensors, whose interface
-        # raises on the CPU - is read as memhook._inputs reads it: the
+        # raises on the CPU - is read as memhook._queries.inputs reads it: the
         # interface, else DLPack; with an __array_interface__ between them
         # in that order, such objects stay with Python)
         if hasattr(cls, "__dlpack__") and not hasattr(cls, "__array_interface__"):
@@ -212,7 +212,7 @@ def _kind_of(cls: type) -> int:
 
 
 def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
-    """Teach C ``type(obj)`` if C reads this object as memhook._inputs did.
+    """Teach C ``type(obj)`` if C reads this object as memhook._queries.inputs did.
     A type C reads differently is refused; one whose object C declined to
     read (an empty array, a tensor whose interface raised...) is tried again
     on later objects, up to _DECLINED_MAX of them: the first object a
@@ -238,7 +238,7 @@ def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
 
 def _normalise(obj: Any, size: Any = 1) -> tuple[int, int]:
     """The Python normaliser C calls where it does not read ``obj`` itself:
-    memhook._inputs.byte_range, and C learns the type where it can."""
+    memhook._queries.inputs.byte_range, and C learns the type where it can."""
     start, n = byte_range(obj, size)
     cls = type(obj)
     if cls not in _kinds and cls is not int:
@@ -248,7 +248,7 @@ def _normalise(obj: Any, size: Any = 1) -> tuple[int, int]:
 
 def _slotted(cls: type) -> bool:
     """Whether every field of ``cls`` is a slot (a member descriptor), which
-    C then sets itself (Python 3.10+; memhook._types)."""
+    C then sets itself (Python 3.10+; memhook._values.types)."""
     return all(isinstance(inspect.getattr_static(cls, f.name), types.MemberDescriptorType)
                for f in dataclasses.fields(cls))
 
@@ -260,6 +260,6 @@ def _configure() -> None:
 
 _configure()
 
-from ._process_cache import ProcessCache  # noqa: E402  (it subclasses memhook.cache's class)
+from .process_cache import ProcessCache  # noqa: E402  (it subclasses memhook.cache's class)
 
 _process_cache: MemtypeCache = ProcessCache()

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._core import ffi
+from .core import ffi
 
-try:  # (after memhook._core, which binds the core first)
-    from ._native import (control_coverage_complete,  # type: ignore[import-not-found]
+try:  # (after memhook._binding.core, which binds the core first)
+    from .._native import (control_coverage_complete,  # type: ignore[import-not-found]
                           control_cuda_reserved_ranges, control_events_drain,
                           control_events_drain_into, control_hook_rows, control_install,
                           control_queue_stats, control_uninstall)

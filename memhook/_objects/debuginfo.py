@@ -1,5 +1,5 @@
 """Where a stripped object's function symbols went: the places a
-distribution keeps them, for :mod:`memhook._symbolize`.
+distribution keeps them, for :mod:`memhook._objects.symbolize`.
 
 A shipped library usually has no ``.symtab`` (``strip``), so a return
 address inside one of its local functions (libffi's ``ffi_call_unix64``,
