@@ -27,7 +27,8 @@ def test_library_path_is_the_loaded_core() -> None:
 
 def test_extension_binds_the_core_beside_it() -> None:
     """The extension's rpath is $ORIGIN: it must not pick up another copy."""
-    ext = Path(memhook._binding.core.__file__).parent
+    import memhook._native as extension  # (the cffi extension, beside the core)
+    ext = Path(extension.__file__).parent
     assert Path(memhook.library_path()).parent == ext
 
 

@@ -204,7 +204,7 @@ MH_HIDDEN bool mh_cache_coverage(const mh_cache *c);
  * seat held: a test cache's apply). */
 MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events,
                                     const uint64_t *ids, size_t count, bool staged);
-/* The operation one event makes (memhook/_apply.py's apply_row, and
+/* The operation one event makes (memhook/_events/apply.py's apply_row, and
  * cache_feed.c's table): false for an event that changes nothing
  * (skipped, failed, HOOKS_GAP, size 0).  Inline: the feed's per-event
  * cost. */

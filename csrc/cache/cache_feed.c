@@ -13,7 +13,7 @@
  * transport's query, or a query of a process where nobody else drains -
  * and every drain call returns with what it handed out published.
  *
- * What one event does (memhook/_apply.py's apply_row, the reference):
+ * What one event does (memhook/_events/apply.py's apply_row, the reference):
  *   a slot flagged SKIPPED: nothing;
  *   DRIVER_UNLOADED: every region goes;
  *   CONTEXT_RESET (a successful teardown): the regions of its device, and

@@ -6,7 +6,7 @@
  * csrc/cuda/startup_order.c, so every later step reads the struct, never
  * getenv).  The Python side
  * reads its own (memhook/); MEMHOOK_CUDA_MODE is read by both, with one
- * grammar (csrc/cuda/mode.c and memhook/_modes.py, held together by a test).
+ * grammar (csrc/cuda/mode.c and memhook/_values/modes.py, held together by a test).
  *
  * Values are kept as text where their reader parses them with its own
  * message naming what is valid (the log level, the mode, the trace's

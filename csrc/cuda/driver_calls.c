@@ -202,7 +202,7 @@ bool mh_handle_kind(uint64_t handle, int *mem_type, int *device)
 }
 
 /* The cache's question to the driver (mh_cache_driver_fn): what ptr is, as
- * memhook/_driver.py asks it - MEMORY_TYPE alone first (most pointers asked
+ * memhook/_binding/driver.py asks it - MEMORY_TYPE alone first (most pointers asked
  * about are not CUDA's), then type, managed, device, range and mapping.
  * Only a driver already loaded (RTLD_NOLOAD) and initialised (before cuInit
  * it answers NOT_INITIALIZED: no answer); with mh_hook_depth raised, so

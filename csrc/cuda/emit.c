@@ -308,7 +308,7 @@ void mh_emit_marker(uint32_t what)
  * marker is applied - so no ALLOC of memory the teardown freed may come
  * out after the marker - while an ALLOC ordered before the marker that
  * truly came after the teardown only costs an UNKNOWN region, which
- * memory_type() resolves through the driver (memhook/_apply.py).
+ * memory_type() resolves through the driver (memhook/_events/apply.py).
  *
  *  - An event that happened before the teardown was called (the program
  *    ordered it so: a join, a lock, the same thread) was published before

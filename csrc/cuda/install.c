@@ -438,7 +438,7 @@ int memhook_hooks_uninstall(void)
     /* The marker after the mode reads none: a query that still read the
      * hooks on, and so stores a driver answer, read it before the marker
      * existed - its store is then marked by the marker's apply, or refused
-     * for coming after it (memhook/_query.py, _remember). */
+     * for coming after it (memhook/_queries/query.py, _remember). */
     if (was_on)
         hooks_gap(true);
     mh_ucm_hand_back();  /* every patch is out: UCX's own hooks go in */
@@ -455,7 +455,7 @@ unsigned memhook_hooks_mode(void)
     return m;
 }
 
-/* `consumer`: for this process's consumer of events (memhook/_drain.py),
+/* `consumer`: for this process's consumer of events (memhook/_events/drain.py),
  * which lacks what mh_queue_trim dropped; the core's cache saw those. */
 static int coverage_complete(bool consumer)
 {

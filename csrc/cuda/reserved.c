@@ -1,7 +1,7 @@
 /*
  * reserved.c - the VA ranges CUDA may have put memory in, as
  * /proc/self/maps shows them, for install()'s marking of allocations made
- * before the hooks (memhook/_preexisting.py states the rule; this is its
+ * before the hooks (memhook/_queries/preexisting.py states the rule; this is its
  * walk over this process's own maps).
  *
  * Why in C: the kernel hands /proc/self/maps out a page per read(2), and
@@ -17,7 +17,7 @@
 #include "procfs.h"
 
 /* What the simulator's device-memory memfd is called in the maps (see
- * memhook/_preexisting.py: SIM_MEMFD_PREFIX). */
+ * memhook/_queries/preexisting.py: SIM_MEMFD_PREFIX). */
 #define SIM_MEMFD_PREFIX "/memfd:memhook-sim-gpu"
 #define NVIDIA_PREFIX "/dev/nvidia"
 

@@ -1,12 +1,12 @@
 /* control.c - the core's long control calls, as builtins of the extension
- * memhook._native that keep the GIL (memhook/_control.py wraps them).
+ * memhook._native that keep the GIL (memhook/_binding/control.py wraps them).
  *
  * cffi releases the GIL around every call it makes.  A call that runs long
  * (installing or removing the hooks, reading the hook table, walking
  * /proc/self/maps, taking a batch of events) then gives the GIL to another
  * Python thread, and in a process whose threads keep it busy the caller
  * waits its turn when the call returns: that is what these builtins avoid.
- * memhook/_control.py says why holding the GIL across them is safe.
+ * memhook/_binding/control.py says why holding the GIL across them is safe.
  *
  * Arrays come in as writable buffers (cffi's ffi.buffer of the caller's
  * array), checked against the count asked for, so a wrong size is an

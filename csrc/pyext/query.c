@@ -6,8 +6,8 @@
  * cost, and cannot take an object (docs/design/python-queries.md).
  *
  * Read here, without calling Python code: an exact int, bytes, bytearray,
- * and objects of the types memhook/_query.py has taught (`kinds`, checked
- * on a first object against memhook._inputs.byte_range): the buffer
+ * and objects of the types memhook/_queries/query.py has taught (`kinds`, checked
+ * on a first object against memhook._queries.inputs.byte_range): the buffer
  * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
  * handle), __cuda_array_interface__, DLPack, the interface else DLPack
  * (Python's order), and a PyTorch tensor's own methods.  Anything else or
@@ -44,7 +44,7 @@ PyAPI_FUNC(PyObject *) PyObject_VectorcallMethod(PyObject *name, PyObject *const
 
 #define TYPE_CODES 5
 
-/* How an object of a learned type is read (memhook/_query.py's _KIND_*). */
+/* How an object of a learned type is read (memhook/_queries/query.py's _KIND_*). */
 enum kind {
     KIND_BUFFER = 1, /* the buffer protocol: its storage */
     KIND_INDEX = 3,  /* __index__ */
@@ -57,7 +57,7 @@ enum kind {
     KIND_TORCH = 10,     /* a PyTorch tensor's own methods (tensor_range) */
 };
 
-/* Set once by memhook/_query.py (query_configure); global because the
+/* Set once by memhook/_queries/query.py (query_configure); global because the
  * extension has one process cache to answer for. */
 static struct {
     PyObject *types;       /* MemoryType members by code */
@@ -65,7 +65,7 @@ static struct {
     /* Region made here where its fields are slots (Python 3.10+): the
      * type's allocator and each field's member descriptor, set as the
      * frozen dataclass's own trusted constructor sets them
-     * (memhook/_types.py's _region_factory), without a call into Python. */
+     * (memhook/_values/types.py's _region_factory), without a call into Python. */
     PyObject *region_type;
     allocfunc region_alloc;
     PyObject *region_field[4];
@@ -74,7 +74,7 @@ static struct {
     PyObject *kinds;       /* dict: type -> enum kind */
     /* The subscribers' delivery: while events wait in the core's queue
      * (its pending flag) and `registry.current` holds a subscription, a
-     * query first calls deliver() (memhook._drain.query_drain), which hands
+     * query first calls deliver() (memhook._events.drain.query_drain), which hands
      * subscribers what it can without waiting, as queries always have. */
     PyObject *registry, *deliver;
     const volatile uint32_t *pending;
@@ -367,7 +367,7 @@ typedef struct {
 #define DL_VERSIONED_TENSOR_OFFSET 32
 #define DL_CPU 1
 
-/* The extent a DLTensor describes, as memhook._inputs._dlpack_extent
+/* The extent a DLTensor describes, as memhook._queries.inputs._dlpack_extent
  * reads it. */
 static int dl_tensor_range(const dl_tensor *t, uint64_t *start, uint64_t *n)
 {
@@ -387,7 +387,7 @@ static int dl_tensor_range(const dl_tensor *t, uint64_t *start, uint64_t *n)
 
 /* obj.__dlpack__(max_version=(1, 0)[, stream=-1 off the CPU]): a capsule,
  * versioned or legacy, read and released (its destructor calls the
- * producer's deleter, as memhook._inputs does).  Anything odd: 0. */
+ * producer's deleter, as memhook._queries.inputs does).  Anything odd: 0. */
 static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *args[3] = {obj, v_max_version, v_no_sync};
@@ -441,7 +441,7 @@ static PyObject *call0(PyObject *obj, PyObject *name)
  * and element_size(): methods written in C, which answer whether or not the
  * tensor requires grad, where both protocols refuse one that does and are
  * Python code in torch.  For any tensor the protocols read, it is the
- * extent they give (memhook._inputs._tensor_extent; memhook/_query.py
+ * extent they give (memhook._queries.inputs._tensor_extent; memhook/_queries/query.py
  * checks it on the type's first object). */
 static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
@@ -671,7 +671,7 @@ typedef struct {
 static region_memo g_regions[REGION_MEMO];
 
 /* A Region of r's extent, type and device: made here where the type's
- * fields are slots, else by memhook._types' constructor. */
+ * fields are slots, else by memhook._values.types' constructor. */
 static PyObject *make_region(const memhook_region *r)
 {
     PyObject *t = PyTuple_GetItem(g.types, r->mem_type);
@@ -725,7 +725,7 @@ static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t 
 
 /* query_extent(obj, kind): what this file reads of obj as `kind`, as
  * (start, size), or None where it would ask the Python normaliser (for
- * memhook/_query.py to check a type before it learns it). */
+ * memhook/_queries/query.py to check a type before it learns it). */
 static PyObject *query_extent(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     (void)self;

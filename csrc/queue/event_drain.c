@@ -103,7 +103,7 @@
  * cache the order builds is the same, since the last event touching each
  * byte of them is a FREE.  Under precise time (memhook trace, or a
  * subscriber that asked) the stamps filter those too and every range's
- * order is the true one.  tests/hooks/test_causal_merge.py replays random
+ * order is the true one.  tests/queue/test_causal_merge.py replays random
  * histories of several threads - exact and overlapping reuse, frees by
  * other threads, ranged unmaps, markers, the tee - through this merge and
  * through the true order and compares the caches at every drain; it checks

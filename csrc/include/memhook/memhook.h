@@ -288,7 +288,7 @@ MEMHOOK_API const volatile uint32_t *memhook_events_pending_flag(void);
 
 /* Block until at least `threshold` events are waiting to be drained (1),
  * or timeout_ms passed (0).  Polls (every 5 ms): producers make no system
- * call to wake it.  Python's background feeder (memhook/_feeder.py) waits
+ * call to wake it.  Python's background feeder (memhook/_events/feeder.py) waits
  * here, the GIL released. */
 MEMHOOK_API int memhook_events_wait_backlog(uint64_t threshold, unsigned timeout_ms);
 

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-/* ---- the loader (csrc/core/loader.c): memhook/_driver.py's question ---- */
+/* ---- the loader (csrc/core/loader.c): memhook/_binding/driver.py's question ---- */
 
 /* The dynamic loader's count of objects ever loaded (dl_iterate_phdr's
  * dlpi_adds): it changes exactly when an object was loaded since. */
