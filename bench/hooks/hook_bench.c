@@ -36,7 +36,11 @@
  *   --goal-pct P          ... or at most P percent (replaces --goal-ns)
  *   --label TEXT          what the driver is, for the header line
  *
- * Output: a table, then one `RESULT key=value ...` line per row for scripts.
+ * Environment: MEMHOOK_BENCH_DRAINER_BURN_NS=N has the drainer spin N ns (user
+ * space only) per event it drained (bench/common/pair_bench_common.h).
+ *
+ * Output: a table, then one `RESULT key=value ...` line per row for scripts;
+ * at the end the drainer's CPU time per event drained.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -711,6 +715,13 @@ int main(int argc, char **argv)
            (double)(st.segments_peak * st.segment_bytes) / 1024.0,
            (unsigned long long)st.free_size_from_driver,
            (unsigned long long)st.free_size_unknown);
+    if (drain) {
+        unsigned long long cpu = atomic_load(&g_drainer_cpu_ns);
+        unsigned long long calls = atomic_load(&g_drainer_calls);
+        printf("drainer: %.1f ms CPU, %.1f ns an event, %llu calls with events (%.0f events a "
+               "call)\n", (double)cpu / 1e6, drained ? (double)cpu / (double)drained : 0.0,
+               calls, calls ? (double)drained / (double)calls : 0.0);
+    }
     int ok = drained == expected_events && st.produced == expected_events + markers;
     printf("EVENTS %s expected=%llu drained=%llu\n", ok ? "ok" : "MISMATCH",
            (unsigned long long)expected_events, drained);

@@ -298,7 +298,7 @@ static cursor *cursors(size_t *cap)
     mh_lane *const head = atomic_load_explicit(&mh_lanes, memory_order_acquire);
     for (mh_lane *l = head; l != NULL; l = l->next) {
         want++;
-        top = l->id > top ? l->id : top;
+        top = l->cid > top ? l->cid : top;
     }
     if (want > g_cursor_cap) {
         cursor *c = realloc(g_cursors, want * 2 * sizeof *c);
@@ -317,8 +317,8 @@ static cursor *cursors(size_t *cap)
         g_by_id_cap = n;
     }
     for (mh_lane *l = head; l != NULL; l = l->next)
-        if (l->id != 0)
-            g_by_id[l->id] = l;
+        if (l->cid != 0)
+            g_by_id[l->cid] = l;
     *cap = g_cursor_cap;
     return g_cursors;
 }
@@ -890,7 +890,7 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
 {
     mh_lane *l = c->lane;
     memhook_event *e = cursor_event(c);
-    uint64_t self = l->id != 0 ? (uint64_t)l->id << MH_LANE_INDEX_BITS | c->at : 0;
+    uint64_t self = l->cid != 0 ? (uint64_t)l->cid << MH_LANE_INDEX_BITS | c->at : 0;
     /* A hold from past the run's cut cannot be one on an event from
      * before the run began (the top of the file). */
     bool guaranteed = lk->run != 0 && l->run == lk->run && c->at < l->run_h;
@@ -1030,8 +1030,8 @@ static bool before(const cursor *a, const cursor *b)
 {
     if (a->key != b->key)
         return a->key < b->key;
-    uint32_t ra = a->lane->id != 0 ? a->lane->id : UINT32_MAX;
-    uint32_t rb = b->lane->id != 0 ? b->lane->id : UINT32_MAX;
+    uint32_t ra = a->lane->cid != 0 ? a->lane->cid : UINT32_MAX;
+    uint32_t rb = b->lane->cid != 0 ? b->lane->cid : UINT32_MAX;
     return ra < rb;
 }
 
@@ -1226,7 +1226,7 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
     mh_fill_note(out);  /* (before the private flags go: MH_EVENT_UNPAIRED) */
     out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     if (id != NULL)  /* (its identity: mh_lane_slot_id's, for the cache's alloc_id) */
-        *id = l->id != 0 ? (uint64_t)l->id << MH_LANE_INDEX_BITS | c->at : 0;
+        *id = l->cid != 0 ? (uint64_t)l->cid << MH_LANE_INDEX_BITS | c->at : 0;
     c->at++;
     c->state = HEAD_UNKNOWN;
 }

@@ -164,6 +164,7 @@ static mh_lane *lane_take(void)
     l->look_cursor = -1;
     uint32_t id = atomic_fetch_add_explicit(&g_lane_ids, 1, memory_order_relaxed) + 1;
     l->id = id <= MH_LANE_IDS ? id : 0;
+    l->cid = l->id;
     atomic_store_explicit(&l->state, MH_LANE_OWNED, memory_order_relaxed);
     mh_lane *head = atomic_load_explicit(&mh_lanes, memory_order_relaxed);
     do {

@@ -24,6 +24,7 @@
 #define MEMHOOK_EVENT_LANE_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "queue.h"
 #include "range_index.h"
@@ -59,6 +60,12 @@ typedef struct mh_lane {
     uint32_t id;                              /* 1.. in order of creation; 0: past MH_LANE_IDS */
     /* The consumer's lines (under the consumer lock; event_drain.c). */
     _Alignas(64) uint64_t consumed;           /* events taken out (drained or trimmed) */
+    /* `id`, the consumers' copy (set with it, before the lane is listed;
+     * never changes).  The drain reads a lane's id for every event it
+     * hands out and at every comparison of two lanes' heads: read from the
+     * owner's line, each read took that line from the producer's core,
+     * which wrote it again at its next event (write_at, written). */
+    uint32_t cid;
     uint64_t teed;                            /* events the trace's tee has read */
     uint64_t seen;                            /* `published` as the last look read it */
     uint64_t indexed;                         /* FREEs up to here are in `frees` */
@@ -96,6 +103,9 @@ typedef struct mh_lane {
     _Atomic(mh_lane_seg *) spare;             /* a drained segment, for the producer */
     struct mh_lane *next;                     /* the list of lanes; set before publication */
 } mh_lane;
+_Static_assert(offsetof(mh_lane, cid) / 64 != offsetof(mh_lane, write_at) / 64 &&
+                   offsetof(mh_lane, cid) / 64 != offsetof(mh_lane, published) / 64,
+               "the drain's copy of the lane id is off the lines the producer writes");
 
 /* Every lane there is, newest first (lock-free push; never unlinked). */
 MH_HIDDEN extern _Atomic(mh_lane *) mh_lanes;
