@@ -256,32 +256,24 @@ def subscribe(callback: Callback,
               kinds: EventKind | int = EventKind.ALLOC | EventKind.FREE, *,
               precise_time: bool = False, exact: bool = False) -> Subscription:
     """Call ``callback(event)`` for every event of ``kinds`` drained from now
-    on (failed calls included), in event order.  Returns the
-    :class:`Subscription`; close it (or use it as a context manager) to
-    stop.  See the module docstring for which thread runs the callback.
-    ``kinds`` is ``EventKind.ALLOC``, ``EventKind.FREE`` or both; anything
+    on (failed calls included), in event order, on the thread the module
+    docstring names.  Returns the :class:`Subscription`; close it (or use it
+    as a context manager) to stop.  Runtime complexity: O(s) for s live
+    subscriptions.
+
+    ``kinds``: ``EventKind.ALLOC``, ``EventKind.FREE`` or both; anything
     else raises TypeError or ValueError.
+    ``precise_time``: precise timestamps (:attr:`Event.timestamp_ns`) on
+    every event recorded while the subscription is open, at a cost to every
+    hooked call; events already recorded keep their time.
+    ``exact``: every FREE whose call begins while the subscription is open
+    carries its size as the driver knew it before the free, and every event
+    a precise timestamp (what ``memhook trace`` gets).  Without it a FREE of
+    memory allocated before :func:`install` (or a gap in the hooks) has
+    size 0 and ``size_unknown`` set.  docs/design/python-drain.md says
+    what each option costs.
 
-    ``precise_time=True`` asks for precise timestamps (see
-    :attr:`Event.timestamp_ns`) on every event recorded while the
-    subscription is open - the hooks then read the TSC on every call
-    instead of the kernel's coarse clock, which costs the application
-    tens of ns a hooked call; events already recorded keep the time they
-    have.  Subscribers that only need the order leave it off.
-
-    ``exact=True`` asks for what ``memhook trace`` gets: every FREE whose
-    call begins while the subscription is open carries its size as the
-    driver knew it before the free, sized in the hook, and every event a
-    precise timestamp.  Without it a FREE is recorded with its address
-    only and the drain fills its size, type and device from the ALLOC it
-    pairs with; a FREE of memory allocated before :func:`install` (or
-    before a gap in the hooks) then has size 0 and ``size_unknown`` set.
-
-    Runtime complexity: O(s) for s live subscriptions (the list is copied
-    on write, so the drain reads it without a lock).
-
-    The example feeds the queue through the core's own recording call
-    (``memhook_events_record``), standing in for a hooked CUDA call:
+    The example records through ``memhook_events_record``, as a hook would:
 
     >>> import memhook
     >>> from memhook._binding.core import lib

@@ -3,42 +3,16 @@
  * sorted regions, published by an atomic pointer, replaced whole by its one
  * writer, read by any number of threads with no lock and no wait.
  *
- * Why a sorted-array snapshot.  Queries outnumber writes by orders of
- * magnitude, and a query must cost a few nanoseconds whatever the writers
- * do.  A snapshot a reader takes with one acquire load cannot change under
- * it: it needs no validation, no retry and no lock, so it never waits for a
- * writer, and a signal handler that interrupted the writer on its own
- * thread reads the last published state.  A flat array of region starts
- * searched branchlessly (a power-of-two length, one conditional add per
- * level) is the densest thing to search: no pointer chasing, and a batch
- * runs 16 searches side by side.  The writer pays instead: each
- * drained batch is merged into the previous array, O(n + k log k) for n
- * regions and k events - and the events of a batch are folded first (the
- * later of two events wins where they overlap), so a backlog of any length
- * is one pass over the map.  Per-event writes into a shared tree would
- * make every reader validate and retry (seqlock) or take a lock.
- *
- * Why epochs with an asymmetric fence for reclamation.  The old snapshot
- * must outlive every reader that loaded it.  Hazard pointers would cost a
- * reader a store and a full fence per query (~ the whole budget); a
- * reference count a locked add on a line every reader shares.  Instead a
- * reader stores the global epoch into a slot of its own thread (a plain
- * store, no fence) before loading the pointer, and clears it after; the
- * writer retires the old snapshot tagged with the epoch, bumps the epoch,
- * and before freeing runs membarrier(PRIVATE_EXPEDITED), which puts a full
- * barrier into every running thread of the process: after it, a reader not
- * yet visible in its slot will load the new pointer (liburcu's "memb"
- * argument).  A snapshot tagged r is freed once every busy slot holds an
- * epoch above r.  The fence is paid per reclamation round (several
- * snapshots, a MiB of them), not per query.  Where membarrier is not
- * available, readers add a full fence themselves.  A reader interrupted by
- * a signal handler that reads too keeps its older epoch (nesting keeps the
- * outermost), so the handler is async-signal-safe.  docs/design/native-cache.md
- * has the longer argument.
- *
- * Memory comes from mmap, not malloc: a query that remembers a driver
- * answer writes, and a query must not malloc (it may run in a signal
- * handler, or inside malloc's own caller).
+ * A reader takes one acquire load of an immutable snapshot: no validation,
+ * no retry, no lock, so it never waits for the writer and a signal handler
+ * reads the last published state.  The one writer pays instead: each
+ * drained batch is folded and merged into a new array, O(n + k log k).
+ * Old snapshots are freed by epochs with an asymmetric fence (membarrier;
+ * readers fence themselves where it is missing): a reader pays plain
+ * stores to a slot of its own thread, no fence.  Memory comes from mmap, not malloc: a query that remembers
+ * a driver answer writes, and a query must not malloc (it may run in a
+ * signal handler, or inside malloc's own caller).
+ * docs/design/native-cache.md has the argument.
  */
 #include <errno.h>
 #include <linux/membarrier.h>

@@ -171,7 +171,7 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
          * ranged free, cuMemUnmap): the drain fills size, type and device
          * from the ALLOC this pairs with (queue/free_fill.c), or says the
          * size is unknown.  Published before the real free (nothing reusing the
-         * address can be ordered before it: event_drain.c, P), with its
+         * address can be ordered before it: causal-merge.md, P), with its
          * result pending until the call returns (mh_free_end); announced
          * then, after the exchange that writes the result in (its fence).
          * The stamp is ordered: after the ALLOC's, which this thread may
@@ -300,48 +300,14 @@ void mh_emit_marker(uint32_t what)
 /* Called by a teardown's wrapper AFTER the real call returned (its hook
  * depth raised: nothing the driver did inside was recorded).
  *
- * Why the epoch is bumped here, after the call, and not before it.  The
- * drain orders a marker by epoch (event_drain.c, rule 2): an event that
- * read an epoch below the marker's goes before it, one that read the
- * marker's or a later one after it.  What the cache needs of that order:
- * a region of the dead context must never be answered CUDA once the
- * marker is applied - so no ALLOC of memory the teardown freed may come
- * out after the marker - while an ALLOC ordered before the marker that
- * truly came after the teardown only costs an UNKNOWN region, which
- * memory_type() resolves through the driver (memhook/_events/apply.py).
- *
- *  - An event that happened before the teardown was called (the program
- *    ordered it so: a join, a lock, the same thread) was published before
- *    its call returned (P in event_drain.c), so before this bump: it read
- *    a lower epoch, and its publication happened before the marker's, so
- *    a drain that sees the marker sees it too and puts it first.
- *  - An event that happens after the teardown returned to its caller reads
- *    the epoch after this bump (the wrapper returns after it): it goes
- *    after the marker, and its allocation is of a context alive then.
- *  - An event of another thread published DURING the call, unordered with
- *    it: bumped before the call, it would read the new epoch and come out
- *    after the marker - an ALLOC the driver made in the dying context just
- *    before the teardown freed it would then be answered CUDA for good.
- *    Bumped after the call, it reads the old epoch and goes before the
- *    marker: UNKNOWN, resolved through the driver.  (A bump before the
- *    call would not even order it reliably: the drain holds an event of
- *    the new epoch only behind a marker it has found, and this one is
- *    published only now - a drain during the call hands such events out
- *    first anyway.)
- *
- * What remains is a program's own race: an ALLOC that returned in the old
- * context and whose thread was preempted, before recording it, across the
- * whole teardown is published after the marker (as any event published
- * after a marker is handed out comes after it) - that program holds a
- * pointer the teardown freed while it was being returned.
- *
- * The live table starts a new generation first (its records of the dead
- * context name memory that is gone and addresses the driver will hand out
- * again): a FREE that finds such a record after this asks the driver.  The
- * precise stamp is taken after the call too, so the trace's collector,
- * which merges by stamps, also puts the marker after everything before it.
- * A failed teardown freed nothing and is an ordinary event (the cache
- * ignores it; the trace counts it as a failure). */
+ * The epoch is bumped here, after the call: an event another thread
+ * publishes during the teardown then reads the old epoch and goes before
+ * the marker (an UNKNOWN region, resolved through the driver) instead of
+ * after it (memory of the dead context answered CUDA for good).  The live
+ * table starts a new generation first; the precise stamp is taken after
+ * the call too, for the trace's collector.  A failed teardown freed
+ * nothing and is an ordinary event.  docs/design/causal-merge.md,
+ * "Markers", has the cases. */
 void mh_emit_context_reset(mh_fn f, int result, int device)
 {
     if (result != 0) {

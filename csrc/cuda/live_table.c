@@ -11,15 +11,8 @@
  * falls back to the driver.
  *
  * Outside exact sizes the drain fills a FREE's size from its ALLOC
- * (queue/free_fill.h).  What the table did in the hook, and how that is
- * done without it (docs/design/causal-merge.md has the argument): (1) when
- * the FREE is published - always before the free now, with its result
- * exchanged in after; (2) the FREE's link to its ALLOC - the address
- * chain's word, checked by the drain while the ALLOC is pending; (3) the
- * trace's copy - the trace keeps exact sizes; (4) a refused free - its
- * result reaches the slot, or a gap marker follows what a run took as
- * done; (5) the announcement's fence - the ALLOC's publication and the
- * FREE's result exchange are locked instructions.
+ * (queue/free_fill.h); docs/design/causal-merge.md says how what the
+ * table did in the hook is done without it.
  *
  * Lock-free open addressing with linear probing over a fixed array mapped
  * on first use (MAP_NORESERVE: only touched pages cost memory).  A key is
@@ -33,22 +26,12 @@
  * MAX_PROBE slots; that bounds the time in a hook, and a miss is still
  * correct (the driver answers).
  *
- * Generations: the table outlives uninstall(), and while uninstalled the
- * program frees and allocates unseen - a record can then name memory that
- * is gone, and its address may be reused by another allocation, whose FREE
- * (hooked again after a reinstall) would carry the old size.  So every
- * record carries the generation its allocating call began in
- * (mh_call_gen, read in mh_record_begin BEFORE the real call), and
- * install.c starts a new generation at every uninstall (after recording
- * stops) and at every install from mode none (before it starts).  A record
- * of the current generation g was made by a call that began after g
- * started, so its allocation is younger than g, and no uninstalled period
- * has passed since: every free of that address in between went through a
- * hook and removed the record.  A record of another generation is never
- * believed - its FREE asks the driver, which knows the size now.  Hooks in
- * flight across uninstall/reinstall are covered by the same argument: a
- * call that began before a bump carries the older generation, whatever
- * moment it inserts at.  (Bumps are rare: install and uninstall only.)
+ * Generations: the table outlives uninstall(), while the program frees
+ * and allocates unseen, so a record carries the generation its call began
+ * in and one of another generation is never believed (its FREE asks the
+ * driver); install.c starts a new generation at every uninstall and at
+ * every install from mode none.  docs/design/causal-merge.md, "The live
+ * table's generations", has the argument.
  */
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -167,9 +150,8 @@ bool mh_live_insert(uint64_t addr, const mh_live *rec)
  * the run of tombstones before it can become EMPTY too.  Without this
  * every address the table has ever held leaves a tombstone; once no EMPTY
  * slot is left near an address, each insert scans all MAX_PROBE slots
- * looking for a stale record of it (measured: 50 -> 230 ns per insert+take
- * after ~10^6 distinct addresses, e.g. a stream-ordered pool handing out
- * new ones; with this, 11-30 ns throughout).
+ * looking for a stale record of it (a stream-ordered pool handing out new
+ * addresses gets there: docs/performance.md).
  *
  * Lock-free and conservative: each step is a CAS from TOMB to EMPTY, tried
  * only on a slot just seen to be a tombstone, and the walk stops at the

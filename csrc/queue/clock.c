@@ -8,8 +8,8 @@
  * precision (1-4 ms) is what they get.  Otherwise:
  *
  * An event carries CLOCK_MONOTONIC nanoseconds, but reading that clock
- * costs 30-50 ns through the vDSO - more than the rest of recording an
- * event (bench/hooks/hook_bench.py).  So where the CPU has an invariant TSC (the
+ * costs more through the vDSO than the rest of recording an event
+ * (docs/performance.md).  So where the CPU has an invariant TSC (the
  * same rate on every core, in every power state: what Linux's own "tsc"
  * clocksource needs), a hook stores the raw TSC (rdtsc, a few ns) and the
  * event is flagged MH_EVENT_RAW_TSC; the drain converts every such stamp to

@@ -6,158 +6,17 @@
  * its thread's order; the drain interleaves them and numbers the result:
  * that is the event order (`seq`).
  *
- * WHAT THE ORDER MUST GET RIGHT (the event contract) is causality per
- * address range: a FREE after the ALLOC that made its range, and before any
- * later ALLOC overlapping it; a marker (driver unloaded, context reset)
- * after everything recorded before it, and before everything after it.
- * Time does not give it: outside the trace an event carries a coarse time
- * (clock.c), one tick of which holds thousands of events, and even precise
- * stamps would only order what they were taken in order of.  The drain
- * orders by what the producers wrote down instead, and by time only where
- * nothing else decides ("the hint": the event's time in ns; two events of
- * unrelated ranges from different threads within one coarse tick may
- * therefore come out in either order).
- *
- * What producers write down (queue.h, event_lane.h, emit.c):
- *
- *  L. Links.  An event's `seq` names (its identity: lane id, index) an
- *     event it must follow.  A FREE found in the live table names the ALLOC
- *     it frees (MH_EVENT_LINK_ALLOC); any other event with an address names
- *     the last event published at that address (the address chain).  Every
- *     link names an event that was published, and whose publication
- *     happened before the linking event was made: the live table's record
- *     and the chain's word are written after their event's publication,
- *     and read before the linker is written.  So a link is never against
- *     the true order; the drain hands an event out only after what it
- *     links to.  (A link may be useless - the chain word of an address that
- *     another address hashing the same overwrote - never wrong.)
- *  E. Epochs.  A marker bumps a process-wide epoch before it is written;
- *     every event carries the epoch it read.  An event that read a smaller
- *     epoch than a marker's did not follow it (it read the epoch before the
- *     bump), so it may go before it; one that read the marker's epoch or a
- *     later one may have followed it, and goes after.
- *  P. Publication follows causality.  A FREE is published before the real
- *     free, an ALLOC before its pointer is returned: if event e depends on
- *     event f, f's publication happened before e's.
- *
- * Snapshots.  The drain reads each lane's `published` twice (H, then G:
- * one read per lane per pass, and a look's G is the next look's H).  If e
- * is in H and f precedes it, f is in G (P, and the acquire loads); the
- * drain hands out only events of H, and applies its rules against
- * everything in G.  An event seen only in G waits for the next look.
- *
- * The rules.  Each lane's first event not handed out (its head) goes when
- * nothing holds it; among the free heads the smallest hint goes first
- * (within one time, the older lane).  A head is held by:
- *
- *  1. its link, while the linked event is not handed out (L: exact for a
- *     FREE and its ALLOC, and for an ALLOC after the FREE that freed its
- *     address last - the same address freed and reallocated any number of
- *     times, by any threads, inside one tick, comes out in its true order);
- *  2. a marker of another lane with an epoch at or below its own, and, if
- *     it is a marker, another lane's head with a smaller epoch (E);
- *  3. an ALLOC, by the earliest pending FREE of each other lane that
- *     overlaps it - unless that FREE frees this ALLOC (its link), or cannot
- *     be earlier (a later time by the same clock - coarse time too is
- *     causal, clock.c - or a later marker epoch; the lane's later FREEs
- *     then cannot either), or starts at the ALLOC's own address when the
- *     ALLOC's link is the last event recorded there (rule 1 orders those:
- *     each is before the link or after the ALLOC).  This is the issue's
- *     rule - an ALLOC overlapping a range whose FREE is pending in another
- *     lane goes after that FREE - for overlapping reuse at another address;
- *  3b. an ALLOC whose own FREE lies in another lane behind an ALLOC that
- *     overlaps it, by that ALLOC (it comes before the FREE, and lifetimes
- *     do not interleave, so its whole lifetime comes first).
- *
- * Rules 1 and 2 are never against the true order (L, E).  Rule 3 is what
- * the data allows, and how sure it is depends on the ALLOC:
- *
- *  - An ALLOC with no FREE of its own pending (no visible FREE links to
- *    it, none starts at its address, no ranged FREE of its lane after it
- *    covers it) is "open": the last lifetime of its range for now.  Every
- *    pending FREE of another lane that overlaps it and is not later ended
- *    a lifetime it reuses (anything after it on its range would follow its
- *    own FREE, which is not there), so the hold is sound (OPEN).
- *  - A closed ALLOC (its FREE pending too) may be held by the FREE of a
- *    lifetime that truly came after its own.  If that FREE's ALLOC is out,
- *    the order already has that lifetime first, and the hold keeps it
- *    whole (STRONG); if it is pending too, the two complete lifetimes may
- *    be either way round, and nothing recorded tells which (WEAK).
- *
- * A WEAK pair makes a cycle of holds (each lifetime waiting for the
- * other's FREE).  The drain breaks a cycle - only one all of whose members
- * are held from inside the look; a head held by an event the look may not
- * hand out yet waits - by letting go the head held the weakest, then with
- * the smallest hint.  Lifetimes let go that way are complete ones, so
- * either order leaves the range as it truly ends: freed.  OPEN and HARD
- * holds never cycle in a true history (a cycle of them is logged once, as
- * a native recorder's malformed events).
- *
- * What this guarantees, as the event contract states it: every FREE after
- * its ALLOC; markers after what was recorded before them; an ALLOC after
- * the FREE that made its range free - exactly where the ALLOC reuses an
- * address (the chain), and for overlapping reuse wherever it is the last
- * lifetime of its range or a tick separates them.  Within one coarse tick,
- * two complete lifetimes of overlapping (not identical) ranges in
- * different threads may come out in either order, or interleaved: the
- * cache the order builds is the same, since the last event touching each
- * byte of them is a FREE.  Under precise time (memhook trace, or a
- * subscriber that asked) the stamps filter those too and every range's
- * order is the true one.  tests/queue/test_causal_merge.py replays random
- * histories of several threads - exact and overlapping reuse, frees by
- * other threads, ranged unmaps, markers, the tee - through this merge and
- * through the true order and compares the caches at every drain; it checks
- * every range's order strictly under precise time and for exact reuse.
- *
- * The one cross-thread case the rules do not see: a cuMemUnmap over
- * several maps made by OTHER threads within the same tick (rule 3 holds
- * those maps behind the unmap); the cache then keeps them (a stale
- * region, of VA that is reserved, unmapped and not touchable).  Maps
- * unmapped by the thread that made them are in its lane's order.
- *
- * A producer preempted between its stamp and its publication holds
- * nothing back that depends on it: its event is in no snapshot, and what
- * depends on it cannot have happened yet (P).  When it is published, what
- * it links to is already out, and it comes out behind events with newer
- * times - harmless: nothing handed out meanwhile can be after it.
- *
- * Bounded drains.  A run (memhook_events_drain_bounded with one mark:
- * Python's drain; memhook_events_drain is a run of one call) cuts each lane
- * at what its first look's G saw, and hands out nothing past the cut: its
- * length no longer depends on how fast other threads record.  The lanes
- * hold one run's cut at a time; a run whose caller calls again after a
- * later run began goes on as that later run (its cut is past this one's).  Every event
- * pending when it began (in its first H) comes out in the run: what it
- * depends on is in the first G, so within the cut (rules 1-2 are about
- * such events), and a rule-3 hold by an event past the cut is ignored for
- * it (an event published after the first G cannot precede one published
- * before the first H).  An event a caller can be asking about (an ALLOC
- * whose pointer it holds) was published before the run began.  A run's
- * first call reads each lane's `published` twice (H, G), a later call or
- * look once (its H is the last G); beyond that the drain reads only
- * published events: those it hands out and, where several lanes have
- * events, the newly visible ones (the closer set, the index).
- *
- * Background reads (memhook_events_drain_background, the trace's tee)
- * owe nothing to the moment they are called, so they read each lane's
- * `published` once: their H is the last look's G (whole events, published
- * before that read, so the argument above holds as it stands), and of a
- * lane whose count moved since, they take only what lies DRAIN_BEHIND
- * events behind it, off the lines its producer is about to write (issue
- * 26 item 4).  A query's or a flush's run is never behind: it hands out
- * everything recorded before it began, as above.
- *
- * The trace's tee (mh_queue_tee) takes one look with the same rules and
- * numbers what it reads; the drain later hands those out first, in that
- * order.  A fork child inherits the consumer's state whole (the lock is
- * held across fork), links and epochs included: its lanes' events name
- * each other as they did in the parent.
- *
- * The one event outside P: a FREE of memory neither the live table nor the
- * driver knew is published after the real call (its result is the news:
- * emit.c), so an ALLOC reusing that address may come out first; the cache
- * then sees a FREE of unknown size and marks the region UNKNOWN, which
- * memory_type() resolves through the driver.
+ * The order is causal per address range, not by time: one coarse tick
+ * holds thousands of events, so time ("the hint") decides only where
+ * nothing else does.  Producers write down links (L) and marker epochs
+ * (E), and publish in causal order (P); the drain hands a lane's head out
+ * only when nothing holds it (rules 1-3b: its link, a marker, an earlier
+ * overlapping FREE pending in another lane) and breaks a WEAK cycle at its
+ * weakest hold.  A bounded run cuts each lane at its first look, so it
+ * ends however fast producers record; a background read stays
+ * DRAIN_BEHIND events off a lane being written.
+ * docs/design/causal-merge.md has the rules, the proof sketch and the
+ * case they miss.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -389,8 +248,8 @@ static void marker_remove(mh_lane *l, uint64_t index)
 
 /* ---- which pending ALLOCs have a FREE of their own pending (g_lock
  * held): an ALLOC with none is "open" - the last of its range for now, so
- * it must come after every earlier event there (rule 3, the top of the
- * file) ---- */
+ * it must come after every earlier event there (rule 3,
+ * docs/design/causal-merge.md) ---- */
 
 /* Multisets of 64-bit keys (nonzero), counted: open addressing, deletion by
  * shifting back (no tombstones). */
@@ -824,7 +683,7 @@ static void look_close(look *lk, bool tee)
     }
 }
 
-/* How sure a hold is (the top of the file): a cycle is broken at its
+/* How sure a hold is (causal-merge.md): a cycle is broken at its
  * weakest.  WEAK: a closed ALLOC by a FREE whose own ALLOC is pending (the
  * two lifetimes may be either way round); STRONG: by a FREE whose ALLOC is
  * out; OPEN: an open ALLOC by an earlier overlapping FREE; HARD: links and
@@ -843,9 +702,9 @@ typedef bool (*hold_fn)(const look *lk, const hold *h, void *arg);
 /* Whether an event (flags, key) cannot have come before another (its
  * flags, key): its time is later by the same clock (both coarse or both
  * precise: causal either way, clock.c), or it read a later marker epoch
- * (the other read its epoch before that marker began: E at the top of the
- * file).  Events of one lane are in this order too, so the first of a
- * lane that is later, all after it are. */
+ * (the other read its epoch before that marker began: E in
+ * causal-merge.md).  Events of one lane are in this order too, so the
+ * first of a lane that is later, all after it are. */
 static bool later(uint32_t flags, uint64_t key, uint32_t than_flags, uint64_t than_key)
 {
     return (same_clock(flags, than_flags) && key > than_key) ||
@@ -885,14 +744,14 @@ static bool call_in_flight(const look *lk, const mh_lane *l, const memhook_event
            atomic_load_explicit(&l->state, memory_order_acquire) == MH_LANE_OWNED;
 }
 
-/* Walk the holds on c's head (the rules at the top of the file). */
+/* Walk the holds on c's head (the rules: causal-merge.md). */
 static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
 {
     mh_lane *l = c->lane;
     memhook_event *e = cursor_event(c);
     uint64_t self = l->cid != 0 ? (uint64_t)l->cid << MH_LANE_INDEX_BITS | c->at : 0;
     /* A hold from past the run's cut cannot be one on an event from
-     * before the run began (the top of the file). */
+     * before the run began (causal-merge.md, 'Runs and cuts'). */
     bool guaranteed = lk->run != 0 && l->run == lk->run && c->at < l->run_h;
     hold h;
     /* 0. a FREE whose call has not returned (queue.h, MH_RESULT_PENDING) */
@@ -1035,7 +894,7 @@ static bool before(const cursor *a, const cursor *b)
     return ra < rb;
 }
 
-/* ---- breaking a cycle of holds (rare: see the top of the file) ---- */
+/* ---- breaking a cycle of holds (rare: causal-merge.md) ---- */
 
 typedef struct graph {
     size_t n;
@@ -1492,7 +1351,7 @@ size_t memhook_events_drain_bounded(memhook_event *out, size_t capacity, uint64_
         /* A look hands out what its first pass saw; what its second saw
          * waits for the next look, which the run takes at once while events
          * pending when it began are still held (by what only that second
-         * pass saw: the top of the file). */
+         * pass saw: causal-merge.md). */
         for (int look_no = 0; look_no < 4 && n < capacity && *mark != 0; look_no++) {
             look lk;
             bool first = start && look_no == 0;

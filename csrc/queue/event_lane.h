@@ -6,15 +6,14 @@
  * `published` count with a plain release store.  A push takes no lock and
  * no locked instruction, and touches no cache line another producer
  * writes: with one shared queue, the claim (fetch_add), the reclamation
- * epochs and the slot lines other threads had just written cost a hooked
- * alloc+free pair ~100-200 ns, most of it waiting on lines moving between
- * cores (bench/hooks/hook_bench.py; README, "What the hooks cost").
+ * epochs and the slot lines other threads had just written made producers
+ * wait on cache lines moving between cores (docs/performance.md).
  *
  * The single order events leave the queue in is made by the consumer
  * (event_drain.c), which merges the lanes.  What makes that order right -
  * every FREE after its ALLOC and before any later ALLOC of its range - is
- * explained there; producers help it with links (an event's identity in
- * another's `seq`: mh_lane_slot_id, mh_addr_chain).
+ * argued in docs/design/causal-merge.md; producers help it with links (an
+ * event's identity in another's `seq`: mh_lane_slot_id, mh_addr_chain).
  *
  * A lane is never unlinked: when its thread exits it is marked ORPHAN,
  * drained, then FREE, and the next new thread takes it over (a thread pool
@@ -84,10 +83,8 @@ typedef struct mh_lane {
      * starts from the nearest at or below it rather than at read_seg, so
      * it costs a step, not one per segment of backlog - the drain reads a
      * lane at a few places at once (the head, the index's and the closer
-     * set's scans, the newest event): with one seek point, 8 lanes of 25k
-     * events drained at 900-1500 ns an event, dev box; every drain call
-     * once walked the whole backlog (4M queued events: 47.8 ns an event,
-     * 37.7 with one seek point). */
+     * set's scans, the newest event), so one seek point was not enough
+     * (docs/performance.md). */
     struct {
         mh_lane_seg *seg;
         uint64_t first;
@@ -252,14 +249,14 @@ static inline void mh_addr_chain_note(uint64_t addr, uint64_t id)
 
 /* Tell the drain there is news: set mh_events_pending.  Storing it on every
  * event would move its cache line between the cores of every producing
- * thread (a hooked pair cost 165-195 ns with 2 threads instead of 83-96 on
- * the H200 host), so a producer that finds it set already leaves it - but
- * only when a locked instruction ran between its publication and this
- * read (`fenced`): otherwise its read could be served before its
- * publication left the store buffer, a drain could clear the flag and miss
- * the event, and nothing would set the flag again.  With the fence, a
- * flag read as set was cleared (if at all) after the publication was
- * visible to every core, so the clearing drain sees the event.  (x86-64:
+ * thread (docs/performance.md), so a producer that finds it set already
+ * leaves it - but only when a locked instruction ran between its
+ * publication and this read (`fenced`): otherwise its read could be
+ * served before its publication left the store buffer, a drain could
+ * clear the flag and miss the event, and nothing would set the flag
+ * again.  With the fence, a flag read as set was cleared (if at all)
+ * after the publication was visible to every core, so the clearing drain
+ * sees the event.  (x86-64:
  * a LOCK-prefixed instruction is a full barrier.) */
 static inline void mh_lane_announce(bool fenced)
 {

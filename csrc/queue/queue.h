@@ -35,7 +35,8 @@
  * consumer, subscriber or trace ever sees them).  The public MEMHOOK_EVENT_*
  * flags stay below bit 15.  Until the drain hands an event out, its `seq`
  * holds a link: the identity (mh_lane_slot_id, event_lane.h) of an event it
- * must come after, or 0.  event_drain.c says how the drain uses them. */
+ * must come after, or 0.  docs/design/causal-merge.md says how the drain
+ * uses them. */
 #define MH_EVENT_PRIVATE     0xffff8000u
 /* timestamp_ns holds a raw TSC reading; the drain converts it
  * (mh_clock_convert) and clears the flag. */

@@ -10,45 +10,10 @@ for them.  Events flagged ``MEMHOOK_EVENT_SKIPPED`` are ignored entirely;
 the driver unload and hooks-gap markers reach the cache only; a context
 reset (a FREE flagged ``MEMHOOK_EVENT_CONTEXT_RESET``) reaches both.
 
-Concurrency - no call waits for another Python thread to make progress:
-
-* Taking events out runs under the take stage's lock (``_lock``).  The
-  background feeder (memhook._events.feeder) holds it for one batch at a time and
-  does not take it again while a thread waits for it (:data:`_waiters`), so
-  a flush() waits for at most the one batch under way, not for a convoy.
-* A query (:func:`query_drain`, which memory_type's builtin calls first
-  while events wait and someone subscribes) never waits for the lock: it
-  takes it if it is free and takes out at most :data:`QUERY_EVENTS`
-  events (one call into the core, made with the GIL held:
-  memhook._binding.control), and hands subscribers what it can.  The query's
-  answer does not depend on it: the core's cache has every event published
-  before the query.
-* Re-entry: the locks are RLocks only so that a thread can ask whether
-  it holds them (``_is_owned``: set atomically with the acquisition, in
-  C).  They are never re-acquired: a signal handler, or a subscriber,
-  running on the thread that holds one never waits on its own thread; a
-  flush() there returns 0.
-* The delivery stage runs under the delivery lock; the rows wait in a
-  hand-off queue, in order.  A query hands out waiting events only if the
-  lock is free and for at most :data:`QUERY_DELIVERY_S`; flush() waits for
-  every event; the feeder delivers the rest.  A subscriber sees the cache
-  at or past its own event (the core applied it as it was taken out).
-* Exceptions from signal handlers (^C: ``KeyboardInterrupt``) land
-  between any two steps, and nothing is lost, repeated or reordered
-  (memhook._events.atomic).  Rows taken out of the core are counted as held by
-  the C call that takes them (``_filled``); marking them taken and
-  queueing them for the subscribers is one commit; whatever an exception
-  interrupts, the next drain finishes first, in order.  A subscriber's call and the store that counts it are one step.
-  A BaseException escaping a subscriber counts that subscriber as served
-  and leaves the rest waiting.  A lock that an exception left held, in
-  the window after acquire() returns or in a ``finally`` before
-  release(), is still owned by its thread, and no frame of that thread
-  that takes it is running (memhook._events.atomic.held_here): that thread's
-  next call takes it back.
-* fork(): the three locks are taken around fork() (unless the forking
-  thread holds one), so a child never inherits a batch taken out of the
-  queue but not applied; the child gets fresh locks and the events still
-  waiting for subscribers, which its own subscribers get.
+Concurrency: no call waits for another Python thread to make progress (a
+query takes events out only if the take lock is free); ^C between any two
+steps loses, repeats or reorders nothing (memhook._events.atomic); fork()
+takes the three locks.  docs/design/python-drain.md gives the argument.
 """
 
 from __future__ import annotations
@@ -150,8 +115,9 @@ _consume: Callable[[Any], None] = collections.deque(maxlen=0).extend  # (runs an
 # _handoff, oldest first, for the subscribers, who get them under
 # _deliver_lock, in the same order.  Lock order: _deliver_lock before _lock
 # (a subscriber's query applies events while its thread delivers), then
-# _take_lock; nothing takes them the other way.  RLocks for _is_owned (see
-# the module docstring), never taken twice by a thread on purpose.
+# _take_lock; nothing takes them the other way.  RLocks for _is_owned
+# (docs/design/python-drain.md, "Re-entry"), never taken twice by a thread
+# on purpose.
 _lock = threading.RLock()
 _acquire = _lock.acquire
 _release = _lock.release
@@ -577,9 +543,9 @@ def _deliver(rows: list[tuple[Any, ...]]) -> int:
 
 def _event_builder() -> type | None:
     """A plain class with Event's slots: an instance of it, its fields
-    stored, becomes an Event by assigning ``__class__`` - a tenth of the
-    cost of the frozen dataclass's __init__ (3 us an event, the largest part
-    of delivering one to a subscriber).  None where that does not work
+    stored, becomes an Event by assigning ``__class__`` - far cheaper than
+    the frozen dataclass's __init__, the largest part of delivering an event
+    (docs/performance.md).  None where that does not work
     (Python 3.9: Event has no slots); then events are built normally."""
     slots = getattr(Event, "__slots__", None)
     if not slots or set(slots) != set(_EVENT_FIELDS):  # pragma: no cover
