@@ -472,7 +472,7 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
         return real_(attributes, ptr);
     mh_hook_depth++;
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    pa_view v;
+    pa_view v = {0};
     pa_kind k = view_of(p, &v);
     if (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA_HOST)
         k = PA_PASS;
