@@ -47,7 +47,7 @@ stamp "figure: hook overhead per cuMemAllocAsync+cuMemFreeAsync pair, real drive
 timeout 120 python3 bench/hooks/hook_bench.py --real --no-stub --api async \
     --json "$out/hook_bench_real_async.json" || echo "hook_bench failed"
 stamp "figure: memory_type vs cuPointerGetAttribute"
-timeout 90 python3 bench/queries/cache_vs_driver.py || echo "cache_vs_driver failed"
+timeout 180 python3 bench/queries/cache_vs_driver.py || echo "cache_vs_driver failed"
 stamp "figure: install time per mode"
 timeout 90 python3 tools/gpu/install_time.py 7 || echo "install_time failed"
 stamp "done, exit $rc"
