@@ -532,13 +532,15 @@ static uint64_t behind_point(uint64_t start, uint64_t g)
 
 /* The record a FREE of addr is sized from when its ALLOC is not pending:
  * the drain's own (an ALLOC it handed out), else the cache's made from a
- * driver answer (memory allocated before the hooks and asked about since;
- * the events handed out before this FREE are staged in the cache, which
- * weighs them). */
+ * driver answer (memory allocated before the hooks and asked about since):
+ * the cache weighs the events fed so far, free_fill.c those handed out
+ * since (a FREE of addr among them ended whatever the cache holds there). */
 static bool fill_find(uint64_t addr, mh_fill_rec *out)
 {
     if (mh_fill_find(addr, out))
         return true;
+    if (mh_fill_ended(addr))
+        return false;
     mh_queue_extent_fn extent = atomic_load_explicit(&g_extent, memory_order_acquire);
     return extent != NULL && extent(addr, &out->size, &out->mem_type, &out->device);
 }
@@ -1260,6 +1262,7 @@ static void feed_batch(const memhook_event *events, const uint64_t *ids, size_t 
     mh_queue_feed_fn feed = atomic_load_explicit(&g_feed, memory_order_acquire);
     if (feed != NULL && count != 0)
         feed(events, ids, count);
+    mh_fill_fed();
 }
 
 /* Room for the identities of `count` events handed out (g_lock held): the

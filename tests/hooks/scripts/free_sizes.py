@@ -15,7 +15,8 @@
       the driver's size, type and device (the cache's record of that
       answer); a free of a pointer inside another such allocation is
       refused and stays size_unknown (only a record starting at the
-      address sizes a FREE).
+      address sizes a FREE), and so is a second free of the first one,
+      drained with it (the order ended that record).
   refused
       a free the driver refuses (a pointer inside an allocation, a pointer
       freed already) is one FREE with the driver's error, and the
@@ -105,11 +106,14 @@ def asked_about(cases: Cases, cu, before: int, other: int) -> None:
     rc_inside = cu.cuMemFree_v2(other + 8 * KiB)
     cases.check(rc_inside != 0, "the simulator freed a pointer inside an allocation")
     assert cu.cuMemFree_v2(before) == 0
+    rc_twice = cu.cuMemFree_v2(before)
+    cases.check(rc_twice != 0, "the simulator freed a pointer twice")
     events = rec.take()
     rec.sub.close()
     got = frees_of(events, before)
     cases.check([(e.size, e.mem_type, e.device, e.size_unknown, e.result) for e in got]
-                == [(2 * MiB, MemoryType.CUDA, 0, False, 0)],
+                == [(2 * MiB, MemoryType.CUDA, 0, False, 0),
+                    (0, MemoryType.CUDA, -1, True, rc_twice)],
                 f"the FREE of the allocation made before install, asked about: {fmt_all(got)}")
     inside = frees_of(events, other + 8 * KiB)
     cases.check([(e.result, e.size, e.size_unknown) for e in inside] == [(rc_inside, 0, True)],
