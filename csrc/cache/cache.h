@@ -121,6 +121,14 @@ MH_HIDDEN bool mh_cache_stage_mark(mh_cache *c, _Atomic uint64_t *where, uint64_
 /* Move what was staged to the queue and write it (deferrable: as
  * mh_cache_write_end_deferrable).  Takes the seat, waiting for it. */
 MH_HIDDEN void mh_cache_stage_commit(mh_cache *c, bool deferrable);
+/* The region a driver answer made that starts exactly at addr (an
+ * allocation's base: the driver frees nothing else), learned in the current
+ * period, of a known type, as the operations fed so far leave it - none
+ * when one queued or staged since the snapshot touches it (the drain's
+ * fill of a FREE of memory allocated before the hooks: csrc/queue/
+ * event_drain.c).  The feed's side: the queue's consumer lock held, the
+ * seat not held (taken for the read). */
+MH_HIDDEN bool mh_cache_driver_alloc_at(mh_cache *c, uint64_t addr, mh_region *out);
 /* How many operations were queued so far: a reader that asked the driver
  * remembers the answer only if this did not move meanwhile (an operation
  * queued then may be that range's FREE). */

@@ -82,7 +82,20 @@ void mh_cache_feed_commit(void)
     mh_cache_stage_commit(mh_cache_process(), true);
 }
 
+/* The queue's question for a FREE it cannot size from the hooks' events. */
+static bool extent(uint64_t addr, uint64_t *size, int16_t *mem_type, int16_t *device)
+{
+    mh_region r;
+    if (!mh_cache_driver_alloc_at(mh_cache_process(), addr, &r))
+        return false;
+    *size = r.end - r.start;
+    *mem_type = r.type;
+    *device = r.device;
+    return true;
+}
+
 void mh_cache_feed_at_load(void)
 {
+    mh_queue_set_extent(extent);
     mh_queue_set_feed(feed, feed_mark, mh_cache_feed_commit);
 }

@@ -950,6 +950,37 @@ void mh_cache_stage_commit(mh_cache *c, bool deferrable)
         mh_cache_write_end(c);
 }
 
+/* Whether an operation queued after the snapshot may have changed what the
+ * snapshot says of [start, end): any barrier (a context reset, the
+ * driver's exit: the allocation may be gone), or a write touching it. */
+static bool oplist_touches(const oplist *l, uint64_t start, uint64_t end)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const mh_op *op = &l->ops[i];
+        if (op->kind == MH_OP_DEMOTE_AT ? op->start >= start && op->start < end
+            : is_paint(op)              ? op->start != op->end && op->start < end && op->end > start
+                                        : true)
+            return true;
+    }
+    return false;
+}
+
+bool mh_cache_driver_alloc_at(mh_cache *c, uint64_t addr, mh_region *out)
+{
+    mh_cache_write_begin(c, true);  /* (q and the snapshot hold still) */
+    const snap *s = atomic_load_explicit(&c->current, memory_order_acquire);
+    long i = s->n != 0 ? last_at_or_before(s, addr) : -1;
+    const mh_region *r = i >= 0 ? &s->regions[i] : NULL;
+    bool found = r != NULL && r->start == addr && r->origin == MEMHOOK_ORIGIN_DRIVER &&
+                 r->period == mh_cache_period(c) && r->type != MEMHOOK_MEMORY_UNKNOWN &&
+                 !oplist_touches(c->q, r->start, r->end) &&
+                 !oplist_touches(c->stage, r->start, r->end);
+    if (found)
+        *out = *r;
+    seat_leave(c);
+    return found;
+}
+
 typedef struct coord {
     uint64_t x;
     uint32_t op;     /* index into the run */

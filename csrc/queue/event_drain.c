@@ -64,6 +64,7 @@ static void call_done(uint64_t n) { atomic_store(&g_calls.done, n); }
 static _Atomic mh_queue_feed_fn g_feed;
 static _Atomic mh_queue_mark_fn g_feed_mark;
 static void (*_Atomic g_feed_commit)(void);
+static _Atomic mh_queue_extent_fn g_extent;
 /* memhook_events_drain was called: the trace keeps its events for us. */
 static _Atomic bool g_consumer_seen;
 /* mh_queue_trim dropped events: a consumer that starts later has not seen
@@ -529,17 +530,34 @@ static uint64_t behind_point(uint64_t start, uint64_t g)
     return g >= start + DRAIN_BEHIND ? (g - DRAIN_BEHIND) & ~1ull : start;
 }
 
+/* The record a FREE of addr is sized from when its ALLOC is not pending:
+ * the drain's own (an ALLOC it handed out), else the cache's made from a
+ * driver answer (memory allocated before the hooks and asked about since):
+ * the cache weighs the events fed so far, free_fill.c those handed out
+ * since (a FREE of addr among them ended whatever the cache holds there). */
+static bool fill_find(uint64_t addr, mh_fill_rec *out)
+{
+    if (mh_fill_find(addr, out))
+        return true;
+    if (mh_fill_ended(addr))
+        return false;
+    mh_queue_extent_fn extent = atomic_load_explicit(&g_extent, memory_order_acquire);
+    return extent != NULL && extent(addr, &out->size, &out->mem_type, &out->device);
+}
+
 /* Size a FREE recorded with its address only (queue.h, MH_DEVICE_FILL) as
  * it becomes visible to the rules, which weigh its range (rule 3).  Its
  * ALLOC was published before it (P), so it is pending now or handed out:
  *  - its link names it (the address chain's word: the last event at its
  *    address was its ALLOC) and it is still pending;
- *  - the drain handed it out (free_fill.c's record).
+ *  - the drain handed it out (free_fill.c's record);
+ *  - or it was made before install and a query asked the driver about it
+ *    since (the cache's record of that answer: fill_find).
  * An ALLOC of another marker epoch than the FREE's, or one flagged
  * MH_EVENT_UNPAIRED, is not believed: a marker between them (a gap in the
  * hooks above all) may hide the free of that allocation and another made
- * at its address unseen.  Otherwise memhook never saw the allocation (made
- * before install, or before a gap), or its chain word was another
+ * at its address unseen.  Otherwise memhook never knew the allocation (made
+ * before install, or before a gap, and never asked about), or its chain word was another
  * address's while the ALLOC was still pending: size unknown, which the
  * cache resolves through the driver (docs/design/causal-merge.md). */
 static void fill_visible(memhook_event *e)
@@ -558,11 +576,7 @@ static void fill_visible(memhook_event *e)
         }
     }
     mh_fill_rec rec;
-    if (mh_fill_find(e->address, &rec)) {
-        mh_fill_apply(e, &rec);
-        return;
-    }
-    mh_fill_apply(e, NULL);
+    mh_fill_apply(e, fill_find(e->address, &rec) ? &rec : NULL);
 }
 
 /* Read every lane's `published` (G; first once more for H when fresh_h),
@@ -1075,7 +1089,7 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
          * hands out again from their slots (the drain leaves the lines
          * the producer will write again unwritten). */
         mh_fill_rec rec;
-        bool found = mh_fill_find(out->address, &rec);
+        bool found = fill_find(out->address, &rec);
         mh_fill_apply(out, found ? &rec : NULL);
         if (tee)
             mh_fill_apply(slot, found ? &rec : NULL);
@@ -1248,6 +1262,7 @@ static void feed_batch(const memhook_event *events, const uint64_t *ids, size_t 
     mh_queue_feed_fn feed = atomic_load_explicit(&g_feed, memory_order_acquire);
     if (feed != NULL && count != 0)
         feed(events, ids, count);
+    mh_fill_fed();
 }
 
 /* Room for the identities of `count` events handed out (g_lock held): the
@@ -1494,6 +1509,11 @@ size_t mh_queue_tee(memhook_event *out, size_t capacity)
     feed_commit();
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+void mh_queue_set_extent(mh_queue_extent_fn extent)
+{
+    atomic_store_explicit(&g_extent, extent, memory_order_release);
 }
 
 void mh_queue_set_feed(mh_queue_feed_fn feed, mh_queue_mark_fn mark, void (*commit)(void))

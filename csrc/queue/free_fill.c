@@ -26,6 +26,15 @@ static size_t g_cap, g_count;
  * then the pair costs a compare, not an insert and an erase. */
 static fill_slot g_held;
 
+/* The FREEs handed out and not fed to the cache yet (a look's worth): the
+ * cache's record of a driver answer lags them (event_drain.c's fill_find).
+ * A fixed list, scanned only for a FREE nobody else can size; when it
+ * fills up, every address counts as ended until the next feed. */
+#define ENDED_MAX 1024
+static uint64_t g_ended[ENDED_MAX];
+static size_t g_nended;
+static bool g_ended_all;
+
 static size_t home(uint64_t addr, size_t cap)
 {
     return (size_t)((addr * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
@@ -120,11 +129,14 @@ void mh_fill_note(const memhook_event *e)
 {
     if (e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP)) {
         clear();
+        g_ended_all = true;  /* (the cache's records too, until it is fed) */
         return;
     }
     if (e->flags & MEMHOOK_EVENT_CONTEXT_RESET) {
-        if (e->result == 0)
+        if (e->result == 0) {
             clear();  /* (which of them another context owns, the driver knows) */
+            g_ended_all = true;
+        }
         return;
     }
     if (e->result != 0 || e->address == 0)
@@ -138,7 +150,27 @@ void mh_fill_note(const memhook_event *e)
         g_held = (fill_slot){e->address, {e->size, e->mem_type, e->device}};
     } else if (e->kind == MEMHOOK_EVENT_FREE) {
         forget(e->address);
+        if (g_nended < ENDED_MAX)
+            g_ended[g_nended++] = e->address;
+        else
+            g_ended_all = true;
     }
+}
+
+bool mh_fill_ended(uint64_t addr)
+{
+    if (g_ended_all)
+        return true;
+    for (size_t i = 0; i < g_nended; i++)
+        if (g_ended[i] == addr)
+            return true;
+    return false;
+}
+
+void mh_fill_fed(void)
+{
+    g_nended = 0;
+    g_ended_all = false;
 }
 
 bool mh_fill_find(uint64_t addr, mh_fill_rec *out)

@@ -8,7 +8,8 @@
  * freed in the order.  Consumer side only (the queue's consumer lock), so
  * a plain hash table.  A marker that ends what consumers may believe (the
  * driver unloaded, a context torn down, a gap in the hooks) empties it: a
- * FREE after it finds nothing and carries size 0 with
+ * FREE after it finds nothing here; the cache's record of a driver answer
+ * may size it (event_drain.c), else it carries size 0 with
  * MEMHOOK_EVENT_SIZE_UNKNOWN, which makes the cache ask the driver.
  */
 #ifndef MEMHOOK_FREE_FILL_H
@@ -29,6 +30,12 @@ typedef struct mh_fill_rec {
 MH_HIDDEN void mh_fill_note(const memhook_event *e);
 /* The allocation handed out at addr and not freed since, if any. */
 MH_HIDDEN bool mh_fill_find(uint64_t addr, mh_fill_rec *out);
+/* Whether a FREE of addr was handed out since the last batch went to the
+ * cache's feed (or too many to tell): the cache's record there is ended,
+ * though the feed has not staged its operation yet. */
+MH_HIDDEN bool mh_fill_ended(uint64_t addr);
+/* The events handed out so far were fed to the cache. */
+MH_HIDDEN void mh_fill_fed(void);
 /* Fill a FREE recorded with its address only (MH_DEVICE_FILL) from rec, or
  * (rec NULL) say its size is unknown; a ranged one (MH_EVENT_RANGE) keeps
  * the size its call named. */

@@ -189,6 +189,15 @@ typedef void (*mh_queue_feed_fn)(const memhook_event *events, const uint64_t *id
 typedef void (*mh_queue_mark_fn)(_Atomic uint64_t *where, uint64_t value);
 MH_HIDDEN void mh_queue_set_feed(mh_queue_feed_fn feed, mh_queue_mark_fn mark,
                                  void (*commit)(void));
+/* The cache's record of an allocation starting exactly at `addr` that it
+ * learned from a driver answer (a query of memory the hooks never saw
+ * allocated), as the events put in the order so far leave it: what the
+ * drain sizes a FREE from when neither its pending ALLOC nor free_fill.c
+ * knows the address.  Called under the consumer lock.  Set once, by
+ * csrc/cache/. */
+typedef bool (*mh_queue_extent_fn)(uint64_t addr, uint64_t *size, int16_t *mem_type,
+                                   int16_t *device);
+MH_HIDDEN void mh_queue_set_extent(mh_queue_extent_fn extent);
 /* Put everything published before the call in the order and feed it,
  * without taking it out (the consumer still drains it: the tee's way);
  * where nobody ever drained (no consumer in the process), take it out too,

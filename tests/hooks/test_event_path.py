@@ -11,7 +11,7 @@ from hooks_testing import MODES
 @pytest.mark.parametrize("mode", MODES)
 def test_event_path(scenario, mode: str) -> None:
     outcome = scenario("event_path.py", mode, timeout=120)
-    for case in ("install", "stale size"):
+    for case in ("install", "stale size", "stale size asked"):
         outcome.check(case)
     outcome.check_all_clean()
 

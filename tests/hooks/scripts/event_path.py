@@ -10,6 +10,11 @@ Cases:
                allocate a neighbour inside the old 1 MiB, free the 4 KiB: the
                FREE a subscriber with exact sizes gets carries 4096 and the
                neighbour stays CUDA.
+  stale size asked
+               the same, with a subscriber that did not ask for exact sizes
+               and a query of the 4 KiB after reinstall: its FREE carries
+               4096, the size of the driver's answer the cache remembered,
+               not the old ALLOC's 1 MiB (without the query: size unknown).
 
     python event_path.py MODE unload
 
@@ -36,10 +41,12 @@ from memhook import EventKind, MemoryType
 MiB = 1 << 20
 
 
-def stale_size(cases: Cases, mode: str, cu) -> None:
+def stale_size(cases: Cases, mode: str, cu, exact: bool) -> None:
     alloc, free = alloc_free_v2(cu)
     cu.cuMemFree_v2  # looked up now, while reloc's dlsym answers with the wrapper
-    rec = Recorder(exact=True)  # (sized in the hook: the driver's, for the unseen 4 KiB)
+    # (exact: sized in the hook, the driver's; else by the drain, from the
+    # cache's record of the query's driver answer)
+    rec = Recorder(exact=exact)
     big, _ = alloc(MiB)
     rec.take()
     memhook.uninstall()
@@ -48,6 +55,9 @@ def stale_size(cases: Cases, mode: str, cu) -> None:
     if not cases.check(small == big, f"the simulator put 4 KiB at {small:#x}, not {big:#x}"):
         return
     install(mode)
+    if not exact:
+        got = memhook.memory_type(small)
+        cases.check(got == MemoryType.CUDA, f"the 4 KiB allocated unseen answers {got}")
     neighbour, _ = alloc(4096)
     cases.check(big < neighbour < big + MiB,
                 f"the neighbour {neighbour:#x} is not inside the old 1 MiB at {big:#x}")
@@ -58,6 +68,7 @@ def stale_size(cases: Cases, mode: str, cu) -> None:
     got = memhook.memory_type(neighbour)
     cases.check(got == MemoryType.CUDA, f"the live neighbour answers {got}")
     free(neighbour)
+    rec.sub.close()
 
 
 def driver_reload(cases: Cases, mode: str) -> None:
@@ -129,7 +140,9 @@ def main() -> int:
     cu = load_driver()
     primary_context(cu)
     with cases.case("stale size"):
-        stale_size(cases, mode, cu)
+        stale_size(cases, mode, cu, exact=True)
+    with cases.case("stale size asked"):
+        stale_size(cases, mode, cu, exact=False)
     return 0
 
 

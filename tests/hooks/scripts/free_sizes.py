@@ -9,6 +9,14 @@
       of free (cuMemFree_v2, cuMemFreeAsync, cuMemFreeHost, another
       thread's free); an allocation made before install that nobody asked
       about frees with size 0 and size_unknown, and answers HOST after.
+  asked about
+      an allocation made before install that a query asked the driver
+      about (memory_type of a pointer inside it) frees, without exact, with
+      the driver's size, type and device (the cache's record of that
+      answer); a free of a pointer inside another such allocation is
+      refused and stays size_unknown (only a record starting at the
+      address sizes a FREE), and so is a second free of the first one,
+      drained with it (the order ended that record).
   refused
       a free the driver refuses (a pointer inside an allocation, a pointer
       freed already) is one FREE with the driver's error, and the
@@ -87,6 +95,34 @@ def without_exact(cases: Cases, cu, mode: str, before: int) -> None:
                 f"the FREE of the allocation made before install: {fmt_all(got)}")
     cases.check(memhook.memory_type(before) != MemoryType.CUDA,
                 "the allocation made before install, freed, still answers CUDA")
+
+
+def asked_about(cases: Cases, cu, before: int, other: int) -> None:
+    rec = Recorder()
+    cases.check(memhook.memory_type(before + 4 * KiB, KiB) == MemoryType.CUDA,
+                "the allocation made before install does not answer CUDA")
+    cases.check(memhook.memory_type(other + 8 * KiB) == MemoryType.CUDA,
+                "the other allocation made before install does not answer CUDA")
+    rc_inside = cu.cuMemFree_v2(other + 8 * KiB)
+    cases.check(rc_inside != 0, "the simulator freed a pointer inside an allocation")
+    assert cu.cuMemFree_v2(before) == 0
+    rc_twice = cu.cuMemFree_v2(before)
+    cases.check(rc_twice != 0, "the simulator freed a pointer twice")
+    events = rec.take()
+    rec.sub.close()
+    got = frees_of(events, before)
+    cases.check([(e.size, e.mem_type, e.device, e.size_unknown, e.result) for e in got]
+                == [(2 * MiB, MemoryType.CUDA, 0, False, 0),
+                    (0, MemoryType.CUDA, -1, True, rc_twice)],
+                f"the FREE of the allocation made before install, asked about: {fmt_all(got)}")
+    inside = frees_of(events, other + 8 * KiB)
+    cases.check([(e.result, e.size, e.size_unknown) for e in inside] == [(rc_inside, 0, True)],
+                f"the refused free inside the other allocation: {fmt_all(inside)}")
+    cases.check(memhook.memory_type(before) != MemoryType.CUDA,
+                "the allocation made before install, freed, still answers CUDA")
+    cases.check(memhook.memory_type(other + 8 * KiB) == MemoryType.CUDA,
+                "after a refused free inside it, the other allocation no longer answers CUDA")
+    assert cu.cuMemFree_v2(other) == 0
 
 
 def refused(cases: Cases, cu) -> None:
@@ -174,10 +210,12 @@ def main() -> int:
                  "cuMemAllocHost_v2", "cuMemFreeHost", "cuStreamSynchronize"):
         getattr(cu, name)  # (looked up under the hooks, as a program holds them)
     memhook.uninstall()
-    befores = [alloc(cu, 2 * MiB) for _ in range(2)]  # while no hook records: unseen
+    befores = [alloc(cu, 2 * MiB) for _ in range(4)]  # while no hook records: unseen
     install(mode)
     with cases.case("without exact"):
         without_exact(cases, cu, mode, befores[0])
+    with cases.case("asked about"):
+        asked_about(cases, cu, befores[2], befores[3])
     with cases.case("refused"):
         refused(cases, cu)
     with cases.case("exact"):
