@@ -88,6 +88,9 @@ static inline int32_t mh_result_settled(int32_t raw)
 /* ---- clock.c ---- */
 
 MH_HIDDEN extern bool mh_clock_tsc;  /* true: precise stamps are TSC readings */
+/* true: every stamp is, precise or not (the TSC is the cheaper read here,
+ * or MEMHOOK_CLOCK=tsc). */
+MH_HIDDEN extern bool mh_clock_tsc_always;
 /* Subscribers that asked for precise time (memhook_events_precise_time);
  * the trace asks through mh_trace_on.  Read by every hook. */
 MH_HIDDEN extern _Atomic uint32_t mh_clock_precise_wanted;
@@ -111,7 +114,8 @@ MH_HIDDEN void mh_clock_at_load(void);
 /* A timestamp for an event being recorded, and the flag that says what
  * kind it is.
  *
- * Coarse (precise false): CLOCK_MONOTONIC_COARSE, a few loads.  The drain
+ * Coarse (precise false, where the TSC is not the cheaper read: else as
+ * precise): CLOCK_MONOTONIC_COARSE, a few loads.  The drain
  * does not order by time (event_drain.c), so nothing else is needed of it;
  * it is causal all the same (a thread's coarse reading after it observed
  * another's store is at least what that thread read before the store:
@@ -128,7 +132,7 @@ MH_HIDDEN void mh_clock_at_load(void);
  * caller gets otherwise (a FREE found in the live table: emit.c). */
 static inline uint64_t mh_clock_stamp(uint32_t *flags, bool precise, bool ordered)
 {
-    if (__builtin_expect(!precise, 1)) {
+    if (__builtin_expect(!precise && !mh_clock_tsc_always, 1)) {
         *flags |= MH_EVENT_COARSE;
         return mh_coarse_ns();
     }

@@ -186,6 +186,12 @@ MEMHOOK_API void *memhook_hooks_original(const char *name);
  * thread (the rest went to the driver): for differential tests. */
 MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void);
 
+/* ---- testing: the clock (csrc/queue/clock.c) ---- */
+/* 1 when every event stamp is a TSC reading (the cheaper read here, or
+ * MEMHOOK_CLOCK=tsc); 0 when stamps nobody asked to be precise are read
+ * from CLOCK_MONOTONIC_COARSE. */
+MEMHOOK_API int memhook_testing_clock_tsc_always(void);
+
 /* Take (hold nonzero) or let go (hold 0) the event queue's consumer lock in
  * the calling thread, as a drain in progress holds it - for tests that show
  * a query neither waits for a drain nor misses its own thread's events
