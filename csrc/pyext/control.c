@@ -26,6 +26,8 @@
 #include "memhook/memhook.h"
 #include "memhook_internal/api.h"
 
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
 /* A writable buffer an argument brings: argv[arg], of at least `count`
  * items of `item` bytes; `what` names it in the error. */
 typedef struct out_buffer {
@@ -76,14 +78,14 @@ static int nargs(const char *name, Py_ssize_t argc, Py_ssize_t want)
     return -1;
 }
 
-/* `name`'s argc is `want`, and argv[at] a size (*count): 0, or -1 with
- * the exception. */
+/* `name`'s argc is `want`, and argv[1] (the count of the array that
+ * argv[0] brings) a size, *count: 0, or -1 with the exception. */
 static int args_with_count(const char *name, PyObject *const *argv, Py_ssize_t argc,
-                           Py_ssize_t want, Py_ssize_t at, size_t *count)
+                           Py_ssize_t want, size_t *count)
 {
     if (nargs(name, argc, want) != 0)
         return -1;
-    size_t v = PyLong_AsSize_t(argv[at]);
+    size_t v = PyLong_AsSize_t(argv[1]);
     if (v == (size_t)-1 && PyErr_Occurred())
         return -1;
     *count = v;
@@ -147,16 +149,16 @@ static PyObject *control_events_drain_into(PyObject *self, PyObject *const *argv
 {
     (void)self;
     size_t capacity;
-    if (args_with_count("control_events_drain_into", argv, argc, 4, 1, &capacity) != 0)
+    if (args_with_count("control_events_drain_into", argv, argc, 4, &capacity) != 0)
         return NULL;
     const out_buffer want[] = {{0, capacity, sizeof(memhook_event), "events"},
                                {2, 1, sizeof(uint64_t), "mark"},
                                {3, 1, sizeof(uint64_t), "filled"}};
-    Py_buffer v[3];
-    if (writables(argv, want, 3, v) != 0)
+    Py_buffer v[COUNT(want)];
+    if (writables(argv, want, COUNT(want), v) != 0)
         return NULL;
     size_t n = memhook_events_drain_into(v[0].buf, capacity, v[1].buf, v[2].buf);
-    release(v, 3);
+    release(v, COUNT(v));
     return PyLong_FromSize_t(n);
 }
 
@@ -166,15 +168,15 @@ static PyObject *control_events_drain(PyObject *self, PyObject *const *argv, Py_
 {
     (void)self;
     size_t capacity;
-    if (args_with_count("control_events_drain", argv, argc, 3, 1, &capacity) != 0)
+    if (args_with_count("control_events_drain", argv, argc, 3, &capacity) != 0)
         return NULL;
     const out_buffer want[] = {{0, capacity, sizeof(memhook_event), "events"},
                                {2, 1, sizeof(uint64_t), "mark"}};
-    Py_buffer v[2];
-    if (writables(argv, want, 2, v) != 0)
+    Py_buffer v[COUNT(want)];
+    if (writables(argv, want, COUNT(want), v) != 0)
         return NULL;
     size_t n = memhook_events_drain_bounded(v[0].buf, capacity, v[1].buf);
-    release(v, 2);
+    release(v, COUNT(v));
     return PyLong_FromSize_t(n);
 }
 
@@ -184,14 +186,12 @@ static PyObject *control_hook_rows(PyObject *self, PyObject *const *argv, Py_ssi
 {
     (void)self;
     size_t count;
-    if (args_with_count("control_hook_rows", argv, argc, 2, 1, &count) != 0)
-        return NULL;
-    const out_buffer want[] = {{0, count, sizeof(memhook_hook_info), "table"}};
     Py_buffer table;
-    if (writables(argv, want, 1, &table) != 0)
+    if (args_with_count("control_hook_rows", argv, argc, 2, &count) != 0 ||
+        writable(argv[0], count, sizeof(memhook_hook_info), "table", &table) != 0)
         return NULL;
     size_t n = memhook_hook_get_range(0, count, table.buf);
-    release(&table, 1);
+    PyBuffer_Release(&table);
     return PyLong_FromSize_t(n);
 }
 
