@@ -14,7 +14,7 @@
  *                child handler; the parent's fork() connects for it first
  *                (a "hold": mh_trace_fork_prepare);
  *   spawn/vfork  the child is announced by EXPECT (mh_trace_expect), since
- *                it runs no fork handler;
+ *                it runs no fork handler; popen's too (trace_popen.c);
  *   streamer     a thread that refreshes the area's clock anchor, retries a
  *                hand-over the collector could not take yet and bounds the
  *                process's own queue; started by the image's first event,
