@@ -11,19 +11,20 @@
  *
  * The child's pid is the one glibc's pclose waits for: the field after
  * the FILE in glibc's popen stream (libio/iopopen.c's _IO_proc_file, a
- * layout kept since it had to match libstdc++'s procbuf).  It is taken on
- * trust from nowhere: a pidfd is opened on it and the kernel is asked
- * whether that process is a child of this one (waitid with WNOWAIT,
- * which leaves it to pclose).  A layout that differed would give a number
- * that is not a child here, and nothing is sent: today's behaviour, not a
- * wrong EXPECT.  Each stream holds its own pid, so threads that popen at
- * once each announce their own child.
+ * layout kept since it had to match libstdc++'s procbuf).  The number is
+ * not trusted: a pidfd is opened on it, then the kernel is asked whether
+ * that process is a child of this one (waitid with WNOWAIT, which leaves
+ * its status to pclose).  A layout that differed would give a number that
+ * is not a child here, and nothing is sent: the behaviour before this
+ * file, never an EXPECT for a stranger.  Each stream holds its own pid,
+ * so threads that popen at once each announce their own child.
  *
  * Not tracing (a plain LD_PRELOAD of the core): libc's popen, nothing
  * else.  system() is not replaced: it waits for the shell, which has
  * connected from its own load before it ran the command.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -32,7 +33,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,12 +45,22 @@ extern char **environ;
 typedef FILE *(*popen_fn)(const char *, const char *);
 
 /* libc's popen, found at load and read-only after; process-wide, as the
- * function is. */
-static popen_fn real_popen;
+ * function is.  `glibc`: it is glibc's own, whose stream layout is read
+ * below - not another preload's, which may return a stream of its own. */
+static struct {
+    popen_fn popen;
+    bool glibc;
+} real;
 
 void mh_trace_popen_at_load(void)
 {
-    real_popen = (popen_fn)(uintptr_t)dlsym(RTLD_NEXT, "popen");
+    real.popen = (popen_fn)(uintptr_t)dlsym(RTLD_NEXT, "popen");
+    void *glibc_only = dlsym(RTLD_NEXT, "gnu_get_libc_version");
+    Dl_info in_popen, in_glibc;
+    real.glibc = real.popen != NULL && glibc_only != NULL &&
+                 dladdr((void *)(uintptr_t)real.popen, &in_popen) != 0 &&
+                 dladdr(glibc_only, &in_glibc) != 0 &&
+                 in_popen.dli_fbase == in_glibc.dli_fbase;
 }
 
 /* The shell glibc's popen runs (its _PATH_BSHELL). */
@@ -110,13 +120,13 @@ static bool shell_will_say_hello(void)
  * to a caller that cannot pclose what it never got: held off meanwhile. */
 MH_INTERPOSE FILE *popen(const char *command, const char *mode)
 {
-    popen_fn f = real_popen != NULL ? real_popen
+    popen_fn f = real.popen != NULL ? real.popen
                                     : (popen_fn)(uintptr_t)dlsym(RTLD_NEXT, "popen");
     if (f == NULL) {
         errno = ENOSYS;
         return NULL;
     }
-    if (mh_trace_socket_path() == NULL)
+    if (mh_trace_socket_path() == NULL || !real.glibc)
         return f(command, mode);
     int saved = errno, cancel;
     (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
