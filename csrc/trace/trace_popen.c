@@ -100,16 +100,17 @@ static int popen_child(FILE *fp)
     return pidfd;
 }
 
-/* Whether the shell popen starts will say HELLO here: it gets this
- * process's own environment, which may have lost the trace (the program
- * removed LD_PRELOAD) or name another trace's collector; and the shell
- * itself may run without the core (told to the collector, as a spawn's
- * program is). */
+/* Whether the shell popen starts will say HELLO here.  It gets this
+ * process's own environment, unmended: it connects when that still
+ * preloads the core and names this trace's socket (a knob the program
+ * dropped only sets the shell's default), not when the program removed
+ * them or names another trace's collector.  And the shell itself may run
+ * without the core (told to the collector, as a spawn's program is). */
 static bool shell_will_say_hello(void)
 {
     mh_env_plan plan;
     (void)mh_trace_env_plan(environ, &plan);
-    if (plan.need || plan.foreign)
+    if (plan.foreign || plan.add_socket || plan.own[0] != NULL)  /* own[0]: LD_PRELOAD's */
         return false;
     return !mh_trace_escape_check(AT_FDCWD, POPEN_SHELL, 0, MH_TRACE_ESCAPE_SPAWNED);
 }
