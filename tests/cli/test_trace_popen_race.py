@@ -72,10 +72,14 @@ def test_popen_children_of_threads_at_once_are_each_traced(programs, popen_exit:
 
 
 def test_a_popen_child_of_a_python_program_is_traced(programs, tmp_path: Path) -> None:
-    """Python reaching glibc's popen (an extension module, here ctypes)."""
+    """Python reaching glibc's popen (an extension module, here ctypes).
+    A first shell is closed: its status is still pclose's (the child is
+    checked with WNOWAIT, never reaped)."""
     code = ("import ctypes, sys; libc = ctypes.CDLL(None); "
-            "libc.popen.restype = ctypes.c_void_p; "
-            "sys.exit(0 if libc.popen(sys.argv[1].encode(), b'w') else 1)")
+            "libc.popen.restype = ctypes.c_void_p; libc.pclose.argtypes = [ctypes.c_void_p]; "
+            "status = libc.pclose(libc.popen(b'exit 7', b'r')); "
+            "fp = libc.popen(sys.argv[1].encode(), b'w'); "
+            "sys.exit(0 if fp and status == 7 << 8 else 1)")
     events, stderr = _trace(tmp_path, sys.executable, "-c", code,
                             f"exec {shlex.quote(str(programs.pairs))} 10")
     assert len(events) == 20, stderr
