@@ -116,9 +116,10 @@ static bool shell_will_say_hello(void)
 }
 
 /* The calls made here around libc's popen (open, read, waitid, connect,
- * sendmsg, close) are cancellation points; popen after its spawn is not.
- * A cancel acted on there would lose the stream, and the shell with it,
- * to a caller that cannot pclose what it never got: held off meanwhile. */
+ * sendmsg, close) are cancellation points, and are held off: before the
+ * spawn a cancel would unwind past a descriptor of ours still open; after
+ * it (where libc's popen has none) it would lose the stream, and the
+ * shell with it, to a caller that cannot pclose what it never got. */
 MH_INTERPOSE FILE *popen(const char *command, const char *mode)
 {
     popen_fn f = real.popen != NULL ? real.popen
