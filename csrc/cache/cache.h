@@ -190,6 +190,34 @@ MH_HIDDEN void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh
 MH_HIDDEN size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types,
                                 bool host);
 
+/* ---- what a reader's map may lack (cache_query.c) ----
+ *
+ * The one rule for every reader that answers from the process cache
+ * without waiting for another thread (memhook_query and its forms, the
+ * driver's pointer-attribute calls): an answer about [lo, hi) stands when
+ * the map holds every event published before the call that may change it.
+ * mh_cache_look_begin, before the map is read, brings it up to date where
+ * that takes no lock another thread holds, and otherwise notes what it may
+ * lack; mh_cache_look_holds, once the answer's extent is known, asks the
+ * producers' summaries whether any event it lacks touches that extent. */
+typedef struct mh_cache_look {
+    uint64_t version;           /* the cache's, before the map is read */
+    uint64_t own_from, own_to;  /* the calling thread's own events it lacks */
+    bool others;                /* other threads' events it may lack */
+} mh_cache_look;
+MH_HIDDEN void mh_cache_look_begin(mh_cache *c, mh_cache_look *look);
+/* Whether no event the map lacks may touch [lo, hi) (the calling thread's
+ * own only when `own`: memhook_query lays those over the map itself). */
+MH_HIDDEN bool mh_cache_look_untouched(mh_cache *c, const mh_cache_look *look, uint64_t lo,
+                                       uint64_t hi, bool own);
+static inline bool mh_cache_look_holds(mh_cache *c, const mh_cache_look *look, uint64_t lo,
+                                       uint64_t hi, bool own)
+{
+    if (!look->others && !(own && look->own_from < look->own_to))
+        return true;  /* (the map lacks nothing that counts) */
+    return mh_cache_look_untouched(c, look, lo, hi, own);
+}
+
 /* ---- the install periods and coverage (set by csrc/cuda/install.c) ---- */
 
 /* The current period: odd while hooks are installed, even while not; an
