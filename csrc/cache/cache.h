@@ -25,6 +25,7 @@
 
 #include "memhook/memhook.h"
 #include "mh_visibility.h"
+#include "queue.h"
 
 /* One region of the map: [start, end), never overlapping another.  Pieces
  * of one allocation cut by a later write keep its alloc_id. */
@@ -205,7 +206,25 @@ typedef struct mh_cache_look {
     uint64_t own_from, own_to;  /* the calling thread's own events it lacks */
     bool others;                /* other threads' events it may lack */
 } mh_cache_look;
-MH_HIDDEN void mh_cache_look_begin(mh_cache *c, mh_cache_look *look);
+/* Whether the map holds everything published before the call, at the cost
+ * of a few loads where it does (memhook_query's first test, inline). */
+static inline bool mh_cache_current(mh_cache *c)
+{
+    return __builtin_expect(mh_queue_feed_run(false), 1) &&
+           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+}
+MH_HIDDEN bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed);
+/* True where the map holds everything published before the call (*look
+ * is then not filled: nothing is left to check); else *look says what it
+ * may lack. */
+static inline bool mh_cache_look_begin(mh_cache *c, mh_cache_look *look)
+{
+    if (__builtin_expect(!mh_queue_feed_run(false), 0))
+        return mh_cache_look_behind(c, look, false);
+    return __builtin_expect(atomic_load_explicit(&mh_cache_head_of(c)->deferred,
+                                                 memory_order_acquire) == 0, 1) ||
+           mh_cache_look_behind(c, look, true);
+}
 /* Whether no event the map lacks may touch [lo, hi) (the calling thread's
  * own only when `own`: memhook_query lays those over the map itself). */
 MH_HIDDEN bool mh_cache_look_untouched(mh_cache *c, const mh_cache_look *look, uint64_t lo,

@@ -131,25 +131,22 @@ typedef struct view {
     uint64_t own_id;  /* own[0]'s identity: the alloc_id the feed will give it */
 } view;
 
-/* Bring the map up to date where that needs nobody's lock another thread
- * holds: put the pending events in the order and publish them, each only
- * if its lock is free; else read from the lanes' counts what the map
- * lacks.  Never waits. */
-void mh_cache_look_begin(mh_cache *c, mh_cache_look *look)
+/* mh_cache_look_begin past its inline test: the pending events were put in
+ * the order (`fed`: else another thread holds the consumer lock) but not
+ * all published; publish them, if the seat is free, else read from the
+ * lanes' counts what the map lacks.  Never waits. */
+bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed)
 {
-    look->own_from = look->own_to = 0;
-    look->others = false;
-    if (!mh_queue_feed_run(false) ||
-        (atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) != 0 &&
-         !mh_cache_publish_deferred(c, false))) {
-        mh_queue_unapplied u;
-        mh_queue_unapplied_get(&u);
-        look->own_from = u.own_from;
-        look->own_to = u.own_to;
-        look->others = u.foreign;
-    }
-    /* (after the counts, before the map: see mh_cache_look_holds) */
+    if (fed && mh_cache_publish_deferred(c, false))
+        return true;
+    mh_queue_unapplied u;
+    mh_queue_unapplied_get(&u);
+    look->own_from = u.own_from;
+    look->own_to = u.own_to;
+    look->others = u.foreign;
+    /* (after the counts, before the map: see mh_cache_look_untouched) */
     look->version = mh_cache_version(c);
+    return false;
 }
 
 /* The producers' summaries are read after the map: a lane's `cached` read
@@ -185,7 +182,8 @@ bool mh_cache_look_untouched(mh_cache *c, const mh_cache_look *look, uint64_t lo
 
 static void look_up(mh_cache *c, view *v)
 {
-    mh_cache_look_begin(c, &v->look);
+    if (mh_cache_look_begin(c, &v->look))
+        v->look = (mh_cache_look){0, 0, 0, false};
     v->own = NULL;
     v->nown = 0;
     v->standing = UP_TO_DATE;
@@ -459,14 +457,6 @@ static __attribute__((noinline)) void answer_past_memo(mh_cache *c, uint64_t p, 
         answer(c, p, end, v, use_driver, out);
 }
 
-/* Whether the map holds every event published before the call, at the
- * cost of a few loads where it does (look_up's first step, inline). */
-static inline bool up_to_date(mh_cache *c)
-{
-    return mh_queue_feed_run(false) &&
-           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
-}
-
 static __attribute__((noinline)) void query_behind(mh_cache *c, uint64_t p, uint64_t end,
                                                    memhook_region *out)
 {
@@ -483,7 +473,7 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
         return rc;
     mh_cache *c = mh_cache_process();
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    if (!up_to_date(c))
+    if (!mh_cache_current(c))
         query_behind(c, p, end, out);
     else if (!memo_answer(c, p, end, out))
         answer_past_memo(c, p, end, &g_up_to_date, true, out);

@@ -226,21 +226,30 @@ static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint6
  * drain held by another thread then costs a second read at most, not the
  * driver.  The caller has raised mh_hook_depth (nothing the driver calls
  * records). */
+static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa_view *v,
+                                                     mh_cache_look *look)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt > 0 && mh_cache_look_begin(c, look))
+            return map_view(c, p, v);
+        pa_kind k = map_view(c, p, v);
+        uint64_t lo = k == PA_REGION ? v->start : p;
+        uint64_t hi = k == PA_REGION ? v->start + v->size : p + 1;
+        if (k == PA_PASS || mh_cache_look_holds(c, look, lo, hi, true))
+            return k;
+    }
+    return PA_PASS;
+}
+
 static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view *v)
 {
     if (p == UINT64_MAX || !driver_ready())
         return PA_PASS;
     mh_cache *c = mh_cache_process();
-    for (int attempt = 0; attempt < 2; attempt++) {
-        mh_cache_look look;
-        mh_cache_look_begin(c, &look);
-        pa_kind k = map_view(c, p, v);
-        uint64_t lo = k == PA_REGION ? v->start : p;
-        uint64_t hi = k == PA_REGION ? v->start + v->size : p + 1;
-        if (k == PA_PASS || mh_cache_look_holds(c, &look, lo, hi, true))
-            return k;
-    }
-    return PA_PASS;
+    mh_cache_look look;
+    if (__builtin_expect(mh_cache_look_begin(c, &look), 1))
+        return map_view(c, p, v);
+    return view_behind(c, p, v, &look);
 }
 
 /* Attribute sets as bit masks: bit a for attribute a.  Bit 0 (no attribute
