@@ -225,6 +225,7 @@ def test_answers_while_another_thread_holds_the_drain(native: NativeBuild, c_tes
     answered, total = int(found[1]), int(found[2])
     assert answered > total // 2, out  # most answered, not passed to the driver
     assert "touched: answered 0 of 6" in out, out
+    assert "query: from the cache 2 of 2" in out, out  # memhook_query's rule is the same
 
 
 def test_answers_beside_a_consumer_draining_in_a_loop(native: NativeBuild,
