@@ -670,3 +670,37 @@ void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *p
     for (size_t i = 0; i < count; i++)
         types[i] = types[i] == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(types[i] & 0x3fu);
 }
+
+void memhook_testing_cache_stage(memhook_testing_cache *cache, const memhook_event *events,
+                                 size_t count)
+{
+    if (cache != NULL && (events != NULL || count == 0))
+        mh_cache_feed_events((mh_cache *)cache, events, NULL, count, true);
+}
+
+void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable)
+{
+    if (cache == NULL)
+        return;
+    mh_cache_stage_commit((mh_cache *)cache, deferrable != 0);
+    if (!deferrable)
+        mh_cache_publish_deferred((mh_cache *)cache, true);
+}
+
+size_t memhook_testing_cache_deferred(memhook_testing_cache *cache)
+{
+    return cache == NULL ? 0
+                         : atomic_load_explicit(&mh_cache_head_of((mh_cache *)cache)->deferred,
+                                                memory_order_acquire);
+}
+
+int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
+                                          memhook_region *out)
+{
+    mh_region r;
+    if (cache == NULL || out == NULL || out->struct_size < MEMHOOK_REGION_MIN_SIZE ||
+        !mh_cache_driver_alloc_at((mh_cache *)cache, addr, &r))
+        return 0;
+    fill(out, r.type, r.device, r.start, r.end - r.start, r.alloc_id, r.origin);
+    return 1;
+}
