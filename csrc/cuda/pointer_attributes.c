@@ -17,10 +17,10 @@
  * point (NOT_CUDA_GET/_GETS: the driver's answers for host memory, freed
  * memory and NULL alike).  Passed through: values only the driver holds,
  * every call before the driver is initialised in this process image, a
- * pointer a pending event not yet in the cache may touch, regions
- * remembered from a driver answer, and memory whose driver attributes are not its region's (VMM
- * maps, module globals, IPC mappings: their wrappers mark the 2 MiB
- * granules they touch, mh_pointer_attributes_note_irregular).
+ * pointer an event not yet in the cache may touch, regions remembered
+ * from a driver answer, and memory whose driver attributes are not its
+ * region's (VMM maps, module globals, IPC mappings: their wrappers mark
+ * the 2 MiB granules they touch, mh_pointer_attributes_note_irregular).
  * docs/design/pointer-attributes.md says why each answer is exact, with
  * the evidence per attribute, and what always goes to the driver.
  */
@@ -217,15 +217,9 @@ static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint6
     return PA_REGION;
 }
 
-/* One read of the cache, under memhook_query's rule (cache.h,
- * mh_cache_look_begin): the map's answer stands only where no event
- * published before the call and not in it yet - this thread's or
- * another's, an ALLOC, a FREE, a marker - may change it: for memory in no
- * region nothing may touch p, for a region nothing may touch the region
- * (docs/design/pointer-attributes.md, "While another thread drains").  A
- * drain held by another thread then costs a second read at most, not the
- * driver.  The caller has raised mh_hook_depth (nothing the driver calls
- * records). */
+/* view_of where the map may lack events: read it, then ask whether any
+ * of those touches the answer's extent; once more if one may, then the
+ * driver. */
 static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa_view *v,
                                                      mh_cache_look *look)
 {
@@ -241,6 +235,15 @@ static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa
     return PA_PASS;
 }
 
+/* One read of the cache, under memhook_query's rule (cache.h,
+ * mh_cache_look_begin): the map's answer stands only where no event
+ * published before the call and not in it yet - this thread's or
+ * another's, an ALLOC, a FREE, a marker - may change it: for memory in no
+ * region nothing may touch p, for a region nothing may touch the region
+ * (docs/design/pointer-attributes.md, "While another thread drains"), so a
+ * drain busy in another thread does not send the call to the driver.
+ * Fills *v for PA_REGION.  The caller has raised mh_hook_depth (nothing
+ * the driver calls records). */
 static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view *v)
 {
     if (p == UINT64_MAX || !driver_ready())
