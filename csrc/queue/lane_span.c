@@ -18,10 +18,9 @@
 
 #include "event_lane.h"
 
-/* (The summary's words are stored with release and loaded with acquire,
- * plain moves on x86-64: a reader that loads a word a carry or a later
- * event stored then sees `seq` moved, with no fence, which
- * ThreadSanitizer would not know.) */
+/* (Release stores and acquire loads throughout - plain moves on x86-64 -
+ * rather than fences, which ThreadSanitizer does not model: a reader that
+ * loads a word a carry, or a later event, stored then sees `seq` moved.) */
 static inline void set_empty(_Atomic uint64_t *lo, _Atomic uint64_t *hi)
 {
     atomic_store_explicit(lo, UINT64_MAX, memory_order_release);
