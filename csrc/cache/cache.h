@@ -265,24 +265,27 @@ MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events,
  * cost. */
 static inline bool mh_cache_event_op(const memhook_event *e, mh_op *out)
 {
-    /* (the flags word is read once, atomically: the drain may write its
-     * private bits in a pending slot a query reads: mh_queue_own_events) */
-    uint32_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+    /* (the flags, the size and the result are read once, atomically: the
+     * drain may write them in a pending slot a query reads - its private
+     * flag bits, a FREE's filled size, TAKEN - mh_queue_own_events) */
+    uint32_t flags = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
+    uint64_t size = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
+    int32_t result = __atomic_load_n(&e->result, __ATOMIC_RELAXED);
     mh_op op = {.device = -1, .origin = MEMHOOK_ORIGIN_HOOKS};
     if (flags & MEMHOOK_EVENT_SKIPPED)
         return false;
     if (flags & MEMHOOK_EVENT_DRIVER_UNLOADED) {
         op.kind = MH_OP_CLEAR;
     } else if (flags & MEMHOOK_EVENT_CONTEXT_RESET) {
-        if (e->result != 0)
+        if (result != 0)
             return false;
         op.kind = MH_OP_FORGET_DEVICE;
         op.device = e->device < 0 ? -1 : e->device;
-    } else if (e->result != 0) {
+    } else if (result != 0) {
         return false;
     } else if (e->kind == MEMHOOK_EVENT_ALLOC || e->kind == MEMHOOK_EVENT_FREE) {
-        uint64_t end = e->address + e->size;
-        if (e->size == 0) {
+        uint64_t end = e->address + size;
+        if (size == 0) {
             if (e->kind != MEMHOOK_EVENT_FREE || !(flags & MEMHOOK_EVENT_SIZE_UNKNOWN))
                 return false;
             op.kind = MH_OP_DEMOTE_AT;
