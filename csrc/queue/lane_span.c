@@ -14,9 +14,11 @@
  * 0..k-1 together span every event of that chunk so far, have's included.
  * A span is one interval (lo, hi): coarse, never short.
  */
+#include <errno.h>
 #include <stdatomic.h>
 
 #include "event_lane.h"
+#include "memhook_internal/api.h"
 
 /* (Release stores and acquire loads throughout - plain moves on x86-64 -
  * rather than fences, which ThreadSanitizer does not model: a reader that
@@ -111,4 +113,12 @@ bool mh_queue_unapplied_touch(uint64_t lo, uint64_t hi)
             return true;
     }
     return false;
+}
+
+int memhook_testing_span_touches(uint64_t back, uint64_t lo, uint64_t hi)
+{
+    mh_lane *l = mh_my_lane;
+    if (l == NULL || back == 0 || back > l->written || lo >= hi)
+        return -EINVAL;
+    return lane_touches(l, l->written - back, lo, hi);
 }

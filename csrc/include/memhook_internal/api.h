@@ -193,6 +193,11 @@ MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void)
  * (let go) or holds it already (take). */
 MEMHOOK_API int memhook_testing_drain_hold(int hold);
 
+/* Whether the calling thread's lane's span summary (csrc/queue/lane_span.c)
+ * says that one of its newest `back` events may touch [lo, hi): 1 or 0;
+ * -EINVAL for no lane, back 0 or past its events, lo >= hi. */
+MEMHOOK_API int memhook_testing_span_touches(uint64_t back, uint64_t lo, uint64_t hi);
+
 /* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
  * For the property test that replays event streams into this cache and into
  * memhook.MemtypeCache; not for production use (no drain, no driver). */
