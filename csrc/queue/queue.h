@@ -11,6 +11,7 @@
  *                    hook path, converted to CLOCK_MONOTONIC ns by the
  *                    drain), and the marker epoch
  *   range_index.[ch] the drain's index of pending FREEs by address range
+ *   lane_span.c      what addresses events not yet in the cache may touch
  *
  * The queue carries memhook_event records (csrc/include/memhook/memhook.h)
  * and knows nothing of CUDA or of the hooks that fill it: a layer above it
@@ -221,6 +222,14 @@ typedef struct mh_queue_unapplied {
     bool foreign;
 } mh_queue_unapplied;
 MH_HIDDEN void mh_queue_unapplied_get(mh_queue_unapplied *out);
+/* Whether another thread's event the cache's published map lacks (a
+ * lane's events past its `cached` count, as now) may change an answer
+ * about [lo, hi): read from a summary of their address ranges each
+ * producer keeps (lane_span.c), without the consumer lock; true where it
+ * cannot tell.  A caller that read the map before asking must check that
+ * the cache's version did not move meanwhile: a count read here may be
+ * past what its map held. */
+MH_HIDDEN bool mh_queue_unapplied_touch(uint64_t lo, uint64_t hi);
 /* The calling thread's own events [from, to) of its lane, where they all lie
  * in the segment it writes now (the consumer never retires that one: it
  * stops at the producer's current segment), or NULL.  The caller reads
