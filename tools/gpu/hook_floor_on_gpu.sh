@@ -41,10 +41,10 @@ for turn in 1 2; do  # (interleaved: the host wanders)
     done
 done
 TAIL=10 step real-pair timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub --api async
-TAIL=10 step real-pair-exact timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub \
-    --api async --exact
 TAIL=14 step cost-split timeout 100 python3 bench/hooks/hook_cost_split.py --real --reps 3
 TAIL=8 step gpu-suite timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu || rc=1
+TAIL=10 step real-pair-exact timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub \
+    --api async --exact
 TAIL=8 step in-process-with-driver timeout 150 python3 -c "
 import ctypes, sys
 assert ctypes.CDLL('libcuda.so.1').cuInit(0) == 0
