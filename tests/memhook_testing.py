@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 __all__ = ["BUILD_CACHE_ENV", "CSRC", "HAVE_CC", "NativeBuild", "ObjectCache", "ROOT", "SANITIZE",
-           "build_native", "cached_native_build", "run_checked", "skip_unless_traced_programs_build"]
+           "build_native", "cached_native_build", "core_objects", "run_checked", "sanitized_core",
+           "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -167,6 +168,23 @@ def cached_native_build(cache: Path, sanitize: str, only: tuple[str, ...] | None
         shutil.rmtree(root, ignore_errors=True)
         os.replace(scratch, root)
     return NativeBuild(root, sanitize)
+
+
+def sanitized_core(cache: Path, sanitize: str) -> NativeBuild:
+    """The session's build of the core under ``sanitize``: for ASan+UBSan the
+    whole tree (tests/sim/test_sanitized.py's pytest runs on it too), for
+    another sanitizer the core alone."""
+    return cached_native_build(cache, sanitize,
+                               None if sanitize == "address,undefined" else ("libmemhook",))
+
+
+def core_objects(build: NativeBuild) -> list[Path]:
+    """The objects libmemhook.so of a cached_native_build was linked from
+    (build_native keeps them under <root>/.memhook-obj/<target name>)."""
+    core = build_native.TARGETS[0]
+    objects = sorted((build.root / ".memhook-obj" / core.name.replace("/", "_")).glob("*.o"))
+    assert objects, f"no objects of {core.name} under {build.root}"
+    return objects
 
 
 class ObjectCache:

@@ -20,16 +20,13 @@ import pytest
 from hooks_testing import FIXTURES
 
 QUEUE_FIXTURES = FIXTURES.parents[1] / "queue" / "fixtures"
-from memhook_testing import CSRC, cached_native_build
+from memhook_testing import CSRC, sanitized_core
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
 def test_hooks_under_a_sanitizer(native, build_cache: Path, tmp_path: Path,
                                  sanitizer: str) -> None:
-    # The ASan+UBSan build is the whole tree: the one tests/sim/test_sanitized.py's
-    # pytest runs on too, made once for both.  The TSan one is the core alone.
-    only = None if sanitizer == "address,undefined" else ("libmemhook",)
-    core = cached_native_build(build_cache, sanitizer, only).core.parent
+    core = sanitized_core(build_cache, sanitizer).core.parent
     exe = tmp_path / "sanitized_stress"
     subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", f"-fsanitize={sanitizer}",
                     "-fno-sanitize-recover=all", f"-I{CSRC / 'include'}",

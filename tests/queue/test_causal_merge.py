@@ -23,19 +23,17 @@ from pathlib import Path
 
 import pytest
 from queue_testing import FIXTURES
-from memhook_testing import CSRC, ObjectCache, build_native
+from memhook_testing import CSRC, ObjectCache, build_native, core_objects, sanitized_core
 
 CORE = build_native.TARGETS[0]  # libmemhook.so: its sources, include folders
 
 
-def build(csrc: Path, out: Path, objects: ObjectCache, sanitize: str | None = None) -> Path:
+def build(csrc: Path, out: Path, objects: ObjectCache) -> Path:
     """The fixture linked with the core's objects, compiled from ``csrc``
     (objects of files a knockout left alone are the session's, not recompiled)."""
     sources = [p for pattern in CORE.sources for p in sorted(csrc.glob(pattern))]
     flags = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", *build_native.WARNINGS,
              f"-I{csrc / 'include'}", *(f"-I{csrc / inc}" for inc in CORE.includes)]
-    if sanitize:
-        flags += [f"-fsanitize={sanitize}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
     objs = objects.compile([*sources, FIXTURES / "causal_merge.c"], flags, tree=csrc)
     subprocess.run(["cc", *flags, *map(str, objs), "-o", str(out), "-ldl", "-lpthread"],
                    check=True, timeout=600)
@@ -75,11 +73,18 @@ def test_the_drained_order_builds_the_true_cache(harness: Path, case: str, seed:
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_the_merge_under_a_sanitizer(tmp_path: Path, object_cache: ObjectCache,
+def test_the_merge_under_a_sanitizer(tmp_path: Path, build_cache: Path, object_cache: ObjectCache,
                                      sanitizer: str) -> None:
     """The drain's own state (the index, the closer set, the markers) and the
-    producers' links, under ThreadSanitizer and AddressSanitizer+UBSan."""
-    exe = build(CSRC, tmp_path / "causal_merge", object_cache, sanitize=sanitizer)
+    producers' links, under ThreadSanitizer and AddressSanitizer+UBSan: the
+    fixture linked with the objects of the session's sanitizer build of the
+    core (tests/hooks/test_sanitized_hooks.py's), compiled as it ships."""
+    flags = build_native.compile_flags(CORE, sanitizer)
+    objs = [*core_objects(sanitized_core(build_cache, sanitizer)),
+            *object_cache.compile([FIXTURES / "causal_merge.c"], flags, tree=CSRC)]
+    exe = tmp_path / "causal_merge"
+    subprocess.run(["cc", *flags, *map(str, objs), "-o", str(exe), "-ldl", "-lpthread"],
+                   check=True, timeout=600)
     env = {"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([str(exe), "7", "1", "mixed"], capture_output=True, text=True,
