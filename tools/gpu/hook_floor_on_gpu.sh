@@ -20,6 +20,7 @@ step() {
     "$@" >"$work/$name.txt" 2>&1
     local rc=$?
     tail -"${TAIL:-30}" "$work/$name.txt"
+    finish  # (after each step: a call cut short still brings back what ran)
     return $rc
 }
 finish() { tar czf "${OUT:-/tmp}/gpu.tgz" -C "$work" .; }
@@ -29,8 +30,9 @@ rc=0
 TAIL=4 step clock sh -c 'for c in auto coarse tsc; do MEMHOOK_CLOCK=$c MEMHOOK_LOG_LEVEL=debug \
     LD_PRELOAD=memhook/libmemhook.so /bin/true 2>&1 | grep -i "clock" || echo "$c: (no line)"; done;
     cat /sys/devices/system/clocksource/clocksource0/current_clocksource'
+TAIL=10 step real-pair timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub --api async
 step old-core sh -c "cd .base && python3 csrc/build_native.py ../build/old-core" >/dev/null
-for turn in 1 2; do  # (interleaved: the host wanders)
+for turn in $(seq 1 "${TURNS:-2}"); do  # (interleaved: the host wanders)
     for side in old auto coarse; do
         core=memhook; clock=auto
         [ $side = old ] && core=build/old-core/memhook
@@ -40,7 +42,6 @@ for turn in 1 2; do  # (interleaved: the host wanders)
             --threads 1 --no-profile
     done
 done
-TAIL=10 step real-pair timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub --api async
 TAIL=14 step cost-split timeout 100 python3 bench/hooks/hook_cost_split.py --real --reps 3
 TAIL=8 step gpu-suite timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu || rc=1
 TAIL=10 step real-pair-exact timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub \
