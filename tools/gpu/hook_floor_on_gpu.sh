@@ -30,9 +30,9 @@ rc=0
 TAIL=4 step clock sh -c 'for c in auto coarse tsc; do MEMHOOK_CLOCK=$c MEMHOOK_LOG_LEVEL=debug \
     LD_PRELOAD=memhook/libmemhook.so /bin/true 2>&1 | grep -i "clock" || echo "$c: (no line)"; done;
     cat /sys/devices/system/clocksource/clocksource0/current_clocksource'
-TAIL=10 step real-pair timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub --api async
+TAIL=10 step real-pair timeout 100 python3 bench/hooks/hook_bench.py --real --no-stub --api async --threads 1
 TAIL=10 step real-pair-coarse env MEMHOOK_CLOCK=coarse timeout 100 python3 bench/hooks/hook_bench.py \
-    --real --no-stub --api async
+    --real --no-stub --api async --threads 1
 step old-core sh -c "cd .base && python3 csrc/build_native.py ../build/old-core" >/dev/null
 for turn in $(seq 1 "${TURNS:-2}"); do  # (interleaved: the host wanders)
     for side in old auto coarse; do
