@@ -19,12 +19,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "run_checked",
-           "skip_unless_traced_programs_build"]
+__all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "hooks_installed",
+           "run_checked", "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -117,3 +119,28 @@ def skip_unless_traced_programs_build(native: NativeBuild) -> None:
     if native.sanitize:
         pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
                     "programs need their runtime first in the library list")
+
+
+@pytest.fixture
+def hooks_installed() -> Iterator[Any]:
+    """The hooks installed in this process for the test, as the field runs
+    memhook; yields install()'s HookReport.
+
+    A test that records regions in the process cache by hand and expects the
+    queries to answer from them depends on the hooks vouching for them: with
+    no hooks in, a query asks the driver wherever one is loaded and
+    initialised (DESIGN.md section 4), and an earlier test in the same
+    process (a CUDA tensor, the simulator's cuInit) may have initialised one.
+    Record the regions after this fixture has run: one recorded in an
+    earlier install period is not vouched for.  Uninstalled after the test
+    unless the hooks were in before it."""
+    import memhook
+
+    was_installed = bool(memhook.status().mode)
+    report = memhook.status() if was_installed else memhook.install()
+    assert report.mode, f"install() installed no hooks (MEMHOOK_CUDA_MODE=none?): {report}"
+    try:
+        yield report
+    finally:
+        if not was_installed:
+            memhook.uninstall()
