@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from memhook_testing import hooks_installed  # noqa: F401
 
 import memhook
 from memhook import MemoryType, MemtypeCache, Region
@@ -83,7 +84,10 @@ def cache() -> MemtypeCache:
 
 
 @pytest.fixture
-def in_process_cache() -> Iterator[None]:
+def in_process_cache(hooks_installed: memhook.HookReport) -> Iterator[None]:
+    """The device range in the process cache, recorded while the hooks are
+    in: the module-level queries answer from it (and HOST outside it), not
+    from a driver an earlier test may have initialised."""
     process_cache().update(DEV, DEV_SIZE, MemoryType.CUDA, 0)
     try:
         yield
