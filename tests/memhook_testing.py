@@ -21,9 +21,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from memhook import HookReport
 
 __all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "hooks_installed",
            "run_checked", "skip_unless_traced_programs_build"]
@@ -122,7 +125,7 @@ def skip_unless_traced_programs_build(native: NativeBuild) -> None:
 
 
 @pytest.fixture
-def hooks_installed() -> Iterator[Any]:
+def hooks_installed() -> Iterator[HookReport]:
     """The hooks installed in this process for the test, as the field runs
     memhook; yields install()'s HookReport.
 
