@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from memhook import HookReport
 
 __all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "hooks_installed",
-           "run_checked", "skip_unless_traced_programs_build"]
+           "hooks_installed_module", "run_checked", "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -144,10 +144,11 @@ def _feeder_parked() -> bool:
     return bool(names) and names[0] == "wait" and "_park" in names
 
 
-@pytest.fixture
-def hooks_installed() -> Iterator[HookReport]:
-    """The hooks installed in this process for the test, as the field runs
-    memhook; yields install()'s HookReport.
+def _hooks_installed() -> Iterator[HookReport]:
+    """The hooks installed in this process, as the field runs memhook;
+    yields install()'s HookReport.  (The fixtures hooks_installed, for one
+    test, and hooks_installed_module, for a module whose tests all run
+    with them: each install leaves behind a wait for the feeder to park.)
 
     A test that records regions in the process cache by hand and expects the
     queries to answer from them depends on the hooks vouching for them: with
@@ -184,3 +185,8 @@ def hooks_installed() -> Iterator[HookReport]:
             while not _feeder_parked():
                 assert time.monotonic() < deadline, "the feeder did not park after uninstall()"
                 time.sleep(0.001)
+
+
+hooks_installed = pytest.fixture(_hooks_installed, name="hooks_installed")
+hooks_installed_module = pytest.fixture(_hooks_installed, scope="module",
+                                        name="hooks_installed_module")

@@ -84,10 +84,13 @@ def cache() -> MemtypeCache:
 
 
 @pytest.fixture
-def in_process_cache(hooks_installed: memhook.HookReport) -> Iterator[None]:
+def in_process_cache(request: pytest.FixtureRequest) -> Iterator[None]:
     """The device range in the process cache, recorded while the hooks are
-    in: the module-level queries answer from it (and HOST outside it), not
-    from a driver an earlier test may have initialised."""
+    in where the test asks the module-level queries: they answer from it
+    (and HOST outside it), not from a driver an earlier test may have
+    initialised."""
+    if request.node.callspec.params.get("where") == "module":
+        request.getfixturevalue("hooks_installed")
     process_cache().update(DEV, DEV_SIZE, MemoryType.CUDA, 0)
     try:
         yield

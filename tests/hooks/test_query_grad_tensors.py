@@ -9,7 +9,7 @@ answers lookup as that region, and one a byte short answers UNKNOWN over
 the very range read (a range running past an allocation's end).  The
 reference extent is the protocols' own, read from ``t.detach()``.
 
-The hooks are installed for each test, as in the field: the regions the
+The hooks are installed for the module's tests, as in the field: the regions the
 tests record are then what the queries answer from, and memory in none is
 HOST, whether or not a driver is loaded and initialised in this process."""
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from hooks_api_testing import clean_events  # noqa: F401
-from memhook_testing import hooks_installed  # noqa: F401
+from memhook_testing import hooks_installed_module  # noqa: F401
 
 import memhook
 from memhook import MemoryType, MemtypeCache, Region
@@ -29,7 +29,7 @@ from memhook._queries.inputs import byte_range
 from memhook.cache import process_cache
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.usefixtures("clean_events", "hooks_installed")
+pytestmark = pytest.mark.usefixtures("hooks_installed_module", "clean_events")
 
 M = MemoryType
 

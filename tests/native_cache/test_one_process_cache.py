@@ -2,7 +2,7 @@
 ``memhook.cache.process_cache()`` a C transport's ``memhook_query`` sees,
 what the core learns from an event Python's queries see without a drain of
 their own, and ``process_cache()`` lists what the core holds.  (The hooks
-are installed for each test, as in the field, before it records anything:
+are installed for the module's tests, as in the field, before they record anything:
 they vouch for what the cache holds, origin HOOKS, and for HOST outside
 it, whether or not an earlier test loaded and initialised a driver in this
 process.)"""
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from memhook_testing import hooks_installed  # noqa: F401
+from memhook_testing import hooks_installed_module  # noqa: F401
 from native_cache_testing import ORIGIN_HOOKS, query, query_types
 
 import memhook
@@ -22,7 +22,7 @@ from memhook.hooks import hook_index
 BASE = 0x7E40_0000_0000
 SIZE = 1 << 20
 
-pytestmark = pytest.mark.usefixtures("hooks_installed")
+pytestmark = pytest.mark.usefixtures("hooks_installed_module")
 
 
 def test_a_write_from_python_is_what_c_reads() -> None:
