@@ -124,6 +124,7 @@ int memhook_hooks_set_pointer_attributes(int on);
 int memhook_hooks_pointer_attributes(void);
 unsigned long long memhook_testing_pointer_attributes_answered(void);
 int memhook_testing_drain_hold(int hold);
+int memhook_testing_clock_tsc_always(void);
 int memhook_hooks_coverage_complete(void);
 unsigned long long memhook_coverage_token(void);
 long long memhook_cuda_reserved_ranges(uint64_t *pairs, size_t capacity);
@@ -206,6 +207,13 @@ size_t memhook_testing_cache_regions(memhook_testing_cache *cache, memhook_regio
                                      size_t capacity);
 void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *ptrs,
                                  size_t count, uint8_t *types);
+void memhook_testing_cache_stage(memhook_testing_cache *cache, const memhook_event *events,
+                                 size_t count);
+void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable);
+size_t memhook_testing_cache_deferred(memhook_testing_cache *cache);
+int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
+                                          memhook_region *out);
+int memhook_testing_span_touches(uint64_t back, uint64_t lo, uint64_t hi);
 """
 
 # The two driver queries of memhook/_binding/driver.py, called through pointers that

@@ -1,16 +1,19 @@
 """Session fixtures shared by every test folder: the native build the tests
-run against, and a scratch folder for compiled C programs.  The helpers they
+run against, a scratch folder for compiled C programs, and the session's
+cache of native builds and objects.  The helpers they
 use live in tests/memhook_testing.py; see its docstring for the sanitizer mode
 (MEMHOOK_TEST_SANITIZE=address,undefined).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
-from memhook_testing import SANITIZE, NativeBuild, build_native
+from memhook_testing import (BUILD_CACHE_ENV, SANITIZE, NativeBuild, ObjectCache,
+                             cached_native_build)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,12 +41,24 @@ def _installed_root() -> Path | None:
 
 
 @pytest.fixture(scope="session")
-def native(tmp_path_factory: pytest.TempPathFactory) -> NativeBuild:
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this session keeps the native builds it makes (memhook_testing's
+    cached_native_build); a pytest started by the suite gets the suite's."""
+    given = os.environ.get(BUILD_CACHE_ENV)
+    return Path(given) if given else tmp_path_factory.mktemp("native-builds")
+
+
+@pytest.fixture(scope="session")
+def object_cache(build_cache: Path) -> ObjectCache:
+    """C objects compiled once per session (memhook_testing.ObjectCache)."""
+    return ObjectCache(build_cache / "objects")
+
+
+@pytest.fixture(scope="session")
+def native(build_cache: Path) -> NativeBuild:
     """The native build the tests run against (installed, or a sanitizer build)."""
     if SANITIZE:
-        root = tmp_path_factory.mktemp("native-sanitized")
-        build_native.build_all(root, sanitize=SANITIZE)
-        return NativeBuild(root, SANITIZE)
+        return cached_native_build(build_cache, SANITIZE)
     root = _installed_root()
     if root is None or not (root / "memhook" / "sim" / "lib" / "libcuda.so.1").exists():
         pytest.fail("memhook is not installed with its native parts; run the README's "

@@ -10,12 +10,23 @@ scratch folder, and every C test program is compiled with them too, so the
 same tests run under ASan/UBSan:
 
     MEMHOOK_TEST_SANITIZE=address,undefined pytest tests/sim
+
+Native builds the tests make themselves (a sanitizer build of the tree, the
+objects of the core compiled into a test harness) are made once per session
+and kept in a scratch folder under a hash of what went into them (the
+sources and headers, the flags, the compiler), so a test that needs the same
+build again, or a copy of csrc/ with one file changed, compiles only what
+differs.  A pytest the suite starts itself is handed that folder in
+MEMHOOK_TEST_BUILD_CACHE and shares it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,8 +40,10 @@ import pytest
 if TYPE_CHECKING:
     from memhook import HookReport
 
-__all__ = ["CSRC", "HAVE_CC", "NativeBuild", "ROOT", "SANITIZE", "build_native", "hooks_installed",
-           "hooks_installed_module", "run_checked", "skip_unless_traced_programs_build"]
+__all__ = ["BUILD_CACHE_ENV", "CSRC", "HAVE_CC", "NativeBuild", "ObjectCache", "ROOT", "SANITIZE",
+           "build_native", "cached_native_build", "core_objects", "hooks_installed",
+           "hooks_installed_module", "run_checked", "sanitized_core",
+           "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -38,6 +51,7 @@ sys.path.insert(0, str(CSRC))
 import build_native  # noqa: E402
 
 SANITIZE = os.environ.get("MEMHOOK_TEST_SANITIZE", "")
+BUILD_CACHE_ENV = "MEMHOOK_TEST_BUILD_CACHE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +137,115 @@ def skip_unless_traced_programs_build(native: NativeBuild) -> None:
     if native.sanitize:
         pytest.skip("memhook trace preloads the installed core, and a sanitizer build's "
                     "programs need their runtime first in the library list")
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode() if not isinstance(part, bytes) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _tree_digest(folder: Path, suffixes: tuple[str, ...]) -> str:
+    """Every file under ``folder`` with one of the suffixes: names and bytes."""
+    files = sorted(p for p in folder.rglob("*")
+                   if p.suffix in suffixes and p.is_file() and "__pycache__" not in p.parts)
+    return _digest(*(x for p in files for x in (p.relative_to(folder).as_posix(), p.read_bytes())))
+
+
+def _compiler_env() -> tuple[str, ...]:
+    """What build_native reads from the environment besides its arguments."""
+    return tuple(os.environ.get(k, "") for k in ("CC", "MEMHOOK_DEBUG", "MEMHOOK_SANITIZE"))
+
+
+def cached_native_build(cache: Path, sanitize: str, only: tuple[str, ...] | None = None
+                        ) -> NativeBuild:
+    """build_native.build_all(sanitize, only) of csrc/ as it is now, made once:
+    a later call with the same sources, arguments and compiler settings gets
+    the same folder (the build writes only $ORIGIN-relative paths, so it is
+    made aside and moved into place whole)."""
+    key = _digest(_tree_digest(CSRC, (".c", ".h", ".S", ".py")), sanitize, only, _compiler_env())
+    root = cache / f"native-{key[:20]}"
+    if not (root / ".complete").exists():
+        scratch = cache / f"native-{key[:20]}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        build_native.build_all(scratch, sanitize=sanitize, only=only)
+        (scratch / ".complete").write_text(f"sanitize={sanitize!r} only={only!r}\n")
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(scratch, root)
+    return NativeBuild(root, sanitize)
+
+
+def sanitized_core(cache: Path, sanitize: str) -> NativeBuild:
+    """The session's build of the core under ``sanitize``: for ASan+UBSan the
+    whole tree (tests/sim/test_sanitized.py's pytest runs on it too), for
+    another sanitizer the core alone."""
+    return cached_native_build(cache, sanitize,
+                               None if sanitize == "address,undefined" else ("libmemhook",))
+
+
+def core_objects(build: NativeBuild) -> list[Path]:
+    """The objects libmemhook.so of a cached_native_build was linked from
+    (build_native keeps them under <root>/.memhook-obj/<target name>)."""
+    core = build_native.TARGETS[0]
+    objects = sorted((build.root / ".memhook-obj" / core.name.replace("/", "_")).glob("*.o"))
+    assert objects, f"no objects of {core.name} under {build.root}"
+    return objects
+
+
+class ObjectCache:
+    """C objects compiled once per session: ``compile`` returns one object per
+    source, compiling (in parallel, one job per CPU) only those whose source,
+    flags or visible headers (those under the -I folders and beside the
+    source) it has not seen.  A copy of a source tree shares the objects of
+    the files it did not change: the tree's own path is left out of the key."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def compile(self, sources: list[Path], flags: list[str], *, tree: Path) -> list[Path]:
+        """Objects of ``sources`` compiled with ``cc flags -c``; ``tree`` is the
+        source tree, whose path in the flags and names is a placeholder in
+        the key."""
+        def generic(text: str) -> str:
+            return text.replace(str(tree), "<tree>")
+
+        seen: dict[tuple[Path, bool], str] = {}
+
+        def headers(folder: Path, deep: bool) -> str:
+            if (folder, deep) not in seen:
+                files = sorted(folder.rglob("*.h") if deep else folder.glob("*.h"))
+                seen[folder, deep] = _digest(*(x for f in files
+                                               for x in (generic(str(f)), f.read_bytes())))
+            return seen[folder, deep]
+
+        visible = _digest(*(headers(Path(f[2:]), True) for f in flags if f.startswith("-I")))
+        jobs: list[tuple[Path, Path]] = []
+        objects = []
+        for src in sources:
+            key = _digest(generic(str(src)), src.read_bytes(), list(map(generic, flags)), visible,
+                          headers(src.parent, False), os.environ.get("CC", "cc"))
+            obj = self.folder / f"{src.stem}-{key[:20]}.o"
+            objects.append(obj)
+            if not obj.exists():
+                jobs.append((src, obj))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for failed in filter(None, pool.map(lambda job: self._cc(flags, *job), jobs)):
+                pytest.fail(failed)
+        return objects
+
+    @staticmethod
+    def _cc(flags: list[str], src: Path, obj: Path) -> str | None:
+        tmp = obj.with_name(obj.name + ".tmp")
+        cmd = [*shlex.split(os.environ.get("CC", "cc")), *flags, "-c", str(src),
+               "-o", str(tmp)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            return f"compile failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        os.replace(tmp, obj)
+        return None
 
 
 def _feeder_parked() -> bool:

@@ -29,9 +29,10 @@ INTERNAL = CSRC / "include" / "memhook_internal" / "api.h"
 # Families no program builds on: the engines under the hooks, and what
 # exists for tests alone.
 INTERNAL_FAMILIES = ("memhook_x86_", "memhook_bistro_", "memhook_reloc_", "memhook_testing_")
-# csrc/trace/trace_exec.c: the core first in LD_PRELOAD, so its definitions win.
+# csrc/trace/trace_exec.c and trace_popen.c: the core first in LD_PRELOAD, so
+# its definitions win.
 EXEC_FAMILY = {"execl", "execle", "execlp", "execv", "execve", "execveat", "execvp", "execvpe",
-               "fexecve", "posix_spawn", "posix_spawnp"}
+               "fexecve", "posix_spawn", "posix_spawnp", "popen"}
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _DECLARED = re.compile(r"\bMEMHOOK_API\b[^;{]*?\b(\w+)\s*\(")
 

@@ -26,8 +26,11 @@ MODULES = ("memhook/__init__.py", "memhook/_binding/core.py", "memhook/_events/d
 def test_docstring_examples_run(module: str) -> None:
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)  # the examples load the core themselves
+    # (no hypothesis plugin: the examples use none, and its import is most
+    # of a child pytest's start)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "no:hypothesispytest", "--doctest-modules",
          "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), module],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{module}:\n{proc.stdout}\n{proc.stderr}"

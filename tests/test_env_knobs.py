@@ -46,7 +46,8 @@ def test_preload_with_a_mode_says_why_it_installs_nothing() -> None:
 
 
 @pytest.mark.parametrize("name, junk, valid", [
-    ("MEMHOOK_CLOCK", "banana", "valid: monotonic (CLOCK_MONOTONIC in every hook) or auto"),
+    ("MEMHOOK_CLOCK", "banana", "valid: auto (the default: the cheaper of the TSC and the coarse "
+                                "clock where nobody asked for precise time), monotonic"),
     ("MEMHOOK_BISTRO_FAR_JUMP", "yes", "valid: 1 (always the 12-byte jump) or 0"),
 ])
 def test_a_junk_switch_value_gets_one_warning_naming_the_valid_ones(name: str, junk: str,
@@ -62,6 +63,7 @@ def test_a_junk_switch_value_gets_one_warning_naming_the_valid_ones(name: str, j
 
 @pytest.mark.parametrize("name, value", [("MEMHOOK_CLOCK", "monotonic"),
                                          ("MEMHOOK_CLOCK", " auto "), ("MEMHOOK_CLOCK", ""),
+                                         ("MEMHOOK_CLOCK", "tsc"), ("MEMHOOK_CLOCK", "coarse "),
                                          ("MEMHOOK_BISTRO_FAR_JUMP", "1"),
                                          ("MEMHOOK_BISTRO_FAR_JUMP", "0 ")])
 def test_a_valid_switch_value_says_nothing(name: str, value: str) -> None:

@@ -36,18 +36,14 @@
  * MEMHOOK_BENCH_PARTS (comma-separated, of query, batch, backlog, contention;
  * default all) picks the parts to run.
  */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "memhook/cuda_abi.h"
-#include "memhook/memhook.h"
 #include "memhook_internal/api.h"
+
+#define NQ_NAME "native_query_bench"
+#include "../../tests/fixtures/native_query_common.h"
 
 /* The thread's CPU time: a box shared with other jobs (the dev box) then
  * times the calls, not the other jobs' turns on the cores. */
@@ -62,16 +58,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static void *need(void *lib, const char *name)
-{
-    void *fn = dlsym(lib, name);
-    if (fn == NULL) {
-        fprintf(stderr, "native_query_bench: %s not found\n", name);
-        exit(2);
-    }
-    return fn;
 }
 
 /* Whether MEMHOOK_BENCH_PARTS asks for `name` (unset: every part). */
@@ -98,6 +84,13 @@ static volatile int g_sink;
 
 enum { PASSES = 7 };
 
+/* The median of t[0 .. PASSES) (sorts them). */
+static double median(double *t)
+{
+    qsort(t, PASSES, sizeof t[0], cmp_double);
+    return t[PASSES / 2];
+}
+
 /* Median ns per call of memhook_query over ptrs[0 .. n), `reps` times. */
 static double time_query(const uint64_t *ptrs, size_t n, size_t reps)
 {
@@ -112,8 +105,7 @@ static double time_query(const uint64_t *ptrs, size_t n, size_t reps)
             }
         t[p] = (double)(now_ns() - t0) / (double)(reps * n);
     }
-    qsort(t, PASSES, sizeof t[0], cmp_double);
-    return t[PASSES / 2];
+    return median(t);
 }
 
 static double time_driver(const uint64_t *ptrs, size_t n, size_t reps)
@@ -129,16 +121,12 @@ static double time_driver(const uint64_t *ptrs, size_t n, size_t reps)
             }
         t[p] = (double)(now_ns() - t0) / (double)(reps * n);
     }
-    qsort(t, PASSES, sizeof t[0], cmp_double);
-    return t[PASSES / 2];
+    return median(t);
 }
 
 /* ---- 8 query threads beside 4 allocating threads ---- */
 
-static CUresult (*p_alloc)(CUdeviceptr *, size_t);
-static CUresult (*p_free)(CUdeviceptr);
-static CUresult (*p_set_current)(CUcontext);
-static CUcontext g_ctx;
+static nq_driver g_cu;
 static _Atomic int g_stop;
 static uint64_t g_dev_ptr, g_host_ptr;
 
@@ -159,11 +147,11 @@ static uint64_t wall_ns(void)
 static void *allocator(void *arg)
 {
     (void)arg;
-    p_set_current(g_ctx);
+    g_cu.set_current(g_cu.ctx);
     while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) {
         CUdeviceptr x;
-        if (p_alloc(&x, 4096) == CUDA_SUCCESS)
-            p_free(x);
+        if (g_cu.alloc(&x, 4096) == CUDA_SUCCESS)
+            g_cu.free(x);
     }
     return NULL;
 }
@@ -192,17 +180,13 @@ static void contention(double seconds)
     static qstats st[QUERIERS];
     for (int i = 0; i < QUERIERS; i++)
         st[i].ns = malloc(SAMPLES * sizeof(uint64_t));
-    for (int i = 0; i < ALLOCATORS; i++)
-        pthread_create(&a[i], NULL, allocator, NULL);
-    for (int i = 0; i < QUERIERS; i++)
-        pthread_create(&q[i], NULL, querier, &st[i]);
+    nq_threads_start(a, ALLOCATORS, allocator, NULL, 0);
+    nq_threads_start(q, QUERIERS, querier, st, sizeof st[0]);
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     nanosleep(&ts, NULL);
     atomic_store(&g_stop, 1);
-    for (int i = 0; i < ALLOCATORS; i++)
-        pthread_join(a[i], NULL);
-    for (int i = 0; i < QUERIERS; i++)
-        pthread_join(q[i], NULL);
+    nq_threads_join(a, ALLOCATORS);
+    nq_threads_join(q, QUERIERS);
     size_t total = 0;
     unsigned long origin[3] = {0, 0, 0};
     for (int i = 0; i < QUERIERS; i++) {
@@ -229,38 +213,17 @@ int main(int argc, char **argv)
 {
     size_t regions = argc > 1 ? strtoul(argv[1], NULL, 0) : 10000;
     size_t backlog = argc > 2 ? strtoul(argv[2], NULL, 0) : 1000000;
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (cuda == NULL) {
-        fprintf(stderr, "native_query_bench: %s\n", dlerror());
-        return 2;
-    }
-    char why[256] = "";
-    unsigned mode = MEMHOOK_MODE_DEFAULT;
-    if (memhook_mode_parse(getenv("MEMHOOK_CUDA_MODE"), &mode, why, sizeof why) != 0 ||
-        memhook_hooks_install(mode, why, sizeof why) != 0) {
-        fprintf(stderr, "native_query_bench: install: %s\n", why);
-        return 2;
-    }
-    CUresult (*cu_init)(unsigned) = need(cuda, "cuInit");
-    CUresult (*cu_device_get)(CUdevice *, int) = need(cuda, "cuDeviceGet");
-    CUresult (*cu_retain)(CUcontext *, CUdevice) = need(cuda, "cuDevicePrimaryCtxRetain");
-    CUresult (*cu_set_current)(CUcontext) = need(cuda, "cuCtxSetCurrent");
-    CUresult (*cu_alloc)(CUdeviceptr *, size_t) = need(cuda, "cuMemAlloc_v2");
-    CUresult (*cu_free)(CUdeviceptr) = need(cuda, "cuMemFree_v2");
-    p_get_attribute = need(cuda, "cuPointerGetAttribute");
-    CUdevice dev;
-    CUcontext ctx;
-    if (cu_init(0) || cu_device_get(&dev, 0) || cu_retain(&ctx, dev) || cu_set_current(ctx)) {
-        fprintf(stderr, "native_query_bench: no CUDA context\n");
-        return 2;
-    }
+    void *cuda = nq_load_driver();
+    unsigned mode = nq_env_mode();
+    nq_install(mode);
+    p_get_attribute = nq_need(cuda, "cuPointerGetAttribute");
+    g_cu = nq_start(cuda, true);
     printf("mode %u coverage_complete %d\n", mode, memhook_hooks_coverage_complete());
 
     /* Single pointers: 16 inside one hooked allocation, 16 in a malloc'd
      * buffer. */
     enum { N = 16 };
-    CUdeviceptr d;
-    cu_alloc(&d, 1 << 20);
+    CUdeviceptr d = nq_alloc(&g_cu, 1 << 20);
     char *h = malloc(1 << 20);
     memset(h, 1, 1 << 20);
     uint64_t dev_ptrs[N], host_ptrs[N];
@@ -293,10 +256,7 @@ int main(int argc, char **argv)
     if (part("batch")) {
         CUdeviceptr *live = malloc(regions * sizeof *live);
         for (size_t i = 0; i < regions; i++)
-            if (cu_alloc(&live[i], 4096 * (1 + i % 4))) {
-                fprintf(stderr, "native_query_bench: cuMemAlloc %zu failed\n", i);
-                return 2;
-            }
+            live[i] = nq_alloc(&g_cu, 4096 * (1 + i % 4));
         memhook_query((void *)(uintptr_t)live[0], 1, &r);  /* (applies them) */
         enum { M = 1 << 20 };
         uint64_t *ptrs = malloc(M * sizeof *ptrs), *sorted = malloc(M * sizeof *sorted);
@@ -318,14 +278,13 @@ int main(int argc, char **argv)
             memhook_query_types(ptrs, M, types);
             bt[p] = (double)(now_ns() - t0) / M;
         }
-        qsort(bt, PASSES, sizeof bt[0], cmp_double);
-        qsort(bs, PASSES, sizeof bs[0], cmp_double);
         size_t gpu = 0;
         for (size_t i = 0; i < M; i++)
             gpu += types[i] == MEMHOOK_MEMORY_CUDA;
+        batch_ns = median(bt);
         printf("batch_regions %zu batch_ns_per_ptr %.2f (device answers %zu of %d)\n", regions,
-               bt[PASSES / 2], gpu, M);
-        printf("batch_sorted_ns_per_ptr %.2f\n", bs[PASSES / 2]);
+               batch_ns, gpu, M);
+        printf("batch_sorted_ns_per_ptr %.2f\n", median(bs));
         for (size_t i = 0; i < M; i++)
             sorted[i] = live[(size_t)rand_r(&seed) % regions] + (uint64_t)(rand_r(&seed) % 4096);
         for (int p = 0; p < PASSES; p++) {
@@ -333,9 +292,7 @@ int main(int argc, char **argv)
             memhook_query_types(sorted, M, types);
             bs[p] = (double)(now_ns() - t0) / M;
         }
-        qsort(bs, PASSES, sizeof bs[0], cmp_double);
-        printf("batch_device_ns_per_ptr %.2f\n", bs[PASSES / 2]);
-        batch_ns = bt[PASSES / 2];
+        printf("batch_device_ns_per_ptr %.2f\n", median(bs));
         /* memhook_query_batch: a whole memhook_region per pointer. */
         enum { MB = 1 << 16 };
         memhook_region *regs = malloc(MB * sizeof *regs);
@@ -345,8 +302,7 @@ int main(int argc, char **argv)
             memhook_query_batch((const void *const *)ptrs, MB, regs);
             bt[p] = (double)(now_ns() - t0) / MB;
         }
-        qsort(bt, PASSES, sizeof bt[0], cmp_double);
-        printf("batch_regions_ns_per_ptr %.2f\n", bt[PASSES / 2]);
+        printf("batch_regions_ns_per_ptr %.2f\n", median(bt));
         /* Single queries of random pointers over the same map. */
         for (int p = 0; p < PASSES; p++) {
             uint64_t t0 = now_ns();
@@ -356,10 +312,9 @@ int main(int argc, char **argv)
             }
             bt[p] = (double)(now_ns() - t0) / MB;
         }
-        qsort(bt, PASSES, sizeof bt[0], cmp_double);
-        printf("query_random_ns %.2f\n", bt[PASSES / 2]);
+        printf("query_random_ns %.2f\n", median(bt));
         for (size_t i = 0; i < regions; i++)
-            cu_free(live[i]);
+            g_cu.free(live[i]);
         free(regs);
         free(types);
         free(sorted);
@@ -374,8 +329,8 @@ int main(int argc, char **argv)
         memhook_queue_stats_get(&st0);
         for (size_t i = 0; i < backlog / 2; i++) {
             CUdeviceptr x;
-            cu_alloc(&x, 4096 * (1 + i % 8));
-            cu_free(x);
+            g_cu.alloc(&x, 4096 * (1 + i % 8));
+            g_cu.free(x);
         }
         memhook_queue_stats_get(&st1);
         uint64_t t0 = now_ns();
@@ -405,10 +360,6 @@ int main(int argc, char **argv)
         free(ev);
     }
 
-    p_alloc = cu_alloc;
-    p_free = cu_free;
-    p_set_current = cu_set_current;
-    g_ctx = ctx;
     g_dev_ptr = d + 64;
     g_host_ptr = (uint64_t)(uintptr_t)h + 64;
     if (part("contention"))
@@ -426,7 +377,7 @@ int main(int argc, char **argv)
         printf(" backlog of 1,000,000 <= 100 ms %s (%.1f)", backlog_ms <= 100 ? "met" : "NOT met",
                backlog_ms);
     printf("\n");
-    cu_free(d);
+    g_cu.free(d);
     free(h);
     return 0;
 }

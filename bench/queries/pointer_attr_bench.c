@@ -22,6 +22,9 @@
  * alone, for scale.
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -174,7 +177,8 @@ static double time_ctx_current(ctx_current_fn f, long n)
  * function callgrind collects in (--toggle-collect), so its instructions
  * per call are the call's, load or not.  WHO: driver, memhook; CALL: get,
  * gets (the four attributes), runtime6 (libcudart 13's set), cuda
- * (cudaPointerGetAttributes); WHERE: host, device. */
+ * (cudaPointerGetAttributes); WHERE: host, device, host-held, device-held
+ * (below). */
 enum count_call { COUNT_GET, COUNT_GETS, COUNT_RUNTIME6, COUNT_CUDA };
 
 __attribute__((noinline)) static void count_calls(enum count_call what, void *fn,
@@ -208,6 +212,41 @@ __attribute__((noinline)) static void count_calls(enum count_call what, void *fn
     }
 }
 
+/* WHERE `host-held`, `device-held`: another thread holds the consumer lock
+ * (a drain that takes its time) and a third's ALLOCs and FREEs elsewhere
+ * wait unfed, so the cache lacks events - none of them about p. */
+static struct {
+    int (*setcur)(void *);
+    int (*alloc)(unsigned long long *, size_t);
+    int (*free)(unsigned long long);
+    void *ctx;
+    atomic_int held, release;
+} g_busy;
+
+static void *hold_drain(void *arg)
+{
+    (void)arg;
+    memhook_testing_drain_hold(1);
+    atomic_store(&g_busy.held, 1);
+    while (!atomic_load(&g_busy.release))
+        sched_yield();
+    memhook_testing_drain_hold(0);
+    return NULL;
+}
+
+static void *alloc_elsewhere(void *arg)
+{
+    (void)arg;
+    if (g_busy.setcur(g_busy.ctx) != 0)
+        return NULL;
+    for (int i = 0; i < 100; i++) {
+        unsigned long long x;
+        if (g_busy.alloc(&x, 4096) == 0)
+            g_busy.free(x);
+    }
+    return NULL;
+}
+
 static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn real_get,
                       gets_fn real_gets, unsigned long long h, unsigned long long d)
 {
@@ -215,7 +254,20 @@ static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn
     if (sscanf(spec, "%15[^:]:%15[^:]:%15s", who, call, where) != 3)
         return 2;
     bool mine = strcmp(who, "memhook") == 0;
-    unsigned long long p = strcmp(where, "device") == 0 ? d : h;
+    unsigned long long p = strncmp(where, "device", 6) == 0 ? d : h;
+    pthread_t holder = 0;
+    if (strstr(where, "-held") != NULL) {
+        /* (what this thread recorded is fed first: only the others' wait) */
+        memhook_region r = {.struct_size = sizeof r};
+        memhook_query((const void *)(uintptr_t)h, 1, &r);
+        pthread_t t;
+        if (pthread_create(&holder, NULL, hold_drain, NULL) != 0)
+            return 2;
+        while (!atomic_load(&g_busy.held))
+            sched_yield();
+        if (pthread_create(&t, NULL, alloc_elsewhere, NULL) != 0 || pthread_join(t, NULL) != 0)
+            return 2;
+    }
     void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
     void *rt_get = rt != NULL ? dlsym(rt, "cudaPointerGetAttributes") : NULL;
     void *real_rt_get = memhook_hooks_original("cudaPointerGetAttributes");
@@ -239,6 +291,10 @@ static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn
     unsigned long long before = memhook_testing_pointer_attributes_answered();
     count_calls(what, fn, p, n);
     printf("answered %llu of %ld\n", memhook_testing_pointer_attributes_answered() - before, n);
+    if (holder != 0) {
+        atomic_store(&g_busy.release, 1);
+        pthread_join(holder, NULL);
+    }
     return 0;
 }
 
@@ -272,6 +328,10 @@ int main(int argc, char **argv)
     }
     char *host = malloc(4096);
     unsigned long long h = (uintptr_t)host;
+    g_busy.setcur = setcur;
+    g_busy.alloc = alloc;
+    g_busy.free = (int (*)(unsigned long long))dlsym(cuda, "cuMemFree_v2");
+    g_busy.ctx = ctx;
     if (argc > 3 && strcmp(argv[2], "count") == 0)
         return count_main(argv[3], n, get, gets, real_get, real_gets, h, d);
     unsigned long long before = memhook_testing_pointer_attributes_answered();

@@ -26,7 +26,9 @@ box at the same time.
 ``--callgrind`` counts instead of timing: instructions per call under
 valgrind's callgrind (the simulator only, its device memory made small
 enough for valgrind), per core, for each call and pointer, the driver's
-beside memhook's - a figure the box's load does not move.
+beside memhook's - a figure the box's load does not move.  Its ``-held``
+rows ask while another thread holds the drain and a third's events wait
+unfed elsewhere (what a busy allocating thread leaves).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def run_one(exe: Path, lib: Path, calls: str, mode: str, real: bool) -> int:
 
 _COUNTED = [f"{call}:{where}" for call in ("get", "gets", "runtime6", "cuda")
             for where in ("host", "device")]
+# ... and the first two while another thread holds the drain, with other
+# threads' events waiting unfed (none about the pointer asked).
+_COUNTED += [f"{call}:{where}-held" for call in ("get", "gets") for where in ("host", "device")]
 
 
 def callgrind(exe: Path, lib: Path, mode: str, calls: int = 20000) -> None:
@@ -119,7 +124,7 @@ def main(argv: list[str]) -> int:
         lib = Path(memhook.library_path())
         subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
                         f"-I{ROOT / 'csrc' / 'include'}", str(HERE / "pointer_attr_bench.c"),
-                        "-o", str(exe), f"-L{lib.parent}", "-lmemhook", "-ldl"],
+                        "-o", str(exe), f"-L{lib.parent}", "-lmemhook", "-ldl", "-lpthread"],
                        check=True)
         for turn in range(args.repeat):
             for core in cores:

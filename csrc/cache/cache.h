@@ -25,6 +25,7 @@
 
 #include "memhook/memhook.h"
 #include "mh_visibility.h"
+#include "queue.h"
 
 /* One region of the map: [start, end), never overlapping another.  Pieces
  * of one allocation cut by a later write keep its alloc_id. */
@@ -190,6 +191,52 @@ MH_HIDDEN void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh
 MH_HIDDEN size_t mh_cache_types(mh_cache *c, const uint64_t *ptrs, size_t count, uint8_t *types,
                                 bool host);
 
+/* ---- what a reader's map may lack (cache_query.c) ----
+ *
+ * The one rule for every reader that answers from the process cache
+ * without waiting for another thread (memhook_query and its forms, the
+ * driver's pointer-attribute calls): an answer about [lo, hi) stands when
+ * the map holds every event published before the call that may change it.
+ * mh_cache_look_begin, before the map is read, brings it up to date where
+ * that takes no lock another thread holds, and otherwise notes what it may
+ * lack; mh_cache_look_holds, once the answer's extent is known, asks the
+ * producers' summaries whether any event it lacks touches that extent. */
+typedef struct mh_cache_look {
+    uint64_t version;           /* the cache's, before the map is read */
+    uint64_t own_from, own_to;  /* the calling thread's own events it lacks */
+    bool others;                /* other threads' events it may lack */
+} mh_cache_look;
+/* Whether the map holds everything published before the call, at the cost
+ * of a few loads where it does (memhook_query's first test, inline). */
+static inline bool mh_cache_current(mh_cache *c)
+{
+    return __builtin_expect(mh_queue_feed_run(false), 1) &&
+           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+}
+MH_HIDDEN bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed);
+/* True where the map holds everything published before the call (*look
+ * is then not filled: nothing is left to check); else *look says what it
+ * may lack. */
+static inline bool mh_cache_look_begin(mh_cache *c, mh_cache_look *look)
+{
+    if (__builtin_expect(!mh_queue_feed_run(false), 0))
+        return mh_cache_look_behind(c, look, false);
+    return __builtin_expect(atomic_load_explicit(&mh_cache_head_of(c)->deferred,
+                                                 memory_order_acquire) == 0, 1) ||
+           mh_cache_look_behind(c, look, true);
+}
+/* Whether no event the map lacks may touch [lo, hi) (the calling thread's
+ * own only when `own`: memhook_query lays those over the map itself). */
+MH_HIDDEN bool mh_cache_look_untouched(mh_cache *c, const mh_cache_look *look, uint64_t lo,
+                                       uint64_t hi, bool own);
+static inline bool mh_cache_look_holds(mh_cache *c, const mh_cache_look *look, uint64_t lo,
+                                       uint64_t hi, bool own)
+{
+    if (!look->others && !(own && look->own_from < look->own_to))
+        return true;  /* (the map lacks nothing that counts) */
+    return mh_cache_look_untouched(c, look, lo, hi, own);
+}
+
 /* ---- the install periods and coverage (set by csrc/cuda/install.c) ---- */
 
 /* The current period: odd while hooks are installed, even while not; an
@@ -218,24 +265,27 @@ MH_HIDDEN void mh_cache_feed_events(mh_cache *c, const memhook_event *events,
  * cost. */
 static inline bool mh_cache_event_op(const memhook_event *e, mh_op *out)
 {
-    /* (the flags word is read once, atomically: the drain may write its
-     * private bits in a pending slot a query reads: mh_queue_own_events) */
-    uint32_t flags = __atomic_load_n(&e->flags, __ATOMIC_RELAXED);
+    /* (the flags, the size and the result are read once, atomically: the
+     * drain may write them in a pending slot a query reads - its private
+     * flag bits, a FREE's filled size, TAKEN - mh_queue_own_events) */
+    uint32_t flags = __atomic_load_n(&e->flags, __ATOMIC_ACQUIRE);
+    uint64_t size = __atomic_load_n(&e->size, __ATOMIC_RELAXED);
+    int32_t result = __atomic_load_n(&e->result, __ATOMIC_RELAXED);
     mh_op op = {.device = -1, .origin = MEMHOOK_ORIGIN_HOOKS};
     if (flags & MEMHOOK_EVENT_SKIPPED)
         return false;
     if (flags & MEMHOOK_EVENT_DRIVER_UNLOADED) {
         op.kind = MH_OP_CLEAR;
     } else if (flags & MEMHOOK_EVENT_CONTEXT_RESET) {
-        if (e->result != 0)
+        if (result != 0)
             return false;
         op.kind = MH_OP_FORGET_DEVICE;
         op.device = e->device < 0 ? -1 : e->device;
-    } else if (e->result != 0) {
+    } else if (result != 0) {
         return false;
     } else if (e->kind == MEMHOOK_EVENT_ALLOC || e->kind == MEMHOOK_EVENT_FREE) {
-        uint64_t end = e->address + e->size;
-        if (e->size == 0) {
+        uint64_t end = e->address + size;
+        if (size == 0) {
             if (e->kind != MEMHOOK_EVENT_FREE || !(flags & MEMHOOK_EVENT_SIZE_UNKNOWN))
                 return false;
             op.kind = MH_OP_DEMOTE_AT;

@@ -26,11 +26,11 @@
  *     that covers [ptr, ptr+len) decides; one that cuts the answer's extent
  *     partly sends the query to the driver.  An allocation answered so gets
  *     the alloc_id the feed will give it: its event's identity.
- *   - Another thread's events: they may touch the range, and the lanes
- *     alone cannot tell without reading them (their segments may be retired
- *     under a reader that holds no lock): the driver answers, as the truth
- *     for every pointer the hooks would have told the cache about.  With no
- *     driver to ask, the map's answer, unverified (origin UNKNOWN).
+ *   - Another thread's events: where none touches the answer's extent, as
+ *     their producers' span summaries say (mh_cache_look_holds, which the
+ *     pointer-attribute answers share), the map's answer stands; else the
+ *     driver answers, as the truth for every pointer the hooks would have
+ *     told the cache about (with no driver, the map's, origin UNKNOWN).
  * Rejected: waiting (bounded or not) for the drain - the query's latency
  * would be the drain's; reading other threads' lanes without the lock -
  * their retired segments are recycled or unmapped under the reader.
@@ -115,42 +115,104 @@ static void remember(mh_cache *c, const mh_driver_answer *d, uint64_t since)
 
 /* ---- how the map stands for a query ---- */
 
-/* What the map holds of what was published before the query. */
+/* What the map holds of the calling thread's own events (another
+ * thread's: view.look.others, settled per answer by others_settled). */
 enum standing {
-    UP_TO_DATE,   /* everything */
-    OWN_PENDING,  /* all but the calling thread's own latest events (own[0..nown)) */
-    BEHIND,       /* another thread's events may be missing */
+    UP_TO_DATE,   /* all of them */
+    OWN_PENDING,  /* all but its latest (own[0..nown)) */
+    BEHIND,       /* its latest, which cannot be read from its lane */
 };
 
 typedef struct view {
-    enum standing standing;
+    enum standing standing;  /* of the calling thread's own events */
+    mh_cache_look look;      /* look.others: another thread's may be missing */
     const memhook_event *own;
     size_t nown;
     uint64_t own_id;  /* own[0]'s identity: the alloc_id the feed will give it */
 } view;
 
-/* Bring the map up to date where that needs nobody's lock another thread
- * holds: put the pending events in the order and publish them, each only
- * if its lock is free; else read from the lanes' counts what the map
- * lacks.  Never waits. */
+/* mh_cache_look_begin past its inline test: the pending events were put in
+ * the order (`fed`: else another thread holds the consumer lock) but not
+ * all published; publish them, if the seat is free, else read from the
+ * lanes' counts what the map lacks.  Never waits. */
+bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed)
+{
+    if (fed && mh_cache_publish_deferred(c, false))
+        return true;
+    mh_queue_unapplied u;
+    mh_queue_unapplied_get(&u);
+    look->own_from = u.own_from;
+    look->own_to = u.own_to;
+    look->others = u.foreign;
+    /* (after the counts, before the map: see mh_cache_look_untouched) */
+    look->version = mh_cache_version(c);
+    return false;
+}
+
+/* The producers' summaries are read after the map: a lane's `cached` read
+ * now may count events published into a newer map than the one read.  A
+ * map is published before its version moves and the counts are stored
+ * after (region_map.c), so a version unchanged since look_begin means
+ * every count read here is of the map read or an older one. */
+bool mh_cache_look_untouched(mh_cache *c, const mh_cache_look *look, uint64_t lo, uint64_t hi,
+                             bool own)
+{
+    if (own && look->own_from < look->own_to) {
+        /* The calling thread's own, read from its lane, each exactly (as
+         * own_say reads them).  Unreadable there: they may touch it. */
+        uint64_t id;
+        const memhook_event *e = mh_queue_own_events(look->own_from, look->own_to, &id);
+        if (e == NULL)
+            return false;
+        for (uint64_t i = 0; i < look->own_to - look->own_from; i++) {
+            mh_op o;
+            if (!mh_cache_event_op(&e[i], &o))
+                continue;
+            if (o.kind == MH_OP_DEMOTE_AT)
+                o.end = o.start + 1;  /* (the base of what it frees) */
+            else if (o.kind != MH_OP_ASSIGN && o.kind != MH_OP_REMOVE)
+                return false;  /* a context reset, the driver unloaded */
+            if (o.start < hi && lo < o.end)
+                return false;
+        }
+    }
+    return (!look->others || !mh_queue_unapplied_touch(lo, hi)) &&
+           mh_cache_version(c) == look->version;
+}
+
 static void look_up(mh_cache *c, view *v)
 {
+    if (mh_cache_look_begin(c, &v->look))
+        v->look = (mh_cache_look){0, 0, 0, false};
     v->own = NULL;
     v->nown = 0;
     v->standing = UP_TO_DATE;
-    if (mh_queue_feed_run(false) &&
-        (atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0 ||
-         mh_cache_publish_deferred(c, false)))
-        return;
-    mh_queue_unapplied u;
-    mh_queue_unapplied_get(&u);
-    if (u.foreign) {
-        v->standing = BEHIND;
-    } else if (u.own_from < u.own_to) {
-        v->own = mh_queue_own_events(u.own_from, u.own_to, &v->own_id);
-        v->nown = (size_t)(u.own_to - u.own_from);
+    if (v->look.own_from < v->look.own_to) {
+        v->own = mh_queue_own_events(v->look.own_from, v->look.own_to, &v->own_id);
+        v->nown = (size_t)(v->look.own_to - v->look.own_from);
         v->standing = v->own != NULL ? OWN_PENDING : BEHIND;
     }
+}
+
+/* Whether the map (and the calling thread's own events, laid over it)
+ * answers as of the call: no other thread's event it lacks touches the
+ * extent the answer reports - [p, end), the region found, the own event
+ * that decides. */
+static bool others_settled(mh_cache *c, const view *v, uint64_t p, uint64_t end, int k,
+                           const mh_found_region *f, const mh_op *own)
+{
+    if (!v->look.others)
+        return true;
+    uint64_t lo = p, hi = end;
+    if (k == MH_FOUND_IN || k == MH_FOUND_RUN) {
+        lo = f->r.start < lo ? f->r.start : lo;
+        hi = f->r.end > hi ? f->r.end : hi;
+    }
+    if (own != NULL) {
+        lo = own->start < lo ? own->start : lo;
+        hi = own->end > hi ? own->end : hi;
+    }
+    return mh_cache_look_holds(c, &v->look, lo, hi, false);
 }
 
 /* What the calling thread's own pending events say of [p, end), after what
@@ -224,35 +286,28 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
 {
     mh_found_region f;
     int k = mh_cache_classify(c, p, end, &f);
-    bool fresh = v->standing != BEHIND;
-    if (v->standing == OWN_PENDING) {
-        mh_op op = {0};
-        switch (own_say(c, v, p, end, k, &f, &op)) {
-        case SAY_MAP:
-            break;
-        case SAY_REGION:
-            /* (recorded in the current period: install and uninstall apply
-             * what is pending before they change it) */
-            if (((mh_cache_period(c) & 1u) && op.type != MEMHOOK_MEMORY_UNKNOWN) || !use_driver) {
-                fill(out, op.type, op.device, op.start, op.end - op.start, op.alloc_id,
-                     use_driver ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
-                return;
-            }
-            fresh = false;
-            break;
-        case SAY_HOLE:
-            if (f.host_vouched || !use_driver) {
-                fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0,
-                     f.host_vouched ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
-                return;
-            }
-            fresh = false;
-            k = MH_FOUND_ABSENT;
-            break;
-        case SAY_UNSURE:
-            fresh = false;
-            break;
+    mh_op op = {0};
+    enum say say = v->standing == OWN_PENDING ? own_say(c, v, p, end, k, &f, &op) : SAY_MAP;
+    bool fresh = v->standing != BEHIND && say != SAY_UNSURE &&
+                 others_settled(c, v, p, end, k, &f, say == SAY_REGION ? &op : NULL);
+    if (say == SAY_REGION) {
+        /* (recorded in the current period: install and uninstall apply
+         * what is pending before they change it) */
+        if ((fresh && (mh_cache_period(c) & 1u) && op.type != MEMHOOK_MEMORY_UNKNOWN) ||
+            !use_driver) {
+            fill(out, op.type, op.device, op.start, op.end - op.start, op.alloc_id,
+                 use_driver ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
+            return;
         }
+        fresh = false;
+    } else if (say == SAY_HOLE) {
+        if ((fresh && f.host_vouched) || !use_driver) {
+            fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0,
+                 f.host_vouched ? MEMHOOK_ORIGIN_HOOKS : MEMHOOK_ORIGIN_UNKNOWN);
+            return;
+        }
+        fresh = false;
+        k = MH_FOUND_ABSENT;
     }
     if (fresh || !use_driver) {
         if ((k == MH_FOUND_IN || k == MH_FOUND_RUN) && f.vouched) {
@@ -268,7 +323,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
             return;
         }
     }
-    bool may_remember = v->standing == UP_TO_DATE;
+    bool may_remember = v->standing == UP_TO_DATE && !v->look.others;
     mh_cache_driver_fn driver = use_driver ? atomic_load_explicit(&g_driver,
                                                                   memory_order_acquire)
                                            : NULL;
@@ -313,7 +368,7 @@ static void answer(mh_cache *c, uint64_t p, uint64_t end, const view *v, bool us
         fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_UNKNOWN);
 }
 
-static const view g_up_to_date = {UP_TO_DATE, NULL, 0, 0};
+static const view g_up_to_date = {UP_TO_DATE, {0, 0, 0, false}, NULL, 0, 0};
 
 /* ---- the common case: a vouched answer, remembered per thread ----
  *
@@ -398,16 +453,8 @@ static __attribute__((noinline)) void answer_past_memo(mh_cache *c, uint64_t p, 
                                                        const view *v, bool use_driver,
                                                        memhook_region *out)
 {
-    if (v->standing != UP_TO_DATE || !hit_kept(c, p, end, out))
+    if (v->standing != UP_TO_DATE || v->look.others || !hit_kept(c, p, end, out))
         answer(c, p, end, v, use_driver, out);
-}
-
-/* Whether the map holds every event published before the call, at the
- * cost of a few loads where it does (look_up's first step, inline). */
-static inline bool up_to_date(mh_cache *c)
-{
-    return mh_queue_feed_run(false) &&
-           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
 }
 
 static __attribute__((noinline)) void query_behind(mh_cache *c, uint64_t p, uint64_t end,
@@ -426,7 +473,7 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
         return rc;
     mh_cache *c = mh_cache_process();
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    if (!up_to_date(c))
+    if (!mh_cache_current(c))
         query_behind(c, p, end, out);
     else if (!memo_answer(c, p, end, out))
         answer_past_memo(c, p, end, &g_up_to_date, true, out);
@@ -468,7 +515,7 @@ int memhook_query_batch(const void *const *ptrs, size_t count, memhook_region *o
             xs[valid] = (uint64_t)(uintptr_t)ptrs[at + valid];
             valid++;
         }
-        if (v.standing == UP_TO_DATE)
+        if (v.standing == UP_TO_DATE && !v.look.others)
             mh_cache_hits(c, xs, valid, hits, ok);
         else
             memset(ok, 0, sizeof ok);
@@ -503,7 +550,7 @@ static int types_of(const uint64_t *ptrs, size_t count, uint8_t *types, bool liv
     view v = g_up_to_date;
     if (live)
         look_up(c, &v);
-    bool fresh = v.standing == UP_TO_DATE;
+    bool fresh = v.standing == UP_TO_DATE && !v.look.others;
     bool host_ok = live && fresh && host_vouched(c);
     /* (one pass answers it all where the map is up to date and vouched) */
     if (mh_cache_types(c, ptrs, count, types, host_ok) == 0 && live && fresh)
@@ -622,4 +669,38 @@ void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *p
     mh_cache_types((mh_cache *)cache, ptrs, count, types, false);
     for (size_t i = 0; i < count; i++)
         types[i] = types[i] == MH_TYPE_ABSENT ? MEMHOOK_MEMORY_HOST : (uint8_t)(types[i] & 0x3fu);
+}
+
+void memhook_testing_cache_stage(memhook_testing_cache *cache, const memhook_event *events,
+                                 size_t count)
+{
+    if (cache != NULL && (events != NULL || count == 0))
+        mh_cache_feed_events((mh_cache *)cache, events, NULL, count, true);
+}
+
+void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable)
+{
+    if (cache == NULL)
+        return;
+    mh_cache_stage_commit((mh_cache *)cache, deferrable != 0);
+    if (!deferrable)
+        mh_cache_publish_deferred((mh_cache *)cache, true);
+}
+
+size_t memhook_testing_cache_deferred(memhook_testing_cache *cache)
+{
+    return cache == NULL ? 0
+                         : atomic_load_explicit(&mh_cache_head_of((mh_cache *)cache)->deferred,
+                                                memory_order_acquire);
+}
+
+int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
+                                          memhook_region *out)
+{
+    mh_region r;
+    if (cache == NULL || out == NULL || out->struct_size < MEMHOOK_REGION_MIN_SIZE ||
+        !mh_cache_driver_alloc_at((mh_cache *)cache, addr, &r))
+        return 0;
+    fill(out, r.type, r.device, r.start, r.end - r.start, r.alloc_id, r.origin);
+    return 1;
 }

@@ -44,17 +44,26 @@ static bool is(const char *v, const char *word)
     return true;
 }
 
+/* A knob that is one of `words` (unset or blank: words[0], the default);
+ * the index of the word. */
+static int word_knob(const char *name, const char *const *words, int n, const char *valid)
+{
+    const char *v = getenv(name);
+    if (v == NULL || is(v, ""))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (is(v, words[i]))
+            return i;
+    if (g_njunk < (int)(sizeof g_junk / sizeof g_junk[0]))
+        g_junk[g_njunk++] = (struct junk){name, strdup(v), valid};
+    return 0;
+}
+
 /* A knob that is `on` or `off` (unset or blank: off). */
 static bool switch_knob(const char *name, const char *on, const char *off, const char *valid)
 {
-    const char *v = getenv(name);
-    if (v == NULL || is(v, "") || is(v, off))
-        return false;
-    if (is(v, on))
-        return true;
-    if (g_njunk < (int)(sizeof g_junk / sizeof g_junk[0]))
-        g_junk[g_njunk++] = (struct junk){name, strdup(v), valid};
-    return false;
+    const char *const words[] = {off, on};
+    return word_knob(name, words, 2, valid) == 1;
 }
 
 /* The first step of the load (csrc/cuda/startup_order.c): every other
@@ -71,10 +80,16 @@ void mh_options_at_load(void)
     mh_opts.trace_stacks = text("MEMHOOK_TRACE_STACKS");
     mh_opts.trace_python = text("MEMHOOK_TRACE_PYTHON");
     mh_opts.trace_library_path = text("MEMHOOK_TRACE_LIBRARY_PATH");
-    mh_opts.clock_monotonic = switch_knob(
-        "MEMHOOK_CLOCK", "monotonic", "auto",
-        "monotonic (CLOCK_MONOTONIC in every hook) or auto (the TSC where it is invariant, "
-        "the default)");
+    static const char *const clocks[] = {[MH_CLOCK_AUTO] = "auto",
+                                         [MH_CLOCK_MONOTONIC] = "monotonic",
+                                         [MH_CLOCK_TSC] = "tsc",
+                                         [MH_CLOCK_COARSE] = "coarse"};
+    mh_opts.clock = (mh_clock_choice)word_knob(
+        "MEMHOOK_CLOCK", clocks, 4,
+        "auto (the default: the cheaper of the TSC and the coarse clock where nobody asked for "
+        "precise time), monotonic (CLOCK_MONOTONIC for precise stamps, never the TSC), tsc "
+        "(the TSC for every stamp) or coarse (the coarse clock where nobody asked for precise "
+        "time)");
     mh_opts.bistro_far_jump = switch_knob("MEMHOOK_BISTRO_FAR_JUMP", "1", "0",
                                           "1 (always the 12-byte jump) or 0 (the default)");
     mh_opts.install_at_load =

@@ -22,6 +22,13 @@
 
 #include "mh_visibility.h"
 
+typedef enum mh_clock_choice {
+    MH_CLOCK_AUTO,
+    MH_CLOCK_MONOTONIC,
+    MH_CLOCK_TSC,
+    MH_CLOCK_COARSE,
+} mh_clock_choice;
+
 typedef struct mh_options {
     /* MEMHOOK_LOG_LEVEL: error, warn (default), info or debug, blanks
      * around it ignored.  Parsed by csrc/core/log.c. */
@@ -58,11 +65,13 @@ typedef struct mh_options {
      * first in LD_LIBRARY_PATH (the simulator's); put back first into a
      * child's LD_LIBRARY_PATH that lacks it (csrc/trace/trace_env.c). */
     const char *trace_library_path;
-    /* MEMHOOK_CLOCK=monotonic: stamp events with CLOCK_MONOTONIC even
-     * where an invariant TSC would do (csrc/queue/clock.c); auto, blank or
-     * unset: the default choice.  Any other value: a warning naming the
-     * valid ones, and the default. */
-    bool clock_monotonic;
+    /* MEMHOOK_CLOCK: what stamps events (csrc/queue/clock.c).  auto, blank
+     * or unset: the default choice; monotonic: CLOCK_MONOTONIC for precise
+     * stamps, never the TSC; tsc: the TSC for every stamp, precise or not,
+     * where it is invariant; coarse: CLOCK_MONOTONIC_COARSE for every
+     * stamp nobody asked to be precise.  Any other value: a warning naming
+     * the valid ones, and the default. */
+    mh_clock_choice clock;
     /* MEMHOOK_BISTRO_FAR_JUMP=1: bistro always writes its 12-byte jump,
      * never the 5-byte one (tests and the GPU tools use it to exercise the
      * far form); 0, blank or unset: off.  Any other value: a warning, and

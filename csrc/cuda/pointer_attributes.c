@@ -17,10 +17,10 @@
  * point (NOT_CUDA_GET/_GETS: the driver's answers for host memory, freed
  * memory and NULL alike).  Passed through: values only the driver holds,
  * every call before the driver is initialised in this process image, a
- * cache that may lack a pending event, regions remembered from a driver
- * answer, and memory whose driver attributes are not its region's (VMM
- * maps, module globals, IPC mappings: their wrappers mark the 2 MiB
- * granules they touch, mh_pointer_attributes_note_irregular).
+ * pointer an event not yet in the cache may touch, regions remembered
+ * from a driver answer, and memory whose driver attributes are not its
+ * region's (VMM maps, module globals, IPC mappings: their wrappers mark
+ * the 2 MiB granules they touch, mh_pointer_attributes_note_irregular).
  * docs/design/pointer-attributes.md says why each answer is exact, with
  * the evidence per attribute, and what always goes to the driver.
  */
@@ -194,17 +194,10 @@ typedef struct pa_view {
     uint64_t start, size;
 } pa_view;
 
-/* One read of the cache, brought up to date first (a drain busy in another
- * thread: give up, since an ALLOC published before this call may not be in
- * it yet).  Fills *v for PA_REGION.  The caller has raised mh_hook_depth
- * (nothing the driver calls records). */
-static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view *v)
+/* What the published map says of p.  Fills *v for PA_REGION. */
+static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint64_t p,
+                                                              pa_view *v)
 {
-    if (p == UINT64_MAX || !driver_ready())
-        return PA_PASS;
-    mh_cache *c = mh_cache_process();
-    if (!mh_queue_feed_run(false) || !mh_cache_publish_deferred(c, false))
-        return PA_PASS;
     mh_found_region f;
     int k = mh_cache_classify(c, p, p + 1, &f);
     if (k == MH_FOUND_ABSENT)
@@ -222,6 +215,44 @@ static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view
     v->start = f.r.start;
     v->size = f.r.end - f.r.start;
     return PA_REGION;
+}
+
+/* view_of where the map may lack events: read it, then ask whether any
+ * of those touches the answer's extent; once more if one may, then the
+ * driver. */
+static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa_view *v,
+                                                     mh_cache_look *look)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt > 0 && mh_cache_look_begin(c, look))
+            return map_view(c, p, v);
+        pa_kind k = map_view(c, p, v);
+        uint64_t lo = k == PA_REGION ? v->start : p;
+        uint64_t hi = k == PA_REGION ? v->start + v->size : p + 1;
+        if (k == PA_PASS || mh_cache_look_holds(c, look, lo, hi, true))
+            return k;
+    }
+    return PA_PASS;
+}
+
+/* One read of the cache, under memhook_query's rule (cache.h,
+ * mh_cache_look_begin): the map's answer stands only where no event
+ * published before the call and not in it yet - this thread's or
+ * another's, an ALLOC, a FREE, a marker - may change it: for memory in no
+ * region nothing may touch p, for a region nothing may touch the region
+ * (docs/design/pointer-attributes.md, "While another thread drains"), so a
+ * drain busy in another thread does not send the call to the driver.
+ * Fills *v for PA_REGION.  The caller has raised mh_hook_depth (nothing
+ * the driver calls records). */
+static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view *v)
+{
+    if (p == UINT64_MAX || !driver_ready())
+        return PA_PASS;
+    mh_cache *c = mh_cache_process();
+    mh_cache_look look;
+    if (__builtin_expect(mh_cache_look_begin(c, &look), 1))
+        return map_view(c, p, v);
+    return view_behind(c, p, v, &look);
 }
 
 /* Attribute sets as bit masks: bit a for attribute a.  Bit 0 (no attribute

@@ -76,9 +76,10 @@ __attribute__((constructor)) static void memhook_load(void)
     /* reloc takes interposers and unload watches only before its first
      * install. */
     mh_proc_address_at_load();
-    /* libc's exec and posix_spawn, looked up before anything can exec:
-     * the lookup may allocate, which a vfork child must not. */
+    /* libc's exec, posix_spawn and popen, looked up before anything can
+     * exec: the lookup may allocate, which a vfork child must not. */
     mh_trace_exec_at_load();
+    mh_trace_popen_at_load();
     /* Invalid switch values, now that the log level may silence them. */
     mh_options_warn_at_load();
     /* The fork() handlers, before any lock they take can be held: before

@@ -26,6 +26,16 @@
 #include "memhook/memhook.h"
 #include "memhook_internal/api.h"
 
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A writable buffer an argument brings: argv[arg], of at least `count`
+ * items of `item` bytes; `what` names it in the error. */
+typedef struct out_buffer {
+    Py_ssize_t arg;
+    size_t count, item;
+    const char *what;
+} out_buffer;
+
 /* `obj`'s writable buffer, of at least `count` items of `item` bytes:
  * 0, or -1 with the exception naming `what`. */
 static int writable(PyObject *obj, size_t count, size_t item, const char *what, Py_buffer *view)
@@ -41,12 +51,22 @@ static int writable(PyObject *obj, size_t count, size_t item, const char *what, 
     return 0;
 }
 
-static int size_arg(PyObject *o, size_t *out)
+static void release(Py_buffer *views, size_t n)
 {
-    size_t v = PyLong_AsSize_t(o);
-    if (v == (size_t)-1 && PyErr_Occurred())
-        return -1;
-    *out = v;
+    while (n > 0)
+        PyBuffer_Release(&views[--n]);
+}
+
+/* views[i], the buffer of want[i], for each of the n: 0, or -1 with the
+ * first refusal's exception and none of them held. */
+static int writables(PyObject *const *argv, const out_buffer *want, size_t n, Py_buffer *views)
+{
+    for (size_t i = 0; i < n; i++)
+        if (writable(argv[want[i].arg], want[i].count, want[i].item, want[i].what,
+                     &views[i]) != 0) {
+            release(views, i);
+            return -1;
+        }
     return 0;
 }
 
@@ -56,6 +76,20 @@ static int nargs(const char *name, Py_ssize_t argc, Py_ssize_t want)
         return 0;
     PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, argc);
     return -1;
+}
+
+/* `name`'s argc is `want`, and argv[1] (the count of the array that
+ * argv[0] brings) a size, *count: 0, or -1 with the exception. */
+static int args_with_count(const char *name, PyObject *const *argv, Py_ssize_t argc,
+                           Py_ssize_t want, size_t *count)
+{
+    if (nargs(name, argc, want) != 0)
+        return -1;
+    size_t v = PyLong_AsSize_t(argv[1]);
+    if (v == (size_t)-1 && PyErr_Occurred())
+        return -1;
+    *count = v;
+    return 0;
 }
 
 /* control_install(mode) -> (rc, reason): memhook_hooks_install. */
@@ -115,24 +149,16 @@ static PyObject *control_events_drain_into(PyObject *self, PyObject *const *argv
 {
     (void)self;
     size_t capacity;
-    Py_buffer out, mark, filled;
-    if (nargs("control_events_drain_into", argc, 4) != 0 || size_arg(argv[1], &capacity) != 0)
+    if (args_with_count("control_events_drain_into", argv, argc, 4, &capacity) != 0)
         return NULL;
-    if (writable(argv[0], capacity, sizeof(memhook_event), "events", &out) != 0)
+    const out_buffer want[] = {{0, capacity, sizeof(memhook_event), "events"},
+                               {2, 1, sizeof(uint64_t), "mark"},
+                               {3, 1, sizeof(uint64_t), "filled"}};
+    Py_buffer v[COUNT(want)];
+    if (writables(argv, want, COUNT(want), v) != 0)
         return NULL;
-    if (writable(argv[2], 1, sizeof(uint64_t), "mark", &mark) != 0) {
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    if (writable(argv[3], 1, sizeof(uint64_t), "filled", &filled) != 0) {
-        PyBuffer_Release(&mark);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    size_t n = memhook_events_drain_into(out.buf, capacity, mark.buf, filled.buf);
-    PyBuffer_Release(&filled);
-    PyBuffer_Release(&mark);
-    PyBuffer_Release(&out);
+    size_t n = memhook_events_drain_into(v[0].buf, capacity, v[1].buf, v[2].buf);
+    release(v, COUNT(v));
     return PyLong_FromSize_t(n);
 }
 
@@ -142,18 +168,15 @@ static PyObject *control_events_drain(PyObject *self, PyObject *const *argv, Py_
 {
     (void)self;
     size_t capacity;
-    Py_buffer out, mark;
-    if (nargs("control_events_drain", argc, 3) != 0 || size_arg(argv[1], &capacity) != 0)
+    if (args_with_count("control_events_drain", argv, argc, 3, &capacity) != 0)
         return NULL;
-    if (writable(argv[0], capacity, sizeof(memhook_event), "events", &out) != 0)
+    const out_buffer want[] = {{0, capacity, sizeof(memhook_event), "events"},
+                               {2, 1, sizeof(uint64_t), "mark"}};
+    Py_buffer v[COUNT(want)];
+    if (writables(argv, want, COUNT(want), v) != 0)
         return NULL;
-    if (writable(argv[2], 1, sizeof(uint64_t), "mark", &mark) != 0) {
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    size_t n = memhook_events_drain_bounded(out.buf, capacity, mark.buf);
-    PyBuffer_Release(&mark);
-    PyBuffer_Release(&out);
+    size_t n = memhook_events_drain_bounded(v[0].buf, capacity, v[1].buf);
+    release(v, COUNT(v));
     return PyLong_FromSize_t(n);
 }
 
@@ -164,9 +187,8 @@ static PyObject *control_hook_rows(PyObject *self, PyObject *const *argv, Py_ssi
     (void)self;
     size_t count;
     Py_buffer table;
-    if (nargs("control_hook_rows", argc, 2) != 0 || size_arg(argv[1], &count) != 0)
-        return NULL;
-    if (writable(argv[0], count, sizeof(memhook_hook_info), "table", &table) != 0)
+    if (args_with_count("control_hook_rows", argv, argc, 2, &count) != 0 ||
+        writable(argv[0], count, sizeof(memhook_hook_info), "table", &table) != 0)
         return NULL;
     size_t n = memhook_hook_get_range(0, count, table.buf);
     PyBuffer_Release(&table);

@@ -109,21 +109,8 @@ static int as_u64(PyObject *o, uint64_t *v)
     return 1;
 }
 
-static int as_i64(PyObject *o, int64_t *v)
-{
-    if (!PyLong_CheckExact(o))
-        return 0;
-    long a = PyLong_AsLong(o);
-    if (a == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    *v = a;
-    return 1;
-}
-
-/* An int or an int subclass (an IntEnum: PyTorch's DLDeviceType), as
- * int() reads it, with no call into Python. */
+/* An int or an int subclass (an IntEnum: PyTorch's DLDeviceType) in
+ * [-2**63, 2**63), as int() reads it, with no call into Python. */
 static int as_int_i64(PyObject *o, int64_t *v)
 {
     if (!PyLong_Check(o))
@@ -135,6 +122,12 @@ static int as_int_i64(PyObject *o, int64_t *v)
     }
     *v = a;
     return 1;
+}
+
+/* An exact int in [-2**63, 2**63). */
+static int as_i64(PyObject *o, int64_t *v)
+{
+    return PyLong_CheckExact(o) && as_int_i64(o, v);
 }
 
 /* The lowest address and the byte count of a strided array: 0 when it does

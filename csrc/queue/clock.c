@@ -3,11 +3,15 @@
  *
  * Where nobody needs an event's precise time - outside `memhook trace`, with
  * no subscriber that asked for it (memhook_events_precise_time) - a hook
- * reads CLOCK_MONOTONIC_COARSE (mh_clock_stamp): the drain's order does not
- * come from time (event_drain.c), so the stamp is for people, and a tick's
- * precision (1-4 ms) is what they get.  Otherwise:
+ * takes the cheapest stamp it can: CLOCK_MONOTONIC_COARSE, a few loads from
+ * the vDSO's page, unless reading the TSC costs less here (where the vDSO
+ * serves the coarse clock through a system call, as some VMs and sandboxes
+ * do).  The drain's order does not come from time (event_drain.c), so such
+ * a stamp is for people; the coarse clock gives them a tick's precision
+ * (1-4 ms).  Which one is decided once, at load, by timing both
+ * (mh_clock_at_load; MEMHOOK_CLOCK=tsc or coarse decides instead).
  *
- * An event carries CLOCK_MONOTONIC nanoseconds, but reading that clock
+ * Precise stamps carry CLOCK_MONOTONIC nanoseconds, but reading that clock
  * costs more through the vDSO than the rest of recording an event
  * (docs/performance.md).  So where the CPU has an invariant TSC (the
  * same rate on every core, in every power state: what Linux's own "tsc"
@@ -32,12 +36,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
+#include "memhook_internal/api.h"
 #include "mh_options.h"
 #include "queue.h"
 
 /* Process-wide: the TSC and its rate are (invariant TSC), and the hooks of
- * every thread read the switch.  Written once, at load (mh_clock_at_load). */
+ * every thread read the switches.  Written once, at load (mh_clock_at_load). */
 MH_HOT bool mh_clock_tsc;
+MH_HOT bool mh_clock_tsc_always;
 /* Process-wide, as the subscribers that asked (Python's memhook.subscribe
  * with precise_time): every hook reads it.  A count: each asks and lets go
  * on its own. */
@@ -48,9 +55,13 @@ static uint64_t g_tsc0, g_ns0;   /* the anchor taken at load */
 /* Consumer side (called under the queue's consumer lock). */
 static double g_ns_per_tick;
 
-/* The smallest baseline ns_per_tick is measured over.  The first drain of
- * a just-loaded process waits at most this long, once. */
+/* The smallest baseline ns_per_tick is measured over where stamps must be
+ * precise: the first drain of a just-loaded process waits at most this
+ * long, once.  Where they need not be (TSC stamps taken only because they
+ * are cheaper), a short baseline does: its error scales an event's age,
+ * and the conversion keeps the TSC's order whatever the rate. */
 #define MIN_BASELINE_NS 4000000ull
+#define MIN_BASELINE_CHEAP_NS 100000ull
 
 void mh_clock_anchor(uint64_t *tsc, uint64_t *ns)
 {
@@ -98,14 +109,69 @@ static bool tsc_usable_by_kernel(void)
     return false;
 }
 
+/* TSC ticks that `reads` reads of a clock take, the best of a few tries
+ * (a preempted try only ever takes longer).  `tsc`: the ordered TSC read a
+ * hook makes (lfence; rdtsc); else the coarse clock. */
+static uint64_t cost_of_reads(bool tsc, int reads)
+{
+    uint64_t best = UINT64_MAX, sink = 0;
+    for (int round = 0; round < 8; round++) {
+        uint64_t t0 = __builtin_ia32_rdtsc();
+        for (int i = 0; i < reads; i++) {
+            if (tsc) {
+                __builtin_ia32_lfence();
+                sink += __builtin_ia32_rdtsc();
+            } else {
+                sink += mh_coarse_ns();
+            }
+        }
+        uint64_t t = __builtin_ia32_rdtsc() - t0;
+        best = t < best ? t : best;
+    }
+    __asm__ volatile("" : : "r"(sink));
+    return best;
+}
+
+/* Whether every stamp is to be a TSC reading: asked (MEMHOOK_CLOCK=tsc),
+ * or by default where it is the cheaper read - by a quarter at least, the
+ * conversion the drain then makes being the coarse clock's to save. */
+static bool tsc_for_every_stamp(void)
+{
+    if (mh_opts.clock == MH_CLOCK_TSC)
+        return true;
+    if (mh_opts.clock != MH_CLOCK_AUTO)
+        return false;
+    (void)cost_of_reads(false, 4);  /* (the vDSO's pages faulted in) */
+    uint64_t coarse = cost_of_reads(false, 32), tsc = cost_of_reads(true, 32);
+    bool cheaper = tsc * 4 < coarse * 3;
+    mh_debug("clock: 32 reads take %llu TSC ticks from the coarse clock, %llu from the TSC: "
+             "stamps nobody asked to be precise read the %s",
+             (unsigned long long)coarse, (unsigned long long)tsc, cheaper ? "TSC" : "coarse clock");
+    return cheaper;
+}
+
 void mh_clock_at_load(void)
 {
-    if (mh_opts.clock_monotonic)  /* MEMHOOK_CLOCK=monotonic */
+    if (mh_opts.clock == MH_CLOCK_MONOTONIC)
         return;
-    if (!tsc_invariant() || !tsc_usable_by_kernel())
+    if (!tsc_invariant() || !tsc_usable_by_kernel()) {
+        if (mh_opts.clock == MH_CLOCK_TSC)
+            mh_warn("MEMHOOK_CLOCK=tsc: this CPU's TSC is not invariant, or Linux does not "
+                    "use it as a clock; stamps are read from CLOCK_MONOTONIC(_COARSE)");
         return;
+    }
     mh_clock_anchor(&g_tsc0, &g_ns0);
     mh_clock_tsc = true;
+    mh_clock_tsc_always = tsc_for_every_stamp();
+}
+
+int memhook_testing_clock_tsc_always(void) { return mh_clock_tsc_always; }
+
+/* Whether converted stamps must be precise now: a subscriber asked.  (The
+ * trace converts its own copies, against the anchors its area records.) */
+static bool precise_wanted(void)
+{
+    return atomic_load_explicit(&mh_clock_precise_wanted, memory_order_relaxed) != 0;
 }
 
 /* Consumer side: the anchor the last mh_clock_prepare read. */
@@ -116,7 +182,8 @@ void mh_clock_prepare(void)
     if (!mh_clock_tsc)
         return;
     mh_clock_anchor(&g_tsc1, &g_ns1);
-    while (g_ns1 - g_ns0 < MIN_BASELINE_NS)  /* once, just after load */
+    uint64_t least = precise_wanted() ? MIN_BASELINE_NS : MIN_BASELINE_CHEAP_NS;
+    while (g_ns1 - g_ns0 < least || g_tsc1 == g_tsc0)  /* once, just after load */
         mh_clock_anchor(&g_tsc1, &g_ns1);
     g_ns_per_tick = (double)(g_ns1 - g_ns0) / (double)(g_tsc1 - g_tsc0);
 }

@@ -196,6 +196,15 @@ static uint64_t lane_unread(const mh_lane *l)
     return l->teed > l->consumed ? l->teed : l->consumed;
 }
 
+/* Set a private flag bit in a published slot (g_lock held).  A query of
+ * the slot's own thread may read its flags meanwhile, with an atomic load
+ * (mh_queue_own_events): an atomic store, a plain move as `|=` is. */
+static inline void slot_flag(memhook_event *e, uint32_t bit)
+{
+    __atomic_store_n(&e->flags, __atomic_load_n(&e->flags, __ATOMIC_RELAXED) | bit,
+                     __ATOMIC_RELAXED);
+}
+
 /* ---- pending markers (g_lock held): few, and rarely any ---- */
 
 typedef struct marker {
@@ -657,7 +666,7 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
                     uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
                     if (t != NULL && ti >= lane_unread(t) && ti < t->seen &&
                         event_at(t, ti)->address == e->address)
-                        e->flags |= MH_EVENT_CHAIN;
+                        slot_flag(e, MH_EVENT_CHAIN);
                 }
                 if (e->kind != MEMHOOK_EVENT_FREE || e->address == 0)
                     continue;
@@ -670,7 +679,7 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
                     if (t != NULL && ti >= lane_unread(t) && ti < t->seen) {
                         const memhook_event *a = event_at(t, ti);
                         if (a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address)
-                            e->flags |= MH_EVENT_LINK_ALLOC;
+                            slot_flag(e, MH_EVENT_LINK_ALLOC);
                     }
                 }
                 counted_add(&g_closer_addrs, e->address, l, s.at);
@@ -781,7 +790,7 @@ static void head_holds(const look *lk, cursor *c, hold_fn fn, void *arg)
         if (t == NULL || ti >= lane_front(lk, t)) {
             if (t != NULL && ti < t->seen && e->kind == MEMHOOK_EVENT_ALLOC &&
                 event_at(t, ti)->address == e->address)
-                e->flags |= MH_EVENT_CHAIN;
+                slot_flag(e, MH_EVENT_CHAIN);
             h = (hold){t, ti, HOLD_HARD};
             if (!fn(lk, &h, arg))
                 return;

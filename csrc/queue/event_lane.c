@@ -154,6 +154,7 @@ static mh_lane *lane_take(void)
         }
     }
     mh_lane *l = map_or_wait(sizeof *l, "lane");  /* zeroed */
+    mh_lane_span_init(l);
     mh_lane_seg *seg = mh_lane_seg_get(NULL);
     seg->first = 0;
     lane_start_segment(l, seg);

@@ -45,11 +45,30 @@ _Static_assert(sizeof(mh_lane_seg) == 16384, "a lane segment is 16 KiB");
 
 enum { MH_LANE_FREE, MH_LANE_OWNED, MH_LANE_ORPHAN };
 
+/* A lane's address summary (lane_span.c): events in blocks of
+ * MH_SPAN_BLOCK, `level[j]` the span of the blocks of the current chunk of
+ * 2^(j+1) blocks that precede its current chunk of 2^j (a binary counter:
+ * each block is folded in about twice), `block` the block being written,
+ * `seq` odd while a carry rewrites them. */
+#define MH_SPAN_BLOCK 16u
+#define MH_SPAN_LEVELS 20
+typedef struct mh_lane_span {
+    _Atomic uint32_t seq;
+    _Atomic uint64_t block;
+    struct {
+        _Atomic uint64_t lo, hi;
+    } level[MH_SPAN_LEVELS];
+} mh_lane_span;
+
 typedef struct mh_lane {
     /* Events written and visible: written by the owner, read by the drain
      * - a line of its own, so the drain reading it does not take the
      * owner's private fields away from its core. */
     _Alignas(64) _Atomic uint64_t published;
+    /* The addresses the events of the block being written touch (lane_span.c:
+     * lo >= hi, none), widened before each publication: on this line, which
+     * every publication takes anyway. */
+    _Atomic uint64_t span_lo, span_hi;
     /* The owner's private line. */
     _Alignas(64) mh_lane_seg *write_seg;      /* where the next event goes */
     memhook_event *write_end;                 /* one past write_seg's last slot */
@@ -90,6 +109,9 @@ typedef struct mh_lane {
         uint64_t first;
     } seek[4];
     unsigned seek_next;                       /* the seek point a lookup replaces next */
+    /* The producer's summary of the addresses its earlier blocks touch,
+     * rewritten once per block (lane_span.c), read by queries. */
+    _Alignas(64) mh_lane_span span;
     /* Shared, rarely written. */
     _Alignas(64) _Atomic int state;           /* MH_LANE_* */
     /* Events of this lane the cache's published map holds (a prefix of
@@ -190,12 +212,42 @@ static inline uint64_t mh_lane_slot_id(void)
     return (uint64_t)lane->id << MH_LANE_INDEX_BITS | lane->written;
 }
 
+/* A lane's summary starts empty (a lane being made, before it is listed). */
+MH_HIDDEN void mh_lane_span_init(mh_lane *lane);
+/* Out of line: the block of event `index` is complete: fold it in. */
+MH_HIDDEN void mh_lane_span_carry(mh_lane *lane, uint64_t index);
+
+/* Widen the summary by the addresses event e (about to be published as
+ * event `index` of the lane) may change the cache's answer for: an ALLOC's
+ * or a FREE's range (a FREE of unknown size: its address, the base of what
+ * it frees), everything for a marker or a context reset, nothing for a
+ * failed ALLOC (address 0). */
+static inline void mh_lane_span_note(mh_lane *lane, const memhook_event *e, uint64_t index)
+{
+    uint64_t lo = e->address, hi = lo + (e->size ? e->size : 1);
+    if (__builtin_expect(e->kind == 0 || (e->flags & MEMHOOK_EVENT_CONTEXT_RESET) || hi < lo, 0)) {
+        lo = 0;
+        hi = UINT64_MAX;
+    } else if (__builtin_expect(lo == 0, 0)) {
+        lo = UINT64_MAX;
+        hi = 0;
+    }
+    /* (release: lane_span.c's readers; a plain move on x86-64) */
+    if (lo < atomic_load_explicit(&lane->span_lo, memory_order_relaxed))
+        atomic_store_explicit(&lane->span_lo, lo, memory_order_release);
+    if (hi > atomic_load_explicit(&lane->span_hi, memory_order_relaxed))
+        atomic_store_explicit(&lane->span_hi, hi, memory_order_release);
+    if (__builtin_expect((index + 1) % MH_SPAN_BLOCK == 0, 0))
+        mh_lane_span_carry(lane, index);
+}
+
 /* Make the slot visible to the drain.  Then mh_lane_announce.  The owner
  * counts in its own line and only stores `published` (never reads it: the
  * drain's reads leave that line shared). */
 static inline void mh_lane_publish(void)
 {
     mh_lane *lane = mh_my_lane;
+    mh_lane_span_note(lane, lane->write_at, lane->written);
     lane->write_at++;
     atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
 }

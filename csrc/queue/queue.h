@@ -11,6 +11,7 @@
  *                    hook path, converted to CLOCK_MONOTONIC ns by the
  *                    drain), and the marker epoch
  *   range_index.[ch] the drain's index of pending FREEs by address range
+ *   lane_span.c      what addresses events not yet in the cache may touch
  *
  * The queue carries memhook_event records (csrc/include/memhook/memhook.h)
  * and knows nothing of CUDA or of the hooks that fill it: a layer above it
@@ -88,6 +89,9 @@ static inline int32_t mh_result_settled(int32_t raw)
 /* ---- clock.c ---- */
 
 MH_HIDDEN extern bool mh_clock_tsc;  /* true: precise stamps are TSC readings */
+/* true: every stamp is, precise or not (the TSC is the cheaper read here,
+ * or MEMHOOK_CLOCK=tsc). */
+MH_HIDDEN extern bool mh_clock_tsc_always;
 /* Subscribers that asked for precise time (memhook_events_precise_time);
  * the trace asks through mh_trace_on.  Read by every hook. */
 MH_HIDDEN extern _Atomic uint32_t mh_clock_precise_wanted;
@@ -111,7 +115,8 @@ MH_HIDDEN void mh_clock_at_load(void);
 /* A timestamp for an event being recorded, and the flag that says what
  * kind it is.
  *
- * Coarse (precise false): CLOCK_MONOTONIC_COARSE, a few loads.  The drain
+ * Coarse (precise false, where the TSC is not the cheaper read: else as
+ * precise): CLOCK_MONOTONIC_COARSE, a few loads.  The drain
  * does not order by time (event_drain.c), so nothing else is needed of it;
  * it is causal all the same (a thread's coarse reading after it observed
  * another's store is at least what that thread read before the store:
@@ -128,7 +133,7 @@ MH_HIDDEN void mh_clock_at_load(void);
  * caller gets otherwise (a FREE found in the live table: emit.c). */
 static inline uint64_t mh_clock_stamp(uint32_t *flags, bool precise, bool ordered)
 {
-    if (__builtin_expect(!precise, 1)) {
+    if (__builtin_expect(!precise && !mh_clock_tsc_always, 1)) {
         *flags |= MH_EVENT_COARSE;
         return mh_coarse_ns();
     }
@@ -217,6 +222,14 @@ typedef struct mh_queue_unapplied {
     bool foreign;
 } mh_queue_unapplied;
 MH_HIDDEN void mh_queue_unapplied_get(mh_queue_unapplied *out);
+/* Whether another thread's event the cache's published map lacks (a
+ * lane's events past its `cached` count, as now) may change an answer
+ * about [lo, hi): read from a summary of their address ranges each
+ * producer keeps (lane_span.c), without the consumer lock; true where it
+ * cannot tell.  A caller that read the map before asking must check that
+ * the cache's version did not move meanwhile: a count read here may be
+ * past what its map held. */
+MH_HIDDEN bool mh_queue_unapplied_touch(uint64_t lo, uint64_t hi);
 /* The calling thread's own events [from, to) of its lane, where they all lie
  * in the segment it writes now (the consumer never retires that one: it
  * stops at the producer's current segment), or NULL.  The caller reads

@@ -14,7 +14,7 @@
  *                child handler; the parent's fork() connects for it first
  *                (a "hold": mh_trace_fork_prepare);
  *   spawn/vfork  the child is announced by EXPECT (mh_trace_expect), since
- *                it runs no fork handler;
+ *                it runs no fork handler; popen's too (trace_popen.c);
  *   streamer     a thread that refreshes the area's clock anchor, retries a
  *                hand-over the collector could not take yet and bounds the
  *                process's own queue; started by the image's first event,
@@ -435,15 +435,19 @@ void mh_trace_fork_child(void)
 #define SYS_pidfd_open 434 /* (one number on every architecture) */
 #endif
 
+int mh_trace_pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);  /* (close-on-exec) */
+}
+
 /* Only system calls and the stack, errno kept: this may run in a vfork
  * child (trace_exec.h), whose writes to `t` would be its parent's. */
-void mh_trace_expect(pid_t pid)
+void mh_trace_expect_pidfd(int pidfd)
 {
-    if (!t.enabled || pid <= 0)
+    if (pidfd < 0)
         return;
     int saved = errno;
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);  /* (close-on-exec) */
-    int fd = pidfd >= 0 ? socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0) : -1;
+    int fd = t.enabled ? socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0) : -1;
     if (fd >= 0) {
         /* A Unix connect waits for room in the listen queue up to SO_SNDTIMEO. */
         struct timeval wait = {.tv_sec = EXPECT_WAIT_MS / 1000,
@@ -474,9 +478,18 @@ void mh_trace_expect(pid_t pid)
         }
         close(fd);
     }
-    if (pidfd >= 0)
-        close(pidfd);
+    close(pidfd);
     errno = saved;
+}
+
+void mh_trace_expect(pid_t pid)
+{
+    if (!t.enabled || pid <= 0)
+        return;
+    int saved = errno;
+    int pidfd = mh_trace_pidfd_open(pid);
+    errno = saved;
+    mh_trace_expect_pidfd(pidfd);
 }
 
 bool mh_trace_exec_needs_expect(void)

@@ -18,12 +18,14 @@
  * l-forms copy their arguments into an array on the stack, as glibc's do.
  * system() and popen() spawn through glibc's internal posix_spawn with
  * the process's own environment, which holds the trace unless the
- * program removed it from itself; they are not replaced.
+ * program removed it from itself; their environment is not mended, and
+ * popen's child is announced by trace_popen.c.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -173,8 +175,14 @@ static int run_announced(const struct call *c, char *const envp[], bool elsewher
     if (s.pid == NULL)
         s.pid = &own;  /* (posix_spawn's pid may be NULL; ours is needed) */
     int rc = run(&s, envp);
-    if (rc == 0)
+    if (rc == 0) {
+        /* (the spawning thread, never a vfork child: EXPECT's calls are
+         * cancellation points, and the caller must get the pid it spawned) */
+        int cancel;
+        (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
         mh_trace_expect(*s.pid);
+        (void)pthread_setcancelstate(cancel, NULL);
+    }
     return rc;
 }
 

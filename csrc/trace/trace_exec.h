@@ -48,15 +48,21 @@ MH_HIDDEN const char *mh_trace_socket_path(void);
  * clone child: mh_trace_exec_needs_expect).  trace_proto.h's EXPECT.
  * Best effort: without pidfds (Linux < 5.3) nothing is sent. */
 MH_HIDDEN void mh_trace_expect(pid_t pid);
+/* The same for a pidfd the caller opened (mh_trace_pidfd_open: -1 when
+ * the kernel has no pidfds or `pid` is gone); it is closed here. */
+MH_HIDDEN void mh_trace_expect_pidfd(int pidfd);
+MH_HIDDEN int mh_trace_pidfd_open(pid_t pid);
 /* Whether the calling process is one no traced image of which has said
  * HELLO yet: it shares this image's memory (a vfork child) or copied it
  * without a fork handler (a raw clone), and its pid is not the image's. */
 MH_HIDDEN bool mh_trace_exec_needs_expect(void);
 
 /* At load (csrc/cuda/startup_order.c): libc's exec and posix_spawn
- * functions (trace_exec.c), the environment a child's is mended with
- * (trace_env.c), the loader's identity (trace_escape.c). */
+ * functions (trace_exec.c) and popen (trace_popen.c), the environment a
+ * child's is mended with (trace_env.c), the loader's identity
+ * (trace_escape.c). */
 MH_HIDDEN void mh_trace_exec_at_load(void);
+MH_HIDDEN void mh_trace_popen_at_load(void);
 MH_HIDDEN void mh_trace_env_at_load(void);
 MH_HIDDEN void mh_trace_escape_at_load(void);
 

@@ -20,12 +20,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
 
-__all__ = ["DATA_ERROR", "add_parser", "check_versions", "run", "write_stdout"]
+__all__ = ["DATA_ERROR", "add_parser", "check_versions", "open_traces", "run", "write_stdout"]
 
 DATA_ERROR = 65
 """The status for input that is not (whole, compatible) traces: EX_DATAERR."""
@@ -64,6 +65,19 @@ def check_versions(files: list[TraceFile]) -> str | None:
             f"figures may not compare: retrace with one version, or pass --mixed-versions")
 
 
+def open_traces(paths: Iterable[str], files: list[TraceFile], mixed_versions: bool) -> str | None:
+    """Each of ``paths`` opened, in order, onto ``files`` (the caller closes
+    them, after an error too): why they cannot be read together (one is no
+    trace, or their versions differ and ``mixed_versions`` is off), or None."""
+    try:
+        for path in paths:
+            files.append(TraceFile(path))
+    except TraceError as exc:
+        return str(exc)
+    problem = check_versions(files)
+    return None if mixed_versions else problem
+
+
 def _fail(message: str, status: int) -> int:
     print(f"memhook diff: {message}", file=sys.stderr)
     return status
@@ -84,13 +98,8 @@ def _run(args: argparse.Namespace) -> int:
 
     files: list[TraceFile] = []
     try:
-        try:
-            for path in (args.a, args.b):
-                files.append(TraceFile(path))
-        except TraceError as exc:
-            return _fail(str(exc), DATA_ERROR)
-        problem = check_versions(files)
-        if problem and not args.mixed_versions:
+        problem = open_traces((args.a, args.b), files, args.mixed_versions)
+        if problem:
             return _fail(problem, DATA_ERROR)
         progress = Progress(sum(f.size for f in files), "memhook diff")
         profiles = (Profile(), Profile())

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from .._values.printable import printable
 from ..tracing.tracefile import TraceError, TraceFile
-from .diff import DATA_ERROR, check_versions, write_stdout
+from .diff import DATA_ERROR, open_traces, write_stdout
 from .merge import UsageError, input_files
 
 __all__ = ["DEFAULT_OUTPUT", "add_parser", "run"]
@@ -85,13 +85,8 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc), 2)
     files: list[TraceFile] = []
     try:
-        try:
-            for path in paths:
-                files.append(TraceFile(path))
-        except TraceError as exc:
-            return _fail(str(exc), DATA_ERROR)
-        problem = check_versions(files)
-        if problem and not args.mixed_versions:
+        problem = open_traces(paths, files, args.mixed_versions)
+        if problem:
             return _fail(problem, DATA_ERROR)
         model = ReportModel(points)
         progress = Progress(sum(f.size for f in files), "memhook report")

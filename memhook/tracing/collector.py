@@ -105,7 +105,7 @@ class Collector:
         self.on_orphans: Callable[[list[Process]], None] | None = None
         """Called once when the run starts waiting for processes that
         outlived the child (those still running, read up to now)."""
-        self._next_id = 0
+        self._accepts = itertools.count(1)  # orders connections: see Peer.accepted
         self._behind = False
 
     @property
@@ -125,7 +125,9 @@ class Collector:
                 return
             conn.setblocking(False)
             # Now, while it is likely still there to be asked about.
-            self.pending[conn] = identify(conn)
+            peer = identify(conn)
+            peer.accepted = next(self._accepts)
+            self.pending[conn] = peer
             self.selector.register(conn, selectors.EVENT_READ)
             self._hello(conn)
 
@@ -205,8 +207,14 @@ class Collector:
             self._refuse(peer, str(exc), hello.command)
             return
         self._unexpect(peer.pid)  # (announced, and here now)
-        for image in list(self.images):
-            if image.proc.pid == peer.pid:  # the same process, a new image: it exec'd
+        # The same process, another image: the older one exec'd.  Older by
+        # connect order, not by HELLO order: an image connects at its load
+        # and says HELLO after its install, and the connection of the image
+        # it then exec'd may be accepted and read between the two.
+        same = [image for image in self.images if image.proc.pid == peer.pid]
+        superseded = any(image.proc.conn_id > peer.accepted for image in same)
+        for image in same:
+            if image.proc.conn_id < peer.accepted:
                 try:
                     self._finish(image)
                 except Exception as exc:  # noqa: BLE001 - that area's failure alone
@@ -215,7 +223,7 @@ class Collector:
         # No pidfd: the process had ended, or this kernel has no pidfds
         # (gVisor, < 5.3): then it is polled while it is alive.
         watched = pidfd is None and _alive(peer.pid)
-        proc = Process(conn_id=self._next_id, hello=hello, kernel_pid=peer.pid)
+        proc = Process(conn_id=peer.accepted, hello=hello, kernel_pid=peer.pid)
         if hello.forked:
             # A fork child has its parent's mappings: its objects are named
             # from the parent's records too (its own, written at once, add
@@ -223,7 +231,6 @@ class Collector:
             parent = self._parent(peer, hello)
             if parent is not None:
                 proc.modules.inherit(parent.proc.modules)
-        self._next_id += 1
         image = _Image(proc, area, pidfd, watched)
         proc.modules.pid = peer.pid
         proc.modules.alive = lambda: not self._gone(image)
@@ -233,6 +240,11 @@ class Collector:
         self.ledger.process_started(proc)
         for w in self.writers:
             w.process_started(proc)
+        if superseded:  # it exec'd already: read it to its end
+            try:
+                self._finish(image)
+            except Exception as exc:  # noqa: BLE001 - that area's failure alone
+                self._fail(image, exc)
 
     def _expect(self, pidfd: int) -> None:
         """An EXPECT: the process of ``pidfd`` is to say HELLO from an

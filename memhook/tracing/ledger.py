@@ -78,6 +78,8 @@ class Process:
     """One connection: one traced process image."""
 
     conn_id: int
+    """Where its connection was accepted (peers.Peer.accepted): the images
+    of one process in the order they ran."""
     hello: Hello | None = None
     kernel_pid: int | None = None
     """The sender's pid by the kernel (``SO_PEERCRED``, this namespace's
@@ -167,8 +169,8 @@ class Ledger:
 
     def process_started(self, proc: Process) -> None:
         if proc.hello is not None:
-            for other in self.processes:
-                if other.pid == proc.pid and other is not proc:
+            for other in self.processes:  # the images it succeeds (conn_id: their order)
+                if other.pid == proc.pid and other is not proc and other.conn_id < proc.conn_id:
                     other.execed = True  # (how_ended looks at events_sent first)
         self.processes.append(proc)
 

@@ -51,6 +51,11 @@ class Peer:
     ppid: int = 0
     """Its parent's kernel pid when it was identified (0: unknown, or a
     parent outside this namespace); after a reparenting, the reaper's."""
+    accepted: int = 0
+    """Where the collector's accepts put this connection: the listen queue
+    keeps the order of connects, and a process image connects at its load,
+    so a process's images are in this order, whenever their HELLOs are
+    read."""
 
     def claims(self, pid: int) -> bool | None:
         """Whether ``pid`` is this process in one of its namespaces (None:

@@ -32,14 +32,18 @@ def fixture_lib(native, c_test_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def build_driver(native, fixture_lib: Path, c_test_dir: Path):
-    """Compile tests/bistro/fixtures/<name>.c against libmemhook + fixtures."""
+    """Compile tests/bistro/fixtures/<name>.c against libmemhook + fixtures
+    (once per session: several tests run the same driver)."""
+    built: dict[str, Path] = {}
+
     def build(name: str) -> Path:
-        out = c_test_dir / name
-        core_dir = native.core.parent
-        native.compile(FIXTURES / f"{name}.c", out, extra=[
-            f"-L{core_dir}", "-lmemhook", str(fixture_lib),
-            f"-Wl,-rpath,{core_dir}", f"-Wl,-rpath,{fixture_lib.parent}", "-lpthread"])
-        return out
+        if name not in built:
+            out = c_test_dir / name
+            core_dir = native.core.parent
+            built[name] = native.compile(FIXTURES / f"{name}.c", out, extra=[
+                f"-L{core_dir}", "-lmemhook", str(fixture_lib),
+                f"-Wl,-rpath,{core_dir}", f"-Wl,-rpath,{fixture_lib.parent}", "-lpthread"])
+        return built[name]
     return build
 
 

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from cli_testing import HERE, memhook, parse_collector_line, summary_section
 
 MILLION = 1_000_000
@@ -28,9 +29,29 @@ def _run(programs, count: int) -> tuple[int, float, float, str]:
     return events, rate, rss, proc.stderr
 
 
-def test_a_million_events_in_flat_memory(programs) -> None:
+def _peak_run(programs, fmt: str, count: int) -> tuple[subprocess.CompletedProcess[str], float]:
+    """A trace of ``count`` events in ``fmt`` through scripts/peak_rss.py
+    (``memhook`` in-process): the run, and the collector's true peak RSS
+    (VmHWM at its exit) in MiB."""
+    proc = subprocess.run([sys.executable, str(PEAK_RSS), "trace", "-f", fmt, "-o", "/dev/null",
+                           "--", str(programs.event_storm), str(count)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    real = re.search(r"^real peak RSS: (\d+) kB$", proc.stderr, re.M)
+    assert real, proc.stderr
+    return proc, int(real.group(1)) / 1024
+
+
+@pytest.fixture(scope="module")
+def million_jsonl(programs) -> tuple[subprocess.CompletedProcess[str], float]:
+    """One jsonl trace of a million events, read by both tests below."""
+    return _peak_run(programs, "jsonl", MILLION)
+
+
+def test_a_million_events_in_flat_memory(programs, million_jsonl) -> None:
     small, _, rss_small, _ = _run(programs, 10_000)
-    events, rate, rss, summary = _run(programs, MILLION)
+    summary = million_jsonl[0].stderr
+    events, rate, rss = parse_collector_line(summary)
     print(f"\ncollector peak RSS: {rss:.1f} MiB for {events} events "
           f"({rss_small:.1f} MiB for {small}); {rate:,.0f} events/s")
     assert small == 10_000 and events == MILLION
@@ -44,22 +65,8 @@ def test_a_million_events_in_flat_memory(programs) -> None:
     assert rss - rss_small < 16, (rss_small, rss)
 
 
-def _peaks(programs, fmt: str, count: int) -> tuple[float, float]:
-    """(the summary's peak RSS, the collector's true peak: VmHWM at its
-    exit), in MiB, of a trace of ``count`` events in ``fmt``."""
-    proc = subprocess.run([sys.executable, str(PEAK_RSS), "trace", "-f", fmt, "-o", "/dev/null",
-                           "--", str(programs.event_storm), str(count)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    events, _, said = parse_collector_line(proc.stderr)
-    assert events == count, proc.stderr
-    real = re.search(r"^real peak RSS: (\d+) kB$", proc.stderr, re.M)
-    assert real, proc.stderr
-    return said, int(real.group(1)) / 1024
-
-
 def test_memviz_over_a_million_events_in_flat_memory_and_the_summary_says_its_peak(
-        programs) -> None:
+        programs, million_jsonl) -> None:
     """memviz keeps a ring of the last 100,000 entries and writes its
     pickle at the end.  Before: the ring held a tuple per entry and the
     pickle was built whole, so the collector peaked at ~83 MiB for a
@@ -67,8 +74,10 @@ def test_memviz_over_a_million_events_in_flat_memory_and_the_summary_says_its_pe
     summary, made before the pickle was written, said ~57.  Now the ring is
     fixed-size records and the pickle is streamed: flat as jsonl, and the
     summary's figure is the collector's true peak."""
-    _, baseline = _peaks(programs, "jsonl", MILLION)
-    said, real = _peaks(programs, "memviz", MILLION)
+    baseline = million_jsonl[1]
+    proc, real = _peak_run(programs, "memviz", MILLION)
+    events, _, said = parse_collector_line(proc.stderr)
+    assert events == MILLION, proc.stderr
     print(f"\nmemviz, a million events: summary {said:.1f} MiB, true peak {real:.1f} MiB; "
           f"jsonl: {baseline:.1f} MiB")
     assert abs(real - said) < 1.5, (said, real)

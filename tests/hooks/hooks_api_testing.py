@@ -25,6 +25,7 @@ from memhook.cache import process_cache
 __all__ = [
     "CONTEXT_NAMES",
     "DRIVER_API_NAMES",
+    "DRIVER_CALLS",
     "DRIVER_NAMES",
     "POINTER_ATTRIBUTE_NAMES",
     "RUNTIME_NAMES",
@@ -104,6 +105,32 @@ def clean_events() -> Iterator[None]:
                 sub.close()
         memhook.flush()
         process_cache().remove(WINDOW, WINDOW_SIZE)
+
+
+DRIVER_CALLS = """\
+def ok(rc):
+    assert rc == 0, rc
+def driver():
+    return ctypes.CDLL("libcuda.so.1")
+def init():
+    d = driver()
+    ok(d.cuInit(0))
+    dev = ctypes.c_int()
+    ok(d.cuDeviceGet(ctypes.byref(dev), 0))
+    ctx = ctypes.c_void_p()
+    ok(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+    ok(d.cuCtxSetCurrent(ctx))
+def alloc(size):
+    p = ctypes.c_ulonglong()
+    ok(driver().cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)))
+    return p.value
+def free(p):
+    ok(driver().cuMemFree_v2(ctypes.c_ulonglong(p)))
+"""
+"""Child-script code for run_sim_script's setup: ok(rc), init() (device 0's
+primary context, current), alloc(size) and free(p) through symbols looked up
+afresh each call (ctypes keeps what it looked up once, and reloc answers
+lookups made while it is installed)."""
 
 
 def run_sim_script(native: object, tmp_path: Path, body: str, *, setup: str = "",

@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -191,21 +192,63 @@ def _stamps_of_a_burst(n: int = 100) -> tuple[int, list[int]]:
     return t0, [e.timestamp_ns for e in seen]
 
 
+def _assert_default_stamps(t0: int, stamps: list[int]) -> None:
+    """What a burst gets where nobody asked for precise time: coarse stamps
+    (a burst shares its tick's value, which may be before the burst began),
+    unless reading the TSC is the cheaper here (clock.c): then each its own."""
+    if _drain.lib.memhook_testing_clock_tsc_always():
+        assert len(set(stamps)) == len(stamps) and min(stamps) >= t0
+    else:
+        assert len(set(stamps)) < len(stamps) and min(stamps) >= t0 - COARSE_LAG_NS
+
+
 def test_precise_time_while_a_subscription_asks_for_it() -> None:
-    """Coarse timestamps by default (a burst shares its tick's value, which
-    may be before the burst began); precise ones - every event its own,
-    none before the burst - while a precise_time subscription is open, and
-    coarse again once it closed."""
+    """The default stamps; precise ones - every event its own, none before
+    the burst - while a precise_time subscription is open, and the default
+    again once it closed."""
     lib = _drain.lib
-    t0, stamps = _stamps_of_a_burst()
-    assert len(set(stamps)) < len(stamps) and min(stamps) >= t0 - COARSE_LAG_NS
+    _assert_default_stamps(*_stamps_of_a_burst())
     with memhook.subscribe(lambda e: None, precise_time=True) as sub:
         assert sub.precise_time
         t0, stamps = _stamps_of_a_burst()
         assert len(set(stamps)) == len(stamps) and min(stamps) >= t0
-    _, stamps = _stamps_of_a_burst()
-    assert len(set(stamps)) < len(stamps)
+    _assert_default_stamps(*_stamps_of_a_burst())
     assert lib.memhook_events_precise_time(0) == errno.EINVAL  # nobody asked
+
+
+_CLOCK_CHILD = """\
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import memhook
+from hooks_api_testing import ALLOC, WINDOW, record
+seen = []
+with memhook.subscribe(seen.append):
+    t0 = time.monotonic_ns()
+    for i in range(100):
+        record(ALLOC, "cudaMalloc", WINDOW + 256 * i, 64)
+    t1 = time.monotonic_ns()
+    memhook.flush()
+stamps = [e.timestamp_ns for e in seen]
+print(len(stamps), len(set(stamps)), min(stamps) - t0, t1 - max(stamps))
+"""
+
+
+@pytest.mark.parametrize("clock", ["tsc", "coarse"])
+def test_the_clock_nobody_asked_to_be_precise_is_the_one_chosen(clock: str) -> None:
+    """MEMHOOK_CLOCK=tsc: every stamp a TSC reading, though nobody asked for
+    precise time (what the default chooses where the coarse clock is the
+    dearer read: a VM or sandbox serving it by a system call) - each event
+    its own stamp, inside the burst; coarse: a burst shares its tick."""
+    env = dict(os.environ, MEMHOOK_CLOCK=clock)
+    proc = subprocess.run([sys.executable, "-c", _CLOCK_CHILD, str(Path(__file__).parent)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    n, distinct, after_t0, before_t1 = map(int, proc.stdout.split())
+    assert n == 100
+    if clock == "tsc":
+        assert distinct == n and after_t0 >= 0 and before_t1 >= 0, proc.stdout
+    else:
+        assert distinct < n and after_t0 >= -COARSE_LAG_NS, proc.stdout
 
 
 def test_exception_in_a_subscriber_is_logged_and_the_others_run(

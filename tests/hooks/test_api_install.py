@@ -7,38 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hooks_api_testing import DRIVER_API_NAMES, RUNTIME_NAMES, TABLE, run_sim_script
+from hooks_api_testing import (DRIVER_API_NAMES, DRIVER_CALLS, RUNTIME_NAMES, TABLE,
+                               run_sim_script)
 
 import memhook
 from memhook import HookInfo, HookMode, HookReport
 
-# Shared by the child scripts: CUDA set up on device 0, and driver calls
-# through symbols looked up afresh each time (ctypes keeps what it looked up
-# once, and reloc answers lookups made while it is installed).
 SETUP = f"""
 from memhook import HookMode, EventKind, MemoryType as M
 TABLE = {TABLE!r}
 DRIVER = {DRIVER_API_NAMES!r}
 RUNTIME = {RUNTIME_NAMES!r}
-def ok(rc):
-    assert rc == 0, rc
-def driver():
-    return ctypes.CDLL("libcuda.so.1")
-def init():
-    d = driver()
-    ok(d.cuInit(0))
-    dev = ctypes.c_int()
-    ok(d.cuDeviceGet(ctypes.byref(dev), 0))
-    ctx = ctypes.c_void_p()
-    ok(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
-    ok(d.cuCtxSetCurrent(ctx))
-def alloc(size):
-    p = ctypes.c_ulonglong()
-    ok(driver().cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)))
-    return p.value
-def free(p):
-    ok(driver().cuMemFree_v2(ctypes.c_ulonglong(p)))
-"""
+""" + DRIVER_CALLS
 
 
 def test_status_in_this_process_lists_the_table_uninstalled() -> None:

@@ -16,31 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hooks_api_testing import DRIVER_NAMES, run_sim_script
+from hooks_api_testing import DRIVER_CALLS, DRIVER_NAMES, run_sim_script
 
 SETUP = f"""
 import faulthandler
 import threading
 from memhook import HookMode, EventKind, MemoryType as M
 DRIVER = {DRIVER_NAMES!r}
-def ok(rc):
-    assert rc == 0, rc
-def driver():
-    return ctypes.CDLL("libcuda.so.1")
-def init():
-    d = driver()
-    ok(d.cuInit(0))
-    dev = ctypes.c_int()
-    ok(d.cuDeviceGet(ctypes.byref(dev), 0))
-    ctx = ctypes.c_void_p()
-    ok(d.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
-    ok(d.cuCtxSetCurrent(ctx))
-def alloc(size):
-    p = ctypes.c_ulonglong()
-    ok(driver().cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)))
-    return p.value
-def free(p):
-    ok(driver().cuMemFree_v2(ctypes.c_ulonglong(p)))
+""" + DRIVER_CALLS + f"""
 def entry_bytes():
     # looked up before any install (reloc answers lookups made while it is
     # installed with its wrappers)

@@ -61,3 +61,20 @@ def test_the_wrappers_answer_as_before() -> None:
     ranges = _control.cuda_reserved_ranges()
     assert ranges is None or all(a < b for a, b in ranges)
     assert isinstance(_control.coverage_complete(), bool)
+
+
+@pytest.mark.parametrize(("refused", "sizes"), [("events", (3, 8, 8)), ("mark", (4, 7, 8)),
+                                                ("filled", (4, 8, 7))])
+def test_a_refused_buffer_is_named_and_none_stays_held(refused: str,
+                                                       sizes: tuple[int, int, int]) -> None:
+    """Each of the three buffers is checked in turn; whichever is refused,
+    those taken before it are let go (a bytearray with a live export cannot
+    grow)."""
+    event = ffi.sizeof("memhook_event")
+    events, mark, filled = bytearray(sizes[0] * event), bytearray(sizes[1]), bytearray(sizes[2])
+    with pytest.raises(ValueError, match=f"^{refused}: a buffer of .* fewer than the"):
+        _native.control_events_drain_into(events, 4, mark, filled)
+    for buf in (events, mark, filled):
+        buf.append(0)
+    with pytest.raises(TypeError, match=r"control_events_drain\(\) takes 3 arguments \(2 given\)"):
+        _native.control_events_drain(events, 4)

@@ -15,6 +15,7 @@ test_pointer_attributes_gpu.py runs it against the real driver."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,45 @@ def test_threads_allocating_and_asking_at_once(native: NativeBuild, c_test_dir: 
     assert "wrong 0 " in proc.stdout and "child: device rc 3, host rc 3" in proc.stdout
     answered = int(proc.stdout.split("answered ")[1].split()[0])
     assert answered > 1000, proc.stdout  # memhook answered, not only the driver
+
+
+BUSY = FIXTURE.parent / "pointer_attributes_busy.c"
+
+
+def _busy(native: NativeBuild, c_test_dir: Path, mode: str, how: str) -> str:
+    core = native.core.parent
+    exe = native.compile(BUSY, c_test_dir / "pointer_attributes_busy",
+                         extra=[f"-L{core}", "-lmemhook", f"-Wl,-rpath,{core}", "-ldl",
+                                "-lpthread"])
+    env = native.env(LD_PRELOAD=str(native.core), MEMHOOK_INSTALL_AT_LOAD="1",
+                     MEMHOOK_CUDA_MODE=mode, MEMHOOK_POINTER_ATTRIBUTES="1")
+    proc = subprocess.run([str(exe), "2", "3000", how], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0 and "wrong 0 " in proc.stdout, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["bistro,reloc", "reloc"])
+def test_answers_while_another_thread_holds_the_drain(native: NativeBuild, c_test_dir: Path,
+                                                      mode: str) -> None:
+    """Two threads allocate and free in a tight loop while a third holds the
+    consumer lock (a drain that takes its time), so their events pile up
+    unfed; a fourth asks about host memory and a long-lived device
+    allocation, which none of those events touches: memhook answers most
+    calls itself, each as the driver does.  Then it asks about memory the
+    unfed events do touch - another thread's new allocation and its free
+    of unknown size, its own new allocation - and those go to the driver."""
+    out = _busy(native, c_test_dir, mode, "hold")
+    found = re.search(r"wrong 0 answered (\d+) of (\d+)", out)
+    assert found, out
+    answered, total = int(found[1]), int(found[2])
+    assert answered > total // 2, out  # most answered, not passed to the driver
+    assert "touched: answered 0 of 6" in out, out
+    assert "query: from the cache 2 of 2" in out, out  # memhook_query's rule is the same
+
+
+def test_answers_beside_a_consumer_draining_in_a_loop(native: NativeBuild,
+                                                      c_test_dir: Path) -> None:
+    """A consumer draining in a loop beside the allocators: every answer,
+    memhook's or the driver's, is the driver's."""
+    _busy(native, c_test_dir, "bistro,reloc", "drain")

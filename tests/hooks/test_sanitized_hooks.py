@@ -20,13 +20,13 @@ import pytest
 from hooks_testing import FIXTURES
 
 QUEUE_FIXTURES = FIXTURES.parents[1] / "queue" / "fixtures"
-from memhook_testing import CSRC, build_native
+from memhook_testing import CSRC, sanitized_core
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_hooks_under_a_sanitizer(native, tmp_path: Path, sanitizer: str) -> None:
-    build_native.build_all(tmp_path, sanitize=sanitizer, only=("libmemhook",))
-    core = tmp_path / "memhook"
+def test_hooks_under_a_sanitizer(native, build_cache: Path, tmp_path: Path,
+                                 sanitizer: str) -> None:
+    core = sanitized_core(build_cache, sanitizer).core.parent
     exe = tmp_path / "sanitized_stress"
     subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-g", "-O1", f"-fsanitize={sanitizer}",
                     "-fno-sanitize-recover=all", f"-I{CSRC / 'include'}",

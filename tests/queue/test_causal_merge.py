@@ -17,36 +17,42 @@ the property holds because of them, not by luck."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from queue_testing import FIXTURES
-from memhook_testing import CSRC, build_native
+from memhook_testing import CSRC, ObjectCache, build_native, core_objects, sanitized_core
 
 CORE = build_native.TARGETS[0]  # libmemhook.so: its sources, include folders
 
 
-def build(csrc: Path, out: Path, sanitize: str | None = None) -> Path:
+def build(csrc: Path, out: Path, objects: ObjectCache) -> Path:
+    """The fixture linked with the core's objects, compiled from ``csrc``
+    (objects of files a knockout left alone are the session's, not recompiled)."""
     sources = [p for pattern in CORE.sources for p in sorted(csrc.glob(pattern))]
     flags = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", *build_native.WARNINGS,
              f"-I{csrc / 'include'}", *(f"-I{csrc / inc}" for inc in CORE.includes)]
-    if sanitize:
-        flags += [f"-fsanitize={sanitize}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-    subprocess.run(["cc", *flags, *map(str, sources), str(FIXTURES / "causal_merge.c"), "-o",
-                    str(out), "-ldl", "-lpthread"], check=True, timeout=600)
+    objs = objects.compile([*sources, FIXTURES / "causal_merge.c"], flags, tree=csrc)
+    subprocess.run(["cc", *flags, *map(str, objs), "-o", str(out), "-ldl", "-lpthread"],
+                   check=True, timeout=600)
     return out
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build(CSRC, tmp_path_factory.mktemp("causal") / "causal_merge")
+def harness(tmp_path_factory: pytest.TempPathFactory, object_cache: ObjectCache) -> Path:
+    return build(CSRC, tmp_path_factory.mktemp("causal") / "causal_merge", object_cache)
 
 
-def run(exe: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(exe: Path, *args: str, clock: str = "coarse") -> subprocess.CompletedProcess[str]:
+    """The harness, its stamps from `clock` (MEMHOOK_CLOCK) wherever nobody
+    asked for precise time: coarse unless told, whatever this host's
+    default would choose (clock.c), so that the same histories are
+    checked everywhere."""
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600,
-                          check=False)
+                          check=False, env=dict(os.environ, MEMHOOK_CLOCK=clock))
 
 
 # (seeds, rounds, mode...): coarse time (the default outside the trace:
@@ -71,11 +77,28 @@ def test_the_drained_order_builds_the_true_cache(harness: Path, case: str, seed:
     assert "error" not in proc.stderr, proc.stderr  # no cycle of links and markers
 
 
+def test_the_drained_order_with_every_stamp_from_the_tsc(harness: Path) -> None:
+    """Where the TSC is the cheaper read every stamp comes from it, precise
+    time asked for or not (clock.c): the same histories, strictly checked."""
+    proc = run(harness, "0x75c", "4", "coarse", "strict", clock="tsc")
+    assert proc.returncode == 0 and proc.stdout.startswith("ok rounds"), (
+        proc.stdout[-4000:] + proc.stderr[-2000:])
+    assert "error" not in proc.stderr, proc.stderr  # no cycle of links and markers
+
+
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_the_merge_under_a_sanitizer(tmp_path: Path, sanitizer: str) -> None:
+def test_the_merge_under_a_sanitizer(tmp_path: Path, build_cache: Path, object_cache: ObjectCache,
+                                     sanitizer: str) -> None:
     """The drain's own state (the index, the closer set, the markers) and the
-    producers' links, under ThreadSanitizer and AddressSanitizer+UBSan."""
-    exe = build(CSRC, tmp_path / "causal_merge", sanitize=sanitizer)
+    producers' links, under ThreadSanitizer and AddressSanitizer+UBSan: the
+    fixture linked with the objects of the session's sanitizer build of the
+    core (tests/hooks/test_sanitized_hooks.py's), compiled as it ships."""
+    flags = build_native.compile_flags(CORE, sanitizer)
+    objs = [*core_objects(sanitized_core(build_cache, sanitizer)),
+            *object_cache.compile([FIXTURES / "causal_merge.c"], flags, tree=CSRC)]
+    exe = tmp_path / "causal_merge"
+    subprocess.run(["cc", *flags, *map(str, objs), "-o", str(exe), "-ldl", "-lpthread"],
+                   check=True, timeout=600)
     env = {"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([str(exe), "7", "1", "mixed"], capture_output=True, text=True,
@@ -110,7 +133,8 @@ KNOCKOUTS = {
 
 
 @pytest.mark.parametrize("rule", sorted(KNOCKOUTS))
-def test_it_fails_without_each_causal_rule(tmp_path: Path, rule: str) -> None:
+def test_it_fails_without_each_causal_rule(tmp_path: Path, object_cache: ObjectCache,
+                                           rule: str) -> None:
     csrc = tmp_path / "csrc"
     shutil.copytree(CSRC, csrc, ignore=shutil.ignore_patterns("sim", "__pycache__"))
     where, old, new = KNOCKOUTS[rule]
@@ -118,7 +142,7 @@ def test_it_fails_without_each_causal_rule(tmp_path: Path, rule: str) -> None:
     text = source.read_text()
     assert text.count(old) == 1, f"the {rule} knockout no longer matches {where}"
     source.write_text(text.replace(old, new))
-    exe = build(csrc, tmp_path / "causal_merge")
+    exe = build(csrc, tmp_path / "causal_merge", object_cache)
     proc = run(exe, "1", "2")
     assert proc.returncode == 1 and "FAIL" in proc.stdout, (
         f"without the {rule} rule the histories still came out right:\n{proc.stdout[-2000:]}")

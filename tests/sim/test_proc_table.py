@@ -13,14 +13,13 @@
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from memhook_testing import NativeBuild, cached_native_build
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
@@ -124,17 +123,14 @@ def test_rows_match_cuda_typedefs():
 
 
 @pytest.fixture(scope="module")
-def libcuda(tmp_path_factory) -> Path:
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc.split()[0]) is None:
-        pytest.skip(f"no C compiler ({cc})")
-    spec = importlib.util.spec_from_file_location("memhook_build_native", CSRC / "build_native.py")
-    build_native = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
-    spec.loader.exec_module(build_native)   # registered first: dataclasses need it
-    out = tmp_path_factory.mktemp("native")
-    build_native.build_all(out)
-    path = out / "memhook" / "sim" / "lib" / "libcuda.so.1"
-    assert path.is_file()
+def libcuda(native: NativeBuild, build_cache: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's libcuda.so.1, copied aside: this process loads a copy
+    of its own, apart from any the session's other tests loaded.  (It is
+    loaded into this interpreter, so under a sanitizer session a plain build.)"""
+    plain = cached_native_build(build_cache, "") if native.sanitize else native
+    path = tmp_path_factory.mktemp("procaddress") / "libcuda.so.1"
+    shutil.copyfile(plain.libcuda, path)
     return path
 
 

@@ -133,7 +133,8 @@ typedef struct memhook_event {
                                 the allocation's size for a FREE */
     uint64_t timestamp_ns;   /* CLOCK_MONOTONIC; coarse (its last tick)
                                 unless precise time was asked for
-                                (memhook_events_precise_time) */
+                                (memhook_events_precise_time) or the
+                                TSC is the cheaper read (MEMHOOK_CLOCK) */
     uint64_t caller;         /* the code that called into CUDA: the return
                                 address of the outermost hooked call, or,
                                 where that is inside CUDA's own libraries,
@@ -265,7 +266,8 @@ MEMHOOK_API size_t memhook_events_drain_into(memhook_event *out, size_t capacity
 MEMHOOK_API size_t memhook_events_drain_background(memhook_event *out, size_t capacity);
 
 /* Precise timestamps.  Events carry CLOCK_MONOTONIC_COARSE (the clock as
- * of its last tick, 1-4 ms) unless something needs precise time: the trace
+ * of its last tick, 1-4 ms) unless reading the TSC costs less (then every
+ * stamp is precise) or something needs precise time: the trace
  * (memhook trace) always does, and a consumer may ask with want 1 (counted:
  * each ask is given back with want 0).  Asking changes the events recorded
  * from then on.  Returns 0, or EINVAL for a give-back nobody asked for. */

@@ -186,12 +186,23 @@ MEMHOOK_API void *memhook_hooks_original(const char *name);
  * thread (the rest went to the driver): for differential tests. */
 MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void);
 
+/* ---- testing: the clock (csrc/queue/clock.c) ---- */
+/* 1 when every event stamp is a TSC reading (the cheaper read here, or
+ * MEMHOOK_CLOCK=tsc); 0 when stamps nobody asked to be precise are read
+ * from CLOCK_MONOTONIC_COARSE. */
+MEMHOOK_API int memhook_testing_clock_tsc_always(void);
+
 /* Take (hold nonzero) or let go (hold 0) the event queue's consumer lock in
  * the calling thread, as a drain in progress holds it - for tests that show
  * a query neither waits for a drain nor misses its own thread's events
  * meanwhile.  Returns 0, or -EINVAL when the calling thread does not hold it
  * (let go) or holds it already (take). */
 MEMHOOK_API int memhook_testing_drain_hold(int hold);
+
+/* Whether the calling thread's lane's span summary (csrc/queue/lane_span.c)
+ * says that one of its newest `back` events may touch [lo, hi): 1 or 0;
+ * -EINVAL for no lane, back 0 or past its events, lo >= hi. */
+MEMHOOK_API int memhook_testing_span_touches(uint64_t back, uint64_t lo, uint64_t hi);
 
 /* ---- testing: a private cache, fed by hand (csrc/cache/cache_query.c) ----
  * For the property test that replays event streams into this cache and into
@@ -222,6 +233,18 @@ MEMHOOK_API size_t memhook_testing_cache_regions(memhook_testing_cache *cache,
 /* Types of single bytes: MEMHOOK_MEMORY_* (HOST in no region). */
 MEMHOOK_API void memhook_testing_cache_types(memhook_testing_cache *cache, const uint64_t *ptrs,
                                              size_t count, uint8_t *types);
+/* The queue's feed by hand: stage events (not applied), then commit what
+ * was staged as a drain's commit does (`deferrable`: a short batch over a
+ * large map may stay queued, unpublished, as memhook_testing_cache_deferred
+ * counts; else everything queued is published). */
+MEMHOOK_API void memhook_testing_cache_stage(memhook_testing_cache *cache,
+                                             const memhook_event *events, size_t count);
+MEMHOOK_API void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable);
+MEMHOOK_API size_t memhook_testing_cache_deferred(memhook_testing_cache *cache);
+/* The drain's question for a FREE it cannot size (mh_cache_driver_alloc_at):
+ * 1 with *out filled (origin DRIVER), or 0. */
+MEMHOOK_API int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
+                                                      memhook_region *out);
 
 #ifdef __cplusplus
 }
