@@ -30,12 +30,19 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from memhook import HookReport
+
 __all__ = ["BUILD_CACHE_ENV", "CSRC", "HAVE_CC", "NativeBuild", "ObjectCache", "ROOT", "SANITIZE",
-           "build_native", "cached_native_build", "core_objects", "run_checked", "sanitized_core",
+           "build_native", "cached_native_build", "core_objects", "hooks_installed",
+           "hooks_installed_module", "run_checked", "sanitized_core",
            "skip_unless_traced_programs_build"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,3 +246,70 @@ class ObjectCache:
             return f"compile failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
         os.replace(tmp, obj)
         return None
+
+
+def _feeder_parked() -> bool:
+    """Whether memhook's background feeder thread, if it runs, waits in its
+    park (memhook._events.feeder._park) for an install or a query's wake:
+    events recorded now stay pending until a query or flush() takes them."""
+    from memhook._events import feeder
+
+    thread = feeder._thread
+    if thread is None or not thread.is_alive():
+        return True
+    if feeder._wake.is_set():  # woken (by an install), if not yet scheduled
+        return False
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return bool(names) and names[0] == "wait" and "_park" in names
+
+
+def _hooks_installed() -> Iterator[HookReport]:
+    """The hooks installed in this process, as the field runs memhook;
+    yields install()'s HookReport.  (The fixtures hooks_installed, for one
+    test, and hooks_installed_module, for a module whose tests all run
+    with them: each install leaves behind a wait for the feeder to park.)
+
+    A test that records regions in the process cache by hand and expects the
+    queries to answer from them depends on the hooks vouching for them: with
+    no hooks in, a query asks the driver wherever one is loaded and
+    initialised (DESIGN.md section 4), and an earlier test in the same
+    process (a CUDA tensor, the simulator's cuInit) may have initialised one.
+    Record the regions after this fixture has run: one recorded in an
+    earlier install period is not vouched for.  Uninstalled after the test
+    unless the hooks were in before it, and the process is left as the test
+    found it: the UNKNOWN marks an install over an initialised driver puts
+    on the ranges CUDA has reserved are removed from the process cache, and
+    the background feeder has parked again (until it notices the uninstall
+    it drains what a later test records, which counts its own drains)."""
+    import memhook
+    from memhook.cache import process_cache
+
+    was_installed = bool(memhook.status().mode)
+    if was_installed:
+        report, marks = memhook.status(), []
+    else:
+        cache = process_cache()
+        before = set(cache.regions())
+        report = memhook.install()
+        marks = [r for r in cache.regions() if r not in before]
+    assert report.mode, f"install() installed no hooks (MEMHOOK_CUDA_MODE=none?): {report}"
+    try:
+        yield report
+    finally:
+        if not was_installed:
+            memhook.uninstall()
+            for r in marks:
+                cache.remove(r.start, r.size)
+            deadline = time.monotonic() + 60
+            while not _feeder_parked():
+                assert time.monotonic() < deadline, "the feeder did not park after uninstall()"
+                time.sleep(0.001)
+
+
+hooks_installed = pytest.fixture(_hooks_installed, name="hooks_installed")
+hooks_installed_module = pytest.fixture(_hooks_installed, scope="module",
+                                        name="hooks_installed_module")

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from memhook_testing import hooks_installed  # noqa: F401
 
 import memhook
 from memhook import MemoryType, MemtypeCache, Region
@@ -83,7 +84,13 @@ def cache() -> MemtypeCache:
 
 
 @pytest.fixture
-def in_process_cache() -> Iterator[None]:
+def in_process_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The device range in the process cache, recorded while the hooks are
+    in where the test asks the module-level queries: they answer from it
+    (and HOST outside it), not from a driver an earlier test may have
+    initialised."""
+    if request.node.callspec.params.get("where") == "module":
+        request.getfixturevalue("hooks_installed")
     process_cache().update(DEV, DEV_SIZE, MemoryType.CUDA, 0)
     try:
         yield

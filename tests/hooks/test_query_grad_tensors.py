@@ -7,7 +7,11 @@ stride, element_size) - in C once the type is learned.
 The extent each query reads is checked exactly: a region recorded over it
 answers lookup as that region, and one a byte short answers UNKNOWN over
 the very range read (a range running past an allocation's end).  The
-reference extent is the protocols' own, read from ``t.detach()``."""
+reference extent is the protocols' own, read from ``t.detach()``.
+
+The hooks are installed for the module's tests, as in the field: the regions the
+tests record are then what the queries answer from, and memory in none is
+HOST, whether or not a driver is loaded and initialised in this process."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any
 
 import pytest
 from hooks_api_testing import clean_events  # noqa: F401
+from memhook_testing import hooks_installed_module  # noqa: F401
 
 import memhook
 from memhook import MemoryType, MemtypeCache, Region
@@ -24,7 +29,7 @@ from memhook._queries.inputs import byte_range
 from memhook.cache import process_cache
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.usefixtures("clean_events")
+pytestmark = pytest.mark.usefixtures("hooks_installed_module", "clean_events")
 
 M = MemoryType
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hooks_api_testing import WINDOW, clean_events  # noqa: F401
+from memhook_testing import hooks_installed  # noqa: F401
 
 import memhook
 from memhook import MemoryType, Region
@@ -55,8 +56,10 @@ def normaliser_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 
 @pytest.fixture
-def device_region() -> Iterator[int]:
-    """A CUDA region in the process cache (as the hooks would record it)."""
+def device_region(hooks_installed: memhook.HookReport) -> Iterator[int]:
+    """A CUDA region in the process cache (as the hooks would record it),
+    recorded while the hooks are in: the queries answer from it, not from a
+    driver an earlier test may have initialised."""
     cache = process_cache()
     cache.update(A, SIZE, M.CUDA, 0)
     yield A

@@ -1,14 +1,18 @@
 """One process cache, in the core: what Python writes into
 ``memhook.cache.process_cache()`` a C transport's ``memhook_query`` sees,
 what the core learns from an event Python's queries see without a drain of
-their own, and ``process_cache()`` lists what the core holds.  (In this
-process no hooks are installed and no driver is loaded: nothing vouches,
-and what the cache holds is the answer, origin UNKNOWN.)"""
+their own, and ``process_cache()`` lists what the core holds.  (The hooks
+are installed for the module's tests, as in the field, before they record anything:
+they vouch for what the cache holds, origin HOOKS, and for HOST outside
+it, whether or not an earlier test loaded and initialised a driver in this
+process.)"""
 
 from __future__ import annotations
 
 import numpy as np
-from native_cache_testing import ORIGIN_UNKNOWN, query, query_types
+import pytest
+from memhook_testing import hooks_installed_module  # noqa: F401
+from native_cache_testing import ORIGIN_HOOKS, query, query_types
 
 import memhook
 from memhook import MemoryType, Region
@@ -18,6 +22,8 @@ from memhook.hooks import hook_index
 BASE = 0x7E40_0000_0000
 SIZE = 1 << 20
 
+pytestmark = pytest.mark.usefixtures("hooks_installed_module")
+
 
 def test_a_write_from_python_is_what_c_reads() -> None:
     cache = memhook.cache.process_cache()
@@ -26,7 +32,7 @@ def test_a_write_from_python_is_what_c_reads() -> None:
         rc, r = query(BASE + 100, 8)
         assert rc == 0
         assert (r.mem_type, r.device, r.base, r.size, r.origin) == \
-            (int(MemoryType.CUDA_MANAGED), 1, BASE, SIZE, ORIGIN_UNKNOWN)
+            (int(MemoryType.CUDA_MANAGED), 1, BASE, SIZE, ORIGIN_HOOKS)
         assert r.alloc_id != 0
         assert memhook.memory_type(BASE + 100) is MemoryType.CUDA_MANAGED
         assert query_types(np.array([BASE, BASE + SIZE], dtype=np.uint64)).tolist() == \
