@@ -73,9 +73,9 @@ class Event:
     ``timestamp_ns`` is CLOCK_MONOTONIC, and coarse - the clock as of its
     last tick (``CLOCK_MONOTONIC_COARSE``, 1-4 ms), so about a tick before
     the call, more where the kernel's tick comes late - unless it is
-    precise: where reading the TSC costs less than the coarse clock (some
-    VMs serve that clock by a system call; ``MEMHOOK_CLOCK`` decides
-    otherwise), and wherever precise time is on: under ``memhook trace``, and for
+    precise: where reading the TSC costs less than the coarse clock (the
+    core times both at load; ``MEMHOOK_CLOCK`` decides otherwise), and
+    wherever precise time is on: under ``memhook trace``, and for
     events recorded while a subscription made with ``precise_time=True``
     is open (:func:`subscribe`).  The event order does not come from the
     timestamps: it is causal per address range - a FREE comes after the

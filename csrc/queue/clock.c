@@ -4,9 +4,10 @@
  * Where nobody needs an event's precise time - outside `memhook trace`, with
  * no subscriber that asked for it (memhook_events_precise_time) - a hook
  * takes the cheapest stamp it can: CLOCK_MONOTONIC_COARSE, a few loads from
- * the vDSO's page, unless reading the TSC costs less here (where the vDSO
- * serves the coarse clock through a system call, as some VMs and sandboxes
- * do).  The drain's order does not come from time (event_drain.c), so such
+ * the vDSO's page, unless reading the TSC costs less here (the two are
+ * timed, not assumed: a sandbox or VM may serve the clock otherwise, and
+ * rdtsc's cost varies as much between hosts; docs/performance.md has both
+ * kinds).  The drain's order does not come from time (event_drain.c), so such
  * a stamp is for people; the coarse clock gives them a tick's precision
  * (1-4 ms).  Which one is decided once, at load, by timing both
  * (mh_clock_at_load; MEMHOOK_CLOCK=tsc or coarse decides instead).

@@ -237,7 +237,7 @@ print(len(stamps), len(set(stamps)), min(stamps) - t0, t1 - max(stamps))
 def test_the_clock_nobody_asked_to_be_precise_is_the_one_chosen(clock: str) -> None:
     """MEMHOOK_CLOCK=tsc: every stamp a TSC reading, though nobody asked for
     precise time (what the default chooses where the coarse clock is the
-    dearer read: a VM or sandbox serving it by a system call) - each event
+    dearer read) - each event
     its own stamp, inside the burst; coarse: a burst shares its tick."""
     env = dict(os.environ, MEMHOOK_CLOCK=clock)
     proc = subprocess.run([sys.executable, "-c", _CLOCK_CHILD, str(Path(__file__).parent)],
