@@ -70,8 +70,23 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
         return f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     got: dict[str, int | str] = {k: int(v) for k, v in
                                  (kv.split("=") for kv in found.group(1).split())}
-    got.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3))
+    got.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3),
+               ucx_refused="UCX could not install its own CUDA hooks" in proc.stderr)
     return got
+
+
+def _ucx_outlives_memhook(got: dict[str, int | str]) -> bool:
+    """After memhook.uninstall() UCX sees every call (its own hooks, handed
+    back, or never taken away) - or, where memhook fed UCX and hands back,
+    UCX's bistro refused the driver's entries for the reason its own rules
+    give, and memhook said so: UCX's CUDA module, dlopened only then, was
+    mapped past a rel32 jump's reach of the driver (on the simulator, below
+    its 192 GiB of reserved VA: seen 1 run in 15-300 on a loaded box, in
+    none with the module near)."""
+    if (got["after_alloc"], got["after_free"]) == (M, M):
+        return True
+    return (got["after_alloc"], got["after_free"]) == (0, 0) and got["ucx_refused"] is True \
+        and int(got["ucm_cuda_gib"]) >= 2
 
 
 @pytest.fixture(scope="session")
@@ -119,10 +134,11 @@ def test_both_see_every_allocation_and_ucx_outlives_memhook(outcomes, case) -> N
     # UCX's own memtype cache, asked right after each call: every live
     # pointer is in it (not taken for host memory), no freed one is.
     assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
-    # After memhook.uninstall() UCX keeps seeing every call (its own hooks,
-    # handed back, or never taken away), and its cache stays right.
-    assert (got["after_alloc"], got["after_free"]) == (M, M), got
-    assert (got["after_hit"], got["after_gone"]) == (M, M), got
+    # After memhook.uninstall() UCX keeps seeing every call, and its cache
+    # stays right (_ucx_outlives_memhook: the one exception, UCX's own).
+    assert _ucx_outlives_memhook(got), got
+    if got["after_alloc"] == M:
+        assert (got["after_hit"], got["after_gone"]) == (M, M), got
 
 
 @pytest.mark.parametrize("ucx_mode", ["bistro", "bistro,reloc"])
@@ -150,7 +166,7 @@ def test_ucx_loaded_after_memhook_is_fed_from_its_dlopen(outcomes, case) -> None
     assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
     assert (got["mh_alloc"], got["mh_free"], got["free_early"]) == (N, N, N), got
     assert (got["cache_hit"], got["cache_gone"]) == (N, N), got
-    assert (got["after_alloc"], got["after_free"]) == (M, M), got
+    assert _ucx_outlives_memhook(got), got
 
 
 @pytest.mark.parametrize("case", THREADED, ids=["/".join(c) for c in THREADED])
@@ -161,4 +177,4 @@ def test_every_thread_s_calls_reach_both(outcomes, case) -> None:
     assert got["ucx_status"] == 0, got
     assert (got["ucx_alloc"], got["ucx_free"], got["free_early"]) == (total,) * 3, got
     assert (got["mh_alloc"], got["mh_free"]) == (total, total), got
-    assert (got["after_alloc"], got["after_free"]) == (M, M), got
+    assert _ucx_outlives_memhook(got), got
