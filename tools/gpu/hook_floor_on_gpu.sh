@@ -11,20 +11,7 @@
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-work=$(mktemp -d)
-t_end=$(( $(date +%s) + ${BUDGET_S:-400} ))
-step() {
-    local name=$1; shift
-    if [ "$(date +%s)" -gt "$t_end" ]; then echo "== $name: skipped (time budget spent)"; return 0; fi
-    echo "== $name ($(date +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
-    "$@" >"$work/$name.txt" 2>&1
-    local rc=$?
-    tail -"${TAIL:-30}" "$work/$name.txt"
-    finish  # (after each step: a call cut short still brings back what ran)
-    return $rc
-}
-finish() { tar czf "${OUT:-/tmp}/gpu.tgz" -C "$work" .; }
-trap finish EXIT
+. tools/gpu/steps.sh
 rc=0
 . tools/gpu/device_setup.sh >/dev/null || exit 1
 TAIL=4 step clock sh -c 'for c in auto coarse tsc; do MEMHOOK_CLOCK=$c MEMHOOK_LOG_LEVEL=debug \

@@ -20,21 +20,7 @@
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
-work=$(mktemp -d)
-# Steps run in order of need; once BUDGET_S seconds have passed, the rest are
-# skipped (say so) so that the call ends inside the device tool's limit.
-t_end=$(( $(date +%s) + ${BUDGET_S:-400} ))
-step() {
-    local name=$1; shift
-    if [ "$(date +%s)" -gt "$t_end" ]; then echo "== $name: skipped (time budget spent)"; return 0; fi
-    echo "== $name ($(date +%T))"
-    "$@" >"$work/$name.txt" 2>&1
-    local rc=$?
-    tail -"${TAIL:-30}" "$work/$name.txt"
-    return $rc
-}
-finish() { tar czf "${OUT:-/tmp}/gpu.tgz" -C "$work" .; }
-trap finish EXIT
+. tools/gpu/steps.sh
 rc=0
 OUT=$work/suite TAIL=40 step gpu-run bash tools/gpu-run.sh || rc=1
 . tools/gpu/device_setup.sh >/dev/null || exit 1
