@@ -9,7 +9,7 @@ import mmap
 from pathlib import Path
 
 import pytest
-from hooks_api_testing import run_sim_script
+from hooks_api_testing import DRIVER_CALLS, run_sim_script
 
 from memhook import MemoryType, MemtypeCache, Region
 from memhook._queries.preexisting import (
@@ -127,23 +127,10 @@ def test_no_driver_in_this_process_means_not_initialised() -> None:
     assert driver_initialised() is False
 
 
-SETUP = """
+SETUP = DRIVER_CALLS + """
 from memhook import MemoryType as M
 from memhook.cache import process_cache
 import mmap
-def ok(rc):
-    assert rc == 0, rc
-def init():
-    ok(cu.cuInit(0))
-    dev = ctypes.c_int()
-    ok(cu.cuDeviceGet(ctypes.byref(dev), 0))
-    ctx = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
-    ok(cu.cuCtxSetCurrent(ctx))
-def alloc(size):
-    p = ctypes.c_ulonglong()
-    ok(ctypes.CDLL("libcuda.so.1").cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)))
-    return p.value
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
