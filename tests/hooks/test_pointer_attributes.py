@@ -190,7 +190,12 @@ def test_threads_allocating_and_asking_at_once(native: NativeBuild, c_test_dir: 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "wrong 0 " in proc.stdout and "child: device rc 3, host rc 3" in proc.stdout
     answered = int(proc.stdout.split("answered ")[1].split()[0])
-    assert answered > 1000, proc.stdout  # memhook answered, not only the driver
+    # memhook answered, not only the driver (which alone gives 0).  How many
+    # depends on the box's load - 170 of 18,000 beside four CPU hogs, where
+    # the threads' own unfed events send more calls to the driver - so the
+    # count proves the routing, not a rate (test_answers_while_another_thread_
+    # holds_the_drain holds the rate where the schedule is fixed).
+    assert answered > 0, proc.stdout
 
 
 BUSY = FIXTURE.parent / "pointer_attributes_busy.c"
