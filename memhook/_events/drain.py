@@ -359,13 +359,12 @@ def _take(max_events: int | None = None, wait: bool = True, feeder: bool = False
     finally:
         if _is_owned():
             with _take_lock:
-                _quiet = not _taken_rows()
+                # Quiet only once every row taken is queued for the
+                # subscribers, not merely in the cache: rows an exception
+                # left between the two stages must keep every drain's fast
+                # path (and the feeder's) off until a take hands them on.
+                _quiet = not backlogged()
             _release()
-
-
-def _taken_rows() -> int:
-    """Rows taken out of the core and not yet (surely) in the cache."""
-    return int(_filled[0]) - _buf[0]
 
 
 def _apply_taken() -> int:

@@ -508,6 +508,34 @@ def test_base_exception_in_a_subscriber_loses_nothing() -> None:
     assert memhook.lookup(A, 5 * 64) == memhook.Region(A, 5 * 64, M.CUDA, 0)
 
 
+@pytest.mark.usefixtures("hooks_installed")
+def test_an_exception_between_applying_and_queueing_loses_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """^C after the taken rows reached the cache and before they were queued
+    for the subscribers: the next flush() hands them out (it once found
+    nothing pending and returned, and the rows waited for a later event -
+    at the end of a run, for ever; the feeder spun on them meanwhile)."""
+    seen: list[int] = []
+    memhook.subscribe(lambda e: seen.append(e.seq))
+    seqs = [record(ALLOC, "cudaMalloc", A + 64 * i, 64) for i in range(3)]
+    commit = _drain.commit
+    armed = [True]
+
+    def interrupted_commit(steps):  # type: ignore[no-untyped-def]
+        if armed[0] and steps and steps[0][0] == _drain._handoff.append:
+            armed[0] = False
+            raise _Interrupt  # (before any of the commit's steps)
+        commit(steps)
+
+    monkeypatch.setattr(_drain, "commit", interrupted_commit)
+    with pytest.raises(_Interrupt):
+        memhook.flush()
+    assert seen == [] and memhook.memory_type(A) is M.CUDA  # in the cache, not delivered
+    assert not armed[0]
+    assert memhook.flush() == 3
+    assert seen == seqs
+
+
 def test_more_than_one_batch_in_order() -> None:
     seen: list[int] = []
     memhook.subscribe(lambda e: seen.append(e.seq))
