@@ -36,7 +36,7 @@ done
 TAIL=24 step cost-split timeout 90 python3 bench/hooks/hook_cost_split.py --real --reps 3
 export MEMHOOK_BENCH_REAL_DRIVER=1
 TAIL=40 step native-query timeout 150 python3 bench/queries/native_query_bench.py \
-    --baseline build/base-core/memhook --repeats 1 --parts query,batch,contention
+    --baseline build/base-core/memhook --repeats 1 --parts query,batch,backlog,contention
 TAIL=24 step pointer-attr timeout 90 python3 bench/queries/pointer_attr_bench.py 1000000 bistro \
     --core build/base-core/memhook --core .
 unset MEMHOOK_BENCH_REAL_DRIVER
