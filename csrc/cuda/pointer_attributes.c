@@ -260,9 +260,16 @@ static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view
  * output that is NULL. */
 #define BIT(a) (1u << (a))
 #define NEVER 1u
+/* BIT(a) for every a below 32, as a table: the loop over a call's
+ * attributes then needs no shift count in %cl, which the compiler pays for
+ * with registers saved around the loop. */
+#define B4(a) BIT(a), BIT((a) + 1), BIT((a) + 2), BIT((a) + 3)
+#define B16(a) B4(a), B4((a) + 4), B4((a) + 8), B4((a) + 12)
+static const uint32_t BIT_OF[32] = {B16(0), B16(16)};
+
 static inline uint32_t bit_of(CUpointer_attribute a)
 {
-    return (unsigned)a < 32 ? BIT((unsigned)a) : NEVER;
+    return (unsigned)a < 32 ? BIT_OF[(unsigned)a] : NEVER;
 }
 
 /* The attributes answered for a pointer in no CUDA allocation: by
@@ -293,41 +300,45 @@ static inline bool may_answer(uint32_t asked, uint32_t not_cuda)
     return (asked & ~not_cuda) == 0 || (asked & ~REGION_AT_MOST) == 0;
 }
 
-/* The answerable attributes' values, indexed by attribute, and the width
- * of each in the C type cuda.h gives it (the booleans: 4 bytes, as the
- * driver writes them).  A table, not a switch: a call asking for several
- * attributes takes no indirect branch per attribute. */
-#define MAX_ANSWERED CU_POINTER_ATTRIBUTE_MAPPED
-static const uint8_t WIDTH[MAX_ANSWERED + 1] = {
-    [CU_POINTER_ATTRIBUTE_CONTEXT] = sizeof(CUcontext),
-    [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = sizeof(unsigned int),
-    [CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = sizeof(CUdeviceptr),
-    [CU_POINTER_ATTRIBUTE_HOST_POINTER] = sizeof(void *),
-    [CU_POINTER_ATTRIBUTE_IS_MANAGED] = sizeof(unsigned int),
-    [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = sizeof(int),
-    [CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = sizeof(CUdeviceptr),
-    [CU_POINTER_ATTRIBUTE_RANGE_SIZE] = sizeof(size_t),
-    [CU_POINTER_ATTRIBUTE_MAPPED] = sizeof(unsigned int),
-};
-_Static_assert(((REGION_AT_MOST | NOT_CUDA_GETS) >> (MAX_ANSWERED + 1)) == 0 &&
+/* The answerable attributes that cuda.h types 8 bytes wide (pointers,
+ * sizes, the context); the others are 4 (the booleans as the driver writes
+ * them, the memory type, the ordinal).  A mask, not a per-attribute switch:
+ * a call asking for several attributes takes no indirect branch per
+ * attribute, and no table load either. */
+#define WIDE                                                                          \
+    (BIT(CU_POINTER_ATTRIBUTE_CONTEXT) | BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) |   \
+     BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) | BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | \
+     BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE))
+/* Values are indexed by attribute modulo VALUES: every answerable
+ * attribute has a slot of its own, and a caller that rewrites its own
+ * attribute array while the call runs gets some value, not a read past the
+ * table. */
+#define VALUES 16
+_Static_assert(((REGION_AT_MOST | NOT_CUDA_GETS) >> VALUES) == 0 &&
                    ((REGION_AT_MOST | NOT_CUDA_GETS) & NEVER) == 0,
-               "every answered attribute has a value and a width");
+               "every answered attribute has a slot");
 
-static inline void values_of(pa_kind kind, const pa_view *v, uint64_t p,
-                             uint64_t out[MAX_ANSWERED + 1])
+/* The values cuPointerGetAttributes writes for memory in no allocation:
+ * the same for every such pointer, so they are a constant. */
+static const uint64_t NOT_CUDA_VALUES[VALUES] = {
+    [CU_POINTER_ATTRIBUTE_CONTEXT] = 0,
+    [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = 0,
+    [CU_POINTER_ATTRIBUTE_IS_MANAGED] = 0,
+    [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)CU_DEVICE_INVALID,
+};
+
+/* A region's values: the slots of REGION_AT_MOST, the only ones read for
+ * a region (answer_gets skips every attribute the call did not ask for). */
+static inline void region_values(const pa_view *v, uint64_t p, uint64_t out[VALUES])
 {
-    bool region = kind == PA_REGION;
-    out[CU_POINTER_ATTRIBUTE_CONTEXT] = 0;
-    out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = !region ? 0u
-                                            : v->type == MEMHOOK_MEMORY_CUDA_HOST
-                                                ? CU_MEMORYTYPE_HOST
-                                                : CU_MEMORYTYPE_DEVICE;
+    out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] =
+        v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     out[CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
-    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
-    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)(region ? v->device : CU_DEVICE_INVALID);
-    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = region ? v->start : 0;
-    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = region ? v->size : 0;
+    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->device;
+    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->start;
+    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->size;
     out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
 }
 
@@ -351,15 +362,6 @@ static inline uint64_t value_of(const pa_view *v, uint64_t p, CUpointer_attribut
     default:  /* DEVICE_POINTER, HOST_POINTER: the pointer itself */
         return p;
     }
-}
-
-/* Write attribute a (answerable, so at most MAX_ANSWERED) to data. */
-static inline void write_value(const uint64_t *values, CUpointer_attribute a, void *data)
-{
-    if (WIDTH[a] == 4)
-        *(uint32_t *)data = (uint32_t)values[a];
-    else
-        *(uint64_t *)data = values[a];
 }
 
 /* The calling thread's current context's device: false where there is no
@@ -411,21 +413,20 @@ static inline bool answering(void)
     return atomic_load_explicit(&g_enabled, memory_order_relaxed) && mh_hook_depth == 0;
 }
 
-/* What the cache says of p for a call asking `asked`: PA_PASS unless every
- * attribute asked is answered (`not_cuda`: the set answered for memory in
- * no allocation).  Fills *v for PA_REGION. */
+/* What the cache says of p for a call asking `asked`, a set may_answer
+ * allows: PA_PASS unless every attribute asked is answered (`not_cuda`:
+ * the set answered for memory in no allocation).  Fills *v for
+ * PA_REGION. */
 static inline __attribute__((always_inline)) pa_kind decide(uint64_t p, uint32_t asked,
                                                             uint32_t not_cuda, pa_view *v)
 {
-    if (!may_answer(asked, not_cuda))
-        return PA_PASS;
-    mh_hook_depth++;
+    mh_hook_depth = 1;  /* (0 before: answering()) */
     pa_kind k = view_of(p, v);
     if (k == PA_NOT_CUDA && (asked & ~not_cuda) != 0)
         k = PA_PASS;
     else if (k == PA_REGION && !region_answers(v, asked))
         k = PA_PASS;
-    mh_hook_depth--;
+    mh_hook_depth = 0;
     return k;
 }
 
@@ -434,20 +435,80 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
     cuPointerGetAttribute_fn real_ = (cuPointerGetAttribute_fn)mh_next(MH_FN_cuPointerGetAttribute);
     if (real_ == NULL)
         return (CUresult)mh_unresolved(MH_FN_cuPointerGetAttribute);
-    if (!answering() || data == NULL)
+    uint32_t asked = bit_of(attribute);
+    if (!answering() || data == NULL || !may_answer(asked, NOT_CUDA_GET))
         return real_(data, attribute, ptr);
     pa_view v;
-    pa_kind k = decide(ptr, bit_of(attribute), NOT_CUDA_GET, &v);
+    pa_kind k = decide(ptr, asked, NOT_CUDA_GET, &v);
     if (k == PA_PASS)
         return real_(data, attribute, ptr);
     t_answered++;
     if (k == PA_NOT_CUDA)
         return CUDA_ERROR_INVALID_VALUE;  /* nothing written, as the driver */
     uint64_t value = value_of(&v, ptr, attribute);
-    if (WIDTH[attribute] == 4)
-        *(uint32_t *)data = (uint32_t)value;
-    else
+    if (asked & WIDE)
         *(uint64_t *)data = value;
+    else
+        *(uint32_t *)data = (uint32_t)value;
+    return CUDA_SUCCESS;
+}
+
+/* The set a cuPointerGetAttributes call asks, in one pass over both its
+ * arrays: NEVER where an output is NULL or an attribute is above 31 (then
+ * so is the OR of them all; the bit a % 32 it also sets is moot).  (The
+ * NULL outputs are counted, in 64 bits: no count of at most 2^32 - 1 wraps
+ * to 0.) */
+static inline __attribute__((always_inline)) uint32_t asked_of(unsigned int n,
+                                                               const CUpointer_attribute *attributes,
+                                                               void *const *data)
+{
+    uint32_t asked = 0, any = 0;
+    uint64_t nulls = 0;
+    for (unsigned int i = 0; i < n; i++) {
+        uint32_t a = (uint32_t)attributes[i];
+        any |= a;
+        asked |= BIT_OF[a % 32];
+        nulls += data[i] == NULL;
+    }
+    return asked | ((any >> 5) != 0 || nulls != 0 ? NEVER : 0u);
+}
+
+/* The answer to a cuPointerGetAttributes whose set may_answer allows:
+ * every output written (but RANGE_* of memory in no allocation), or the
+ * real call, the outputs untouched.  Out of line, so the wrapper, which
+ * passes a set no pointer can be answered for straight on (the runtime's),
+ * saves no registers and builds no frame for it. */
+static __attribute__((noinline)) CUresult answer_gets(cuPointerGetAttributes_fn real_,
+                                                      unsigned int n,
+                                                      CUpointer_attribute *attributes,
+                                                      void **data, CUdeviceptr ptr,
+                                                      uint32_t asked)
+{
+    pa_view v;
+    pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
+    if (k == PA_PASS)
+        return real_(n, attributes, data, ptr);
+    uint64_t region[VALUES];
+    const uint64_t *values = NOT_CUDA_VALUES;
+    uint32_t skip = ~asked | RANGE_OF_NO_ALLOCATION;
+    if (k == PA_REGION) {
+        region_values(&v, ptr, region);
+        values = region;
+        skip = ~asked;
+    }
+    /* Each attribute is read again: one a caller rewrites meanwhile (its
+     * own race) is skipped unless it is one more asked, whose value is
+     * there - never a slot not written, never one past the table. */
+    for (unsigned int i = 0; i < n; i++) {
+        uint32_t a = (uint32_t)attributes[i] % VALUES;
+        if ((skip >> a) & 1u)
+            continue;
+        if ((WIDE >> a) & 1u)
+            *(uint64_t *)data[i] = values[a];
+        else
+            *(uint32_t *)data[i] = (uint32_t)values[a];
+    }
+    t_answered++;
     return CUDA_SUCCESS;
 }
 
@@ -463,24 +524,10 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
     /* The set asked, read once; nothing is written unless every attribute
      * is answered, so a call passed through finds its outputs as the
      * caller left them. */
-    uint32_t asked = 0;
-    for (unsigned int i = 0; i < numAttributes; i++)
-        asked |= bit_of(attributes[i]);
-    if (may_answer(asked, NOT_CUDA_GETS))
-        for (unsigned int i = 0; i < numAttributes; i++)
-            asked |= data[i] == NULL ? NEVER : 0u;
-    pa_view v;
-    pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
-    if (k == PA_PASS)
+    uint32_t asked = asked_of(numAttributes, attributes, data);
+    if (!may_answer(asked, NOT_CUDA_GETS))
         return real_(numAttributes, attributes, data, ptr);
-    uint64_t values[MAX_ANSWERED + 1];
-    values_of(k, &v, ptr, values);
-    uint32_t untouched = k == PA_NOT_CUDA ? RANGE_OF_NO_ALLOCATION : 0;
-    for (unsigned int i = 0; i < numAttributes; i++)
-        if (!(untouched & BIT(attributes[i])))
-            write_value(values, attributes[i], data[i]);
-    t_answered++;
-    return CUDA_SUCCESS;
+    return answer_gets(real_, numAttributes, attributes, data, ptr, asked);
 }
 
 /* cudaPointerGetAttributes needs the runtime's context: the real call makes
