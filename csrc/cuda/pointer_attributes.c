@@ -188,32 +188,25 @@ static inline bool driver_ready(void)
 /* What the cache vouches for about one pointer. */
 typedef enum { PA_PASS = 0, PA_NOT_CUDA, PA_REGION } pa_kind;
 
-typedef struct pa_view {
-    int type;    /* PA_REGION: MEMHOOK_MEMORY_CUDA, _CUDA_MANAGED or _CUDA_HOST */
-    int device;
-    uint64_t start, size;
-} pa_view;
+/* For PA_REGION, the region (r) as the cache found it: classified in
+ * place, read where it lies. */
+typedef mh_found_region pa_view;
 
 /* What the published map says of p.  Fills *v for PA_REGION. */
 static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint64_t p,
                                                               pa_view *v)
 {
-    mh_found_region f;
-    int k = mh_cache_classify(c, p, p + 1, &f);
+    int k = mh_cache_classify(c, p, p + 1, v);
     if (k == MH_FOUND_ABSENT)
-        return f.host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
+        return v->host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
     /* (p's granule, not the region's first: an irregular range is marked
      * whole, so a pointer into one always finds its mark) */
-    if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS ||
-        f.r.device < 0 || irregular(p))
+    if (k != MH_FOUND_IN || !v->vouched || v->r.origin != MEMHOOK_ORIGIN_HOOKS ||
+        v->r.device < 0 || irregular(p))
         return PA_PASS;
-    if (f.r.type != MEMHOOK_MEMORY_CUDA && f.r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
-        f.r.type != MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->r.type != MEMHOOK_MEMORY_CUDA && v->r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
+        v->r.type != MEMHOOK_MEMORY_CUDA_HOST)
         return PA_PASS;
-    v->type = f.r.type;
-    v->device = f.r.device;
-    v->start = f.r.start;
-    v->size = f.r.end - f.r.start;
     return PA_REGION;
 }
 
@@ -227,8 +220,8 @@ static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa
         if (attempt > 0 && mh_cache_look_begin(c, look))
             return map_view(c, p, v);
         pa_kind k = map_view(c, p, v);
-        uint64_t lo = k == PA_REGION ? v->start : p;
-        uint64_t hi = k == PA_REGION ? v->start + v->size : p + 1;
+        uint64_t lo = k == PA_REGION ? v->r.start : p;
+        uint64_t hi = k == PA_REGION ? v->r.end : p + 1;
         if (k == PA_PASS || mh_cache_look_holds(c, look, lo, hi, true))
             return k;
     }
@@ -332,13 +325,13 @@ static const uint64_t NOT_CUDA_VALUES[VALUES] = {
 static inline void region_values(const pa_view *v, uint64_t p, uint64_t out[VALUES])
 {
     out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] =
-        v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     out[CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
-    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
-    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->device;
-    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->start;
-    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->size;
+    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->r.device;
+    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->r.start;
+    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->r.end - v->r.start;
     out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
 }
 
@@ -348,15 +341,15 @@ static inline uint64_t value_of(const pa_view *v, uint64_t p, CUpointer_attribut
 {
     switch (a) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        return v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        return v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+        return v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        return (uint32_t)v->device;
+        return (uint32_t)v->r.device;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        return v->start;
+        return v->r.start;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        return v->size;
+        return v->r.end - v->r.start;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         return 1;
     default:  /* DEVICE_POINTER, HOST_POINTER: the pointer itself */
@@ -382,10 +375,10 @@ static bool current_device(CUdevice *dev)
  * when DEVICE_POINTER is asked for and everything else asked is answered. */
 static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 {
-    if (v->type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->r.type == MEMHOOK_MEMORY_CUDA_HOST)
         return false;
     CUdevice dev = -1;
-    return current_device(&dev) && dev == v->device;
+    return current_device(&dev) && dev == v->r.device;
 }
 
 /* Whether every attribute in `asked` is answered for a pointer in region
@@ -394,7 +387,7 @@ static inline __attribute__((always_inline)) bool region_answers(const pa_view *
                                                                 uint32_t asked)
 {
     uint32_t mask = REGION_ATTRS |
-                    (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+                    (v->r.type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
     uint32_t rest = asked & ~mask;
     return rest == 0 ||
            (rest == BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) && device_pointer_is_ptr(v));
@@ -552,11 +545,11 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
     uint64_t p = (uint64_t)(uintptr_t)ptr;
     pa_view v = {0};
     pa_kind k = view_of(p, &v);
-    if (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA_HOST)
         k = PA_PASS;
     CUdevice dev = -1;
     if (k != PA_PASS && (!current_device(&dev) ||
-                         (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA && v.device != dev)))
+                         (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA && v.r.device != dev)))
         k = PA_PASS;
     mh_hook_depth--;
     if (k == PA_PASS)
@@ -568,13 +561,13 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
         out.type = 0;  /* cudaMemoryTypeUnregistered */
         out.device = CU_DEVICE_INVALID;
         out.hostPointer = (void *)ptr;
-    } else if (v.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
+    } else if (v.r.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
         out.type = 3;  /* cudaMemoryTypeManaged */
-        out.device = v.device;
+        out.device = v.r.device;
         out.devicePointer = out.hostPointer = (void *)ptr;
     } else {
         out.type = 2;  /* cudaMemoryTypeDevice */
-        out.device = v.device;
+        out.device = v.r.device;
         out.devicePointer = (void *)ptr;
     }
     *attributes = out;
