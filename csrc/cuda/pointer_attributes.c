@@ -185,6 +185,13 @@ static inline bool driver_ready(void)
            driver_ready_slow();
 }
 
+/* The answering functions start on a cache line.  Where the same code
+ * started 32 bytes into one, the one-attribute answer ran measurably
+ * slower (docs/performance.md, "Pointer-attribute answers"): a call this
+ * short is bound by how many fetch windows its path spans, which should
+ * not depend on what the linker placed before it. */
+#define PA_LINE_ALIGNED __attribute__((aligned(64)))
+
 /* What the cache vouches for about one pointer. */
 typedef enum { PA_PASS = 0, PA_NOT_CUDA, PA_REGION } pa_kind;
 
@@ -386,8 +393,9 @@ static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 static inline __attribute__((always_inline)) bool region_answers(const pa_view *v,
                                                                 uint32_t asked)
 {
-    uint32_t mask = REGION_ATTRS |
-                    (v->r.type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+    uint32_t mask =
+        REGION_ATTRS |
+        (v->r.type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
     uint32_t rest = asked & ~mask;
     return rest == 0 ||
            (rest == BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) && device_pointer_is_ptr(v));
@@ -423,7 +431,8 @@ static inline __attribute__((always_inline)) pa_kind decide(uint64_t p, uint32_t
     return k;
 }
 
-CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+PA_LINE_ALIGNED CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                                     CUdeviceptr ptr)
 {
     cuPointerGetAttribute_fn real_ = (cuPointerGetAttribute_fn)mh_next(MH_FN_cuPointerGetAttribute);
     if (real_ == NULL)
@@ -451,9 +460,8 @@ CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, C
  * so is the OR of them all; the bit a % 32 it also sets is moot).  (The
  * NULL outputs are counted, in 64 bits: no count of at most 2^32 - 1 wraps
  * to 0.) */
-static inline __attribute__((always_inline)) uint32_t asked_of(unsigned int n,
-                                                               const CUpointer_attribute *attributes,
-                                                               void *const *data)
+static inline __attribute__((always_inline)) uint32_t
+asked_of(unsigned int n, const CUpointer_attribute *attributes, void *const *data)
 {
     uint32_t asked = 0, any = 0;
     uint64_t nulls = 0;
@@ -468,14 +476,13 @@ static inline __attribute__((always_inline)) uint32_t asked_of(unsigned int n,
 
 /* The answer to a cuPointerGetAttributes whose set may_answer allows:
  * every output written (but RANGE_* of memory in no allocation), or the
- * real call, the outputs untouched.  Out of line, so the wrapper, which
- * passes a set no pointer can be answered for straight on (the runtime's),
- * saves no registers and builds no frame for it. */
-static __attribute__((noinline)) CUresult answer_gets(cuPointerGetAttributes_fn real_,
-                                                      unsigned int n,
-                                                      CUpointer_attribute *attributes,
-                                                      void **data, CUdeviceptr ptr,
-                                                      uint32_t asked)
+ * real call, the outputs untouched.  Out of line, so that a set no
+ * pointer can be answered for (the runtime's) is passed on by a wrapper
+ * with no frame for the view and the values and two registers to save,
+ * not six. */
+static PA_LINE_ALIGNED __attribute__((noinline)) CUresult
+answer_gets(cuPointerGetAttributes_fn real_, unsigned int n, CUpointer_attribute *attributes,
+            void **data, CUdeviceptr ptr, uint32_t asked)
 {
     pa_view v;
     pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
@@ -505,8 +512,9 @@ static __attribute__((noinline)) CUresult answer_gets(cuPointerGetAttributes_fn 
     return CUDA_SUCCESS;
 }
 
-CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
-                                     void **data, CUdeviceptr ptr)
+PA_LINE_ALIGNED CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes,
+                                                      CUpointer_attribute *attributes, void **data,
+                                                      CUdeviceptr ptr)
 {
     cuPointerGetAttributes_fn real_ =
         (cuPointerGetAttributes_fn)mh_next(MH_FN_cuPointerGetAttributes);
@@ -532,8 +540,8 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
  * pointer is decides first, from the cache alone; the one driver call
  * (cuCtxGetDevice) is made only for a pointer that will be answered if the
  * context allows it. */
-cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
-                                          const void *ptr)
+PA_LINE_ALIGNED cudaError_t
+mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
     cudaPointerGetAttributes_fn real_ =
         (cudaPointerGetAttributes_fn)mh_next(MH_FN_cudaPointerGetAttributes);
