@@ -309,6 +309,9 @@ static inline bool may_answer(uint32_t asked, uint32_t not_cuda)
     (BIT(CU_POINTER_ATTRIBUTE_CONTEXT) | BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) |   \
      BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) | BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | \
      BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE))
+_Static_assert(sizeof(CUcontext) == 8 && sizeof(CUdeviceptr) == 8 && sizeof(void *) == 8 &&
+                   sizeof(size_t) == 8 && sizeof(unsigned int) == 4 && sizeof(int) == 4,
+               "WIDE names the 8-byte outputs, the rest are 4");
 /* Values are indexed by attribute modulo VALUES: every answerable
  * attribute has a slot of its own, and a caller that rewrites its own
  * attribute array while the call runs gets some value, not a read past the
