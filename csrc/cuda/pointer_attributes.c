@@ -185,35 +185,35 @@ static inline bool driver_ready(void)
            driver_ready_slow();
 }
 
+/* The answering functions start on a cache line.  Where the same code
+ * started 32 bytes into one, the one-attribute answer ran measurably
+ * slower (docs/performance.md, "Pointer-attribute answers"): a call this
+ * short is bound by how many fetch windows its path spans, which should
+ * not depend on what the linker placed before it. */
+#define PA_LINE_ALIGNED __attribute__((aligned(64)))
+
 /* What the cache vouches for about one pointer. */
 typedef enum { PA_PASS = 0, PA_NOT_CUDA, PA_REGION } pa_kind;
 
-typedef struct pa_view {
-    int type;    /* PA_REGION: MEMHOOK_MEMORY_CUDA, _CUDA_MANAGED or _CUDA_HOST */
-    int device;
-    uint64_t start, size;
-} pa_view;
+/* For PA_REGION, the region (r) as the cache found it: classified in
+ * place, read where it lies. */
+typedef mh_found_region pa_view;
 
 /* What the published map says of p.  Fills *v for PA_REGION. */
 static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint64_t p,
                                                               pa_view *v)
 {
-    mh_found_region f;
-    int k = mh_cache_classify(c, p, p + 1, &f);
+    int k = mh_cache_classify(c, p, p + 1, v);
     if (k == MH_FOUND_ABSENT)
-        return f.host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
+        return v->host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
     /* (p's granule, not the region's first: an irregular range is marked
      * whole, so a pointer into one always finds its mark) */
-    if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS ||
-        f.r.device < 0 || irregular(p))
+    if (k != MH_FOUND_IN || !v->vouched || v->r.origin != MEMHOOK_ORIGIN_HOOKS ||
+        v->r.device < 0 || irregular(p))
         return PA_PASS;
-    if (f.r.type != MEMHOOK_MEMORY_CUDA && f.r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
-        f.r.type != MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->r.type != MEMHOOK_MEMORY_CUDA && v->r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
+        v->r.type != MEMHOOK_MEMORY_CUDA_HOST)
         return PA_PASS;
-    v->type = f.r.type;
-    v->device = f.r.device;
-    v->start = f.r.start;
-    v->size = f.r.end - f.r.start;
     return PA_REGION;
 }
 
@@ -227,8 +227,8 @@ static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa
         if (attempt > 0 && mh_cache_look_begin(c, look))
             return map_view(c, p, v);
         pa_kind k = map_view(c, p, v);
-        uint64_t lo = k == PA_REGION ? v->start : p;
-        uint64_t hi = k == PA_REGION ? v->start + v->size : p + 1;
+        uint64_t lo = k == PA_REGION ? v->r.start : p;
+        uint64_t hi = k == PA_REGION ? v->r.end : p + 1;
         if (k == PA_PASS || mh_cache_look_holds(c, look, lo, hi, true))
             return k;
     }
@@ -260,9 +260,16 @@ static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view
  * output that is NULL. */
 #define BIT(a) (1u << (a))
 #define NEVER 1u
+/* BIT(a) for every a below 32, as a table: the loop over a call's
+ * attributes then needs no shift count in %cl, which the compiler pays for
+ * with registers saved around the loop. */
+#define B4(a) BIT(a), BIT((a) + 1), BIT((a) + 2), BIT((a) + 3)
+#define B16(a) B4(a), B4((a) + 4), B4((a) + 8), B4((a) + 12)
+static const uint32_t BIT_OF[32] = {B16(0), B16(16)};
+
 static inline uint32_t bit_of(CUpointer_attribute a)
 {
-    return (unsigned)a < 32 ? BIT((unsigned)a) : NEVER;
+    return (unsigned)a < 32 ? BIT_OF[(unsigned)a] : NEVER;
 }
 
 /* The attributes answered for a pointer in no CUDA allocation: by
@@ -293,41 +300,48 @@ static inline bool may_answer(uint32_t asked, uint32_t not_cuda)
     return (asked & ~not_cuda) == 0 || (asked & ~REGION_AT_MOST) == 0;
 }
 
-/* The answerable attributes' values, indexed by attribute, and the width
- * of each in the C type cuda.h gives it (the booleans: 4 bytes, as the
- * driver writes them).  A table, not a switch: a call asking for several
- * attributes takes no indirect branch per attribute. */
-#define MAX_ANSWERED CU_POINTER_ATTRIBUTE_MAPPED
-static const uint8_t WIDTH[MAX_ANSWERED + 1] = {
-    [CU_POINTER_ATTRIBUTE_CONTEXT] = sizeof(CUcontext),
-    [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = sizeof(unsigned int),
-    [CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = sizeof(CUdeviceptr),
-    [CU_POINTER_ATTRIBUTE_HOST_POINTER] = sizeof(void *),
-    [CU_POINTER_ATTRIBUTE_IS_MANAGED] = sizeof(unsigned int),
-    [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = sizeof(int),
-    [CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = sizeof(CUdeviceptr),
-    [CU_POINTER_ATTRIBUTE_RANGE_SIZE] = sizeof(size_t),
-    [CU_POINTER_ATTRIBUTE_MAPPED] = sizeof(unsigned int),
-};
-_Static_assert(((REGION_AT_MOST | NOT_CUDA_GETS) >> (MAX_ANSWERED + 1)) == 0 &&
+/* The answerable attributes that cuda.h types 8 bytes wide (pointers,
+ * sizes, the context); the others are 4 (the booleans as the driver writes
+ * them, the memory type, the ordinal).  A mask, not a per-attribute switch:
+ * a call asking for several attributes takes no indirect branch per
+ * attribute, and no table load either. */
+#define WIDE                                                                          \
+    (BIT(CU_POINTER_ATTRIBUTE_CONTEXT) | BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) |   \
+     BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) | BIT(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) | \
+     BIT(CU_POINTER_ATTRIBUTE_RANGE_SIZE))
+_Static_assert(sizeof(CUcontext) == 8 && sizeof(CUdeviceptr) == 8 && sizeof(void *) == 8 &&
+                   sizeof(size_t) == 8 && sizeof(unsigned int) == 4 && sizeof(int) == 4,
+               "WIDE names the 8-byte outputs, the rest are 4");
+/* Values are indexed by attribute modulo VALUES: every answerable
+ * attribute has a slot of its own, and a caller that rewrites its own
+ * attribute array while the call runs gets some value, not a read past the
+ * table. */
+#define VALUES 16
+_Static_assert(((REGION_AT_MOST | NOT_CUDA_GETS) >> VALUES) == 0 &&
                    ((REGION_AT_MOST | NOT_CUDA_GETS) & NEVER) == 0,
-               "every answered attribute has a value and a width");
+               "every answered attribute has a slot");
 
-static inline void values_of(pa_kind kind, const pa_view *v, uint64_t p,
-                             uint64_t out[MAX_ANSWERED + 1])
+/* The values cuPointerGetAttributes writes for memory in no allocation:
+ * the same for every such pointer, so they are a constant. */
+static const uint64_t NOT_CUDA_VALUES[VALUES] = {
+    [CU_POINTER_ATTRIBUTE_CONTEXT] = 0,
+    [CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = 0,
+    [CU_POINTER_ATTRIBUTE_IS_MANAGED] = 0,
+    [CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)CU_DEVICE_INVALID,
+};
+
+/* A region's values: the slots of REGION_AT_MOST, the only ones read for
+ * a region (answer_gets skips every attribute the call did not ask for). */
+static inline void region_values(const pa_view *v, uint64_t p, uint64_t out[VALUES])
 {
-    bool region = kind == PA_REGION;
-    out[CU_POINTER_ATTRIBUTE_CONTEXT] = 0;
-    out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] = !region ? 0u
-                                            : v->type == MEMHOOK_MEMORY_CUDA_HOST
-                                                ? CU_MEMORYTYPE_HOST
-                                                : CU_MEMORYTYPE_DEVICE;
+    out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] =
+        v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     out[CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
-    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = region && v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
-    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)(region ? v->device : CU_DEVICE_INVALID);
-    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = region ? v->start : 0;
-    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = region ? v->size : 0;
+    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->r.device;
+    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->r.start;
+    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->r.end - v->r.start;
     out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
 }
 
@@ -337,29 +351,20 @@ static inline uint64_t value_of(const pa_view *v, uint64_t p, CUpointer_attribut
 {
     switch (a) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        return v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        return v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+        return v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        return (uint32_t)v->device;
+        return (uint32_t)v->r.device;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        return v->start;
+        return v->r.start;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        return v->size;
+        return v->r.end - v->r.start;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         return 1;
     default:  /* DEVICE_POINTER, HOST_POINTER: the pointer itself */
         return p;
     }
-}
-
-/* Write attribute a (answerable, so at most MAX_ANSWERED) to data. */
-static inline void write_value(const uint64_t *values, CUpointer_attribute a, void *data)
-{
-    if (WIDTH[a] == 4)
-        *(uint32_t *)data = (uint32_t)values[a];
-    else
-        *(uint64_t *)data = values[a];
 }
 
 /* The calling thread's current context's device: false where there is no
@@ -380,10 +385,10 @@ static bool current_device(CUdevice *dev)
  * when DEVICE_POINTER is asked for and everything else asked is answered. */
 static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 {
-    if (v->type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->r.type == MEMHOOK_MEMORY_CUDA_HOST)
         return false;
     CUdevice dev = -1;
-    return current_device(&dev) && dev == v->device;
+    return current_device(&dev) && dev == v->r.device;
 }
 
 /* Whether every attribute in `asked` is answered for a pointer in region
@@ -391,8 +396,9 @@ static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 static inline __attribute__((always_inline)) bool region_answers(const pa_view *v,
                                                                 uint32_t asked)
 {
-    uint32_t mask = REGION_ATTRS |
-                    (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+    uint32_t mask =
+        REGION_ATTRS |
+        (v->r.type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
     uint32_t rest = asked & ~mask;
     return rest == 0 ||
            (rest == BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) && device_pointer_is_ptr(v));
@@ -411,48 +417,107 @@ static inline bool answering(void)
     return atomic_load_explicit(&g_enabled, memory_order_relaxed) && mh_hook_depth == 0;
 }
 
-/* What the cache says of p for a call asking `asked`: PA_PASS unless every
- * attribute asked is answered (`not_cuda`: the set answered for memory in
- * no allocation).  Fills *v for PA_REGION. */
+/* What the cache says of p for a call asking `asked`, a set may_answer
+ * allows: PA_PASS unless every attribute asked is answered (`not_cuda`:
+ * the set answered for memory in no allocation).  Fills *v for
+ * PA_REGION. */
 static inline __attribute__((always_inline)) pa_kind decide(uint64_t p, uint32_t asked,
                                                             uint32_t not_cuda, pa_view *v)
 {
-    if (!may_answer(asked, not_cuda))
-        return PA_PASS;
-    mh_hook_depth++;
+    mh_hook_depth = 1;  /* (0 before: answering()) */
     pa_kind k = view_of(p, v);
     if (k == PA_NOT_CUDA && (asked & ~not_cuda) != 0)
         k = PA_PASS;
     else if (k == PA_REGION && !region_answers(v, asked))
         k = PA_PASS;
-    mh_hook_depth--;
+    mh_hook_depth = 0;
     return k;
 }
 
-CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+PA_LINE_ALIGNED CUresult mh_w_cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+                                                     CUdeviceptr ptr)
 {
     cuPointerGetAttribute_fn real_ = (cuPointerGetAttribute_fn)mh_next(MH_FN_cuPointerGetAttribute);
     if (real_ == NULL)
         return (CUresult)mh_unresolved(MH_FN_cuPointerGetAttribute);
-    if (!answering() || data == NULL)
+    uint32_t asked = bit_of(attribute);
+    if (!answering() || data == NULL || !may_answer(asked, NOT_CUDA_GET))
         return real_(data, attribute, ptr);
     pa_view v;
-    pa_kind k = decide(ptr, bit_of(attribute), NOT_CUDA_GET, &v);
+    pa_kind k = decide(ptr, asked, NOT_CUDA_GET, &v);
     if (k == PA_PASS)
         return real_(data, attribute, ptr);
     t_answered++;
     if (k == PA_NOT_CUDA)
         return CUDA_ERROR_INVALID_VALUE;  /* nothing written, as the driver */
     uint64_t value = value_of(&v, ptr, attribute);
-    if (WIDTH[attribute] == 4)
-        *(uint32_t *)data = (uint32_t)value;
-    else
+    if (asked & WIDE)
         *(uint64_t *)data = value;
+    else
+        *(uint32_t *)data = (uint32_t)value;
     return CUDA_SUCCESS;
 }
 
-CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
-                                     void **data, CUdeviceptr ptr)
+/* The set a cuPointerGetAttributes call asks, in one pass over both its
+ * arrays: NEVER where an output is NULL or an attribute is above 31 (then
+ * so is the OR of them all; the bit a % 32 it also sets is moot).  (The
+ * NULL outputs are counted, in 64 bits: no count of at most 2^32 - 1 wraps
+ * to 0.) */
+static inline __attribute__((always_inline)) uint32_t
+asked_of(unsigned int n, const CUpointer_attribute *attributes, void *const *data)
+{
+    uint32_t asked = 0, any = 0;
+    uint64_t nulls = 0;
+    for (unsigned int i = 0; i < n; i++) {
+        uint32_t a = (uint32_t)attributes[i];
+        any |= a;
+        asked |= BIT_OF[a % 32];
+        nulls += data[i] == NULL;
+    }
+    return asked | ((any >> 5) != 0 || nulls != 0 ? NEVER : 0u);
+}
+
+/* The answer to a cuPointerGetAttributes whose set may_answer allows:
+ * every output written (but RANGE_* of memory in no allocation), or the
+ * real call, the outputs untouched.  Out of line, so that a set no
+ * pointer can be answered for (the runtime's) is passed on by a wrapper
+ * with no frame for the view and the values and two registers to save,
+ * not six. */
+static PA_LINE_ALIGNED __attribute__((noinline)) CUresult
+answer_gets(cuPointerGetAttributes_fn real_, unsigned int n, CUpointer_attribute *attributes,
+            void **data, CUdeviceptr ptr, uint32_t asked)
+{
+    pa_view v;
+    pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
+    if (k == PA_PASS)
+        return real_(n, attributes, data, ptr);
+    uint64_t region[VALUES];
+    const uint64_t *values = NOT_CUDA_VALUES;
+    uint32_t skip = ~asked | RANGE_OF_NO_ALLOCATION;
+    if (k == PA_REGION) {
+        region_values(&v, ptr, region);
+        values = region;
+        skip = ~asked;
+    }
+    /* Each attribute is read again: one a caller rewrites meanwhile (its
+     * own race) is skipped unless it is one more asked, whose value is
+     * there - never a slot not written, never one past the table. */
+    for (unsigned int i = 0; i < n; i++) {
+        uint32_t a = (uint32_t)attributes[i] % VALUES;
+        if ((skip >> a) & 1u)
+            continue;
+        if ((WIDE >> a) & 1u)
+            *(uint64_t *)data[i] = values[a];
+        else
+            *(uint32_t *)data[i] = (uint32_t)values[a];
+    }
+    t_answered++;
+    return CUDA_SUCCESS;
+}
+
+PA_LINE_ALIGNED CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes,
+                                                      CUpointer_attribute *attributes, void **data,
+                                                      CUdeviceptr ptr)
 {
     cuPointerGetAttributes_fn real_ =
         (cuPointerGetAttributes_fn)mh_next(MH_FN_cuPointerGetAttributes);
@@ -463,24 +528,10 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
     /* The set asked, read once; nothing is written unless every attribute
      * is answered, so a call passed through finds its outputs as the
      * caller left them. */
-    uint32_t asked = 0;
-    for (unsigned int i = 0; i < numAttributes; i++)
-        asked |= bit_of(attributes[i]);
-    if (may_answer(asked, NOT_CUDA_GETS))
-        for (unsigned int i = 0; i < numAttributes; i++)
-            asked |= data[i] == NULL ? NEVER : 0u;
-    pa_view v;
-    pa_kind k = decide(ptr, asked, NOT_CUDA_GETS, &v);
-    if (k == PA_PASS)
+    uint32_t asked = asked_of(numAttributes, attributes, data);
+    if (!may_answer(asked, NOT_CUDA_GETS))
         return real_(numAttributes, attributes, data, ptr);
-    uint64_t values[MAX_ANSWERED + 1];
-    values_of(k, &v, ptr, values);
-    uint32_t untouched = k == PA_NOT_CUDA ? RANGE_OF_NO_ALLOCATION : 0;
-    for (unsigned int i = 0; i < numAttributes; i++)
-        if (!(untouched & BIT(attributes[i])))
-            write_value(values, attributes[i], data[i]);
-    t_answered++;
-    return CUDA_SUCCESS;
+    return answer_gets(real_, numAttributes, attributes, data, ptr, asked);
 }
 
 /* cudaPointerGetAttributes needs the runtime's context: the real call makes
@@ -492,8 +543,8 @@ CUresult mh_w_cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attri
  * pointer is decides first, from the cache alone; the one driver call
  * (cuCtxGetDevice) is made only for a pointer that will be answered if the
  * context allows it. */
-cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
-                                          const void *ptr)
+PA_LINE_ALIGNED cudaError_t
+mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
     cudaPointerGetAttributes_fn real_ =
         (cudaPointerGetAttributes_fn)mh_next(MH_FN_cudaPointerGetAttributes);
@@ -505,11 +556,11 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
     uint64_t p = (uint64_t)(uintptr_t)ptr;
     pa_view v = {0};
     pa_kind k = view_of(p, &v);
-    if (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA_HOST)
         k = PA_PASS;
     CUdevice dev = -1;
     if (k != PA_PASS && (!current_device(&dev) ||
-                         (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA && v.device != dev)))
+                         (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA && v.r.device != dev)))
         k = PA_PASS;
     mh_hook_depth--;
     if (k == PA_PASS)
@@ -521,13 +572,13 @@ cudaError_t mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attribut
         out.type = 0;  /* cudaMemoryTypeUnregistered */
         out.device = CU_DEVICE_INVALID;
         out.hostPointer = (void *)ptr;
-    } else if (v.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
+    } else if (v.r.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
         out.type = 3;  /* cudaMemoryTypeManaged */
-        out.device = v.device;
+        out.device = v.r.device;
         out.devicePointer = out.hostPointer = (void *)ptr;
     } else {
         out.type = 2;  /* cudaMemoryTypeDevice */
-        out.device = v.device;
+        out.device = v.r.device;
         out.devicePointer = (void *)ptr;
     }
     *attributes = out;
