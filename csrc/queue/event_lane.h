@@ -203,9 +203,8 @@ static inline memhook_event *mh_lane_slot(void)
 /* The identity of the slot mh_lane_slot just returned (the calling
  * thread's next event; `lane` is mh_my_lane, read once by the caller after
  * mh_lane_slot, which may have set it): lane id << 48 | its index in the
- * lane; 0 for a
- * lane without an id.  Unique for the life of the process (a reused lane
- * goes on counting; a fork child keeps the parent's). */
+ * lane; 0 for a lane without an id.  Unique for the life of the process (a
+ * reused lane goes on counting; a fork child keeps the parent's). */
 static inline uint64_t mh_lane_slot_id(const mh_lane *lane)
 {
     if (__builtin_expect(lane->id == 0, 0))
