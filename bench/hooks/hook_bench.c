@@ -346,6 +346,18 @@ static double time_stamps(long n)
     return sink == 1 ? r + 1e-9 : r;
 }
 
+/* cuCtxGetCurrent beside cuCtxGetDevice: a per-thread cache of the
+ * device keyed by the current context would still ask the driver for the
+ * context at every ALLOC, so it pays only if this is much the cheaper. */
+static double time_ctx_get_current(CUresult (*fn)(CUcontext *), long n)
+{
+    CUcontext c;
+    uint64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        fn(&c);
+    return (double)(now_ns() - t0) / (double)n;
+}
+
 typedef int (*record_fn)(int, int, uint64_t, uint64_t, int, int, int);
 
 static double time_record(record_fn rec, long n)
@@ -360,11 +372,15 @@ static void print_profile(void *mh)
 {
     record_fn rec = (record_fn)need(mh, "memhook_events_record");
     CUresult (*ctx_dev)(CUdevice *) = need(g_cuda, "cuCtxGetDevice");
-    double c[9], d[9], r[9], t[9];
+    /* (optional: the stub driver and the simulator may not have it) */
+    CUresult (*ctx_cur)(CUcontext *) = (CUresult (*)(CUcontext *))dlsym(g_cuda,
+                                                                        "cuCtxGetCurrent");
+    double c[9], d[9], r[9], t[9], g[9];
     long n = 200000;
     for (int i = 0; i < 9; i++) {
         c[i] = time_clock(n);
         d[i] = time_ctx_get_device(ctx_dev, n);
+        g[i] = ctx_cur != NULL ? time_ctx_get_current(ctx_cur, n) : -1;
         r[i] = time_record(rec, n);
         t[i] = time_stamps(n);
     }
@@ -373,6 +389,9 @@ static void print_profile(void *mh)
            "drainer %s) %.1f\n",
            median_of(c, 9), median_of(d, 9), g_drainer_on ? "running" : "off",
            median_of(r, 9));
+    if (ctx_cur != NULL)
+        printf("profile: cuCtxGetCurrent %.1f ns (beside cuCtxGetDevice's above)\n",
+               median_of(g, 9));
     printf("profile: a hooked pair costs at least 2 x record + 1 x cuCtxGetDevice = %.1f ns; "
            "the rest of `added` is the wrappers and the live table\n",
            2 * median_of(r, 9) + median_of(d, 9));

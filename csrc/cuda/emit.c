@@ -46,9 +46,11 @@ void mh_emit_fork_child(void) { atomic_store(&g_pid, (int32_t)getpid()); }
  * line. */
 static inline bool sizes_exact(void)
 {
-    return atomic_load_explicit(&mh_trace_on, memory_order_relaxed) != 0 ||
-           atomic_load_explicit(&mh_exact_wanted, memory_order_relaxed) != 0 ||
-           __atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED) != 0;
+    /* `|`, not `||`: three loads of one line and one test, not a branch
+     * per switch (all three are nearly always off). */
+    return (atomic_load_explicit(&mh_trace_on, memory_order_relaxed) |
+            (int)atomic_load_explicit(&mh_exact_wanted, memory_order_relaxed) |
+            __atomic_load_n(&mh_ucm_feeding, __ATOMIC_RELAXED)) != 0;
 }
 
 /* Write and publish one event stamped `stamp`, following `link` (an
@@ -57,15 +59,27 @@ static inline bool sizes_exact(void)
  * `fence`: publish with a locked instruction (then the caller may pass
  * mh_lane_announce true).  The caller then calls mh_lane_announce.  The
  * chain learns of the event after its publication, so a link read from it
- * names a published event (event_drain.c). */
-static uint64_t write_event_at(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                               int device, int result, uint32_t flags, mh_stamp stamp,
-                               uint64_t link, bool fence, memhook_event **slot)
+ * names a published event (event_drain.c).
+ *
+ * Always inlined into the two hooks' paths that record on every call
+ * (mh_emit_alloc, mh_free_begin outside exact sizes): called, its dozen
+ * arguments went through the stack and six saved registers, and the tests
+ * on kind, flags, link and fence were made at run time on values the
+ * caller has as constants.  Every other writer goes through write_event,
+ * one out-of-line copy. */
+static inline __attribute__((always_inline)) uint64_t
+write_event_at(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type, int device,
+               int result, uint32_t flags, mh_stamp stamp, uint64_t link, bool fence,
+               memhook_event **slot)
 {
     memhook_event *e = mh_lane_slot();
+    /* Read once, after mh_lane_slot (which takes a lane at a thread's
+     * first event): the stores into the slot below leave it in a
+     * register instead of a reload of the TLS word at each use. */
+    mh_lane *lane = mh_my_lane;
     if (slot != NULL)
         *slot = e;
-    uint64_t self = mh_lane_slot_id();
+    uint64_t self = mh_lane_slot_id(lane);
     if (link == 0 && addr != 0)
         link = mh_addr_chain_last(addr);
     e->timestamp_ns = stamp.at;
@@ -78,7 +92,7 @@ static uint64_t write_event_at(int kind, mh_fn f, uint64_t addr, uint64_t size, 
     e->mem_type = mem_type;
     e->device = device;
     e->pid = current_pid();
-    e->tid = mh_my_lane->tid;
+    e->tid = lane->tid;
     e->result = result;
     /* A marker brings its own epoch (mh_marker_flags). */
     e->flags = flags | stamp.flags | ((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags());
@@ -87,18 +101,24 @@ static uint64_t write_event_at(int kind, mh_fn f, uint64_t addr, uint64_t size, 
      * consumers' business only: the collector counts calls and live bytes. */
     if (kind != 0)
         mh_trace_copy(e);
+    /* The summary widens to everything for a marker or a context reset
+     * (lane_span.c): from the caller's values, so that it folds. */
+    bool all = kind == 0 || (flags & MEMHOOK_EVENT_CONTEXT_RESET) != 0;
     if (fence)
-        mh_lane_publish_fenced();
+        mh_lane_publish_fenced(lane, addr, size, all);
     else
-        mh_lane_publish();
+        mh_lane_publish(lane, addr, size, all);
     if (addr != 0 && self != 0)
         mh_addr_chain_note(addr, self);
     return self;
 }
 
-static uint64_t write_event(int kind, mh_fn f, uint64_t addr, uint64_t size, int mem_type,
-                            int device, int result, uint32_t flags, mh_stamp stamp,
-                            uint64_t link)
+/* The out-of-line writer: markers, pushes after the call, the FREE of
+ * exact sizes. */
+static __attribute__((noinline)) uint64_t write_event(int kind, mh_fn f, uint64_t addr,
+                                                      uint64_t size, int mem_type, int device,
+                                                      int result, uint32_t flags,
+                                                      mh_stamp stamp, uint64_t link)
 {
     return write_event_at(kind, f, addr, size, mem_type, device, result, flags, stamp, link,
                           false, NULL);
@@ -178,10 +198,12 @@ void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *pl
          * have just learned the address from. */
         plan->known = true;
         plan->from_table = false;
-        plan->flags = given_size != 0 ? MH_EVENT_RANGE : MEMHOOK_EVENT_SIZE_UNKNOWN;
+        /* (a local: read back from *plan, the flags would be tested at run
+         * time in the inlined writer) */
+        uint32_t flags = given_size != 0 ? MH_EVENT_RANGE : MEMHOOK_EVENT_SIZE_UNKNOWN;
+        plan->flags = flags;
         write_event_at(MEMHOOK_EVENT_FREE, f, addr, given_size, mh_hooks[f].mem_type,
-                       MH_DEVICE_FILL,
-                       MH_RESULT_PENDING, plan->flags, mh_stamp_now(true), 0, false,
+                       MH_DEVICE_FILL, MH_RESULT_PENDING, flags, mh_stamp_now(true), 0, false,
                        &plan->pending);
         return;
     }

@@ -201,12 +201,12 @@ static inline memhook_event *mh_lane_slot(void)
 }
 
 /* The identity of the slot mh_lane_slot just returned (the calling
- * thread's next event): lane id << 48 | its index in the lane; 0 for a
- * lane without an id.  Unique for the life of the process (a reused lane
- * goes on counting; a fork child keeps the parent's). */
-static inline uint64_t mh_lane_slot_id(void)
+ * thread's next event; `lane` is mh_my_lane, read once by the caller after
+ * mh_lane_slot, which may have set it): lane id << 48 | its index in the
+ * lane; 0 for a lane without an id.  Unique for the life of the process (a
+ * reused lane goes on counting; a fork child keeps the parent's). */
+static inline uint64_t mh_lane_slot_id(const mh_lane *lane)
 {
-    const mh_lane *lane = mh_my_lane;
     if (__builtin_expect(lane->id == 0, 0))
         return 0;
     return (uint64_t)lane->id << MH_LANE_INDEX_BITS | lane->written;
@@ -217,15 +217,19 @@ MH_HIDDEN void mh_lane_span_init(mh_lane *lane);
 /* Out of line: the block of event `index` is complete: fold it in. */
 MH_HIDDEN void mh_lane_span_carry(mh_lane *lane, uint64_t index);
 
-/* Widen the summary by the addresses event e (about to be published as
+/* Widen the summary by the addresses an event (about to be published as
  * event `index` of the lane) may change the cache's answer for: an ALLOC's
- * or a FREE's range (a FREE of unknown size: its address, the base of what
- * it frees), everything for a marker or a context reset, nothing for a
- * failed ALLOC (address 0). */
-static inline void mh_lane_span_note(mh_lane *lane, const memhook_event *e, uint64_t index)
+ * or a FREE's range [addr, addr + size) (a FREE of unknown size: its
+ * address, the base of what it frees), everything (`all`: a marker or a
+ * context reset), nothing for a failed ALLOC (address 0).  The caller
+ * passes the values it wrote into the slot rather than have them read
+ * back from it: inlined into a writer whose kind and flags are constants,
+ * the tests on them fold away. */
+static inline void mh_lane_span_note(mh_lane *lane, uint64_t addr, uint64_t size, bool all,
+                                     uint64_t index)
 {
-    uint64_t lo = e->address, hi = lo + (e->size ? e->size : 1);
-    if (__builtin_expect(e->kind == 0 || (e->flags & MEMHOOK_EVENT_CONTEXT_RESET) || hi < lo, 0)) {
+    uint64_t lo = addr, hi = lo + (size ? size : 1);
+    if (__builtin_expect(all || hi < lo, 0)) {
         lo = 0;
         hi = UINT64_MAX;
     } else if (__builtin_expect(lo == 0, 0)) {
@@ -241,13 +245,13 @@ static inline void mh_lane_span_note(mh_lane *lane, const memhook_event *e, uint
         mh_lane_span_carry(lane, index);
 }
 
-/* Make the slot visible to the drain.  Then mh_lane_announce.  The owner
- * counts in its own line and only stores `published` (never reads it: the
- * drain's reads leave that line shared). */
-static inline void mh_lane_publish(void)
+/* Make the slot visible to the drain (`lane` is mh_my_lane; addr, size and
+ * all as for mh_lane_span_note).  Then mh_lane_announce.  The owner counts
+ * in its own line and only stores `published` (never reads it: the drain's
+ * reads leave that line shared). */
+static inline void mh_lane_publish(mh_lane *lane, uint64_t addr, uint64_t size, bool all)
 {
-    mh_lane *lane = mh_my_lane;
-    mh_lane_span_note(lane, lane->write_at, lane->written);
+    mh_lane_span_note(lane, addr, size, all, lane->written);
     lane->write_at++;
     atomic_store_explicit(&lane->published, ++lane->written, memory_order_release);
 }
@@ -261,9 +265,10 @@ MH_HIDDEN extern __thread _Atomic uint32_t mh_fence_word __attribute__((tls_mode
  * after it.  The barrier is a locked add on a word of the thread's own,
  * not an exchange of `published`: the drain reads that line, and a locked
  * write there waits for it to come back from the drain's core. */
-static inline void mh_lane_publish_fenced(void)
+static inline void mh_lane_publish_fenced(mh_lane *lane, uint64_t addr, uint64_t size,
+                                          bool all)
 {
-    mh_lane_publish();
+    mh_lane_publish(lane, addr, size, all);
     atomic_fetch_add_explicit(&mh_fence_word, 0, memory_order_seq_cst);
 }
 
