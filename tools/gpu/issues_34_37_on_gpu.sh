@@ -2,9 +2,10 @@
 # Issues 34, 35 and 37's GPU figures and the GPU suite in ONE device call,
 # each figure beside its baseline in the same run.  Carry .whl/ (cffi's
 # wheels), build/base-src/ (the csrc/ of the commit to compare the queries
-# with) and .base/ (the tree of the commit to compare the hook path with):
+# with) and .base/ (the csrc/ of the commit to compare the hook path and
+# the pointer attributes with):
 #     mkdir -p build/base-src && git archive REV csrc | tar -x -C build/base-src
-#     mkdir -p .base && git archive OLD | tar -x -C .base
+#     mkdir -p .base && git archive OLD csrc | tar -x -C .base
 #     run(command="bash tools/gpu/issues_34_37_on_gpu.sh",
 #         carry=[".whl", "build/base-src", ".base"])
 #   1. tools/gpu-run.sh: census, the GPU suite, the real async pair (FREEs
@@ -38,7 +39,7 @@ export MEMHOOK_BENCH_REAL_DRIVER=1
 TAIL=40 step native-query timeout 150 python3 bench/queries/native_query_bench.py \
     --baseline build/base-core/memhook --repeats 1 --parts query,batch,backlog,contention
 TAIL=24 step pointer-attr timeout 90 python3 bench/queries/pointer_attr_bench.py 1000000 bistro \
-    --core build/base-core/memhook --core .
+    --core build/old-core/memhook --core .
 unset MEMHOOK_BENCH_REAL_DRIVER
 TAIL=6 step torch-tests timeout 90 python3 -m pytest -q -p no:cacheprovider -k "torch or tensor" \
     tests/cache tests/hooks/test_query_grad_tensors.py tests/hooks/test_query_in_c.py || rc=1
