@@ -459,18 +459,6 @@ static int probe_signal_choose(const thread_info *th, int nth)
 #define DEAF_RUN_NS 1000000ULL
 #define DEAF_WAIT_MAX_NS 1000000000ULL
 
-/* Thread tid's CPU time in ns, -1 when it cannot be read (gone).  Its
- * clock id is the kernel's per-thread CPU clock of that tid, as glibc's
- * pthread_getcpuclockid makes it (a pthread_t we do not have). */
-static int64_t thread_cpu_ns(pid_t tid)
-{
-    clockid_t id = (clockid_t)((~(unsigned)tid << 3) | 4u /* per thread */ | 2u /* sched */);
-    struct timespec ts;
-    if (clock_gettime(id, &ts) != 0)
-        return -1;
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
  * re-read the thread every 100 us until it counts as deaf (see above). */
 static bool holds_past_transient(thread_info *t, int sig, const struct poke_batch *b,
@@ -482,7 +470,7 @@ static bool holds_past_transient(thread_info *t, int sig, const struct poke_batc
         if (!holds(t, sig, b))
             return false;
         uint64_t now = mh_monotonic_ns();
-        int64_t cpu = thread_cpu_ns(t->tid);
+        int64_t cpu = mh_thread_cpu_ns((int)t->tid);
         if (start == 0) {
             start = now;
             ran_from = cpu;
