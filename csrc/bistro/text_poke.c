@@ -446,24 +446,40 @@ static int probe_signal_choose(const thread_info *th, int nth)
 
 /* A thread that blocks the probe signal while it may be inside a window.
  * glibc blocks every signal in a thread that is being created or is
- * exiting, for microseconds: look again for up to DEAF_WAIT_NS before
- * calling it deaf.  Returns true when it is deaf (th updated). */
+ * exiting, for microseconds of that thread's own run time - which a loaded
+ * box may spread over many scheduler periods: a new thread can wait on a
+ * run queue, every signal blocked, for longer than any fixed wall-clock
+ * wait.  So a thread is deaf once it still blocks after DEAF_WAIT_NS and,
+ * if it is runnable, after it has run DEAF_RUN_NS since the first look
+ * (its own CPU clock); one the scheduler keeps off every CPU is deaf after
+ * DEAF_WAIT_MAX_NS all the same (the install stays bounded).  A sleeping
+ * thread is in no transient - the watchdog faulthandler starts blocks
+ * every signal and sleeps for good - so it waits DEAF_WAIT_NS only. */
 #define DEAF_WAIT_NS 10000000ULL
+#define DEAF_RUN_NS 1000000ULL
+#define DEAF_WAIT_MAX_NS 1000000000ULL
 
 /* Whether holds(t, sig) stays true past glibc's transient all-blocked masks:
- * re-read the thread every 100 us for up to DEAF_WAIT_NS. */
+ * re-read the thread every 100 us until it counts as deaf (see above). */
 static bool holds_past_transient(thread_info *t, int sig, const struct poke_batch *b,
                                  bool (*holds)(thread_info *, int, const struct poke_batch *))
 {
-    uint64_t end = 0;
+    uint64_t start = 0;
+    int64_t ran_from = -1;
     for (;;) {
         if (!holds(t, sig, b))
             return false;
         uint64_t now = mh_monotonic_ns();
-        if (end == 0)
-            end = now + DEAF_WAIT_NS;
-        else if (now > end)
+        int64_t cpu = mh_thread_cpu_ns((int)t->tid);
+        if (start == 0) {
+            start = now;
+            ran_from = cpu;
+        } else if (now - start > DEAF_WAIT_MAX_NS ||
+                   (now - start > DEAF_WAIT_NS &&
+                    (t->state != 'R' || cpu < 0 || ran_from < 0 ||
+                     (uint64_t)(cpu - ran_from) >= DEAF_RUN_NS))) {
             return true;
+        }
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
         read_thread(t->tid, t);

@@ -13,10 +13,12 @@ simulator: hooks installed here would stay for every later test.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from hooks_api_testing import DRIVER_CALLS, DRIVER_NAMES, run_sim_script
+from hooks_testing import FIXTURES
 
 SETUP = f"""
 import faulthandler
@@ -207,3 +209,25 @@ def test_far_jump_beside_faulthandler_watchdog_is_refused_cleanly(native, tmp_pa
     faulthandler.cancel_dump_traceback_later()
     print("ALL OK")
     """)
+
+
+def test_far_jump_beside_a_thread_not_yet_run(native, c_test_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """A thread just created and not yet given a CPU blocks every signal
+    (glibc restores its mask in its first instructions) and is "running":
+    bistro waits until it has run, however long the run queue keeps it
+    (tests/hooks/fixtures/starved_newborn.c makes that wait with a
+    real-time spinner on the thread's CPU), and installs.  Before: after a
+    fixed 10 ms bistro called it deaf and refused every window with a
+    boundary inside - with the 12-byte jump every driver entry, EAGAIN;
+    the IPC child of test_behaviour_driver[bistro-far-*] met it beside CPU
+    hogs, right after numpy's import had started OpenBLAS's thread."""
+    core = native.core.parent
+    exe = native.compile(FIXTURES / "starved_newborn.c", c_test_dir / "starved_newborn",
+                         extra=[f"-L{core}", "-lmemhook", f"-Wl,-rpath,{core}", "-ldl",
+                                "-lpthread"])
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                          env=native.env(MEMHOOK_BISTRO_FAR_JUMP="1"), check=False)
+    if proc.returncode == 77:
+        pytest.skip(proc.stdout.strip())
+    assert "newborn: state R, blocks every signal: yes" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "install: rc 0 " in proc.stdout, proc.stdout + proc.stderr
