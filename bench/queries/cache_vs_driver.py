@@ -477,7 +477,8 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
         name = {"dev_cold": "int (dev, cold)", "host": "int (host)",
                 "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
         print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
-    for what in ("iface cuda_array_interface", "iface dlpack", "iface tensor-like (host)",
+    for what in ("iface cuda_array_interface", "iface cuda_array_interface as CuPy (dev)",
+                 "iface dlpack", "iface tensor-like (host)",
                  "iface torch cpu tensor", "iface torch cpu tensor (requires grad)",
                  "ctypes_driver_dev_cold",
                  "ctypes_driver_host", "cu_dev_cold", "cu_host"):

@@ -495,6 +495,52 @@ static int steal_address(PyObject *v, uint64_t *start)
     return ok;
 }
 
+/* The kind of the last type found in g.kinds.  A program passes objects of
+ * one or two types over and over, and the lookup (a dict keyed by types,
+ * then the kind's int) costs as much as reading a buffer's extent.
+ * memhook/_queries/query.py only ever adds to that dict, and never changes
+ * a kind once learned, so the memo stands while g.kinds is the dict it was
+ * read from and holds as many entries; one removed (the tests forget a type
+ * to learn it again) changes the count and drops it.  The memo holds its
+ * type and dict, so no other can take their addresses.  (Under the GIL,
+ * like g; a build without one looks up every time.) */
+static struct {
+    PyObject *type, *kinds;
+    Py_ssize_t entries;
+    long kind;
+} g_kind_memo;
+
+/* How objects of `type` are read (enum kind), 0 if not learned; no
+ * exception set. */
+static long kind_of(PyObject *type)
+{
+    if (g.kinds == NULL)
+        return 0;
+#ifndef Py_GIL_DISABLED
+    if (type == g_kind_memo.type && g.kinds == g_kind_memo.kinds &&
+        PyDict_Size(g.kinds) == g_kind_memo.entries)
+        return g_kind_memo.kind;
+#endif
+    PyObject *k = PyDict_GetItemWithError(g.kinds, type);
+    long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
+    if (kind <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#ifndef Py_GIL_DISABLED
+    PyObject *old_type = g_kind_memo.type, *old_kinds = g_kind_memo.kinds;
+    Py_INCREF(type);
+    Py_INCREF(g.kinds);
+    g_kind_memo.type = type;
+    g_kind_memo.kinds = g.kinds;
+    g_kind_memo.entries = PyDict_Size(g.kinds);
+    g_kind_memo.kind = kind;
+    Py_XDECREF(old_type);
+    Py_XDECREF(old_kinds);
+#endif
+    return kind;
+}
+
 /* [start, start + n) for obj and size, read here: 1; or 0 (no exception
  * set) where the Python normaliser must answer. */
 static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
@@ -513,9 +559,7 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
         *n = (uint64_t)PyByteArray_Size(obj);
         is_address = 0;
     } else {
-        PyObject *k = g.kinds ? PyDict_GetItemWithError(g.kinds, (PyObject *)Py_TYPE(obj))
-                              : NULL;
-        long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
+        long kind = kind_of((PyObject *)Py_TYPE(obj));
         switch (kind) {
         case KIND_BUFFER:
             if (!buffer_range(obj, start, n))
@@ -561,8 +605,6 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 1;
             break;
         default:
-            if (k == NULL && PyErr_Occurred())
-                PyErr_Clear();
             return 0;
         }
     }

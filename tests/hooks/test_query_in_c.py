@@ -261,3 +261,21 @@ def test_the_public_queries_are_the_builtins_called_as_their_def(device_region: 
             with pytest.raises(TypeError) as ours:
                 fn(*args, **kwargs)
             assert str(ours.value) == str(theirs.value).replace("_as_def", name), (args, kwargs)
+
+
+def test_a_type_removed_from_the_learned_kinds_goes_to_python_again(
+        normaliser_calls: list[Any]) -> None:
+    """C remembers the last learned type's kind; a type removed from the
+    table (as the torch tests do, to learn it again) is not read in C from
+    that memo: its next object goes to Python, which teaches it again."""
+    class Forgotten(_LegacyDLPack):
+        pass
+
+    arrays = [np.zeros(8 + i) for i in range(4)]
+    for a in arrays * 3:
+        assert memhook.memory_type(Forgotten(a)) is M.HOST
+    assert len(normaliser_calls) == 1 and Forgotten in _query._kinds
+    del _query._kinds[Forgotten]
+    for a in arrays * 3:
+        assert memhook.memory_type(Forgotten(a)) is M.HOST
+    assert len(normaliser_calls) == 2 and Forgotten in _query._kinds
