@@ -76,8 +76,8 @@ def _in_c(fn: _F) -> _F:
     name, module, docstring and signature (annotations aside: a builtin's
     text signature has none), in its place: the same call, positional or by
     keyword, and the same answers and errors, without the Python frame a def
-    costs every call - on a query whose own work is tens of nanoseconds, a
-    third of the time.  ``fn``'s body is what the builtin does."""
+    costs every call: as much as the rest of a query of an int
+    (docs/performance.md).  ``fn``'s body is what the builtin does."""
     params = [p.replace(annotation=inspect.Parameter.empty)
               for p in inspect.signature(fn).parameters.values()]
     return query_public(fn, str(inspect.Signature(params)))  # type: ignore[no-any-return]
