@@ -17,15 +17,17 @@ own so that one mode's install cannot colour another's figures:
   QUERIES random pointers inside a numpy array ("host");
 * ``memhook.lookup(p)`` over the cold pointers, and ``memhook.memory_types``
   of the cold and of the host pointers as one uint64 array each (ns per
-  pointer; the cold ones also sorted, which numpy's searchsorted answers
-  several times faster);
+  pointer; the cold ones also sorted, which the core's search answers
+  several times faster), and the core's ``memhook_query_types`` alone over
+  the cold ones (what the batch costs without the Python around it);
 * the baseline, measured in the same rounds: cuda-python's
   ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p)`` over the
   same pointers (for host memory it fails with CUDA_ERROR_INVALID_VALUE,
   which is its answer "not CUDA's");
 * the objects users pass, through ``memory_type``: numpy arrays, bytes,
   memoryview, ctypes integers, ``c_void_p`` and arrays, cuda-python's
-  ``CUdeviceptr``, ``__cuda_array_interface__`` objects, DLPack-only
+  ``CUdeviceptr``, ``__cuda_array_interface__`` objects (one with a
+  literal dict, one that makes its dict as CuPy does), DLPack-only
   objects, objects read as a PyTorch CPU tensor is (an interface that
   raises, then DLPack with an IntEnum device type) and, where torch is
   importable, torch's CPU tensors, with and without requires_grad (64
@@ -86,6 +88,29 @@ class _CudaArray:
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"data": (self._ptr, False), "shape": (self._n,), "typestr": "<f4",
                 "strides": None, "version": 3}
+
+
+class _CupyLikeArray:
+    """An object whose ``__cuda_array_interface__`` is made as CuPy makes its
+    own (``cupy/_core/core.pyx``): a new dict for each read, its keys in
+    CuPy's order - a new shape tuple, the dtype's ``str`` (a new string
+    each time), ``descr``, the stream, the version, ``strides`` (None when
+    contiguous) and ``data`` last."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        import numpy as np
+
+        self._ptr, self._shape, self._dtype = ptr, [n], np.dtype(np.float32)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        desc: dict[str, Any] = {"shape": tuple(self._shape), "typestr": self._dtype.str,
+                                "descr": self._dtype.descr}
+        desc["stream"] = 1  # (the legacy stream, as CuPy names the default one)
+        desc["version"] = 3
+        desc["strides"] = None
+        desc["data"] = (self._ptr, False)
+        return desc
 
 
 class _DLPackOnly:
@@ -174,6 +199,8 @@ def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list
         "ctypes array": ([(ctypes.c_char * (100 + i))() for i in range(64)], host),
         "CUdeviceptr (dev)": ([cu.CUdeviceptr(p) for p in dev_ptrs[:64]], cuda),
         "cuda_array_interface (dev)": ([_CudaArray(p, 1024) for p in dev_ptrs[:64]], cuda),
+        "cuda_array_interface as CuPy (dev)": (
+            [_CupyLikeArray(p, 1024) for p in dev_ptrs[:64]], cuda),
         "dlpack (host)": ([_DLPackOnly(a) for a in arrays], host),
         "tensor-like (host)": ([_TensorLike(a) for a in arrays], host),
     }
@@ -252,7 +279,7 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     base = host_buf.ctypes.data
     host = [base + rng.randrange(HOST_BYTES) for _ in range(queries)]
     cold_arr = np.array(cold, dtype=np.uint64)
-    sorted_arr = np.sort(cold_arr)  # (numpy's searchsorted is much cheaper over sorted keys)
+    sorted_arr = np.sort(cold_arr)  # (the core's search is much cheaper over sorted keys)
     host_arr = np.array(host, dtype=np.uint64)
 
     # Every answer about to be timed is right (the hooks saw every allocation).
@@ -270,6 +297,9 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     assert device_answer[1] == cu.CUmemorytype.CU_MEMORYTYPE_DEVICE, device_answer
     assert get_attr(attr, host[0])[0] == cu.CUresult.CUDA_ERROR_INVALID_VALUE
 
+    # (memory_types' batch without the Python around it: the core's call alone)
+    from memhook._binding.core import ffi, lib
+    codes = np.empty(queries, dtype=np.uint8)
     consume: Any = collections.deque(maxlen=0).extend
     clock = time.perf_counter_ns
     memory_type, lookup, memory_types = memhook.memory_type, memhook.lookup, memhook.memory_types
@@ -280,6 +310,9 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
         "host": (lambda: consume(map(memory_type, host)), queries),
         "lookup_cold": (lambda: consume(map(lookup, cold)), queries),
         "batch_dev": (lambda: memory_types(cold_arr), queries),
+        "batch_dev_core": (lambda: lib.memhook_query_types(
+            ffi.from_buffer("uint64_t[]", cold_arr), queries, ffi.from_buffer("uint8_t[]", codes)),
+            queries),
         "batch_dev_sorted": (lambda: memory_types(sorted_arr), queries),
         "batch_host": (lambda: memory_types(host_arr), queries),
         "cu_dev_cold": (lambda: consume(map(get_attr, same(attr), cold)), queries),
@@ -297,9 +330,12 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     # What reading the interfaces alone costs (the goal for those objects is
     # this plus 200 ns).
     cai = objects["cuda_array_interface (dev)"][0]
+    cupy_like = objects["cuda_array_interface as CuPy (dev)"][0]
     dlp = objects["dlpack (host)"][0]
     work["iface cuda_array_interface"] = (
         lambda: consume(o.__cuda_array_interface__ for o in cai), queries)
+    work["iface cuda_array_interface as CuPy (dev)"] = (
+        lambda: consume(o.__cuda_array_interface__ for o in cupy_like), queries)
     # (a consumer asks the device first, for the stream, then for a versioned
     # capsule: both are the protocol's reading)
     work["iface dlpack"] = (lambda: consume((o.__dlpack_device__(), o.__dlpack__(
@@ -441,12 +477,15 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
         name = {"dev_cold": "int (dev, cold)", "host": "int (host)",
                 "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
         print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
-    for what in ("iface cuda_array_interface", "iface dlpack", "iface tensor-like (host)",
+    for what in ("iface cuda_array_interface", "iface cuda_array_interface as CuPy (dev)",
+                 "iface dlpack", "iface tensor-like (host)",
                  "iface torch cpu tensor", "iface torch cpu tensor (requires grad)",
                  "ctypes_driver_dev_cold",
                  "ctypes_driver_host", "cu_dev_cold", "cu_host"):
         print(f"{what}: " + ", ".join(f"{r['mode']} {r[what]:.0f}" for r in rows if what in r)
               + " ns")
+    print("memory_types' call into the core alone (memhook_query_types), ns a pointer: "
+          + ", ".join(f"{r['mode']} {r['batch_dev_core']:.1f}" for r in rows) + " ns")
     print(f"goals (int <= {INT_GOAL_NS:.0f} ns; objects <= {OBJECT_GOAL_NS:.0f} ns; interfaces "
           f"<= reading them + {IFACE_EXTRA_NS:.0f} ns; batch <= {BATCH_GOAL_NS:.0f} ns a "
           f"pointer): {'met' if met_all else 'MISSED'}")

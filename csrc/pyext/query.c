@@ -30,6 +30,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "memhook/memhook.h"
@@ -60,7 +61,8 @@ enum kind {
 /* Set once by memhook/_queries/query.py (query_configure); global because the
  * extension has one process cache to answer for. */
 static struct {
-    PyObject *types;       /* MemoryType members by code */
+    PyObject *types;       /* MemoryType members by code (a tuple) */
+    PyObject *type_of[TYPE_CODES]; /* its items, borrowed from it */
     PyObject *make_region; /* (start, size, MemoryType, device) -> Region */
     /* Region made here where its fields are slots (Python 3.10+): the
      * type's allocator and each field's member descriptor, set as the
@@ -86,8 +88,8 @@ static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
  * their names as vectorcall takes them (interned: matched by identity). */
 static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
 static PyObject *s_data_ptr, *s_stride, *s_element_size;
-static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_typestr, *s_offset,
-    *s_version, *s_stream, *s_mask, *s_descr;
+static PyObject *s_ptr, *s_size; /* the public keywords */
+static PyObject *s_current, *s_cai, *s_shape, *s_stream;
 
 /* (PyLong_AsUnsignedLong and PyLong_AsLong read the digits in a loop;
  * the long long forms go through a byte-array conversion, several times
@@ -205,7 +207,9 @@ static int int_tuple(PyObject *t, int64_t *out, Py_ssize_t *len)
 }
 
 /* An array-interface typestr's item size ("<f4": 4, "|u1": 1, "<U4": 16),
- * for the kinds numpy sizes as written; 0 for anything else. */
+ * for the kinds numpy sizes as written; 0 for anything else.  (Tested
+ * char by char, not with strchr: a producer may hand out a new string each
+ * time - numpy's dtype.str does - so this runs on every such query.) */
 static int64_t typestr_parse(PyObject *typestr)
 {
     Py_ssize_t len;
@@ -214,8 +218,20 @@ static int64_t typestr_parse(PyObject *typestr)
         PyErr_Clear();
         return 0;
     }
-    if (len < 3 || len > 12 || strchr("<>|=", s[0]) == NULL || strchr("biufcV?SU", s[1]) == NULL)
+    if (len < 3 || len > 12)
         return 0;
+    switch (s[0]) {
+    case '<': case '>': case '|': case '=':
+        break;
+    default:
+        return 0;
+    }
+    switch (s[1]) {
+    case 'b': case 'i': case 'u': case 'f': case 'c': case 'V': case '?': case 'S': case 'U':
+        break;
+    default:
+        return 0;
+    }
     int64_t size = 0;
     for (Py_ssize_t i = 2; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
@@ -244,27 +260,35 @@ static int64_t typestr_itemsize(PyObject *typestr)
     return size;
 }
 
+/* The names an interface's keys are matched against (interned: a
+ * producer's literals are the same objects): the five read, then the four
+ * known and ignored. */
+#define CAI_READ 5
+#define CAI_NAMES 9
+static PyObject *cai_names[CAI_NAMES];
+
 /* The interface's entries: one pass over the dict where each key is one of
- * the interned names (a producer's literals are), else a lookup each. */
-static void cai_entries(PyObject *iface, PyObject *out[5])
+ * cai_names, else a lookup each.  (A walk: lookups by name cost twice as
+ * much, and a producer builds the dict afresh for each read, so nothing of
+ * it can be kept.) */
+static void cai_entries(PyObject *iface, PyObject *out[CAI_READ])
 {
-    PyObject *const names[5] = {s_data, s_shape, s_typestr, s_strides, s_offset};
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     int i;
-    memset(out, 0, 5 * sizeof *out);
+    memset(out, 0, CAI_READ * sizeof *out);
     while (PyDict_Next(iface, &pos, &key, &value)) {
-        for (i = 0; i < 5 && key != names[i]; i++)
+        for (i = 0; i < CAI_NAMES && key != cai_names[i]; i++)
             ;
-        if (i < 5)
+        if (i < CAI_READ)
             out[i] = value;
-        else if (key != s_version && key != s_stream && key != s_mask && key != s_descr)
+        else if (i == CAI_NAMES)
             goto lookups;
     }
     return;
 lookups:
-    for (i = 0; i < 5; i++)
-        out[i] = PyDict_GetItem(iface, names[i]);
+    for (i = 0; i < CAI_READ; i++)
+        out[i] = PyDict_GetItem(iface, cai_names[i]);
 }
 
 /* 1: read; 0: not read here (the Python path answers); -1: the attribute
@@ -279,7 +303,7 @@ static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
     }
     int ok = 0;
     if (PyDict_CheckExact(iface)) {
-        PyObject *e[5];
+        PyObject *e[CAI_READ];
         cai_entries(iface, e);
         PyObject *data = e[0], *shape_t = e[1], *typestr = e[2], *strides_t = e[3],
                  *offset_o = e[4];
@@ -471,6 +495,52 @@ static int steal_address(PyObject *v, uint64_t *start)
     return ok;
 }
 
+/* The kind of the last type found in g.kinds.  A program passes objects of
+ * one or two types over and over, and the lookup (a dict keyed by types,
+ * then the kind's int) costs as much as reading a buffer's extent.
+ * memhook/_queries/query.py only ever adds to that dict, and never changes
+ * a kind once learned, so the memo stands while g.kinds is the dict it was
+ * read from and holds as many entries; one removed (the tests forget a type
+ * to learn it again) changes the count and drops it.  The memo holds its
+ * type and dict, so no other can take their addresses.  (Under the GIL,
+ * like g; a build without one looks up every time.) */
+static struct {
+    PyObject *type, *kinds;
+    Py_ssize_t entries;
+    long kind;
+} g_kind_memo;
+
+/* How objects of `type` are read (enum kind), 0 if not learned; no
+ * exception set. */
+static long kind_of(PyObject *type)
+{
+    if (g.kinds == NULL)
+        return 0;
+#ifndef Py_GIL_DISABLED
+    if (type == g_kind_memo.type && g.kinds == g_kind_memo.kinds &&
+        PyDict_Size(g.kinds) == g_kind_memo.entries)
+        return g_kind_memo.kind;
+#endif
+    PyObject *k = PyDict_GetItemWithError(g.kinds, type);
+    long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
+    if (kind <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#ifndef Py_GIL_DISABLED
+    PyObject *old_type = g_kind_memo.type, *old_kinds = g_kind_memo.kinds;
+    Py_INCREF(type);
+    Py_INCREF(g.kinds);
+    g_kind_memo.type = type;
+    g_kind_memo.kinds = g.kinds;
+    g_kind_memo.entries = PyDict_Size(g.kinds);
+    g_kind_memo.kind = kind;
+    Py_XDECREF(old_type);
+    Py_XDECREF(old_kinds);
+#endif
+    return kind;
+}
+
 /* [start, start + n) for obj and size, read here: 1; or 0 (no exception
  * set) where the Python normaliser must answer. */
 static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
@@ -489,8 +559,7 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
         *n = (uint64_t)PyByteArray_Size(obj);
         is_address = 0;
     } else {
-        PyObject *k = g.kinds ? PyDict_GetItem(g.kinds, (PyObject *)Py_TYPE(obj)) : NULL;
-        long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
+        long kind = kind_of((PyObject *)Py_TYPE(obj));
         switch (kind) {
         case KIND_BUFFER:
             if (!buffer_range(obj, start, n))
@@ -536,8 +605,6 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
             is_address = 1;
             break;
         default:
-            if (k == NULL && PyErr_Occurred())
-                PyErr_Clear();
             return 0;
         }
     }
@@ -559,12 +626,13 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
 /* normalise, else the Python normaliser: 0, or -1 with its exception. */
 static int resolve(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
 {
+    /* (an address alone, the commonest call, without normalise's dispatch) */
+    if (size == NULL && as_u64(obj, start)) {
+        *n = 1;
+        return 0;
+    }
     if (normalise(obj, size, start, n))
         return 0;
-    if (g.fallback == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "memhook._native: queries not configured");
-        return -1;
-    }
     PyObject *got = size == NULL ? PyObject_CallFunctionObjArgs(g.fallback, obj, NULL)
                                  : PyObject_CallFunctionObjArgs(g.fallback, obj, size, NULL);
     if (got == NULL)
@@ -579,16 +647,58 @@ static int resolve(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
     return 0;
 }
 
-static int args(const char *name, PyObject *const *argv, Py_ssize_t argc, PyObject **obj,
-                PyObject **size)
+/* The public signature (ptr, size=1), positional or by keyword, with the
+ * errors CPython gives a def of it: these builtins are memhook.memory_type
+ * and memhook.lookup themselves (query_public), so a call costs no Python
+ * frame. */
+static int args_in_full(const char *name, PyObject *const *argv, Py_ssize_t argc,
+                        PyObject *kwnames, PyObject **obj, PyObject **size)
 {
-    if (argc < 1 || argc > 2) {
-        PyErr_Format(PyExc_TypeError, "%s() takes 1 or 2 arguments (%zd given)", name, argc);
+    if (argc > 2) {
+        PyErr_Format(PyExc_TypeError, "%s() takes from 1 to 2 positional arguments but %zd "
+                     "were given", name, argc);
         return -1;
     }
-    *obj = argv[0];
-    *size = argc == 2 ? argv[1] : NULL;
+    PyObject *got[2] = {argc > 0 ? argv[0] : NULL, argc > 1 ? argv[1] : NULL};
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_Size(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GetItem(kwnames, i);
+        int at = key == s_ptr ? 0 : key == s_size ? 1 : -1;
+        if (at < 0) /* (a name the caller built, not interned) */
+            at = PyUnicode_CompareWithASCIIString(key, "ptr") == 0    ? 0
+                 : PyUnicode_CompareWithASCIIString(key, "size") == 0 ? 1
+                                                                      : -1;
+        if (at < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", name,
+                         key);
+            return -1;
+        }
+        if (got[at] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", name,
+                         at == 0 ? "ptr" : "size");
+            return -1;
+        }
+        got[at] = argv[argc + i];
+    }
+    if (got[0] == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s() missing 1 required positional argument: 'ptr'",
+                     name);
+        return -1;
+    }
+    *obj = got[0];
+    *size = got[1];
     return 0;
+}
+
+static inline int args(const char *name, PyObject *const *argv, Py_ssize_t argc,
+                       PyObject *kwnames, PyObject **obj, PyObject **size)
+{
+    if (kwnames == NULL && (argc == 1 || argc == 2)) {
+        *obj = argv[0];
+        *size = argc == 2 ? argv[1] : NULL;
+        return 0;
+    }
+    return args_in_full(name, argv, argc, kwnames, obj, size);
 }
 
 /* Events wait and subscribers want them: hand them out (0, or -1 with the
@@ -614,6 +724,10 @@ static int deliver(void)
 static int ask(PyObject *obj, PyObject *size, memhook_region *r)
 {
     uint64_t start, n;
+    if (g.types == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "memhook._native: queries not configured");
+        return -1;
+    }
     if (deliver() != 0)
         return -1;
     if (resolve(obj, size, &start, &n) != 0)
@@ -640,16 +754,17 @@ static int ask(PyObject *obj, PyObject *size, memhook_region *r)
     return 0;
 }
 
-/* query_type(obj[, size]): memhook.memory_type. */
-static PyObject *query_type(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+/* memhook.memory_type(ptr, size=1). */
+static PyObject *query_type(PyObject *self, PyObject *const *argv, Py_ssize_t argc,
+                            PyObject *kwnames)
 {
     (void)self;
     PyObject *obj, *size;
     memhook_region r;
-    if (args("query_type", argv, argc, &obj, &size) != 0 || ask(obj, size, &r) != 0)
+    if (args("memory_type", argv, argc, kwnames, &obj, &size) != 0 || ask(obj, size, &r) != 0)
         return NULL;
-    PyObject *t = PyTuple_GetItem(g.types, r.mem_type);
-    Py_XINCREF(t);
+    PyObject *t = g.type_of[r.mem_type];
+    Py_INCREF(t);
     return t;
 }
 
@@ -667,9 +782,7 @@ static region_memo g_regions[REGION_MEMO];
  * fields are slots, else by memhook._values.types' constructor. */
 static PyObject *make_region(const memhook_region *r)
 {
-    PyObject *t = PyTuple_GetItem(g.types, r->mem_type);
-    if (t == NULL)
-        return NULL;
+    PyObject *t = g.type_of[r->mem_type];
     if (g.region_type == NULL)
         return PyObject_CallFunction(g.make_region, "KKOi", (unsigned long long)r->base,
                                      (unsigned long long)r->size, t, r->device);
@@ -686,13 +799,14 @@ static PyObject *make_region(const memhook_region *r)
     return region;
 }
 
-/* query_region(obj[, size]): memhook.lookup. */
-static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+/* memhook.lookup(ptr, size=1). */
+static PyObject *query_region(PyObject *self, PyObject *const *argv, Py_ssize_t argc,
+                              PyObject *kwnames)
 {
     (void)self;
     PyObject *obj, *size;
     memhook_region r;
-    if (args("query_region", argv, argc, &obj, &size) != 0 || ask(obj, size, &r) != 0)
+    if (args("lookup", argv, argc, kwnames, &obj, &size) != 0 || ask(obj, size, &r) != 0)
         return NULL;
     if (r.mem_type == MEMHOOK_MEMORY_HOST)
         Py_RETURN_NONE;
@@ -828,17 +942,74 @@ static PyObject *query_configure(PyObject *self, PyObject *const *argv, Py_ssize
     }
     region_fields(argv[1]);
     set(&g.types, argv[0]);
+    for (int i = 0; i < TYPE_CODES; i++)
+        g.type_of[i] = PyTuple_GetItem(g.types, i);
     set(&g.make_region, argv[2]);
     set(&g.fallback, argv[3]);
     set(&g.kinds, argv[4]);
     Py_RETURN_NONE;
 }
 
+/* memhook.memory_type and memhook.lookup themselves (query_public).  Not
+ * const, and static: a builtin reads its name and docstring through its
+ * PyMethodDef for as long as it lives. */
+static PyMethodDef g_public[] = {
+    {"memory_type", (PyCFunction)(void (*)(void))query_type, METH_FASTCALL | METH_KEYWORDS,
+     NULL},
+    {"lookup", (PyCFunction)(void (*)(void))query_region, METH_FASTCALL | METH_KEYWORDS, NULL},
+};
+
+/* query_public(fn, signature): the builtin above named fn.__name__, with
+ * fn's module and docstring and `signature` as its __text_signature__ -
+ * the Python def it stands for, less the frame a def costs every call
+ * (memhook/_queries/query.py's _in_c). */
+static PyObject *query_public(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    if (argc != 2 || !PyUnicode_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "query_public(fn, signature)");
+        return NULL;
+    }
+    PyObject *name = PyObject_GetAttrString(argv[0], "__name__");
+    PyObject *doc = name != NULL ? PyObject_GetAttrString(argv[0], "__doc__") : NULL;
+    PyObject *module = doc != NULL ? PyObject_GetAttrString(argv[0], "__module__") : NULL;
+    PyObject *text = NULL, *fn = NULL;
+    PyMethodDef *def = NULL;
+    for (size_t i = 0; module != NULL && i < sizeof g_public / sizeof g_public[0]; i++)
+        if (PyUnicode_Check(name) &&
+            PyUnicode_CompareWithASCIIString(name, g_public[i].ml_name) == 0)
+            def = &g_public[i];
+    if (module != NULL && def == NULL)
+        PyErr_Format(PyExc_ValueError, "query_public: no builtin named %R", name);
+    if (def != NULL)
+        text = PyUnicode_Check(doc) ? PyUnicode_FromFormat("%U%U\n--\n\n%U", name, argv[1], doc)
+                                    : PyUnicode_FromFormat("%U%U\n--\n\n", name, argv[1]);
+    Py_ssize_t len;
+    const char *utf8 = text != NULL ? PyUnicode_AsUTF8AndSize(text, &len) : NULL;
+    char *copy = utf8 != NULL ? malloc((size_t)len + 1) : NULL;
+    if (utf8 != NULL && copy == NULL)
+        PyErr_NoMemory();
+    if (copy != NULL) {
+        memcpy(copy, utf8, (size_t)len + 1);
+        /* (the GIL is held: no builtin of this def reads the old text now) */
+        free((void *)def->ml_doc);
+        def->ml_doc = copy;
+        fn = PyCFunction_NewEx(def, NULL, module);
+    }
+    Py_XDECREF(text);
+    Py_XDECREF(module);
+    Py_XDECREF(doc);
+    Py_XDECREF(name);
+    return fn;
+}
+
 static PyMethodDef methods[] = {
-    {"query_type", (PyCFunction)(void (*)(void))query_type, METH_FASTCALL,
-     "query_type(obj, size=1): memhook.memory_type's answer"},
-    {"query_region", (PyCFunction)(void (*)(void))query_region, METH_FASTCALL,
-     "query_region(obj, size=1): memhook.lookup's answer"},
+    {"query_type", (PyCFunction)(void (*)(void))query_type, METH_FASTCALL | METH_KEYWORDS,
+     "query_type(ptr, size=1): memhook.memory_type's answer"},
+    {"query_region", (PyCFunction)(void (*)(void))query_region, METH_FASTCALL | METH_KEYWORDS,
+     "query_region(ptr, size=1): memhook.lookup's answer"},
+    {"query_public", (PyCFunction)(void (*)(void))query_public, METH_FASTCALL,
+     "query_public(fn, signature): the builtin standing for fn"},
     {"query_extent", (PyCFunction)(void (*)(void))query_extent, METH_FASTCALL,
      "query_extent(obj, kind): (start, size) as read in C, or None"},
     {"query_configure", (PyCFunction)(void (*)(void))query_configure, METH_FASTCALL,
@@ -859,12 +1030,17 @@ static PyObject *intern(const char *s)
  * this): 0, or -1 with an exception. */
 int memhook_pyext_add(PyObject *m)
 {
-    if (!(s_current = intern("current")) || !(s_cai = intern("__cuda_array_interface__")) ||
-        !(s_data = intern("data")) || !(s_shape = intern("shape")) ||
-        !(s_strides = intern("strides")) || !(s_typestr = intern("typestr")) ||
-        !(s_offset = intern("offset")) || !(s_version = intern("version")) ||
-        !(s_stream = intern("stream")) || !(s_mask = intern("mask")) ||
-        !(s_descr = intern("descr")) || !(s_dlpack = intern("__dlpack__")) ||
+    /* (the order cai_entries reads them in) */
+    static const char *const cai[CAI_NAMES] = {"data", "shape", "typestr", "strides", "offset",
+                                               "version", "stream", "mask", "descr"};
+    for (int i = 0; i < CAI_NAMES; i++)
+        if (!(cai_names[i] = intern(cai[i])))
+            return -1;
+    s_shape = cai_names[1];
+    s_stream = cai_names[6];
+    if (!(s_current = intern("current")) || !(s_ptr = intern("ptr")) ||
+        !(s_size = intern("size")) || !(s_cai = intern("__cuda_array_interface__")) ||
+        !(s_dlpack = intern("__dlpack__")) ||
         !(s_dlpack_device = intern("__dlpack_device__")) || !(s_data_ptr = intern("data_ptr")) ||
         !(s_stride = intern("stride")) || !(s_element_size = intern("element_size")) ||
         !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||

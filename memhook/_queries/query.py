@@ -29,7 +29,7 @@ import dataclasses
 import inspect
 import numbers
 import types
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from ..cache import MemtypeCache
 
 try:  # (after memhook._binding.core, which binds the core first)
     from .._native import (query_configure, query_extent,  # type: ignore[import-not-found]
-                          query_hand_out, query_region, query_type)
+                          query_hand_out, query_public, query_region, query_type)
 except ImportError as exc:  # pragma: no cover - an extension built by another cffi
     raise ImportError("memhook's extension memhook._native lacks its query builtins "
                       f"(csrc/pyext/query.c; {exc}): rebuild it with `pip install .`") from exc
@@ -68,6 +68,22 @@ def process_cache() -> MemtypeCache:
     return _process_cache
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _in_c(fn: _F) -> _F:
+    """The builtin of csrc/pyext/query.c that ``fn`` names, under ``fn``'s
+    name, module, docstring and signature (annotations aside: a builtin's
+    text signature has none), in its place: the same call, positional or by
+    keyword, and the same answers and errors, without the Python frame a def
+    costs every call: as much as the rest of a query of an int
+    (docs/performance.md).  ``fn``'s body is what the builtin does."""
+    params = [p.replace(annotation=inspect.Parameter.empty)
+              for p in inspect.signature(fn).parameters.values()]
+    return query_public(fn, str(inspect.Signature(params)))  # type: ignore[no-any-return]
+
+
+@_in_c
 def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     """The memory type of ``[ptr, ptr + size)``, or of an object's whole
     extent (``__cuda_array_interface__``, ``__array_interface__``, DLPack,
@@ -102,6 +118,7 @@ def memory_type(ptr: Any, size: Any = 1) -> MemoryType:
     return query_type(ptr, size)  # type: ignore[no-any-return]
 
 
+@_in_c
 def lookup(ptr: Any, size: Any = 1) -> Region | None:
     """The allocation holding ``[ptr, ptr + size)`` (or an object's extent),
     after applying pending hook events and resolving through the driver

@@ -228,3 +228,54 @@ def test_lookup_makes_its_regions_without_calling_python(device_region: int) -> 
     finally:
         _query._configure()
     assert made == []
+
+
+def _as_def(ptr: Any, size: Any = 1) -> None:
+    """The signature memory_type and lookup stand for, as a def has it."""
+
+
+def test_the_public_queries_are_the_builtins_called_as_their_def(device_region: int) -> None:
+    """memory_type and lookup are query.c's builtins themselves, with no
+    Python frame before C, and take their arguments as the documented def
+    does: by position or keyword, with a def's errors; they carry its name,
+    module, signature and docstring."""
+    import inspect
+
+    for fn in (memhook.memory_type, memhook.lookup):
+        assert inspect.isbuiltin(fn), fn
+        assert fn.__module__ == "memhook._queries.query"
+        assert str(inspect.signature(fn)) == "(ptr, size=1)"
+        assert ">>>" in (fn.__doc__ or "") and "Runtime complexity" in (fn.__doc__ or "")
+    p, region = device_region + 64, Region(device_region, SIZE, M.CUDA, 0)
+    for fn, want in ((memhook.memory_type, M.CUDA), (memhook.lookup, region)):
+        assert fn(p) == fn(p, 16) == fn(p, size=16) == fn(ptr=p, size=16) == \
+            fn(size=16, ptr=p) == fn(ptr=p) == want
+        assert fn(np.uint64(p), size=np.int64(4)) == want
+        with pytest.raises(ValueError):
+            fn(p, size=0)  # (the keyword is read: size 0 is refused)
+        name = fn.__name__
+        for args, kwargs in (((p, 1, 2), {}), ((), {}), ((p,), {"ptr": p}),
+                             ((p,), {"bogus": 1}), ((), {"size": 1}), ((p, 1), {"size": 1})):
+            with pytest.raises(TypeError) as theirs:
+                _as_def(*args, **kwargs)
+            with pytest.raises(TypeError) as ours:
+                fn(*args, **kwargs)
+            assert str(ours.value) == str(theirs.value).replace("_as_def", name), (args, kwargs)
+
+
+def test_a_type_removed_from_the_learned_kinds_goes_to_python_again(
+        normaliser_calls: list[Any]) -> None:
+    """C remembers the last learned type's kind; a type removed from the
+    table (as the torch tests do, to learn it again) is not read in C from
+    that memo: its next object goes to Python, which teaches it again."""
+    class Forgotten(_LegacyDLPack):
+        pass
+
+    arrays = [np.zeros(8 + i) for i in range(4)]
+    for a in arrays * 3:
+        assert memhook.memory_type(Forgotten(a)) is M.HOST
+    assert len(normaliser_calls) == 1 and Forgotten in _query._kinds
+    del _query._kinds[Forgotten]
+    for a in arrays * 3:
+        assert memhook.memory_type(Forgotten(a)) is M.HOST
+    assert len(normaliser_calls) == 2 and Forgotten in _query._kinds
