@@ -228,10 +228,15 @@ static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint6
         v->gap = true;
         return f.host_vouched ? hit_view(p, v) : PA_PASS;
     }
-    if (k != MH_FOUND_IN || !f.vouched)
+    if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS)
         return PA_PASS;
-    *v = (pa_view){.lo = f.r.start, .hi = f.r.end, .alloc_id = f.r.alloc_id,
-                   .device = f.r.device, .type = f.r.type, .gap = false, .origin = f.r.origin};
+    /* (what hit_view and the answers read, no more) */
+    v->lo = f.r.start;
+    v->hi = f.r.end;
+    v->device = f.r.device;
+    v->type = f.r.type;
+    v->gap = false;
+    v->origin = MEMHOOK_ORIGIN_HOOKS;
     return hit_view(p, v);
 }
 
