@@ -371,6 +371,15 @@ static bool make_ring(int (*alloc)(unsigned long long *, size_t), unsigned long 
     return true;
 }
 
+static void print_ring(gets_fn real_gets, gets_fn gets, const unsigned long long *hs,
+                       const unsigned long long *ds, long n)
+{
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(4), 8 in turn",
+           time_gets_rot(real_gets, hs, n), time_gets_rot(gets, hs, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4), 8 in turn",
+           time_gets_rot(real_gets, ds, n), time_gets_rot(gets, ds, n));
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 200000;
@@ -484,10 +493,7 @@ int main(int argc, char **argv)
     /* (last: the map holds the ring's allocations from here on) */
     if (!make_ring(alloc, hs, ds))
         return 2;
-    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(4), 8 in turn",
-           time_gets_rot(real_gets, hs, n), time_gets_rot(gets, hs, n));
-    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4), 8 in turn",
-           time_gets_rot(real_gets, ds, n), time_gets_rot(gets, ds, n));
+    print_ring(real_gets, gets, hs, ds, n);
     free(host);
     return answered == 5 ? 0 : 1;
 }
