@@ -390,6 +390,8 @@ static __thread struct memo {
     unsigned seq;
     unsigned last;  /* the entry written last */
     mh_hit hit[2];
+    uint64_t missed[2];  /* mh_cache_hit_kept: the last two pointers it
+                          * searched for, newest first (memo_wanted) */
 } t_memo __attribute__((tls_model("initial-exec")));
 
 static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
@@ -401,20 +403,26 @@ static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, ui
 }
 
 /* The memo's entry that holds [p, end) at the cache's current version,
- * into *h.  (The extents are tested before the copy: a ring of buffers
- * asked in turn misses every time, and pays no copy for it.) */
+ * into *h.  The extents are tested first, before the count: a ring of
+ * buffers asked in turn misses every time, and pays four compares for it,
+ * no copy.  (What they read is only a guess: the count is read after
+ * them and before the copy, and the copy's extent is tested again.) */
 static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
 {
+    /* (in a fixed order, not the newest first: the compares then read
+     * the thread's block at constant offsets.  Two entries both holding
+     * [p, end) at the current version hold the same answer.) */
+    unsigned e;
+    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
+        e = 0;
+    else if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
+        e = 1;
+    else
+        return false;
     unsigned seq = t_memo.seq;
     atomic_signal_fence(memory_order_acquire);
     if (seq & 1u)
         return false;
-    unsigned e = t_memo.last & 1u;
-    if (t_memo.hit[e].lo > p || end > t_memo.hit[e].hi) {
-        e ^= 1u;
-        if (t_memo.hit[e].lo > p || end > t_memo.hit[e].hi)
-            return false;
-    }
     *h = t_memo.hit[e];
     atomic_signal_fence(memory_order_acquire);
     /* (read again after the copy: a handler may have rewritten it) */
@@ -523,14 +531,33 @@ static inline void memo_keep(const mh_hit *h)
     t_memo.seq = seq + 2;
 }
 
-/* mh_cache_hit into out, remembered where it is vouched (a miss leaves
- * the memo as it was). */
+/* Whether the vouched answer *h for p is worth remembering: one of the
+ * last two pointers searched for lies in its extent (asked again, or its
+ * region asked twice in four searches) - else p is noted as searched for.
+ * A ring of buffers asked in turn, which misses a two-entry memo every
+ * time, then pays these few compares and two stores instead of the
+ * memo's write; a pointer asked again is remembered at its second search
+ * (two asked in turn, at their second: A B A B).  A hint only: a handler
+ * that rewrites it meanwhile changes what is remembered, never an answer. */
+static inline bool memo_wanted(const mh_hit *h, uint64_t p)
+{
+    uint64_t a = t_memo.missed[0], b = t_memo.missed[1], n = h->hi - h->lo;
+    if (a - h->lo < n || b - h->lo < n)
+        return true;
+    t_memo.missed[1] = a;
+    t_memo.missed[0] = p;
+    return false;
+}
+
+/* mh_cache_hit into out, remembered where it is vouched and wanted (a
+ * miss leaves the memo as it was). */
 static __attribute__((noinline)) bool hit_searched(mh_cache *c, uint64_t p, uint64_t end,
                                                    mh_hit *out)
 {
     if (!mh_cache_hit(c, p, end, out))
         return false;
-    memo_keep(out);
+    if (memo_wanted(out, p))
+        memo_keep(out);
     return true;
 }
 

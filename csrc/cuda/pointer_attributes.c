@@ -277,10 +277,14 @@ static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view
         return view_behind(c, p, v, &look);
     /* The map holds every event published before the call: the cache's
      * vouched answer, from the thread's memo where it holds one (a
-     * pointer asked again); what it does not vouch for, searched. */
+     * pointer asked again).  What it does not vouch for is the driver's:
+     * for one byte, mh_cache_hit fails exactly where map_view passes - p
+     * in a region that is not vouched, or in none while the hooks do not
+     * vouch for host memory (the coverage, the period, a lost write) - so
+     * no second search. */
     if (__builtin_expect(mh_cache_hit_kept(c, p, p + 1, v), 1))
         return hit_view(p, v);
-    return map_view(c, p, v);
+    return PA_PASS;
 }
 
 /* Attribute sets as bit masks: bit a for attribute a.  Bit 0 (no attribute
