@@ -177,6 +177,11 @@ typedef struct mh_hit {
  * hooks vouch for host memory - what mh_cache_classify would answer with
  * origin HOOKS.  False for everything else (the caller classifies). */
 MH_HIDDEN bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out);
+/* mh_cache_hit, the extent it found ([lo, hi): out's) noted in seen[0..1]
+ * and the one there before moved to seen[2..3] (mh_cache_hit_kept's
+ * record of its last two searches). */
+MH_HIDDEN bool mh_cache_hit_noted(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out,
+                                  uint64_t seen[4]);
 /* mh_cache_hit through the calling thread's memo of its last answers (the
  * one memhook_query keeps, cache_query.c): a remembered answer read at the
  * cache's current version whose extent holds [ptr, end) is returned with

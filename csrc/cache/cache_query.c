@@ -390,8 +390,8 @@ static __thread struct memo {
     unsigned seq;
     unsigned last;  /* the entry written last */
     mh_hit hit[2];
-    uint64_t missed[2];  /* mh_cache_hit_kept: the last two pointers it
-                          * searched for, newest first (memo_wanted) */
+    uint64_t seen[4];  /* mh_cache_hit_kept: the extents its last two
+                        * searches found, newest first (memo_wanted) */
 } t_memo __attribute__((tls_model("initial-exec")));
 
 static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
@@ -500,10 +500,28 @@ static inline bool hit_kept(mh_cache *c, uint64_t p, uint64_t end, memhook_regio
 static __attribute__((noinline)) bool hit_searched(mh_cache *c, uint64_t p, uint64_t end,
                                                    mh_hit *out);
 
+/* Whether [p, end) lies in an extent one of the thread's last two searches
+ * found (t_memo.seen): a pointer, or its region, asked again.  Only then
+ * is a search's answer remembered - a ring of buffers asked in turn, which
+ * misses a two-entry memo every time, pays these compares and the note of
+ * the extent (mh_cache_hit_noted) instead of the memo's write; a pointer
+ * asked again is remembered at its second search, two asked in turn
+ * (A B A B) at theirs.  A hint only: a handler that rewrites it meanwhile
+ * changes what is remembered, never an answer. */
+static inline bool memo_wanted(uint64_t p, uint64_t end)
+{
+    return (t_memo.seen[0] <= p && end <= t_memo.seen[1]) ||
+           (t_memo.seen[2] <= p && end <= t_memo.seen[3]);
+}
+
 bool mh_cache_hit_kept(mh_cache *c, uint64_t p, uint64_t end, mh_hit *out)
 {
-    /* (the search out of line: a pointer asked again pays no frame) */
-    return memo_get(c, p, end, out) || hit_searched(c, p, end, out);
+    /* (the searches out of line and called last: no frame here) */
+    if (memo_get(c, p, end, out))
+        return true;
+    if (memo_wanted(p, end))
+        return hit_searched(c, p, end, out);
+    return mh_cache_hit_noted(c, p, end, out, t_memo.seen);
 }
 
 /* *h, the map's vouched answer, into the memo's older entry, field by
@@ -531,33 +549,14 @@ static inline void memo_keep(const mh_hit *h)
     t_memo.seq = seq + 2;
 }
 
-/* Whether the vouched answer *h for p is worth remembering: one of the
- * last two pointers searched for lies in its extent (asked again, or its
- * region asked twice in four searches) - else p is noted as searched for.
- * A ring of buffers asked in turn, which misses a two-entry memo every
- * time, then pays these few compares and two stores instead of the
- * memo's write; a pointer asked again is remembered at its second search
- * (two asked in turn, at their second: A B A B).  A hint only: a handler
- * that rewrites it meanwhile changes what is remembered, never an answer. */
-static inline bool memo_wanted(const mh_hit *h, uint64_t p)
-{
-    uint64_t a = t_memo.missed[0], b = t_memo.missed[1], n = h->hi - h->lo;
-    if (a - h->lo < n || b - h->lo < n)
-        return true;
-    t_memo.missed[1] = a;
-    t_memo.missed[0] = p;
-    return false;
-}
-
-/* mh_cache_hit into out, remembered where it is vouched and wanted (a
- * miss leaves the memo as it was). */
+/* mh_cache_hit into out, remembered where it is vouched (a miss leaves
+ * the memo as it was). */
 static __attribute__((noinline)) bool hit_searched(mh_cache *c, uint64_t p, uint64_t end,
                                                    mh_hit *out)
 {
     if (!mh_cache_hit(c, p, end, out))
         return false;
-    if (memo_wanted(out, p))
-        memo_keep(out);
+    memo_keep(out);
     return true;
 }
 

@@ -544,7 +544,8 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     return found;
 }
 
-bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+static inline __attribute__((always_inline)) bool hit_at(mh_cache *c, uint64_t ptr,
+                                                          uint64_t end, mh_hit *out)
 {
     /* (the version first: what is read after it is as new or newer) */
     out->version = mh_cache_version(c);
@@ -578,6 +579,22 @@ bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
         out->origin = MEMHOOK_ORIGIN_HOOKS;
     }
     read_end(&rd);
+    return ok;
+}
+
+bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+{
+    return hit_at(c, ptr, end, out);
+}
+
+bool mh_cache_hit_noted(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out,
+                        uint64_t seen[4])
+{
+    bool ok = hit_at(c, ptr, end, out);
+    seen[2] = seen[0];
+    seen[3] = seen[1];
+    seen[0] = out->lo;
+    seen[1] = out->hi;
     return ok;
 }
 
