@@ -591,10 +591,13 @@ bool mh_cache_hit_noted(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out,
                         uint64_t seen[4])
 {
     bool ok = hit_at(c, ptr, end, out);
+    /* (read before the stores below, which may alias *out: from the
+     * registers the search left them in, not read back) */
+    uint64_t lo = out->lo, hi = out->hi;
     seen[2] = seen[0];
     seen[3] = seen[1];
-    seen[0] = out->lo;
-    seen[1] = out->hi;
+    seen[0] = lo;
+    seen[1] = hi;
     return ok;
 }
 
