@@ -9,7 +9,9 @@
  * hooks route to memhook's answer.  Per case: cuPointerGetAttribute
  * (MEMORY_TYPE) and cuPointerGetAttributes (MEMORY_TYPE, DEVICE_ORDINAL,
  * RANGE_START_ADDR, RANGE_SIZE), on malloc'd host memory and on a device
- * allocation; the median of ROUNDS rounds, ns per call.  Then the four
+ * allocation; the median of ROUNDS rounds, ns per call.  The four again
+ * over ROT host buffers and ROT device allocations asked in turn (a
+ * transport's ring: a pointer is not asked twice in a row).  Then the four
  * attributes on host memory again with no current context (RANGE_* are left
  * untouched for memory in no allocation, with a context or without); the
  * set libcudart 13's cudaPointerGetAttributes asks of cuPointerGetAttributes
@@ -85,6 +87,31 @@ static double time_gets(gets_fn f, unsigned long long p, long n)
         double t0 = now_ns();
         for (long i = 0; i < n; i++) {
             f(4, attrs, data, p);
+            sink = type;
+        }
+        r[k] = (now_ns() - t0) / (double)n;
+    }
+    qsort(r, ROUNDS, sizeof r[0], cmp);
+    return r[ROUNDS / 2];
+}
+
+/* The four attributes of ROT pointers in turn, one call each (a
+ * transport's pattern: a ring of buffers, each asked once per lap), in
+ * ns per call. */
+#define ROT 8
+
+static double time_gets_rot(gets_fn f, const unsigned long long *ps, long n)
+{
+    int attrs[4] = {2, 9, 11, 12};
+    unsigned type = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data[4] = {&type, &dev, &start, &size};
+    double r[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            f(4, attrs, data, ps[i % ROT]);
             sink = type;
         }
         r[k] = (now_ns() - t0) / (double)n;
@@ -212,6 +239,22 @@ __attribute__((noinline)) static void count_calls(enum count_call what, void *fn
     }
 }
 
+/* The four attributes of ROT pointers in turn (WHERE `host-rot`,
+ * `device-rot`): a loop of its own, so the single-pointer cases above count
+ * what they always counted. */
+__attribute__((noinline)) static void count_rot(gets_fn fn, const unsigned long long *ps, long n)
+{
+    int four[4] = {2, 9, 11, 12};
+    unsigned type = 0;
+    int dev = 0;
+    unsigned long long start = 0, size = 0;
+    void *data4[4] = {&type, &dev, &start, &size};
+    for (long i = 0; i < n; i++) {
+        fn(4, four, data4, ps[i % ROT]);
+        sink = type;
+    }
+}
+
 /* WHERE `host-held`, `device-held`: another thread holds the consumer lock
  * (a drain that takes its time) and a third's ALLOCs and FREEs elsewhere
  * wait unfed, so the cache lacks events - none of them about p. */
@@ -248,12 +291,26 @@ static void *alloc_elsewhere(void *arg)
 }
 
 static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn real_get,
-                      gets_fn real_gets, unsigned long long h, unsigned long long d)
+                      gets_fn real_gets, const unsigned long long *hs,
+                      const unsigned long long *ds)
 {
     char who[16], call[16], where[16];
     if (sscanf(spec, "%15[^:]:%15[^:]:%15s", who, call, where) != 3)
         return 2;
     bool mine = strcmp(who, "memhook") == 0;
+    unsigned long long h = hs[0], d = ds[0];
+    if (strstr(where, "-rot") != NULL) {
+        if (strcmp(call, "gets") != 0)
+            return 2;
+        const unsigned long long *ps = strncmp(where, "device", 6) == 0 ? ds : hs;
+        gets_fn fn = mine ? gets : real_gets;
+        count_rot(fn, ps, 2 * ROT);  /* (warm) */
+        unsigned long long before = memhook_testing_pointer_attributes_answered();
+        count_rot(fn, ps, n);
+        printf("answered %llu of %ld\n", memhook_testing_pointer_attributes_answered() - before,
+               n);
+        return 0;
+    }
     unsigned long long p = strncmp(where, "device", 6) == 0 ? d : h;
     pthread_t holder = 0;
     if (strstr(where, "-held") != NULL) {
@@ -298,6 +355,31 @@ static int count_main(const char *spec, long n, get_fn get, gets_fn gets, get_fn
     return 0;
 }
 
+/* The ring's buffers past the first (hs[0], ds[0]): ROT - 1 more of each,
+ * kept to the end (distinct buffers). */
+static bool make_ring(int (*alloc)(unsigned long long *, size_t), unsigned long long *hs,
+                      unsigned long long *ds)
+{
+    for (int i = 1; i < ROT; i++) {
+        void *m = malloc(4096);
+        if (m == NULL || alloc(&ds[i], 1 << 20) != 0) {
+            fprintf(stderr, "the ring's buffers: allocation failed\n");
+            return false;
+        }
+        hs[i] = (uintptr_t)m;
+    }
+    return true;
+}
+
+static void print_ring(gets_fn real_gets, gets_fn gets, const unsigned long long *hs,
+                       const unsigned long long *ds, long n)
+{
+    printf("%-44s %10.1f %10.1f\n", "host   cuPointerGetAttributes(4), 8 in turn",
+           time_gets_rot(real_gets, hs, n), time_gets_rot(gets, hs, n));
+    printf("%-44s %10.1f %10.1f\n", "device cuPointerGetAttributes(4), 8 in turn",
+           time_gets_rot(real_gets, ds, n), time_gets_rot(gets, ds, n));
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 200000;
@@ -317,23 +399,32 @@ int main(int argc, char **argv)
     get_fn real_get = (get_fn)memhook_hooks_original("cuPointerGetAttribute");
     gets_fn real_gets = (gets_fn)memhook_hooks_original("cuPointerGetAttributes");
     void *ctx;
-    unsigned long long d;
-    if (init(0) || retain(&ctx, 0) || setcur(ctx) || alloc(&d, 1 << 20)) {
+    unsigned long long ds[ROT];
+    if (init(0) || retain(&ctx, 0) || setcur(ctx)) {
         fprintf(stderr, "CUDA setup failed\n");
         return 2;
     }
+    if (alloc(&ds[0], 1 << 20)) {
+        fprintf(stderr, "CUDA setup failed\n");
+        return 2;
+    }
+    unsigned long long d = ds[0];
     if (real_get == NULL || real_gets == NULL || !memhook_hooks_pointer_attributes()) {
         fprintf(stderr, "memhook's pointer attributes are not on (run pointer_attr_bench.py)\n");
         return 2;
     }
     char *host = malloc(4096);
-    unsigned long long h = (uintptr_t)host;
+    unsigned long long h = (uintptr_t)host, hs[ROT] = {h};
+    /* The ring's other buffers, made only where they are asked: the other
+     * cases keep a map of one allocation, as they always had. */
+    if (argc > 3 && strstr(argv[3], "-rot") != NULL && !make_ring(alloc, hs, ds))
+        return 2;
     g_busy.setcur = setcur;
     g_busy.alloc = alloc;
     g_busy.free = (int (*)(unsigned long long))dlsym(cuda, "cuMemFree_v2");
     g_busy.ctx = ctx;
     if (argc > 3 && strcmp(argv[2], "count") == 0)
-        return count_main(argv[3], n, get, gets, real_get, real_gets, h, d);
+        return count_main(argv[3], n, get, gets, real_get, real_gets, hs, ds);
     unsigned long long before = memhook_testing_pointer_attributes_answered();
     int attrs[4] = {2, 9, 11, 12};
     unsigned type = 0;
@@ -399,6 +490,10 @@ int main(int argc, char **argv)
     if (ctx_device != NULL)
         printf("%-44s %10.1f\n", "cuCtxGetDevice alone (for scale)",
                time_ctx_device(ctx_device, n));
+    /* (last: the map holds the ring's allocations from here on) */
+    if (!make_ring(alloc, hs, ds))
+        return 2;
+    print_ring(real_gets, gets, hs, ds, n);
     free(host);
     return answered == 5 ? 0 : 1;
 }

@@ -28,7 +28,10 @@ valgrind's callgrind (the simulator only, its device memory made small
 enough for valgrind), per core, for each call and pointer, the driver's
 beside memhook's - a figure the box's load does not move.  Its ``-held``
 rows ask while another thread holds the drain and a third's events wait
-unfed elsewhere (what a busy allocating thread leaves).
+unfed elsewhere (what a busy allocating thread leaves); its ``-rot`` rows,
+and the timed "8 in turn" rows, ask the four attributes of 8 buffers in
+turn, as a transport's ring of buffers does, not one pointer again and
+again.
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ _COUNTED = [f"{call}:{where}" for call in ("get", "gets", "runtime6", "cuda")
 # ... and the first two while another thread holds the drain, with other
 # threads' events waiting unfed (none about the pointer asked).
 _COUNTED += [f"{call}:{where}-held" for call in ("get", "gets") for where in ("host", "device")]
+# ... and the four over 8 buffers asked in turn (a transport's ring; host
+# buffers all lie in memory no allocation holds, device ones are 8 regions).
+_COUNTED += [f"gets:{where}-rot" for where in ("host", "device")]
 
 
 def callgrind(exe: Path, lib: Path, mode: str, calls: int = 20000) -> None:
@@ -93,7 +99,7 @@ def callgrind(exe: Path, lib: Path, mode: str, calls: int = 20000) -> None:
                 out = Path(tmp) / f"cg.{who}.{case.replace(':', '.')}"
                 proc = subprocess.run(
                     ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                     "--toggle-collect=count_calls", str(exe), str(calls), "count",
+                     "--toggle-collect=count_calls", "--toggle-collect=count_rot", str(exe), str(calls), "count",
                      f"{who}:{case}"], env=env, capture_output=True, text=True)
                 total = None
                 if proc.returncode == 0 and out.is_file():

@@ -170,12 +170,27 @@ typedef struct mh_hit {
     int16_t device;     /* -1 for a gap */
     uint8_t type;       /* MEMHOOK_MEMORY_HOST for a gap */
     bool gap;           /* in no region: host memory */
+    uint8_t origin;     /* the region's (MEMHOOK_ORIGIN_*); HOOKS for a gap */
 } mh_hit;
 /* The answer for [ptr, end) where it needs no more than the map and the
  * vouching: wholly inside one vouched region, or in no region while the
  * hooks vouch for host memory - what mh_cache_classify would answer with
  * origin HOOKS.  False for everything else (the caller classifies). */
 MH_HIDDEN bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out);
+/* mh_cache_hit, the extent it found ([lo, hi): out's) noted in seen[0..1]
+ * and the one there before moved to seen[2..3] (mh_cache_hit_kept's
+ * record of its last two searches). */
+MH_HIDDEN bool mh_cache_hit_noted(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out,
+                                  uint64_t seen[4]);
+/* mh_cache_hit through the calling thread's memo of its last answers (the
+ * one memhook_query keeps, cache_query.c): a remembered answer read at the
+ * cache's current version whose extent holds [ptr, end) is returned with
+ * no search, else the map is searched and a vouched answer remembered.
+ * The same answer as mh_cache_hit, for a caller that knows the map holds
+ * every event published before its call (mh_cache_current or
+ * mh_cache_look_begin said so): the memo stands for the published map, not
+ * for what the lanes hold.  Async-signal-safe. */
+MH_HIDDEN bool mh_cache_hit_kept(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out);
 /* mh_cache_hit of the byte at each of ptrs[0 .. count), into out and ok:
  * searched sixteen at a time (the batch's way), one snapshot for all. */
 MH_HIDDEN void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out,

@@ -390,6 +390,8 @@ static __thread struct memo {
     unsigned seq;
     unsigned last;  /* the entry written last */
     mh_hit hit[2];
+    uint64_t seen[4];  /* mh_cache_hit_kept: the extents its last two
+                        * searches found, newest first (memo_wanted) */
 } t_memo __attribute__((tls_model("initial-exec")));
 
 static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, uint64_t end)
@@ -400,50 +402,162 @@ static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, ui
         fill(out, h->type, h->device, h->lo, h->hi - h->lo, h->alloc_id, MEMHOOK_ORIGIN_HOOKS);
 }
 
-/* The memo's answer for [p, end), if it holds one. */
-static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+/* The memo's entry that holds [p, end) at the cache's current version,
+ * into *h.  The extents are tested first, before the count: a ring of
+ * buffers asked in turn misses every time, and pays four compares for it,
+ * no copy.  (What they read is only a guess: the count is read after
+ * them and before the copy, and the copy's extent is tested again.) */
+static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
 {
+    /* (in a fixed order, not the newest first: the compares then read
+     * the thread's block at constant offsets.  Two entries both holding
+     * [p, end) at the current version hold the same answer.) */
+    unsigned e;
+    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
+        e = 0;
+    else if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
+        e = 1;
+    else
+        return false;
     unsigned seq = t_memo.seq;
     atomic_signal_fence(memory_order_acquire);
     if (seq & 1u)
         return false;
-    unsigned e = t_memo.last;
-    if (t_memo.hit[e].lo > p || end > t_memo.hit[e].hi)
-        e ^= 1u;
-    mh_hit h = t_memo.hit[e & 1u];
+    *h = t_memo.hit[e];
     atomic_signal_fence(memory_order_acquire);
-    if (t_memo.seq != seq || h.lo > p || end > h.hi || h.version != mh_cache_version(c))
+    /* (read again after the copy: a handler may have rewritten it) */
+    return t_memo.seq == seq && h->lo <= p && end <= h->hi &&
+           h->version == mh_cache_version(c);
+}
+
+/* The memo's answer for [p, end), if it holds one. */
+static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
+{
+    mh_hit h;
+    if (!memo_get(c, p, end, &h))
         return false;
     fill_hit(out, &h, p, end);
     return true;
+}
+
+/* The entry a search writes into (the older one), the memo marked as being
+ * written; or *own, where the thread's own write is under way (a handler
+ * on the thread: the memo is left alone).  memo_put_end closes it. */
+static inline mh_hit *memo_put_begin(mh_hit *own, unsigned *seq)
+{
+    unsigned s = t_memo.seq, e = (t_memo.last ^ 1u) & 1u;
+    *seq = s;
+    if (s & 1u)
+        return own;
+    t_memo.seq = s + 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    t_memo.last = e;
+    return &t_memo.hit[e];
+}
+
+/* A miss (`ok` false) leaves the entry empty: an extent no range fits in. */
+static inline void memo_put_end(mh_hit *h, const mh_hit *own, unsigned seq, bool ok)
+{
+    if (!ok)
+        h->hi = 0;
+    if (h != own) {
+        atomic_signal_fence(memory_order_seq_cst);
+        t_memo.seq = seq + 2;
+    }
 }
 
 /* The map's vouched answer for [p, end) into out, remembered: the search
  * writes it into the memo in place and out is filled from there, field by
  * field (a copy through the stack would read whole what was written a
  * field at a time: a store-forwarding stall each).  A miss leaves the memo
- * empty (an extent no range fits in) and out untouched. */
+ * empty and out untouched. */
 static inline bool hit_kept(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
-    unsigned seq = t_memo.seq, e = (t_memo.last ^ 1u) & 1u;
+    unsigned seq;
     mh_hit own;
-    mh_hit *h = (seq & 1u) ? &own : &t_memo.hit[e];  /* (odd: a handler, inside
-                                                      * the thread's own write) */
-    if (h != &own) {
-        t_memo.seq = seq + 1;
-        atomic_signal_fence(memory_order_seq_cst);
-        t_memo.last = e;
-    }
+    mh_hit *h = memo_put_begin(&own, &seq);
     bool ok = mh_cache_hit(c, p, end, h);
     if (ok)
         fill_hit(out, h, p, end);
-    else
-        h->hi = 0;
-    if (h != &own) {
-        atomic_signal_fence(memory_order_seq_cst);
-        t_memo.seq = seq + 2;
-    }
+    memo_put_end(h, &own, seq, ok);
     return ok;
+}
+
+/* Why the memo's answer is the map's, for a caller that found the map
+ * holding every event published before its call, however other threads
+ * free and allocate meanwhile.  An entry is the map's answer at the
+ * version it was read at (mh_cache_hit reads the version first); every
+ * change an answer may depend on - a publish (the FREE of the range, its
+ * reuse), an install period, the coverage, a lost write - bumps the
+ * version after the change is visible and before the publisher clears
+ * `deferred` (region_map.c, mh_cache_write_end).  A thread's FREE that
+ * returned before this call began is in its lane; the caller's test that
+ * the map holds it (the queue fed and nothing deferred) saw that publish
+ * finished, so its bump too: the entry's version is older and the map
+ * is searched again.  Where another thread holds the drain the caller's
+ * test fails and the memo is not asked.  A publish racing with this call
+ * is concurrent with it: the map's older answer is one it may give. */
+static __attribute__((noinline)) bool hit_searched(mh_cache *c, uint64_t p, uint64_t end,
+                                                   mh_hit *out);
+
+/* Whether [p, end) lies in an extent one of the thread's last two searches
+ * found (t_memo.seen): a pointer, or its region, asked again.  Only then
+ * is a search's answer remembered - a ring of buffers asked in turn, which
+ * misses a two-entry memo every time, pays these compares and the note of
+ * the extent (mh_cache_hit_noted) instead of the memo's write; a pointer
+ * asked again is remembered at its second search, two asked in turn
+ * (A B A B) at theirs.  A hint only: a handler that rewrites it meanwhile
+ * changes what is remembered, never an answer. */
+static inline bool memo_wanted(uint64_t p, uint64_t end)
+{
+    return (t_memo.seen[0] <= p && end <= t_memo.seen[1]) ||
+           (t_memo.seen[2] <= p && end <= t_memo.seen[3]);
+}
+
+bool mh_cache_hit_kept(mh_cache *c, uint64_t p, uint64_t end, mh_hit *out)
+{
+    /* (the searches out of line and called last: no frame here) */
+    if (memo_get(c, p, end, out))
+        return true;
+    if (memo_wanted(p, end))
+        return hit_searched(c, p, end, out);
+    return mh_cache_hit_noted(c, p, end, out, t_memo.seen);
+}
+
+/* *h, the map's vouched answer, into the memo's older entry, field by
+ * field as mh_cache_hit wrote it (a copy of the whole would read wide what
+ * was written narrow: a store-forwarding stall).  Not from a handler
+ * inside the thread's own write (the count odd): the memo is left alone. */
+static inline void memo_keep(const mh_hit *h)
+{
+    unsigned seq = t_memo.seq, e = (t_memo.last ^ 1u) & 1u;
+    if (seq & 1u)
+        return;
+    t_memo.seq = seq + 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    t_memo.last = e;
+    mh_hit *m = &t_memo.hit[e];
+    m->version = h->version;
+    m->lo = h->lo;
+    m->hi = h->hi;
+    m->alloc_id = h->alloc_id;
+    m->device = h->device;
+    m->type = h->type;
+    m->gap = h->gap;
+    m->origin = h->origin;
+    atomic_signal_fence(memory_order_seq_cst);
+    t_memo.seq = seq + 2;
+}
+
+/* mh_cache_hit into out, remembered where it is vouched (a miss leaves
+ * the memo as it was). */
+static __attribute__((noinline)) bool hit_searched(mh_cache *c, uint64_t p, uint64_t end,
+                                                   mh_hit *out)
+{
+    if (!mh_cache_hit(c, p, end, out))
+        return false;
+    memo_keep(out);
+    return true;
 }
 
 /* The answer for [p, end) past the memo: the map's, where it is up to date

@@ -544,7 +544,8 @@ int mh_cache_classify(mh_cache *c, uint64_t ptr, uint64_t end, mh_found_region *
     return found;
 }
 
-bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+static inline __attribute__((always_inline)) bool hit_at(mh_cache *c, uint64_t ptr,
+                                                          uint64_t end, mh_hit *out)
 {
     /* (the version first: what is read after it is as new or newer) */
     out->version = mh_cache_version(c);
@@ -566,6 +567,7 @@ bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
         out->device = r->device;
         out->type = r->type;
         out->gap = false;
+        out->origin = r->origin;
     } else {
         out->lo = i >= 0 ? rs[i].end : 0;
         out->hi = (size_t)(i + 1) < s->n ? rs[i + 1].start : UINT64_MAX;
@@ -574,8 +576,28 @@ bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
         out->device = -1;
         out->type = MEMHOOK_MEMORY_HOST;
         out->gap = true;
+        out->origin = MEMHOOK_ORIGIN_HOOKS;
     }
     read_end(&rd);
+    return ok;
+}
+
+bool mh_cache_hit(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out)
+{
+    return hit_at(c, ptr, end, out);
+}
+
+bool mh_cache_hit_noted(mh_cache *c, uint64_t ptr, uint64_t end, mh_hit *out,
+                        uint64_t seen[4])
+{
+    bool ok = hit_at(c, ptr, end, out);
+    /* (read before the stores below, which may alias *out: from the
+     * registers the search left them in, not read back) */
+    uint64_t lo = out->lo, hi = out->hi;
+    seen[2] = seen[0];
+    seen[3] = seen[1];
+    seen[0] = lo;
+    seen[1] = hi;
     return ok;
 }
 
@@ -802,11 +824,12 @@ void mh_cache_hits(mh_cache *c, const uint64_t *ptrs, size_t count, mh_hit *out,
             if (x < s->ends[j]) {
                 const mh_region *r = &s->regions[j - 1];
                 ok[done + l] = answers[s->meta[j]] < MH_TYPE_UNVOUCHED;
-                *h = (mh_hit){version, r->start, r->end, r->alloc_id, r->device, r->type, false};
+                *h = (mh_hit){version, r->start, r->end, r->alloc_id, r->device, r->type, false,
+                              r->origin};
             } else {
                 ok[done + l] = coverage;
                 *h = (mh_hit){version, s->ends[j], j < s->n ? s->keys[j] : UINT64_MAX, 0, -1,
-                              MEMHOOK_MEMORY_HOST, true};
+                              MEMHOOK_MEMORY_HOST, true, MEMHOOK_ORIGIN_HOOKS};
             }
         }
     }

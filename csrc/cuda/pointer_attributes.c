@@ -195,26 +195,49 @@ static inline bool driver_ready(void)
 /* What the cache vouches for about one pointer. */
 typedef enum { PA_PASS = 0, PA_NOT_CUDA, PA_REGION } pa_kind;
 
-/* For PA_REGION, the region (r) as the cache found it: classified in
- * place, read where it lies. */
-typedef mh_found_region pa_view;
+/* For PA_REGION, the region ([lo, hi), type, device) as the cache's
+ * vouched answer has it (mh_cache_hit's). */
+typedef mh_hit pa_view;
 
-/* What the published map says of p.  Fills *v for PA_REGION. */
+/* What a vouched answer of the cache says of p: memory in no allocation
+ * (a gap: host memory, the hooks vouch), a region the hooks recorded whose
+ * attributes are its own, or neither. */
+static inline __attribute__((always_inline)) pa_kind hit_view(uint64_t p, const pa_view *v)
+{
+    /* (p's granule, not the region's first: an irregular range is marked
+     * whole, so a pointer into one always finds its mark) */
+    if (v->gap)
+        return irregular(p) ? PA_PASS : PA_NOT_CUDA;
+    if (v->origin != MEMHOOK_ORIGIN_HOOKS || v->device < 0 || irregular(p))
+        return PA_PASS;
+    if (v->type != MEMHOOK_MEMORY_CUDA && v->type != MEMHOOK_MEMORY_CUDA_MANAGED &&
+        v->type != MEMHOOK_MEMORY_CUDA_HOST)
+        return PA_PASS;
+    return PA_REGION;
+}
+
+/* What the published map says of p, searched (mh_cache_classify): a
+ * vouched region p is in, or no region while the hooks vouch for host
+ * memory, as hit_view reads it.  Fills *v for PA_REGION. */
 static inline __attribute__((always_inline)) pa_kind map_view(mh_cache *c, uint64_t p,
                                                               pa_view *v)
 {
-    int k = mh_cache_classify(c, p, p + 1, v);
-    if (k == MH_FOUND_ABSENT)
-        return v->host_vouched && !irregular(p) ? PA_NOT_CUDA : PA_PASS;
-    /* (p's granule, not the region's first: an irregular range is marked
-     * whole, so a pointer into one always finds its mark) */
-    if (k != MH_FOUND_IN || !v->vouched || v->r.origin != MEMHOOK_ORIGIN_HOOKS ||
-        v->r.device < 0 || irregular(p))
+    mh_found_region f;
+    int k = mh_cache_classify(c, p, p + 1, &f);
+    if (k == MH_FOUND_ABSENT) {
+        v->gap = true;
+        return f.host_vouched ? hit_view(p, v) : PA_PASS;
+    }
+    if (k != MH_FOUND_IN || !f.vouched || f.r.origin != MEMHOOK_ORIGIN_HOOKS)
         return PA_PASS;
-    if (v->r.type != MEMHOOK_MEMORY_CUDA && v->r.type != MEMHOOK_MEMORY_CUDA_MANAGED &&
-        v->r.type != MEMHOOK_MEMORY_CUDA_HOST)
-        return PA_PASS;
-    return PA_REGION;
+    /* (what hit_view and the answers read, no more) */
+    v->lo = f.r.start;
+    v->hi = f.r.end;
+    v->device = f.r.device;
+    v->type = f.r.type;
+    v->gap = false;
+    v->origin = MEMHOOK_ORIGIN_HOOKS;
+    return hit_view(p, v);
 }
 
 /* view_of where the map may lack events: read it, then ask whether any
@@ -227,8 +250,8 @@ static __attribute__((noinline)) pa_kind view_behind(mh_cache *c, uint64_t p, pa
         if (attempt > 0 && mh_cache_look_begin(c, look))
             return map_view(c, p, v);
         pa_kind k = map_view(c, p, v);
-        uint64_t lo = k == PA_REGION ? v->r.start : p;
-        uint64_t hi = k == PA_REGION ? v->r.end : p + 1;
+        uint64_t lo = k == PA_REGION ? v->lo : p;
+        uint64_t hi = k == PA_REGION ? v->hi : p + 1;
         if (k == PA_PASS || mh_cache_look_holds(c, look, lo, hi, true))
             return k;
     }
@@ -250,9 +273,18 @@ static inline __attribute__((always_inline)) pa_kind view_of(uint64_t p, pa_view
         return PA_PASS;
     mh_cache *c = mh_cache_process();
     mh_cache_look look;
-    if (__builtin_expect(mh_cache_look_begin(c, &look), 1))
-        return map_view(c, p, v);
-    return view_behind(c, p, v, &look);
+    if (__builtin_expect(!mh_cache_look_begin(c, &look), 0))
+        return view_behind(c, p, v, &look);
+    /* The map holds every event published before the call: the cache's
+     * vouched answer, from the thread's memo where it holds one (a
+     * pointer asked again).  What it does not vouch for is the driver's:
+     * for one byte, mh_cache_hit fails exactly where map_view passes - p
+     * in a region that is not vouched, or in none while the hooks do not
+     * vouch for host memory (the coverage, the period, a lost write) - so
+     * no second search. */
+    if (__builtin_expect(mh_cache_hit_kept(c, p, p + 1, v), 1))
+        return hit_view(p, v);
+    return PA_PASS;
 }
 
 /* Attribute sets as bit masks: bit a for attribute a.  Bit 0 (no attribute
@@ -335,13 +367,13 @@ static const uint64_t NOT_CUDA_VALUES[VALUES] = {
 static inline void region_values(const pa_view *v, uint64_t p, uint64_t out[VALUES])
 {
     out[CU_POINTER_ATTRIBUTE_MEMORY_TYPE] =
-        v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     out[CU_POINTER_ATTRIBUTE_DEVICE_POINTER] = p;
     out[CU_POINTER_ATTRIBUTE_HOST_POINTER] = p;
-    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
-    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->r.device;
-    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->r.start;
-    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->r.end - v->r.start;
+    out[CU_POINTER_ATTRIBUTE_IS_MANAGED] = v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
+    out[CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL] = (uint32_t)v->device;
+    out[CU_POINTER_ATTRIBUTE_RANGE_START_ADDR] = v->lo;
+    out[CU_POINTER_ATTRIBUTE_RANGE_SIZE] = v->hi - v->lo;
     out[CU_POINTER_ATTRIBUTE_MAPPED] = 1;
 }
 
@@ -351,15 +383,15 @@ static inline uint64_t value_of(const pa_view *v, uint64_t p, CUpointer_attribut
 {
     switch (a) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        return v->r.type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return v->type == MEMHOOK_MEMORY_CUDA_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        return v->r.type == MEMHOOK_MEMORY_CUDA_MANAGED;
+        return v->type == MEMHOOK_MEMORY_CUDA_MANAGED;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        return (uint32_t)v->r.device;
+        return (uint32_t)v->device;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        return v->r.start;
+        return v->lo;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        return v->r.end - v->r.start;
+        return v->hi - v->lo;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         return 1;
     default:  /* DEVICE_POINTER, HOST_POINTER: the pointer itself */
@@ -385,10 +417,10 @@ static bool current_device(CUdevice *dev)
  * when DEVICE_POINTER is asked for and everything else asked is answered. */
 static __attribute__((noinline)) bool device_pointer_is_ptr(const pa_view *v)
 {
-    if (v->r.type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (v->type == MEMHOOK_MEMORY_CUDA_HOST)
         return false;
     CUdevice dev = -1;
-    return current_device(&dev) && dev == v->r.device;
+    return current_device(&dev) && dev == v->device;
 }
 
 /* Whether every attribute in `asked` is answered for a pointer in region
@@ -398,7 +430,7 @@ static inline __attribute__((always_inline)) bool region_answers(const pa_view *
 {
     uint32_t mask =
         REGION_ATTRS |
-        (v->r.type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
+        (v->type != MEMHOOK_MEMORY_CUDA ? BIT(CU_POINTER_ATTRIBUTE_HOST_POINTER) : 0u);
     uint32_t rest = asked & ~mask;
     return rest == 0 ||
            (rest == BIT(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) && device_pointer_is_ptr(v));
@@ -556,11 +588,11 @@ mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const vo
     uint64_t p = (uint64_t)(uintptr_t)ptr;
     pa_view v = {0};
     pa_kind k = view_of(p, &v);
-    if (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA_HOST)
+    if (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA_HOST)
         k = PA_PASS;
     CUdevice dev = -1;
     if (k != PA_PASS && (!current_device(&dev) ||
-                         (k == PA_REGION && v.r.type == MEMHOOK_MEMORY_CUDA && v.r.device != dev)))
+                         (k == PA_REGION && v.type == MEMHOOK_MEMORY_CUDA && v.device != dev)))
         k = PA_PASS;
     mh_hook_depth--;
     if (k == PA_PASS)
@@ -572,13 +604,13 @@ mh_w_cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const vo
         out.type = 0;  /* cudaMemoryTypeUnregistered */
         out.device = CU_DEVICE_INVALID;
         out.hostPointer = (void *)ptr;
-    } else if (v.r.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
+    } else if (v.type == MEMHOOK_MEMORY_CUDA_MANAGED) {
         out.type = 3;  /* cudaMemoryTypeManaged */
-        out.device = v.r.device;
+        out.device = v.device;
         out.devicePointer = out.hostPointer = (void *)ptr;
     } else {
         out.type = 2;  /* cudaMemoryTypeDevice */
-        out.device = v.r.device;
+        out.device = v.device;
         out.devicePointer = (void *)ptr;
     }
     *attributes = out;

@@ -247,3 +247,30 @@ def test_answers_beside_a_consumer_draining_in_a_loop(native: NativeBuild,
     """A consumer draining in a loop beside the allocators: every answer,
     memhook's or the driver's, is the driver's."""
     _busy(native, c_test_dir, "bistro,reloc", "drain")
+
+
+@pytest.mark.parametrize("mode", ["bistro,reloc", "reloc"])
+def test_an_answer_follows_another_threads_free_of_the_range(native: NativeBuild,
+                                                             c_test_dir: Path,
+                                                             mode: str) -> None:
+    """A thread asks about a device allocation twice (the second answer from
+    its memo of the cache's last answers), another thread frees it and
+    allocates again - a new size, or nothing - and the first asks about the
+    same pointer again: every answer is the driver's, before the free and
+    after it."""
+    exe = native.compile(FIXTURE.parent / "pointer_attributes_refree.c",
+                         c_test_dir / "pointer_attributes_refree",
+                         extra=[f"-L{native.core.parent}", "-lmemhook",
+                                f"-Wl,-rpath,{native.core.parent}", "-ldl", "-lpthread"])
+    env = native.env(LD_PRELOAD=str(native.core), MEMHOOK_INSTALL_AT_LOAD="1",
+                     MEMHOOK_CUDA_MODE=mode, MEMHOOK_POINTER_ATTRIBUTES="1")
+    proc = subprocess.run([str(exe), "300"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = re.search(r"wrong 0 before (\d+) after (\d+) of (\d+)", proc.stdout)
+    assert found, proc.stdout
+    before, after, total = (int(x) for x in found.groups())
+    # memhook answered both sides itself, not only the driver: the asks
+    # before the free (the memo's) and after it (the map searched again).
+    # Nothing else touches the cache here, so nearly all are memhook's.
+    assert before > total // 2 and after > total // 4, proc.stdout
