@@ -75,26 +75,6 @@ static double time_get(get_fn f, unsigned long long p, long n)
     return r[ROUNDS / 2];
 }
 
-static double time_gets(gets_fn f, unsigned long long p, long n)
-{
-    int attrs[4] = {2, 9, 11, 12};
-    unsigned type = 0;
-    int dev = 0;
-    unsigned long long start = 0, size = 0;
-    void *data[4] = {&type, &dev, &start, &size};
-    double r[ROUNDS];
-    for (int k = 0; k < ROUNDS; k++) {
-        double t0 = now_ns();
-        for (long i = 0; i < n; i++) {
-            f(4, attrs, data, p);
-            sink = type;
-        }
-        r[k] = (now_ns() - t0) / (double)n;
-    }
-    qsort(r, ROUNDS, sizeof r[0], cmp);
-    return r[ROUNDS / 2];
-}
-
 /* The four attributes of ROT pointers in turn, one call each (a
  * transport's pattern: a ring of buffers, each asked once per lap), in
  * ns per call. */
@@ -118,6 +98,16 @@ static double time_gets_rot(gets_fn f, const unsigned long long *ps, long n)
     }
     qsort(r, ROUNDS, sizeof r[0], cmp);
     return r[ROUNDS / 2];
+}
+
+/* The four attributes of one pointer, asked again and again (the ring's
+ * loop over ROT copies of it: one loop times both rows). */
+static double time_gets(gets_fn f, unsigned long long p, long n)
+{
+    unsigned long long ps[ROT];
+    for (int i = 0; i < ROT; i++)
+        ps[i] = p;
+    return time_gets_rot(f, ps, n);
 }
 
 /* The attribute set libcudart 13 asks (its cudaPointerGetAttributes). */
