@@ -62,6 +62,7 @@ extra has them) and memhook built with its native parts.  On the simulator
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -148,6 +149,15 @@ class _TensorLike:
 
     def __dlpack_device__(self) -> Any:
         return (_DL_CPU, 0)
+
+
+def cuda_ok(cu: Any, result: Any) -> Any:
+    """A cuda-python call's result: its value(s), or RuntimeError for an
+    error code (``cu``: ``cuda.bindings.driver``)."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"a CUDA call failed: {err!r}")
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _dl_cpu() -> Any:
@@ -253,11 +263,7 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
     report = memhook.install(mode)  # before cuda-python resolves the driver's entry points
     from cuda.bindings import driver as cu
 
-    def ok(result: Any) -> Any:
-        err, *values = result if isinstance(result, tuple) else (result,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"a CUDA call failed: {err!r}")
-        return values[0] if len(values) == 1 else tuple(values)
+    ok = functools.partial(cuda_ok, cu)
 
     ok(cu.cuInit(0))
     dev = ok(cu.cuDeviceGet(0))

@@ -25,6 +25,7 @@ valgrind follows it into python).  Needs valgrind and cuda-python.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -47,16 +48,12 @@ def _child(case: str, regions: int, queries: int) -> None:
     from memhook import MemoryType
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from cache_vs_driver import _CudaArray, _CupyLikeArray
+    from cache_vs_driver import _CudaArray, _CupyLikeArray, cuda_ok
 
     memhook.install("bistro")
     from cuda.bindings import driver as cu
 
-    def ok(result: Any) -> Any:
-        err, *values = result if isinstance(result, tuple) else (result,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"a CUDA call failed: {err!r}")
-        return values[0] if len(values) == 1 else tuple(values)
+    ok = functools.partial(cuda_ok, cu)
 
     ok(cu.cuInit(0))
     ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))))
