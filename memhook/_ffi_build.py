@@ -267,6 +267,13 @@ static PyObject *memhook_cffi_init(const char *name, Py_ssize_t version,
     if (module != NULL && (memhook_pyext_add(module) != 0 ||
                            memhook_pyext_control_add(module) != 0))
         Py_CLEAR(module);
+#ifdef Py_GIL_DISABLED
+    /* The builtins keep memos in statics read and written under the GIL
+     * (docs/design/python-queries.md); cffi may have declared the module
+     * GIL-free, so say otherwise: CPython then turns the GIL on. */
+    if (module != NULL && PyUnstable_Module_SetGIL(module, Py_MOD_GIL_USED) != 0)
+        Py_CLEAR(module);
+#endif
     return module;
 }
 #define _cffi_init memhook_cffi_init
