@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import os
 import shlex
@@ -92,6 +93,13 @@ class NativeBuild:
             env.setdefault("ASAN_OPTIONS", "detect_leaks=0")
             env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         env.update(extra)
+        preload = env.get("LD_PRELOAD", "")
+        if "address" in self.sanitize and preload:
+            # ASan's runtime must come first in the initial library list,
+            # before a preloaded (sanitized) core.
+            runtime = _asan_runtime()
+            if runtime and not preload.startswith(runtime):
+                env["LD_PRELOAD"] = f"{runtime}:{preload}"
         return env
 
     def compile(self, sources: list[Path] | Path, out: Path, *, cc: str = "cc",
@@ -112,6 +120,14 @@ class NativeBuild:
         """Run a test program on this build's simulator; fail with its output
         when it exits non-zero."""
         return run_checked(cmd, env=self.env() if env is None else env, timeout=timeout, cwd=cwd)
+
+
+@functools.lru_cache(maxsize=None)
+def _asan_runtime() -> str:
+    """The compiler's ASan runtime (its path, or "" where it has none)."""
+    proc = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True, text=True)
+    path = proc.stdout.strip()
+    return path if proc.returncode == 0 and os.path.isabs(path) else ""
 
 
 def run_checked(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
