@@ -367,6 +367,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     }
     if (g_mode == 0 && mode != 0 && !g_driver_used_unseen)
         g_driver_used_unseen = driver_initialised();
+    if (g_mode == 0 && mode != 0)
+        mh_ucm_install_begin();  /* UCX's feed-only hooks out: memhook's go in (ucm_feed.c) */
     int rc = 0;
     if (mode & MEMHOOK_MODE_RELOC)
         rc = reloc_apply(why, why_len);
@@ -376,6 +378,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
             /* bistro alone patched nothing: a failed install changes
              * nothing - the previous mode stays, with its mechanisms (the
              * rows keep bistro's reasons, which status() shows). */
+            if (g_mode == 0)
+                mh_ucm_hand_back();  /* UCX fed again, by its hooks or ours */
             dl_clear();
             pthread_mutex_unlock(&g_lock);
             mh_warn("%s", why);
@@ -409,6 +413,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
+    if (g_mode_before == 0 && mode != 0)
+        mh_ucm_install_done();
     if (g_mode_before != 0 && mode == 0) {
         mh_live_new_generation(false);  /* after recording stopped: live_table.c */
         hooks_gap(true);
@@ -582,6 +588,8 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
                  "erase it", g_mode & MEMHOOK_MODE_BISTRO
                      ? "calls that come through it are recorded"
                      : "uninstalled: calls that come through it are passed on, unrecorded");
+    else if (g_mode == 0 && mh_ucm_row_reason(h->name, out->reason, sizeof out->reason))
+        ;  /* kept patched (or blind) for UCX after the hand-back: ucm_keep.c */
     else if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)
