@@ -6,7 +6,10 @@ memtype handler first) x memhook's modes (bistro, the far form, reloc,
 bistro,reloc) x UCX_MEM_CUDA_HOOK_MODE (bistro, reloc, bistro,reloc).  Each
 makes 50 cuMemAlloc_v2/cuMemFree_v2 pairs through its PLT, uninstalls
 memhook, and makes 20 more; a handler of its own and UCX's memtype cache
-(UCX_MEMTYPE_CACHE=y) are asked about every pointer.  The cases run in parallel, a few at a time.
+(UCX_MEMTYPE_CACHE=y) are asked about every pointer.  Then UCX's side is
+checked through a handler registered late, a second uninstall, an install
+again, an uninstall after it, install/uninstall cycles under two calling
+threads, and a fork child's install/uninstall (ucx_pair.c, after_uninstall).  The cases run in parallel, a few at a time.
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
     got.update({k: int(v) for k, v in (kv.split("=") for kv in after.group(1).split())})
     got.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3),
                ucx_refused="UCX could not install its own CUDA hooks" in proc.stderr)
+    fork = re.search(r"^FORK install=(-?\d+) reason=(.*)$", proc.stdout, re.M)
+    got.update(fork_install=int(fork.group(1)) if fork else -1,
+               fork_reason=fork.group(2) if fork else "(no FORK line)")
     for name in ("cuMemAlloc_v2", "cuMemFree_v2"):
         kept = re.search(rf"^UNINSTALLED {name} mechanisms=(\d+) reason=(.*)$", proc.stdout, re.M)
         got[f"uninstalled_{name}"] = kept.group(2) if kept else "(no row)"
@@ -100,10 +106,16 @@ def _ucx_outlives_memhook(got: dict[str, int | str]) -> bool:
     back or never taken away, or memhook's feed-only hooks where UCX could
     not install its own - and so does a handler UCX registers after the
     uninstall, after a second uninstall, after memhook installs again (each
-    call once) and after the uninstall that follows."""
+    call once), after the uninstall that follows, and after five installs
+    and uninstalls with two threads calling all along (every FREE UCX got
+    then came while the memory was still allocated).  A fork child of the
+    uninstalled process installs and uninstalls cleanly."""
     return all(got[k] == M for k in ("after_alloc", "after_free", "late_alloc", "late_free",
                                      "again_alloc", "again_free", "re_alloc", "re_free",
-                                     "last_alloc", "last_free")) and got["late_status"] == 0
+                                     "last_alloc", "last_free", "churned_alloc",
+                                     "churned_free")) \
+        and got["late_status"] == 0 and got["churn_early"] == got["churn_free"] \
+        and got["fork_install"] == 0
 
 
 @pytest.fixture(scope="session")
@@ -215,6 +227,7 @@ def test_ucx_refused_at_hand_back_is_fed_by_kept_hooks(outcomes, case) -> None:
     assert _ucx_outlives_memhook(got), got
     assert (got["after_hit"], got["after_gone"]) == (M, M), got
     assert (got["re_mh_alloc"], got["re_mh_free"]) == (M, M), got
+    assert "still patched for UCX" in str(got["fork_reason"]), got
     for name in ("cuMemAlloc_v2", "cuMemFree_v2"):
         reason = str(got[f"uninstalled_{name}"])
         assert "still patched for UCX" in reason, got
