@@ -295,7 +295,9 @@ bool mh_ucm_keep_reason(const char *name, char *why, size_t why_len)
         case KEEP_STUCK:
             snprintf(why, why_len,
                      "memhook's feed-only hook for UCX could not come out (%.60s): it stays "
-                     "under the entry's patch and passes calls on, unrecorded", k->why);
+                     "under the entry's patch and %s", k->why,
+                     feeding() ? "dispatches UCX's events for the calls that reach it"
+                               : "passes calls on while memhook is installed");
             return true;
         default:
             return false;
