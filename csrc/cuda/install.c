@@ -581,15 +581,15 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
                       (g_reloc_on && !off ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = patched ? memhook_bistro_patch_jump_size(h->patch) : 0;
     out->bistro_overwritten = h->patch != NULL && !memhook_bistro_patch_intact(h->patch);
-    if (out->bistro_overwritten)
+    if (g_mode == 0 && mh_ucm_row_reason(h->name, out->reason, sizeof out->reason))
+        ;  /* kept patched (or blind) for UCX after the hand-back: ucm_keep.c */
+    else if (out->bistro_overwritten)
         snprintf(out->reason, sizeof out->reason,
                  "bistro: another library patched this entry after memhook; memhook's jump "
                  "stays under its patch (%s), since restoring the bytes memhook saw would "
                  "erase it", g_mode & MEMHOOK_MODE_BISTRO
                      ? "calls that come through it are recorded"
                      : "uninstalled: calls that come through it are passed on, unrecorded");
-    else if (g_mode == 0 && mh_ucm_row_reason(h->name, out->reason, sizeof out->reason))
-        ;  /* kept patched (or blind) for UCX after the hand-back: ucm_keep.c */
     else if (h->reason[0] != '\0')  /* (also after a failed install, in mode none) */
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)

@@ -253,6 +253,8 @@ static bool g_rescan_due;
 void mh_ucm_hand_back(void)
 {
     pthread_mutex_lock(&g_lock);
+    if (g_state == MH_UCM_FEED_ONLY)
+        mh_ucm_keep_refresh();  /* a second uninstall may have freed an entry */
     if (g_state != MH_UCM_FED) {
         pthread_mutex_unlock(&g_lock);
         return;

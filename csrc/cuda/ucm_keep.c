@@ -154,6 +154,7 @@ typedef enum keep_state {
     KEEP_NONE = 0,  /* not noted, or absent from the driver */
     KEEP_NOTED,     /* noted before UCX tried */
     KEEP_ON,        /* memhook's feed-only hook is at the entry */
+    KEEP_PASS,      /* memhook's own jump stayed: its wrapper passes calls to the hook */
     KEEP_UCX,       /* UCX patched the entry before refusing another */
     KEEP_FAILED,    /* UCX refused and memhook's hook could not go in */
     KEEP_STUCK,     /* the hook could not come out: it passes calls on */
@@ -168,57 +169,95 @@ static struct keep_entry {
     keep_state state;
     void *at;
     uint8_t noted[KEEP_BYTES];
-    memhook_bistro_patch *patch;
+    memhook_bistro_patch *patch;  /* KEEP_ON, KEEP_STUCK */
+    mh_hook *row;                 /* KEEP_PASS */
+    bool overwritten;             /* KEEP_PASS: another patcher's jump is over memhook's */
+    bool ucx_owned;               /* UCX patched it once: UCX never takes its hooks out */
     char why[256];
 } g_keep[K_COUNT] = {
-#define X(name) [K_##name] = {#name, (void *)keep_##name, KEEP_NONE, NULL, {0}, NULL, ""},
+#define X(fn) [K_##fn] = {.name = #fn, .hook = (void *)keep_##fn},
     KEEP_ENTRIES(X)
 #undef X
 };
 static int g_ucx_status; /* what UCX answered at the hand-back that kept hooks */
 
+static void note(struct keep_entry *k, void *lib)
+{
+    int i = (int)(k - g_keep);
+    k->state = KEEP_NONE;
+    k->at = lib != NULL ? mh_real_dlsym(lib, k->name) : NULL;
+    k->why[0] = '\0';
+    for (int j = 0; j < i && k->at != NULL; j++)
+        if (g_keep[j].at == k->at)
+            k->at = NULL;  /* one code, two names: patched once, by the first */
+    if (k->at != NULL) {
+        memcpy(k->noted, k->at, KEEP_BYTES);
+        k->state = KEEP_NOTED;
+    }
+}
+
 void mh_ucm_keep_note(void)
 {
     void *lib = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
-    for (int i = 0; i < K_COUNT; i++) {
-        struct keep_entry *k = &g_keep[i];
-        if (k->state == KEEP_STUCK)
-            continue;  /* ours, under another's patch: nothing more to do there */
-        k->state = KEEP_NONE;
-        k->at = lib != NULL ? mh_real_dlsym(lib, k->name) : NULL;
-        k->why[0] = '\0';
-        for (int j = 0; j < i && k->at != NULL; j++)
-            if (g_keep[j].at == k->at)
-                k->at = NULL;  /* one code, two names: patched once, by the first */
-        if (k->at != NULL) {
-            memcpy(k->noted, k->at, KEEP_BYTES);
-            k->state = KEEP_NOTED;
-        }
-    }
+    for (int i = 0; i < K_COUNT; i++)
+        if (g_keep[i].state != KEEP_STUCK)  /* ours, under another's patch: left there */
+            note(&g_keep[i], lib);
     if (lib != NULL)
         mh_real_dlclose(lib);
     (void)dlerror();
 }
 
-int mh_ucm_keep_install(int ucx_status)
+/* memhook's row of k's function whose patch the uninstall could not take
+ * out (a thread blocked the live-write protocol's signals, or another
+ * patcher's jump is over memhook's), or NULL.  Its wrapper still gets the
+ * calls and, recording nothing, passes them to the row's trampoline:
+ * the feed-only hook goes in between (install lock held). */
+static mh_hook *stayed_row(const struct keep_entry *k)
+{
+    for (int f = 0; f < MH_FN_COUNT; f++) {
+        mh_hook *h = &mh_hooks[f];
+        if (h->patch != NULL && h->patched_at == k->at && strcmp(h->name, k->name) == 0 &&
+            __atomic_load_n(&h->trampoline, __ATOMIC_ACQUIRE) != NULL)
+            return h;
+    }
+    return NULL;
+}
+
+static void pass_through_hook(struct keep_entry *k, mh_hook *h)
+{
+    int i = (int)(k - g_keep);
+    __atomic_store_n(&g_next[i], __atomic_load_n(&h->trampoline, __ATOMIC_ACQUIRE),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&h->trampoline, k->hook, __ATOMIC_RELEASE);
+    k->row = h;
+    k->overwritten = !memhook_bistro_patch_intact(h->patch);
+    k->state = KEEP_PASS;
+}
+
+/* Patch every noted entry whose bytes are still those noted; returns how
+ * many are kept (with KEEP_PASS ones). */
+static int keep_noted(void)
 {
     memhook_bistro_request req[K_COUNT];
-    int who[K_COUNT], n = 0;
-    g_ucx_status = ucx_status;
+    int who[K_COUNT], n = 0, kept = 0;
     for (int i = 0; i < K_COUNT; i++) {
         struct keep_entry *k = &g_keep[i];
         if (k->state != KEEP_NOTED)
             continue;
-        if (memcmp(k->noted, k->at, KEEP_BYTES) != 0) {
+        mh_hook *h;
+        if (k->ucx_owned || memcmp(k->noted, k->at, KEEP_BYTES) != 0) {
             k->state = KEEP_UCX;
-            continue;
+            k->ucx_owned = true;
+        } else if ((h = stayed_row(k)) != NULL) {
+            pass_through_hook(k, h);
+            kept++;
+        } else {
+            req[n] = (memhook_bistro_request){.target = k->at, .hook = k->hook,
+                                              .original = &g_next[i]};
+            who[n++] = i;
         }
-        req[n] = (memhook_bistro_request){.target = k->at, .hook = k->hook,
-                                          .original = &g_next[i]};
-        who[n++] = i;
     }
     memhook_bistro_install_batch(req, (size_t)n);
-    int kept = 0;
     for (int m = 0; m < n; m++) {
         struct keep_entry *k = &g_keep[who[m]];
         if (req[m].err == 0) {
@@ -229,11 +268,34 @@ int mh_ucm_keep_install(int ucx_status)
             k->state = KEEP_FAILED;
             snprintf(k->why, sizeof k->why, "%s", req[m].why);
             mh_warn("ucm: UCX gets no events from %s: UCX could not hook it (status %d) and "
-                    "neither could memhook: %s", k->name, ucx_status, req[m].why);
+                    "neither could memhook: %s", k->name, g_ucx_status, req[m].why);
         }
     }
+    return kept;
+}
+
+int mh_ucm_keep_install(int ucx_status)
+{
+    g_ucx_status = ucx_status;
+    int kept = keep_noted();
     __atomic_store_n(&g_feeding, kept > 0, __ATOMIC_RELEASE);
     return kept;
+}
+
+void mh_ucm_keep_refresh(void)
+{
+    void *lib = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    for (int i = 0; i < K_COUNT; i++) {
+        struct keep_entry *k = &g_keep[i];
+        /* the uninstall took memhook's patch out after all (and the hook
+         * with it, from the row): the entry is the driver's again */
+        if (k->state == KEEP_PASS && k->row->patch == NULL)
+            note(k, lib);
+    }
+    if (lib != NULL)
+        mh_real_dlclose(lib);
+    (void)dlerror();
+    keep_noted();
 }
 
 void mh_ucm_keep_drop(void)
@@ -242,12 +304,22 @@ void mh_ucm_keep_drop(void)
     memhook_bistro_patch *patches[K_COUNT];
     int errs[K_COUNT], who[K_COUNT], n = 0;
     for (int i = 0; i < K_COUNT; i++) {
-        if (g_keep[i].state == KEEP_ON) {
-            patches[n] = g_keep[i].patch;
+        struct keep_entry *k = &g_keep[i];
+        if (k->state == KEEP_ON) {
+            patches[n] = k->patch;
             who[n++] = i;
-        } else if (g_keep[i].state != KEEP_STUCK) {
-            g_keep[i].state = KEEP_NONE;
+            continue;
         }
+        if (k->state == KEEP_PASS) {
+            /* the row's wrapper calls its trampoline again directly */
+            void *hook = k->hook;
+            __atomic_compare_exchange_n(&k->row->trampoline, &hook,
+                                        __atomic_load_n(&g_next[i], __ATOMIC_ACQUIRE), false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            k->row = NULL;
+        }
+        if (k->state != KEEP_STUCK)
+            k->state = KEEP_NONE;
     }
     memhook_bistro_remove_batch(patches, errs, (size_t)n);
     for (int m = 0; m < n; m++) {
@@ -281,6 +353,17 @@ bool mh_ucm_keep_reason(const char *name, char *why, size_t why_len)
                      "CUDA hooks when memhook handed them back (status %d), so a feed-only "
                      "hook stays here and dispatches UCX's memory-type events (memhook "
                      "records nothing); install() takes it out again", g_ucx_status);
+            return true;
+        case KEEP_PASS:
+            snprintf(why, why_len,
+                     "uninstalled, but still patched for UCX: memhook's jump could not leave "
+                     "this entry (%s), and UCX could not install its own CUDA hooks (status "
+                     "%d), so memhook's wrapper here dispatches UCX's memory-type events only "
+                     "(memhook records nothing); install() records here again",
+                     k->overwritten ? "another library patched over it, and restoring the "
+                                      "bytes memhook saw would erase that patch"
+                                    : "its removal was refused",
+                     g_ucx_status);
             return true;
         case KEEP_UCX:
             snprintf(why, why_len,

@@ -19,9 +19,14 @@
  * patch some and refuse the next) is told from one it left alone. */
 MH_HIDDEN void mh_ucm_keep_note(void);
 /* UCX refused (`ucx_status`): patch every noted entry whose bytes are
- * still those noted with a hook that only dispatches UCX's MEM_TYPE events.
- * Returns how many entries are kept. */
+ * still those noted with a hook that only dispatches UCX's MEM_TYPE events
+ * (where memhook's own patch could not leave, its wrapper passes the calls
+ * to that hook instead).  Returns how many entries are kept. */
 MH_HIDDEN int mh_ucm_keep_install(int ucx_status);
+/* memhook uninstalled again while its feed-only hooks were in: an entry
+ * whose own patch has left since (its removal refused before) gets a
+ * feed-only hook of its own. */
+MH_HIDDEN void mh_ucm_keep_refresh(void);
 /* memhook installs again: the kept hooks come out (memhook's wrappers feed
  * UCX from now on).  One another patcher has since written over stays, and
  * only passes calls on. */

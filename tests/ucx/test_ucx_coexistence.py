@@ -90,6 +90,9 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
     if after is None:
         return f"no AFTER line\n{proc.stdout}\n{proc.stderr}"
     got.update({k: int(v) for k, v in (kv.split("=") for kv in after.group(1).split())})
+    second = re.search(r"^SECOND intact=(\d+) calls=(\d+)$", proc.stdout, re.M)
+    if second:
+        got.update(second_intact=int(second.group(1)), second_calls=int(second.group(2)))
     got.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3),
                ucx_refused="UCX could not install its own CUDA hooks" in proc.stderr)
     fork = re.search(r"^FORK install=(-?\d+) reason=(.*)$", proc.stdout, re.M)
@@ -120,7 +123,7 @@ def _ucx_outlives_memhook(got: dict[str, int | str]) -> bool:
 
 @pytest.fixture(scope="session")
 def outcomes(native, ucx_pair: Path, ucx_lib: Path) -> dict[tuple, object]:
-    jobs = [(c, 1) for c in CASES + LATE] + [(c, THREADS) for c in THREADED] + \
+    jobs = [(c, 1) for c in CASES + LATE + SECOND] + [(c, THREADS) for c in THREADED] + \
         [(c, KEPT_RUN) for c in KEPT]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
         done = pool.map(lambda j: ((*j[0], j[1]), _run(native, ucx_pair, ucx_lib, *j)), jobs)
@@ -233,3 +236,34 @@ def test_ucx_refused_at_hand_back_is_fed_by_kept_hooks(outcomes, case) -> None:
         assert "still patched for UCX" in reason, got
         assert "UCX could not install its own CUDA hooks" in reason, got
         assert "memhook records nothing" in reason, got
+
+
+SECOND = [("memhook-second", m, "bistro") for m in MEMHOOK_MODES]
+
+
+@pytest.mark.parametrize("case", SECOND, ids=["/".join(c) for c in SECOND])
+def test_entry_another_patcher_took_stays_fed_after_uninstall(outcomes, case) -> None:
+    # memhook fed UCX; then another patcher wrote its jump over memhook's on
+    # cuMemAlloc_v2.  At the uninstall memhook's patch there cannot leave
+    # (restoring the bytes it saw would erase the other's jump), and UCX's
+    # own bistro refuses that entry (so every entry: UCX gives up).  UCX
+    # still sees every call: through memhook's wrapper in the other's chain
+    # (bistro modes) or a feed-only hook over the other's jump (reloc), and
+    # the other patcher's jump is never written over.
+    _order, mode, _ucx_mode = case
+    got = outcomes[(*case, 1)]
+    assert isinstance(got, dict), got
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
+    assert (got["mh_alloc"], got["mh_free"]) == (N, N), got
+    # (bistro,reloc: a call through memhook's GOT slot goes on to memhook's
+    # trampoline, past the other's jump, while memhook is installed - the
+    # design note's limit)
+    assert got["second_calls"] == (M if mode == "bistro,reloc" else N + M), got
+    assert _ucx_outlives_memhook(got), got
+    assert (got["re_mh_alloc"], got["re_mh_free"]) == (M, M), got
+    reason = str(got["uninstalled_cuMemAlloc_v2"])
+    assert "still patched for UCX" in reason, got
+    if "bistro" in mode:
+        assert got["second_intact"] == 1, got
+        assert "another library patched over it" in reason, got
