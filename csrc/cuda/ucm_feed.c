@@ -253,8 +253,11 @@ static bool g_rescan_due;
 void mh_ucm_hand_back(void)
 {
     pthread_mutex_lock(&g_lock);
-    if (g_state == MH_UCM_FEED_ONLY)
-        mh_ucm_keep_refresh();  /* a second uninstall may have freed an entry */
+    /* A second uninstall may have freed an entry memhook's patch held:
+     * what was called between its patch going and the hook coming is
+     * dispatched as the existing mappings. */
+    if (g_state == MH_UCM_FEED_ONLY && mh_ucm_keep_refresh() > 0)
+        rescan();
     if (g_state != MH_UCM_FED) {
         pthread_mutex_unlock(&g_lock);
         return;

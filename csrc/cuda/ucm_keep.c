@@ -282,20 +282,23 @@ int mh_ucm_keep_install(int ucx_status)
     return kept;
 }
 
-void mh_ucm_keep_refresh(void)
+int mh_ucm_keep_refresh(void)
 {
     void *lib = mh_real_dlopen(MH_LIBCUDA_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    int freed = 0;
     for (int i = 0; i < K_COUNT; i++) {
         struct keep_entry *k = &g_keep[i];
         /* the uninstall took memhook's patch out after all (and the hook
          * with it, from the row): the entry is the driver's again */
-        if (k->state == KEEP_PASS && k->row->patch == NULL)
+        if (k->state == KEEP_PASS && k->row->patch == NULL) {
             note(k, lib);
+            freed++;
+        }
     }
     if (lib != NULL)
         mh_real_dlclose(lib);
     (void)dlerror();
-    keep_noted();
+    return freed > 0 ? keep_noted() : 0;
 }
 
 void mh_ucm_keep_drop(void)

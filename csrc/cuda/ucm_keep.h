@@ -25,8 +25,8 @@ MH_HIDDEN void mh_ucm_keep_note(void);
 MH_HIDDEN int mh_ucm_keep_install(int ucx_status);
 /* memhook uninstalled again while its feed-only hooks were in: an entry
  * whose own patch has left since (its removal refused before) gets a
- * feed-only hook of its own. */
-MH_HIDDEN void mh_ucm_keep_refresh(void);
+ * feed-only hook of its own.  Returns how many did. */
+MH_HIDDEN int mh_ucm_keep_refresh(void);
 /* memhook installs again: the kept hooks come out (memhook's wrappers feed
  * UCX from now on).  One another patcher has since written over stays, and
  * only passes calls on. */

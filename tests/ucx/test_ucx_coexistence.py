@@ -98,6 +98,8 @@ def _run(native, exe: Path, lib: Path, case: tuple[str, str, str],
     fork = re.search(r"^FORK install=(-?\d+) reason=(.*)$", proc.stdout, re.M)
     got.update(fork_install=int(fork.group(1)) if fork else -1,
                fork_reason=fork.group(2) if fork else "(no FORK line)")
+    again = re.search(r"^AGAIN cuMemAlloc_v2 mechanisms=\d+ reason=(.*)$", proc.stdout, re.M)
+    got["again_cuMemAlloc_v2"] = again.group(1) if again else "(no row)"
     for name in ("cuMemAlloc_v2", "cuMemFree_v2"):
         kept = re.search(rf"^UNINSTALLED {name} mechanisms=(\d+) reason=(.*)$", proc.stdout, re.M)
         got[f"uninstalled_{name}"] = kept.group(2) if kept else "(no row)"
@@ -249,7 +251,9 @@ def test_entry_another_patcher_took_stays_fed_after_uninstall(outcomes, case) ->
     # own bistro refuses that entry (so every entry: UCX gives up).  UCX
     # still sees every call: through memhook's wrapper in the other's chain
     # (bistro modes) or a feed-only hook over the other's jump (reloc), and
-    # the other patcher's jump is never written over.
+    # the other patcher's jump is never written over.  Then the other
+    # patcher takes itself out, and the next uninstall moves UCX's feed to
+    # a feed-only hook of the entry's own.
     _order, mode, _ucx_mode = case
     got = outcomes[(*case, 1)]
     assert isinstance(got, dict), got
@@ -267,3 +271,7 @@ def test_entry_another_patcher_took_stays_fed_after_uninstall(outcomes, case) ->
     if "bistro" in mode:
         assert got["second_intact"] == 1, got
         assert "another library patched over it" in reason, got
+        # The other patcher took itself out before the second uninstall,
+        # which took memhook's jump out too: the entry got a feed-only hook
+        # of its own (UCX's again_* counts above).
+        assert "a feed-only hook stays here" in str(got["again_cuMemAlloc_v2"]), got
