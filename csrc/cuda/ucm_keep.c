@@ -13,8 +13,12 @@
  * bistro trampoline) and dispatches UCX's MEM_TYPE event, as memhook's
  * wrappers did while installed - and records nothing of memhook's.  An
  * entry UCX did patch keeps UCX's hook (feeding it too would send UCX every
- * call there twice).  The list is UCX 1.22's own (libucm_cuda's driver
- * hooks), by name: a driver without one of them has nothing to keep there.
+ * call there twice).  An entry where memhook's own patch could not leave
+ * (another patcher's jump is over it) still leads into memhook's wrapper,
+ * which passes the calls on unrecorded: the hook goes between the wrapper
+ * and its trampoline instead.  The list is UCX 1.22's own (libucm_cuda's
+ * driver hooks), by name: a driver without one of them has nothing to
+ * keep there.
  *
  * The hooks go in through bistro's live-write protocol, like memhook's
  * own, so threads may be calling the entries meanwhile; one whose patch
