@@ -23,6 +23,8 @@ uninstalls memhook and makes M more.  Prints one table row per case:
             later phase: a handler registered after the uninstall, a second
             uninstall, memhook installed again, the uninstall after it, and
             M pairs after five installs/uninstalls under two calling threads
+  fork      a fork child's install() after the first uninstall (0: ok; -1:
+            it did not exit within 10 s)
   row       memhook's row of cuMemAlloc_v2: mechanisms and bistro jump
 
 Then the hand-back when UCX's own hooks are refused (memhook first, UCX's
@@ -126,9 +128,11 @@ def run_case(exe: Path, lib: Path, cuda: Path, case: tuple[str, str, str], n: in
     row = re.search(r"^ROW \S+ mechanisms=(\d+) jump=(\d+) reason=(.*)$", p.stdout, re.M)
     after = re.search(r"^AFTER (.*)$", p.stdout, re.M)
     kept = re.search(r"^UNINSTALLED cuMemAlloc_v2 mechanisms=\d+ reason=(.*)$", p.stdout, re.M)
+    fork = re.search(r"^FORK install=(-?\d+) ", p.stdout, re.M)
     out: dict[str, object] = {"order": case[0], "mode": case[1], "ucx_mode": case[2],
                               "exit": p.returncode, "ucx_far": ucx_far,
-                              "uninstalled_reason": kept.group(1) if kept else ""}
+                              "uninstalled_reason": kept.group(1) if kept else "",
+                              "fork": int(fork.group(1)) if fork else None}
     if res:
         out.update({k: int(v) for k, v in (kv.split("=") for kv in res.group(1).split())})
     if after:
@@ -196,7 +200,8 @@ def main() -> int:
 
 def table(rows: list[dict[str, object]]) -> None:
     head = (f"{'order':<14} {'memhook':<13} {'UCX mode':<13} {'ucx st':>6} {'ucx a/f':>9} "
-            f"{'mh a/f':>9} {'early':>5} {'typed':>5} {'cache':>9} {'after':>7} {'later':>5}  row")
+            f"{'mh a/f':>9} {'early':>5} {'typed':>5} {'cache':>9} {'after':>7} {'later':>5} "
+            f"{'fork':>4}  row")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -207,7 +212,8 @@ def table(rows: list[dict[str, object]]) -> None:
         print(f"{r['order']:<14} {r['mode']:<13} {r['ucx_mode']:<13} {r['ucx_status']:>6} "
               f"{r['ucx_alloc']:>4}/{r['ucx_free']:<4} {r['mh_alloc']:>4}/{r['mh_free']:<4} "
               f"{r['free_early']:>5} {r['ucx_types']:>5} {r['cache_hit']:>4}/{r['cache_gone']:<4} "
-              f"{r['after_alloc']:>3}/{r['after_free']:<3} {r.get('later', '?'):>5}"
+              f"{r['after_alloc']:>3}/{r['after_free']:<3} {r.get('later', '?'):>5} "
+              f"{str(r.get('fork')):>4}"
               f"  mech={r.get('mechanisms', '?')} jump={r.get('jump', '?')}")
 
 
