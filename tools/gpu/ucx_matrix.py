@@ -136,8 +136,9 @@ def run_case(exe: Path, lib: Path, cuda: Path, case: tuple[str, str, str], n: in
     if res:
         out.update({k: int(v) for k, v in (kv.split("=") for kv in res.group(1).split())})
     if after:
-        out.update({k: int(v) for k, v in (kv.split("=") for kv in after.group(1).split())})
-        out["later"] = min(int(out[f"{w}_{e}"]) for w in LATER for e in ("alloc", "free"))
+        counts = {k: int(v) for k, v in (kv.split("=") for kv in after.group(1).split())}
+        out.update(counts)
+        out["later"] = min(counts[f"{w}_{e}"] for w in LATER for e in ("alloc", "free"))
     if row:
         out.update(mechanisms=int(row.group(1)), jump=int(row.group(2)), reason=row.group(3))
     if p.returncode != 0 or not res:
