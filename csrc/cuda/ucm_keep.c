@@ -363,13 +363,12 @@ bool mh_ucm_keep_reason(const char *name, char *why, size_t why_len)
             return true;
         case KEEP_PASS:
             snprintf(why, why_len,
-                     "uninstalled, but still patched for UCX: memhook's jump could not leave "
-                     "this entry (%s), and UCX could not install its own CUDA hooks (status "
-                     "%d), so memhook's wrapper here dispatches UCX's memory-type events only "
-                     "(memhook records nothing); install() records here again",
-                     k->overwritten ? "another library patched over it, and restoring the "
-                                      "bytes memhook saw would erase that patch"
-                                    : "its removal was refused",
+                     "uninstalled, but still patched for UCX: %s, and UCX could not install "
+                     "its own CUDA hooks (status %d), so memhook's wrapper here dispatches "
+                     "UCX's memory-type events only (memhook records nothing)",
+                     k->overwritten ? "another library patched over memhook's jump here "
+                                      "(restoring would erase its patch)"
+                                    : "memhook's jump could not be taken out here",
                      g_ucx_status);
             return true;
         case KEEP_UCX:
