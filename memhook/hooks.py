@@ -246,10 +246,16 @@ def install(mode: str | int | HookMode | None = None, *,
 
 
 def uninstall() -> None:
-    """Remove every hook: restore every byte and GOT slot they changed.
-    Pending events still reach the cache and the subscribers (the next
-    query, flush() or the background feeder applies them); uninstall()
-    itself never waits for another thread.  Idempotent.
+    """Remove every hook: restore every byte and GOT slot they changed -
+    except where that would break another library: an entry another patcher
+    wrote over since (memhook's jump stays under its patch), and, beside
+    UCX's libucm that memhook fed, the feed-only hooks that keep UCX's
+    memory-type events coming when UCX cannot install its own CUDA hooks
+    (they record nothing; :func:`install` takes them out).  :func:`status`
+    names each such entry and why.  Pending events still reach the cache
+    and the subscribers (the next query, flush() or the background feeder
+    applies them); uninstall() itself never waits for another thread.
+    Idempotent.
 
     Runtime complexity: O(h + s), as for :func:`install`.
 

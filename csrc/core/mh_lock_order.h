@@ -12,6 +12,8 @@
  *     install's g_lock, or none         -> the UCM feed's g_lock
  *                                          (cuda/ucm_feed.c) -> libucm's
  *                                          event lock -> the loader's lock
+ *     install's g_lock -> the UCM feed's g_lock -> bistro's g_lock (the
+ *                                          feed-only hooks, cuda/ucm_keep.c)
  *     install's g_lock, or reloc's lock -> one "objects changed" observer's
  *                                          lock (caller.c, trace_modules.c,
  *                                          mh_text.c, pyframes_abi.c: they

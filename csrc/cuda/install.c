@@ -367,6 +367,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     }
     if (g_mode == 0 && mode != 0 && !g_driver_used_unseen)
         g_driver_used_unseen = driver_initialised();
+    if (g_mode == 0 && mode != 0)
+        mh_ucm_install_begin();  /* UCX's feed-only hooks out: memhook's go in (ucm_feed.c) */
     int rc = 0;
     if (mode & MEMHOOK_MODE_RELOC)
         rc = reloc_apply(why, why_len);
@@ -376,6 +378,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
             /* bistro alone patched nothing: a failed install changes
              * nothing - the previous mode stays, with its mechanisms (the
              * rows keep bistro's reasons, which status() shows). */
+            if (g_mode == 0)
+                mh_ucm_hand_back();  /* UCX fed again, by its hooks or ours */
             dl_clear();
             pthread_mutex_unlock(&g_lock);
             mh_warn("%s", why);
@@ -409,6 +413,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
+    if (g_mode_before == 0 && mode != 0)
+        mh_ucm_install_done();
     if (g_mode_before != 0 && mode == 0) {
         mh_live_new_generation(false);  /* after recording stopped: live_table.c */
         hooks_gap(true);
@@ -575,7 +581,9 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
                       (g_reloc_on && !off ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = patched ? memhook_bistro_patch_jump_size(h->patch) : 0;
     out->bistro_overwritten = h->patch != NULL && !memhook_bistro_patch_intact(h->patch);
-    if (out->bistro_overwritten)
+    if (g_mode == 0 && mh_ucm_row_reason(h->name, out->reason, sizeof out->reason))
+        ;  /* kept patched (or blind) for UCX after the hand-back: ucm_keep.c */
+    else if (out->bistro_overwritten)
         snprintf(out->reason, sizeof out->reason,
                  "bistro: another library patched this entry after memhook; memhook's jump "
                  "stays under its patch (%s), since restoring the bytes memhook saw would "

@@ -12,7 +12,8 @@
  * again), the ALLOC again when the driver refused the free.  UCX's CUDA
  * module already loaded means UCX hooked first: memhook feeds nothing, so
  * UCX never sees a call twice.  At uninstall memhook hands the hooks back
- * and dispatches the existing mappings, as libucm does for late hooks.
+ * and dispatches the existing mappings, as libucm does for late hooks; if
+ * UCX cannot install them, memhook's feed-only hooks stay (ucm_keep.c).
  *
  * The dispatch holds libucm's event lock for reading, as libucm's own
  * hooks do; attach and hand-back run under g_lock.  The declarations below
@@ -31,6 +32,7 @@
 #include "procfs.h"
 #include "reloc.h"
 #include "ucm_feed.h"
+#include "ucm_keep.h"
 
 #define UCM_SONAME "libucm.so.0"
 #define UCM_CUDA_SONAME "libucm_cuda.so.0"
@@ -65,7 +67,9 @@ typedef void (*ucm_cb_fn)(int, mh_ucm_event *, void *);
 static struct {
     void (*set_external)(int);
     void (*unset_external)(int);
-    int (*set_handler)(int, int, ucm_cb_fn, void *);
+    /* ucs_status_t is a one-byte enum: the upper bits of the return
+     * register are not part of the answer */
+    int8_t (*set_handler)(int, int, ucm_cb_fn, void *);
     void (*unset_handler)(int, ucm_cb_fn, void *);
     void (*dispatch)(int, mh_ucm_event *);
     void (*enter)(void);
@@ -95,7 +99,7 @@ static bool resolve(void *h)
     bool ok = true;
     g_ucm.set_external = (void (*)(int))sym(h, "ucm_set_external_event", &ok);
     g_ucm.unset_external = (void (*)(int))sym(h, "ucm_unset_external_event", &ok);
-    g_ucm.set_handler = (int (*)(int, int, ucm_cb_fn, void *))sym(h, "ucm_set_event_handler", &ok);
+    g_ucm.set_handler = (int8_t (*)(int, int, ucm_cb_fn, void *))sym(h, "ucm_set_event_handler", &ok);
     g_ucm.unset_handler = (void (*)(int, ucm_cb_fn, void *))sym(h, "ucm_unset_event_handler", &ok);
     g_ucm.dispatch = (void (*)(int, mh_ucm_event *))sym(h, "ucm_event_dispatch", &ok);
     g_ucm.enter = (void (*)(void))sym(h, "ucm_event_enter", &ok);
@@ -240,26 +244,81 @@ static bool rescan_one(const mh_map_entry *e, void *ctx)
     return true;
 }
 
+static void rescan(void) { (void)mh_maps_each(rescan_one, NULL); }
+
+/* Set when memhook's install took the feed-only hooks out: what was called
+ * between that and recording is dispatched once recording runs. */
+static bool g_rescan_due;
+
 void mh_ucm_hand_back(void)
 {
     pthread_mutex_lock(&g_lock);
+    /* A second uninstall may have freed an entry memhook's patch held:
+     * what was called between its patch going and the hook coming is
+     * dispatched as the existing mappings. */
+    if (g_state == MH_UCM_FEED_ONLY && mh_ucm_keep_refresh() > 0)
+        rescan();
     if (g_state != MH_UCM_FED) {
         pthread_mutex_unlock(&g_lock);
         return;
     }
     __atomic_store_n(&mh_ucm_feeding, 0, __ATOMIC_RELEASE);
+    mh_ucm_keep_note();
     g_ucm.unset_external(UCM_EV_MEM_TYPE);
     static int token; /* the handler's identity for the unset */
     int st = g_ucm.set_handler(UCM_EV_MEM_TYPE, 0, noop_handler, &token);
     if (st == 0)
         g_ucm.unset_handler(UCM_EV_MEM_TYPE, noop_handler, &token);
-    (void)mh_maps_each(rescan_one, NULL);
-    set_state(st == 0 ? MH_UCM_OWN_HOOKS : MH_UCM_HANDED_BACK_FAILED);
-    if (st != 0)
-        mh_warn("ucm: memhook's hooks are out and UCX could not install its own CUDA hooks "
-                "(status %d): UCX sees no CUDA allocation from here on", st);
-    else
+    /* UCX refused (ucm_keep.c says when): memhook's feed-only hooks take
+     * the entries UCX left alone, and the events stay external, so that a
+     * handler UCX registers later does not try UCX's hooks again (it would
+     * fail the same way, and the registration with it): the kept hooks
+     * feed that handler too. */
+    int kept = st != 0 ? mh_ucm_keep_install(st) : 0;
+    if (kept > 0)
+        g_ucm.set_external(UCM_EV_MEM_TYPE);
+    rescan();
+    set_state(st == 0 ? MH_UCM_OWN_HOOKS : kept > 0 ? MH_UCM_FEED_ONLY : MH_UCM_HANDED_BACK_FAILED);
+    if (st == 0)
         mh_info("ucm: memhook's hooks are out; UCX installed its own CUDA hooks");
+    else if (kept > 0)
+        mh_warn("ucm: UCX could not install its own CUDA hooks (status %d): memhook keeps %d "
+                "feed-only hooks that dispatch UCX's events and record nothing of memhook's "
+                "(status() names them)", st, kept);
+    else
+        mh_warn("ucm: memhook's hooks are out and UCX could not install its own CUDA hooks "
+                "(status %d), nor could memhook keep feeding it: UCX sees no CUDA allocation "
+                "from here on", st);
     (void)dlerror();
     pthread_mutex_unlock(&g_lock);
+}
+
+void mh_ucm_install_begin(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_state == MH_UCM_FEED_ONLY) {
+        /* feeding first: the wrappers dispatch from their first recorded call */
+        __atomic_store_n(&mh_ucm_feeding, 1, __ATOMIC_RELEASE);
+        mh_ucm_keep_drop();
+        set_state(MH_UCM_FED);
+        g_rescan_due = true;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+void mh_ucm_install_done(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_rescan_due && g_state == MH_UCM_FED)
+        rescan();
+    g_rescan_due = false;
+    pthread_mutex_unlock(&g_lock);
+}
+
+bool mh_ucm_row_reason(const char *name, char *why, size_t why_len)
+{
+    pthread_mutex_lock(&g_lock);
+    bool said = g_state != MH_UCM_FED && mh_ucm_keep_reason(name, why, why_len);
+    pthread_mutex_unlock(&g_lock);
+    return said;
 }

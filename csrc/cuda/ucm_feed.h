@@ -5,6 +5,8 @@
 #ifndef MEMHOOK_UCM_FEED_H
 #define MEMHOOK_UCM_FEED_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mh_visibility.h"
@@ -14,7 +16,10 @@ typedef enum mh_ucm_state {
     MH_UCM_FED,                /* memhook declared UCX's MEM_TYPE events external
                                   and dispatches them */
     MH_UCM_OWN_HOOKS,          /* UCX has (or was handed back) its own CUDA hooks */
-    MH_UCM_HANDED_BACK_FAILED, /* at memhook's uninstall UCX could not install its own */
+    MH_UCM_HANDED_BACK_FAILED, /* at memhook's uninstall UCX could not install its own,
+                                  nor could memhook keep a feed-only hook (ucm_keep.c) */
+    MH_UCM_FEED_ONLY,          /* memhook is uninstalled; UCX could not install its own
+                                  hooks, so memhook's feed-only hooks feed it */
     MH_UCM_UNUSABLE,           /* libucm lacks an entry point memhook needs */
 } mh_ucm_state;
 
@@ -30,6 +35,16 @@ MH_HIDDEN void mh_ucm_feed_at_load(void);
 /* memhook's hooks are out: UCX gets its own CUDA hooks back (install lock
  * held, after every patch and GOT slot of memhook's was restored). */
 MH_HIDDEN void mh_ucm_hand_back(void);
+/* memhook installs from mode none (install lock held): before its
+ * mechanisms go in, the feed-only hooks of an earlier hand-back come out
+ * (they hold the entries memhook patches) and memhook feeds UCX again;
+ * after recording started, mh_ucm_install_done tells UCX of what it may
+ * have missed in between. */
+MH_HIDDEN void mh_ucm_install_begin(void);
+MH_HIDDEN void mh_ucm_install_done(void);
+/* status(): why `name` stays patched, or is blind, for UCX after memhook's
+ * uninstall (false: nothing to say). */
+MH_HIDDEN bool mh_ucm_row_reason(const char *name, char *why, size_t why_len);
 MH_HIDDEN mh_ucm_state mh_ucm_state_get(void);
 /* fork(): the attach lock is not held across it (csrc/core/mh_lock_order.h);
  * the child makes it afresh and keeps the state, as it keeps libucm's. */

@@ -19,7 +19,7 @@ chmod +x /tmp/ucx/libucx/bin/* 2>/dev/null
 export MEMHOOK_UCX=/tmp/ucx
 rc=0
 echo "== 1. coexistence matrix"
-timeout 240 python3 tools/gpu/ucx_matrix.py --json "$out/ucx_matrix.json" || rc=1
+timeout 420 python3 tools/gpu/ucx_matrix.py --json "$out/ucx_matrix.json" || rc=1
 echo "== 2. ucx_perftest"
 timeout 300 bash tools/gpu/ucx_perftest.sh "$out" || rc=1
 echo "== 3. CUDA API calls per tag_bw 8 B operation with UCX_MEMTYPE_CACHE=n"
