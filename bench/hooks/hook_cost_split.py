@@ -10,7 +10,8 @@ The pieces (each a copy of csrc/ with the lines below replaced):
   fence    (--precise only) the lfence before the ALLOC's rdtsc
   links    the drain's order words: the address chain's read and write,
            the marker epoch
-  device   the ALLOC's cuCtxGetDevice
+  device   the ALLOC's device: cuCtxGetDevice where the driver shows
+           several devices (with one, a load: this piece is then ~0)
   live     (--exact only: outside exact sizes the drain sizes FREEs) the
            live table (insert at ALLOC, find and forget at FREE), and
            with it the fences its CASes lend the pending flag
@@ -72,7 +73,8 @@ KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
               ("cuda/emit.c", "    if (addr != 0 && self != 0)\n        mh_addr_chain_note(addr, self);\n",
                "    (void)self;\n"),
               ("cuda/emit.c", "((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags())", "0")],
-    "device": [("cuda/emit.c", "device = mh_current_device();", "device = 0;")],
+    "device": [("cuda/emit.c", "device = result == 0 ? mh_alloc_device() : mh_current_device();",
+                "device = 0;")],
     "live": [("cuda/emit.c", "if (exact && result == 0 && addr != 0 && mh_hooks[f].tracked) {",
               "if (0) {"),
              ("cuda/emit.c", "plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);",

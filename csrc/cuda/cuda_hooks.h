@@ -163,6 +163,28 @@ MH_HIDDEN extern _Atomic uint32_t mh_exact_wanted;
 
 /* The current context's device ordinal, or -1. */
 MH_HIDDEN int mh_current_device(void);
+
+/* How many devices the process sees, once the driver said: the devices of
+ * an initialised driver are fixed (CUDA_VISIBLE_DEVICES is read at cuInit).
+ * Forgotten when the driver unloads and in a fork child. */
+enum { MH_DEVICES_UNKNOWN, MH_DEVICES_ONE, MH_DEVICES_SEVERAL };
+MH_HIDDEN extern _Atomic int mh_devices;
+MH_HIDDEN int mh_alloc_device_slow(void);
+
+/* The device of an allocation that succeeded: the current context's (a
+ * context was current, or the call would have failed).  Where the process
+ * sees one device that is device 0, and the driver is not asked - asking
+ * cost a driver call per ALLOC, more than the rest of the event. */
+static inline int mh_alloc_device(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&mh_devices, memory_order_relaxed) ==
+                             MH_DEVICES_ONE,
+                         1))
+        return 0;
+    return mh_alloc_device_slow();
+}
+/* A fork child's driver is not initialised: it may see other devices. */
+MH_HIDDEN void mh_driver_calls_fork_child(void);
 /* The driver's allocation range holding addr: true and base/size, or false. */
 MH_HIDDEN bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size);
 /* Whether the driver says addr is managed memory (false when it cannot say). */

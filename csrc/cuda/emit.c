@@ -137,7 +137,7 @@ void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t 
                    int mem_type, int device)
 {
     if (device == MH_DEVICE_CURRENT)
-        device = mh_current_device();
+        device = result == 0 ? mh_alloc_device() : mh_current_device();
     if (result != 0)
         addr = 0;
     /* With exact sizes the live record below is remembered for the FREE,
