@@ -36,6 +36,7 @@
 #include "memhook/memhook.h"
 #include "memhook_internal/api.h"
 
+#include "mh_hook_thread.h"
 #include "mh_visibility.h"
 #include "queue.h"
 #include "trace_lane.h"
@@ -85,14 +86,16 @@ MH_HIDDEN const char *mh_fallback_name(const mh_hook *h);
 MH_HIDDEN extern int mh_recording;
 
 /* Per thread: >0 while the thread is inside a wrapper (or memhook's own
- * driver query), so nested hooks pass straight through. */
-MH_HIDDEN extern __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
+ * driver query), so nested hooks pass straight through.  This and
+ * mh_call_gen are fields of the hook path's thread-locals
+ * (csrc/core/mh_hook_thread.h: one line), under their own names. */
+#define mh_hook_depth (mh_hook_tl.depth)
 
 /* The live table's generation (live_table.c): bumped at every uninstall and
  * at every install from mode none.  Process-wide, as the table is. */
 MH_HIDDEN extern uint32_t mh_live_gen;
 /* Per thread: mh_live_gen as the outermost recording call began. */
-MH_HIDDEN extern __thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
+#define mh_call_gen (mh_hook_tl.call_gen)
 
 static inline void *mh_next(mh_fn f)
 {

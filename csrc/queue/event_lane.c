@@ -33,8 +33,6 @@
 
 /* Process-wide, as the event order they make up: every thread's lane. */
 _Atomic(mh_lane *) mh_lanes;
-__thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
-__thread _Atomic uint32_t mh_fence_word __attribute__((tls_model("initial-exec")));
 /* Process-wide: one flag for "some lane has news", read before every
  * query (see event_lane.h). */
 struct mh_pending_line mh_events_pending;
