@@ -5,7 +5,8 @@
  *   table.c          the table itself: names, wrappers, what each calls
  *   live_table.c     address -> (size, type, device) of live allocations,
  *                    so a FREE knows its size without asking the driver
- *   emit.c           building events: pid/tid/clock, the ALLOC and FREE paths
+ *   emit.c           building events: pid/tid/clock, markers, the rare paths;
+ *   emit_inline.h    the ALLOC and FREE paths, inlined into each wrapper
  *   driver_calls.c   the few driver queries the wrappers make themselves
  *   wrap_driver.c    wrappers of the driver API
  *   wrap_runtime.c   wrappers of the runtime API
@@ -248,13 +249,13 @@ static inline mh_stamp mh_stamp_now(bool ordered)
 
 #define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
 
-/* After an allocating call: one ALLOC event (address 0 when it failed),
- * stamped `stamp` (mh_stamp_now(true)); a successful, tracked allocation
- * is remembered for its FREE. */
-MH_HIDDEN void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
-                             int mem_type, int device);
+/* After an allocating call, mh_emit_alloc (emit_inline.h, inlined into
+ * the wrapper): one ALLOC event (address 0 when it failed), stamped
+ * `stamp` (mh_stamp_now(true)); under exact sizes a successful, tracked
+ * allocation is remembered for its FREE. */
 
-/* A FREE is planned before the real call.  With exact sizes (emit.c:
+/* A FREE is planned before the real call (mh_free_begin, then
+ * mh_free_end after it: emit_inline.h, inlined into the wrapper).  With exact sizes (emit.c:
  * the trace, a subscriber that asked, UCX fed) its size and type come from
  * the live table, else from the driver: when the allocation is known the
  * event goes out BEFORE the call (no later ALLOC of the address can be
@@ -273,8 +274,6 @@ typedef struct mh_free_plan {
     memhook_event *pending;  /* recorded with its address only: its slot */
 } mh_free_plan;
 
-MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);
-MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 
 /* The driver was unloaded: reset what pointed into it, and put a
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */

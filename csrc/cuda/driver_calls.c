@@ -121,15 +121,20 @@ int mh_current_device(void)
 /* Asked once, after an allocation succeeded: the driver is initialised
  * then (before cuInit it answers NOT_INITIALIZED), and the count it gives
  * holds for its life - the devices a process sees are fixed at cuInit
- * (CUDA_VISIBLE_DEVICES).  A driver that cannot say is asked again at the
- * next ALLOC; meanwhile the current context's device is asked. */
+ * (CUDA_VISIBLE_DEVICES).  A driver whose call fails is asked again at the
+ * next ALLOC; one without the entry point (a driver that is not
+ * libcuda.so.1, a partial stand-in) is taken as several devices, so that
+ * no ALLOC looks the name up again.  Meanwhile the current context's
+ * device is asked, as it always was. */
 int mh_alloc_device_slow(void)
 {
     if (atomic_load_explicit(&mh_devices, memory_order_relaxed) == MH_DEVICES_UNKNOWN) {
         device_get_count_fn count =
             (device_get_count_fn)driver_symbol(&g_device_get_count, "cuDeviceGetCount");
         int n = 0;
-        if (count != NULL && count(&n) == CUDA_SUCCESS && n > 0)
+        if (count == NULL)
+            atomic_store_explicit(&mh_devices, MH_DEVICES_SEVERAL, memory_order_relaxed);
+        else if (count(&n) == CUDA_SUCCESS && n > 0)
             atomic_store_explicit(&mh_devices, n == 1 ? MH_DEVICES_ONE : MH_DEVICES_SEVERAL,
                                   memory_order_relaxed);
         if (n == 1)
