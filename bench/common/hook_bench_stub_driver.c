@@ -82,6 +82,15 @@ API CUresult cuCtxSetCurrent(CUcontext c)
     t_has_ctx = c != NULL;
     return CUDA_SUCCESS;
 }
+/* One device, as a single-GPU machine's driver says: the hooks then know
+ * an ALLOC's device without asking cuCtxGetDevice (cuda_hooks.h). */
+API CUresult cuDeviceGetCount(int *n)
+{
+    if (n == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = 1;
+    return CUDA_SUCCESS;
+}
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
     if (!t_has_ctx)

@@ -29,6 +29,7 @@ def main() -> int:
                         "-fno-omit-frame-pointer", f"-I{CSRC / 'include'}", f"-I{CSRC / 'core'}", f"-I{CSRC / 'cuda'}",
                         str(HERE / "caller_bench.c"), str(CSRC / "cuda" / "caller.c"),
                         str(CSRC / "core" / "mh_frames.c"),
+                        str(CSRC / "core" / "mh_hook_thread.c"),
                         "-o", str(exe), "-lpthread"], check=True)
         n = "2000000" if args.quick else "20000000"
         return subprocess.run([str(exe), n]).returncode

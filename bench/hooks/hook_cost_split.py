@@ -10,7 +10,8 @@ The pieces (each a copy of csrc/ with the lines below replaced):
   fence    (--precise only) the lfence before the ALLOC's rdtsc
   links    the drain's order words: the address chain's read and write,
            the marker epoch
-  device   the ALLOC's cuCtxGetDevice
+  device   the ALLOC's device: cuCtxGetDevice where the driver shows
+           several devices (with one, a load: this piece is then ~0)
   live     (--exact only: outside exact sizes the drain sizes FREEs) the
            live table (insert at ALLOC, find and forget at FREE), and
            with it the fences its CASes lend the pending flag
@@ -67,25 +68,26 @@ KNOCKOUTS: dict[str, list[tuple[str, str, str]]] = {
                "s.at = 0;\n    (void)ordered;")],
     "fence": [("queue/queue.h", "        if (ordered)\n            __builtin_ia32_lfence();\n",
                "        (void)ordered;\n")],
-    "links": [("cuda/emit.c", "    if (link == 0 && addr != 0)\n        link = mh_addr_chain_last(addr);\n",
+    "links": [("cuda/emit_inline.h", "    if (link == 0 && addr != 0)\n        link = mh_addr_chain_last(addr);\n",
                ""),
-              ("cuda/emit.c", "    if (addr != 0 && self != 0)\n        mh_addr_chain_note(addr, self);\n",
+              ("cuda/emit_inline.h", "    if (addr != 0 && self != 0)\n        mh_addr_chain_note(addr, self);\n",
                "    (void)self;\n"),
-              ("cuda/emit.c", "((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags())", "0")],
-    "device": [("cuda/emit.c", "device = mh_current_device();", "device = 0;")],
-    "live": [("cuda/emit.c", "if (exact && result == 0 && addr != 0 && mh_hooks[f].tracked) {",
-              "if (0) {"),
+              ("cuda/emit_inline.h", "((flags & MH_EVENT_MARKER) ? 0 : mh_epoch_flags())", "0")],
+    "device": [("cuda/emit_inline.h", "device = result == 0 ? mh_alloc_device() : mh_current_device();",
+                "device = 0;")],
+    "live": [("cuda/emit_inline.h", "if (exact && result == 0 && addr != 0 && mh_hooks[f].tracked)\n",
+              "if (0)\n"),
              ("cuda/emit.c", "plan->from_table = mh_live_find(addr, &plan->rec, &plan->table_slot);",
               "plan->from_table = false;\n    plan->rec = (mh_live){.size = 64, .mem_type = 1};"),
              ("cuda/emit.c", "plan->known = plan->from_table;", "plan->known = true;")],
-    "caller": [("cuda/emit.c", "e->caller = mh_caller_get();", "e->caller = 0;"),
+    "caller": [("cuda/emit_inline.h", "e->caller = mh_caller_get();", "e->caller = 0;"),
                ("cuda/cuda_signatures.h", "        return real_ args;                                                    \\\n    MH_CALLER_NOTE();",
                 "        return real_ args;")],
 }
 # The live table's own work, without the fences its locked instructions
 # lend the pending flag (event_lane.h): a seq_cst fence in their place.
 KNOCKOUTS["table"] = [*KNOCKOUTS["live"],
-                      ("cuda/emit.c", "    mh_lane_announce(fenced);",
+                      ("cuda/emit_inline.h", "    mh_lane_announce(fenced);",
                        "    (void)fenced;\n    atomic_thread_fence(memory_order_seq_cst);\n"
                        "    mh_lane_announce(true);"),
                       ("cuda/emit.c", "    mh_lane_announce(plan->from_table);",

@@ -5,8 +5,6 @@
 
 #include "mh_frames.h"
 
-__thread mh_caller_site mh_caller_tl __attribute__((tls_model("initial-exec")));
-
 /* The calling thread's stack: [lo, hi); state 0 unknown, 1 known, 2 none.
  * Per thread because stacks are. */
 static __thread struct {

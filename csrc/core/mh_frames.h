@@ -20,15 +20,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mh_hook_thread.h"
 #include "mh_visibility.h"
 
-typedef struct mh_caller_site {
-    uintptr_t ra;  /* the outermost wrapper's return address */
-    uintptr_t fp;  /* its frame: fp[0] the caller's saved rbp, fp[1] == ra */
-} mh_caller_site;
-
-/* Per thread: the site of the recording call in progress. */
-MH_HIDDEN extern __thread mh_caller_site mh_caller_tl __attribute__((tls_model("initial-exec")));
+/* Per thread: the site of the recording call in progress (an
+ * mh_caller_site, with the hook path's other thread-locals: mh_hook_thread.h). */
+#define mh_caller_tl (mh_hook_tl.caller)
 
 /* In a wrapper, once it knows it records.  A macro: the builtins must run
  * in the wrapper's own frame. */

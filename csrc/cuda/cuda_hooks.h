@@ -5,7 +5,8 @@
  *   table.c          the table itself: names, wrappers, what each calls
  *   live_table.c     address -> (size, type, device) of live allocations,
  *                    so a FREE knows its size without asking the driver
- *   emit.c           building events: pid/tid/clock, the ALLOC and FREE paths
+ *   emit.c           building events: pid/tid/clock, markers, the rare paths;
+ *   emit_inline.h    the ALLOC and FREE paths, inlined into each wrapper
  *   driver_calls.c   the few driver queries the wrappers make themselves
  *   wrap_driver.c    wrappers of the driver API
  *   wrap_runtime.c   wrappers of the runtime API
@@ -36,6 +37,7 @@
 #include "memhook/memhook.h"
 #include "memhook_internal/api.h"
 
+#include "mh_hook_thread.h"
 #include "mh_visibility.h"
 #include "queue.h"
 #include "trace_lane.h"
@@ -85,14 +87,16 @@ MH_HIDDEN const char *mh_fallback_name(const mh_hook *h);
 MH_HIDDEN extern int mh_recording;
 
 /* Per thread: >0 while the thread is inside a wrapper (or memhook's own
- * driver query), so nested hooks pass straight through. */
-MH_HIDDEN extern __thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
+ * driver query), so nested hooks pass straight through.  This and
+ * mh_call_gen are fields of the hook path's thread-locals
+ * (csrc/core/mh_hook_thread.h: one line), under their own names. */
+#define mh_hook_depth (mh_hook_tl.depth)
 
 /* The live table's generation (live_table.c): bumped at every uninstall and
  * at every install from mode none.  Process-wide, as the table is. */
 MH_HIDDEN extern uint32_t mh_live_gen;
 /* Per thread: mh_live_gen as the outermost recording call began. */
-MH_HIDDEN extern __thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
+#define mh_call_gen (mh_hook_tl.call_gen)
 
 static inline void *mh_next(mh_fn f)
 {
@@ -163,6 +167,28 @@ MH_HIDDEN extern _Atomic uint32_t mh_exact_wanted;
 
 /* The current context's device ordinal, or -1. */
 MH_HIDDEN int mh_current_device(void);
+
+/* How many devices the process sees, once the driver said: the devices of
+ * an initialised driver are fixed (CUDA_VISIBLE_DEVICES is read at cuInit).
+ * Forgotten when the driver unloads and in a fork child. */
+enum { MH_DEVICES_UNKNOWN, MH_DEVICES_ONE, MH_DEVICES_SEVERAL };
+MH_HIDDEN extern _Atomic int mh_devices;
+MH_HIDDEN int mh_alloc_device_slow(void);
+
+/* The device of an allocation that succeeded: the current context's (a
+ * context was current, or the call would have failed).  Where the process
+ * sees one device that is device 0, and the driver is not asked - asking
+ * cost a driver call per ALLOC, more than the rest of the event. */
+static inline int mh_alloc_device(void)
+{
+    if (__builtin_expect(atomic_load_explicit(&mh_devices, memory_order_relaxed) ==
+                             MH_DEVICES_ONE,
+                         1))
+        return 0;
+    return mh_alloc_device_slow();
+}
+/* A fork child's driver is not initialised: it may see other devices. */
+MH_HIDDEN void mh_driver_calls_fork_child(void);
 /* The driver's allocation range holding addr: true and base/size, or false. */
 MH_HIDDEN bool mh_driver_range(uint64_t addr, uint64_t *base, uint64_t *size);
 /* Whether the driver says addr is managed memory (false when it cannot say). */
@@ -223,13 +249,13 @@ static inline mh_stamp mh_stamp_now(bool ordered)
 
 #define MH_DEVICE_CURRENT (-2)  /* ask the driver for the current device */
 
-/* After an allocating call: one ALLOC event (address 0 when it failed),
- * stamped `stamp` (mh_stamp_now(true)); a successful, tracked allocation
- * is remembered for its FREE. */
-MH_HIDDEN void mh_emit_alloc(mh_fn f, mh_stamp stamp, int result, uint64_t addr, uint64_t size,
-                             int mem_type, int device);
+/* After an allocating call, mh_emit_alloc (emit_inline.h, inlined into
+ * the wrapper): one ALLOC event (address 0 when it failed), stamped
+ * `stamp` (mh_stamp_now(true)); under exact sizes a successful, tracked
+ * allocation is remembered for its FREE. */
 
-/* A FREE is planned before the real call.  With exact sizes (emit.c:
+/* A FREE is planned before the real call (mh_free_begin, then
+ * mh_free_end after it: emit_inline.h, inlined into the wrapper).  With exact sizes (emit.c:
  * the trace, a subscriber that asked, UCX fed) its size and type come from
  * the live table, else from the driver: when the allocation is known the
  * event goes out BEFORE the call (no later ALLOC of the address can be
@@ -248,8 +274,6 @@ typedef struct mh_free_plan {
     memhook_event *pending;  /* recorded with its address only: its slot */
 } mh_free_plan;
 
-MH_HIDDEN void mh_free_begin(mh_fn f, uint64_t addr, uint64_t given_size, mh_free_plan *plan);
-MH_HIDDEN void mh_free_end(mh_fn f, const mh_free_plan *plan, int result);
 
 /* The driver was unloaded: reset what pointed into it, and put a
  * MEMHOOK_EVENT_DRIVER_UNLOADED marker in the event order. */

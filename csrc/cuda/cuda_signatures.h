@@ -8,6 +8,7 @@
 
 #include "caller.h"
 #include "cuda_hooks.h"
+#include "emit_inline.h"
 
 /* The runtime's types, as cuda_runtime_api.h declares them. */
 typedef int cudaError_t;

@@ -23,6 +23,7 @@
 #include "reloc.h"
 
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
+typedef CUresult (*device_get_count_fn)(int *);
 typedef CUresult (*get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 typedef int (*get_symbol_size_fn)(size_t *, const void *);
 typedef CUresult (*handle_properties_fn)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
@@ -33,13 +34,23 @@ typedef CUresult (*pointer_get_attributes_fn)(unsigned int, CUpointer_attribute 
                                               CUdeviceptr);
 
 /* Cached entry points of the one driver in the process (NULL: not looked
- * up yet, or the driver is not loaded yet - looked up again next time). */
-MH_HOT static _Atomic(void *) g_ctx_get_device;
+ * up yet, or the driver is not loaded yet - looked up again next time).
+ * cuCtxGetDevice's is off the hot line: where a process sees one device
+ * an ALLOC does not call it (mh_devices, which is on it). */
+static _Atomic(void *) g_ctx_get_device;
 static _Atomic(void *) g_get_address_range;
+static _Atomic(void *) g_device_get_count;
 static _Atomic(void *) g_handle_properties;
 static _Atomic(void *) g_pointer_get_attribute;
 static _Atomic(void *) g_ctx_get_device_v2;
 static _Atomic(void *) g_primary_ctx_state;
+/* How many devices this process sees (cuda_hooks.h, mh_alloc_device):
+ * MH_DEVICES_UNKNOWN until the driver said.  Process-wide, as the driver
+ * is; read by every ALLOC. */
+MH_HOT _Atomic int mh_devices;
+/* Per thread: the current device asked of the driver (for the tests:
+ * memhook_testing_device_queries). */
+static __thread unsigned long long t_device_queries __attribute__((tls_model("initial-exec")));
 /* For the cache's queries (mh_driver_pointer_answer). */
 static _Atomic(void *) g_pointer_get_attributes;
 /* The loader's object count (+1) when cuPointerGetAttributes was last not
@@ -73,6 +84,7 @@ static void *driver_symbol(_Atomic(void *) *cache, const char *name)
 void mh_driver_calls_prepare(void)
 {
     driver_symbol(&g_ctx_get_device, "cuCtxGetDevice");
+    driver_symbol(&g_device_get_count, "cuDeviceGetCount");
     driver_symbol(&g_get_address_range, "cuMemGetAddressRange_v2");
     driver_symbol(&g_handle_properties, "cuMemGetAllocationPropertiesFromHandle");
     driver_symbol(&g_pointer_get_attribute, "cuPointerGetAttribute");
@@ -83,6 +95,8 @@ void mh_driver_calls_prepare(void)
 void mh_driver_calls_reset(void)
 {
     atomic_store(&g_ctx_get_device, NULL);
+    atomic_store(&mh_devices, MH_DEVICES_UNKNOWN);
+    atomic_store(&g_device_get_count, NULL);
     atomic_store(&g_get_address_range, NULL);
     atomic_store(&g_handle_properties, NULL);
     atomic_store(&g_pointer_get_attribute, NULL);
@@ -98,9 +112,45 @@ int mh_current_device(void)
 {
     ctx_get_device_fn fn = (ctx_get_device_fn)driver_symbol(&g_ctx_get_device, "cuCtxGetDevice");
     CUdevice dev = -1;
+    t_device_queries++;
     if (fn == NULL || fn(&dev) != CUDA_SUCCESS)
         return -1;
     return dev;
+}
+
+/* Asked once, after an allocation succeeded: the driver is initialised
+ * then (before cuInit it answers NOT_INITIALIZED), and the count it gives
+ * holds for its life - the devices a process sees are fixed at cuInit
+ * (CUDA_VISIBLE_DEVICES).  A driver whose call fails is asked again at the
+ * next ALLOC; one without the entry point (a driver that is not
+ * libcuda.so.1, a partial stand-in) is taken as several devices, so that
+ * no ALLOC looks the name up again.  Meanwhile the current context's
+ * device is asked, as it always was. */
+int mh_alloc_device_slow(void)
+{
+    if (atomic_load_explicit(&mh_devices, memory_order_relaxed) == MH_DEVICES_UNKNOWN) {
+        device_get_count_fn count =
+            (device_get_count_fn)driver_symbol(&g_device_get_count, "cuDeviceGetCount");
+        int n = 0;
+        if (count == NULL)
+            atomic_store_explicit(&mh_devices, MH_DEVICES_SEVERAL, memory_order_relaxed);
+        else if (count(&n) == CUDA_SUCCESS && n > 0)
+            atomic_store_explicit(&mh_devices, n == 1 ? MH_DEVICES_ONE : MH_DEVICES_SEVERAL,
+                                  memory_order_relaxed);
+        if (n == 1)
+            return 0;
+    }
+    return mh_current_device();
+}
+
+void mh_driver_calls_fork_child(void)
+{
+    atomic_store(&mh_devices, MH_DEVICES_UNKNOWN);
+}
+
+unsigned long long memhook_testing_device_queries(void)
+{
+    return t_device_queries;
 }
 
 int mh_context_device(CUcontext ctx)

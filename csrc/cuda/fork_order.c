@@ -58,6 +58,7 @@ static void fork_child(void)
     mh_cache_fork_child();      /* the cache's writer seat and reader slots */
     mh_emit_fork_child();       /* the pid events carry */
     mh_pointer_attributes_fork_child();  /* the child's driver is not initialised */
+    mh_driver_calls_fork_child();        /* nor does it know its devices yet */
     mh_reloc_fork_child();
     mh_bistro_fork_child();
     mh_install_fork_child();

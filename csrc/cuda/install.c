@@ -30,7 +30,6 @@ static void cache_period_end(void);
 static void cache_coverage_update(unsigned mode, bool new_period);
 
 MH_HOT int mh_recording;
-__thread int mh_hook_depth __attribute__((tls_model("initial-exec")));
 
 /* Install state: one set of hooks per process, changed under g_lock. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;

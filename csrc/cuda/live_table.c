@@ -60,7 +60,6 @@ static struct {
 } g_live;
 /* Process-wide like the table whose records it dates; see the top. */
 MH_HOT uint32_t mh_live_gen = 1;
-__thread uint32_t mh_call_gen __attribute__((tls_model("initial-exec")));
 
 void mh_live_new_generation(bool sweep)
 {

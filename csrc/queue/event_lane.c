@@ -33,8 +33,6 @@
 
 /* Process-wide, as the event order they make up: every thread's lane. */
 _Atomic(mh_lane *) mh_lanes;
-__thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
-__thread _Atomic uint32_t mh_fence_word __attribute__((tls_model("initial-exec")));
 /* Process-wide: one flag for "some lane has news", read before every
  * query (see event_lane.h). */
 struct mh_pending_line mh_events_pending;
@@ -76,7 +74,11 @@ static void lane_key_create(void)
 static void *map_or_wait(size_t bytes, const char *what)
 {
     for (unsigned attempt = 0;; attempt++) {
-        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        /* Populated: a segment is written whole by the hook that takes
+         * it, so its pages come in with this one system call rather than
+         * as four faults taken in the producer's next events. */
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (m != MAP_FAILED)
             return m;
         /* Out of memory or address space.  Dropping the event is not an

@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "mh_hook_thread.h"
 #include "queue.h"
 #include "range_index.h"
 
@@ -129,8 +130,9 @@ _Static_assert(offsetof(mh_lane, cid) / 64 != offsetof(mh_lane, write_at) / 64 &
 /* Every lane there is, newest first (lock-free push; never unlinked). */
 MH_HIDDEN extern _Atomic(mh_lane *) mh_lanes;
 /* The calling thread's lane, NULL until its first event (and again after
- * its exit handler ran). */
-MH_HIDDEN extern __thread mh_lane *mh_my_lane __attribute__((tls_model("initial-exec")));
+ * its exit handler ran): a field of the hook path's thread-locals
+ * (csrc/core/mh_hook_thread.h), under its own name. */
+#define mh_my_lane (mh_hook_tl.lane)
 /* Nonzero once an event was published that no drain has taken out yet.
  * Set after a push (mh_lane_announce); exchanged for 0 by the drain before
  * it looks at the lanes, so an event published after that exchange leaves
@@ -257,8 +259,9 @@ static inline void mh_lane_publish(mh_lane *lane, uint64_t addr, uint64_t size, 
 }
 
 /* A word of the thread's own for mh_lane_publish_fenced's locked
- * instruction (ThreadSanitizer knows no atomic_thread_fence). */
-MH_HIDDEN extern __thread _Atomic uint32_t mh_fence_word __attribute__((tls_model("initial-exec")));
+ * instruction (ThreadSanitizer knows no atomic_thread_fence); on the hook
+ * path's thread-local line, which the publishing call has just touched. */
+#define mh_fence_word (mh_hook_tl.fence_word)
 
 /* mh_lane_publish, then a full barrier, so the caller may pass
  * mh_lane_announce true: for an event with no other locked instruction

@@ -186,6 +186,12 @@ MEMHOOK_API void *memhook_hooks_original(const char *name);
  * thread (the rest went to the driver): for differential tests. */
 MEMHOOK_API unsigned long long memhook_testing_pointer_attributes_answered(void);
 
+/* ---- testing: an ALLOC's device (csrc/cuda/driver_calls.c) ---- */
+/* How many times the calling thread's hooks asked the driver for the
+ * current device (an ALLOC's, where the process sees several devices or
+ * does not know yet how many). */
+MEMHOOK_API unsigned long long memhook_testing_device_queries(void);
+
 /* ---- testing: the clock (csrc/queue/clock.c) ---- */
 /* 1 when every event stamp is a TSC reading (the cheaper read here, or
  * MEMHOOK_CLOCK=tsc); 0 when stamps nobody asked to be precise are read
