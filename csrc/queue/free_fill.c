@@ -117,26 +117,35 @@ static void clear(void)
     g_held.addr = 0;
 }
 
+/* The held record's address is never in the table too: it is held only
+ * after forget() erased its address there, and goes to the table only as
+ * it stops being held.  So a FREE of the held address costs a compare. */
 static void forget(uint64_t addr)
 {
-    if (g_held.addr == addr)
+    if (g_held.addr == addr) {
         g_held.addr = 0;
+        return;
+    }
     if (g_count != 0)
         erase(addr);
 }
 
-void mh_fill_note(const memhook_event *e)
+/* A marker that ends what consumers may believe: the driver unloaded, a
+ * gap in the hooks, a context torn down. */
+static void note_marker(const memhook_event *e)
 {
-    if (e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP)) {
-        clear();
+    if ((e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP)) ||
+        e->result == 0) {
+        clear();  /* (of a reset: which of them another context owns, the driver knows) */
         g_ended_all = true;  /* (the cache's records too, until it is fed) */
-        return;
     }
-    if (e->flags & MEMHOOK_EVENT_CONTEXT_RESET) {
-        if (e->result == 0) {
-            clear();  /* (which of them another context owns, the driver knows) */
-            g_ended_all = true;
-        }
+}
+
+static inline void note(const memhook_event *e)
+{
+    if (__builtin_expect(e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP |
+                                     MEMHOOK_EVENT_CONTEXT_RESET), 0)) {
+        note_marker(e);
         return;
     }
     if (e->result != 0 || e->address == 0)
@@ -157,7 +166,10 @@ void mh_fill_note(const memhook_event *e)
     }
 }
 
-bool mh_fill_ended(uint64_t addr)
+/* Whether a FREE of addr was handed out since the last batch went to the
+ * cache's feed (or too many to tell): the cache's record there is ended,
+ * though the feed has not staged its operation yet. */
+static bool ended(uint64_t addr)
 {
     if (g_ended_all)
         return true;
@@ -173,27 +185,59 @@ void mh_fill_fed(void)
     g_ended_all = false;
 }
 
-bool mh_fill_find(uint64_t addr, mh_fill_rec *out)
+bool mh_fill_find(uint64_t addr, mh_fill_rec *out, mh_fill_fallback_fn fallback)
 {
-    const fill_slot *s = g_held.addr == addr && addr != 0 ? &g_held : find_slot(addr);
-    if (s == NULL)
-        return false;
-    *out = s->rec;
-    return true;
+    if (g_held.addr == addr && addr != 0) {
+        *out = g_held.rec;
+        return true;
+    }
+    const fill_slot *s = find_slot(addr);
+    if (s != NULL) {
+        *out = s->rec;
+        return true;
+    }
+    return fallback != NULL && !ended(addr) && fallback(addr, out);
 }
 
-void mh_fill_apply(memhook_event *e, const mh_fill_rec *rec)
+static __attribute__((noinline)) void handed(memhook_event *e, memhook_event *also,
+                                              mh_fill_fallback_fn fallback)
 {
-    /* (a query of the FREE's own thread may read the slot meanwhile,
-     * mh_queue_own_events: the size before the flag that says it is known) */
-    bool ranged = e->flags & MH_EVENT_RANGE;  /* (names its size: type and device only) */
-    if (rec != NULL) {
-        if (!ranged)
-            __atomic_store_n(&e->size, rec->size, __ATOMIC_RELEASE);
-        e->mem_type = rec->mem_type;
-        e->device = rec->device;
-        __atomic_store_n(&e->flags, e->flags & ~MEMHOOK_EVENT_SIZE_UNKNOWN, __ATOMIC_RELEASE);
-    } else {
-        e->device = -1;
+    if (e->kind == MEMHOOK_EVENT_FREE && e->device == MH_DEVICE_FILL) {
+        mh_fill_rec rec;
+        const mh_fill_rec *found = mh_fill_find(e->address, &rec, fallback) ? &rec : NULL;
+        mh_fill_apply(e, found);
+        if (also != NULL)
+            mh_fill_apply(also, found);
     }
+    note(e);
+}
+
+void mh_fill_handed(memhook_event *e, memhook_event *also, mh_fill_fallback_fn fallback)
+{
+    /* A backlog is mostly an allocation handed out and back: an ALLOC
+     * while nothing is held and its address is in no probe run of the
+     * table (so no older record there), then the FREE of the held
+     * address.  Those settle here; the rest, as note() and
+     * mh_fill_find say, out of line. */
+    uint64_t addr = e->address;
+    if (__builtin_expect((e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP |
+                                      MEMHOOK_EVENT_CONTEXT_RESET | MH_EVENT_UNPAIRED)) == 0 &&
+                             e->result == 0 && addr != 0, 1)) {
+        if (e->kind == MEMHOOK_EVENT_FREE && addr == g_held.addr && g_nended < ENDED_MAX) {
+            if (e->device == MH_DEVICE_FILL) {
+                mh_fill_apply(e, &g_held.rec);
+                if (also != NULL)
+                    mh_fill_apply(also, &g_held.rec);
+            }
+            g_held.addr = 0;
+            g_ended[g_nended++] = addr;
+            return;
+        }
+        if (e->kind == MEMHOOK_EVENT_ALLOC && g_held.addr == 0 && e->size != 0 &&
+            (g_count == 0 || g_slots[home(addr, g_cap)].addr == 0)) {
+            g_held = (fill_slot){addr, {e->size, e->mem_type, e->device}};
+            return;
+        }
+    }
+    handed(e, also, fallback);
 }

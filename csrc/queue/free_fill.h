@@ -26,19 +26,43 @@ typedef struct mh_fill_rec {
     int16_t device;
 } mh_fill_rec;
 
-/* What an event handed out (its result settled) changes. */
-MH_HIDDEN void mh_fill_note(const memhook_event *e);
-/* The allocation handed out at addr and not freed since, if any. */
-MH_HIDDEN bool mh_fill_find(uint64_t addr, mh_fill_rec *out);
-/* Whether a FREE of addr was handed out since the last batch went to the
- * cache's feed (or too many to tell): the cache's record there is ended,
- * though the feed has not staged its operation yet. */
-MH_HIDDEN bool mh_fill_ended(uint64_t addr);
+/* Where a FREE of addr is sized when the drain's record does not know it:
+ * the cache's record of a driver answer (event_drain.c asks the feed's
+ * extent callback).  Consulted only while no FREE of addr was handed out
+ * since the last batch went to the feed (the cache's record lags those). */
+typedef bool (*mh_fill_fallback_fn)(uint64_t addr, mh_fill_rec *out);
+/* The allocation handed out at addr and not freed since, else fallback's
+ * answer (NULL: none). */
+MH_HIDDEN bool mh_fill_find(uint64_t addr, mh_fill_rec *out, mh_fill_fallback_fn fallback);
+/* An event being handed out (its result settled, the private flags still
+ * on): a FREE recorded with its address only (MH_DEVICE_FILL) is filled
+ * as mh_fill_find finds it, in e and in `also` unless NULL (the tee's slot:
+ * the drain hands the event out again from there); then the record
+ * follows the event (an ALLOC recorded, a FREE's allocation forgotten, a
+ * marker that ends what consumers may believe empties it).  One call per
+ * event: the whole of the drain's sizing of a backlog passes here. */
+MH_HIDDEN void mh_fill_handed(memhook_event *e, memhook_event *also,
+                              mh_fill_fallback_fn fallback);
 /* The events handed out so far were fed to the cache. */
 MH_HIDDEN void mh_fill_fed(void);
 /* Fill a FREE recorded with its address only (MH_DEVICE_FILL) from rec, or
  * (rec NULL) say its size is unknown; a ranged one (MH_EVENT_RANGE) keeps
- * the size its call named. */
-MH_HIDDEN void mh_fill_apply(memhook_event *e, const mh_fill_rec *rec);
+ * the size its call named.  (Inline: every such FREE handed out pays it,
+ * twice under the tee.) */
+static inline void mh_fill_apply(memhook_event *e, const mh_fill_rec *rec)
+{
+    /* (a query of the FREE's own thread may read the slot meanwhile,
+     * mh_queue_own_events: the size before the flag that says it is known) */
+    bool ranged = e->flags & MH_EVENT_RANGE;  /* (names its size: type and device only) */
+    if (rec != NULL) {
+        if (!ranged)
+            __atomic_store_n(&e->size, rec->size, __ATOMIC_RELEASE);
+        e->mem_type = rec->mem_type;
+        e->device = rec->device;
+        __atomic_store_n(&e->flags, e->flags & ~MEMHOOK_EVENT_SIZE_UNKNOWN, __ATOMIC_RELEASE);
+    } else {
+        e->device = -1;
+    }
+}
 
 #endif
