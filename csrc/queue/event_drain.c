@@ -1129,8 +1129,11 @@ static size_t look_merge(look *lk, memhook_event *out, uint64_t *ids, size_t cap
             cursor *c = &lk->cur[i];
             if (c->at >= c->end)
                 continue;
+            /* (a run never waits for a call: call_in_flight's first test,
+             * ahead of the slot's lookup) */
+            bool background = lk->run == 0;
             while (got < capacity && c->at < c->end &&
-                   !call_in_flight(lk, c->lane, cursor_event(c))) {
+                   !(background && call_in_flight(lk, c->lane, cursor_event(c)))) {
                 hand_out(c, out != NULL ? &out[got] : NULL, ids != NULL ? &ids[got] : NULL, tee);
                 got++;
             }
