@@ -13,27 +13,13 @@
 
 #include "free_fill.h"
 
-typedef struct fill_slot {
-    uint64_t addr;  /* 0: empty */
-    mh_fill_rec rec;
-} fill_slot;
+typedef mh_fill_slot fill_slot;
 
 /* Process-wide like the event order it follows; under the consumer lock. */
 static fill_slot *g_slots;
 static size_t g_cap, g_count;
-/* The last ALLOC handed out, held back from the table: most FREEs follow
- * their ALLOC closely (an allocator handing one address out and back), and
- * then the pair costs a compare, not an insert and an erase. */
-static fill_slot g_held;
-
-/* The FREEs handed out and not fed to the cache yet (a look's worth): the
- * cache's record of a driver answer lags them (event_drain.c's fill_find).
- * A fixed list, scanned only for a FREE nobody else can size; when it
- * fills up, every address counts as ended until the next feed. */
-#define ENDED_MAX 1024
-static uint64_t g_ended[ENDED_MAX];
-static size_t g_nended;
-static bool g_ended_all;
+/* The held ALLOC and the ended list (free_fill.h says why they are there). */
+mh_fill_hot mh_fill_now;
 
 static size_t home(uint64_t addr, size_t cap)
 {
@@ -114,7 +100,7 @@ static void clear(void)
     if (g_count != 0)
         memset(g_slots, 0, g_cap * sizeof *g_slots);
     g_count = 0;
-    g_held.addr = 0;
+    mh_fill_now.held.addr = 0;
 }
 
 /* The held record's address is never in the table too: it is held only
@@ -122,8 +108,8 @@ static void clear(void)
  * it stops being held.  So a FREE of the held address costs a compare. */
 static void forget(uint64_t addr)
 {
-    if (g_held.addr == addr) {
-        g_held.addr = 0;
+    if (mh_fill_now.held.addr == addr) {
+        mh_fill_now.held.addr = 0;
         return;
     }
     if (g_count != 0)
@@ -137,7 +123,7 @@ static void note_marker(const memhook_event *e)
     if ((e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP)) ||
         e->result == 0) {
         clear();  /* (of a reset: which of them another context owns, the driver knows) */
-        g_ended_all = true;  /* (the cache's records too, until it is fed) */
+        mh_fill_now.ended_all = true;  /* (the cache's records too, until it is fed) */
     }
 }
 
@@ -154,15 +140,15 @@ static inline void note(const memhook_event *e)
         forget(e->address);  /* (an older record there is wrong now) */
         if (e->size == 0 || (e->flags & MH_EVENT_UNPAIRED))
             return;
-        if (g_held.addr != 0)
-            insert(g_held.addr, &g_held.rec);
-        g_held = (fill_slot){e->address, {e->size, e->mem_type, e->device}};
+        if (mh_fill_now.held.addr != 0)
+            insert(mh_fill_now.held.addr, &mh_fill_now.held.rec);
+        mh_fill_now.held = (fill_slot){e->address, {e->size, e->mem_type, e->device}};
     } else if (e->kind == MEMHOOK_EVENT_FREE) {
         forget(e->address);
-        if (g_nended < ENDED_MAX)
-            g_ended[g_nended++] = e->address;
+        if (mh_fill_now.nended < MH_FILL_ENDED_MAX)
+            mh_fill_now.ended[mh_fill_now.nended++] = e->address;
         else
-            g_ended_all = true;
+            mh_fill_now.ended_all = true;
     }
 }
 
@@ -171,24 +157,24 @@ static inline void note(const memhook_event *e)
  * though the feed has not staged its operation yet. */
 static bool ended(uint64_t addr)
 {
-    if (g_ended_all)
+    if (mh_fill_now.ended_all)
         return true;
-    for (size_t i = 0; i < g_nended; i++)
-        if (g_ended[i] == addr)
+    for (size_t i = 0; i < mh_fill_now.nended; i++)
+        if (mh_fill_now.ended[i] == addr)
             return true;
     return false;
 }
 
 void mh_fill_fed(void)
 {
-    g_nended = 0;
-    g_ended_all = false;
+    mh_fill_now.nended = 0;
+    mh_fill_now.ended_all = false;
 }
 
 bool mh_fill_find(uint64_t addr, mh_fill_rec *out, mh_fill_fallback_fn fallback)
 {
-    if (g_held.addr == addr && addr != 0) {
-        *out = g_held.rec;
+    if (mh_fill_now.held.addr == addr && addr != 0) {
+        *out = mh_fill_now.held.rec;
         return true;
     }
     const fill_slot *s = find_slot(addr);
@@ -212,32 +198,19 @@ static __attribute__((noinline)) void handed(memhook_event *e, memhook_event *al
     note(e);
 }
 
-void mh_fill_handed(memhook_event *e, memhook_event *also, mh_fill_fallback_fn fallback)
+void mh_fill_handed_rest(memhook_event *e, memhook_event *also, mh_fill_fallback_fn fallback)
 {
-    /* A backlog is mostly an allocation handed out and back: an ALLOC
-     * while nothing is held and its address is in no probe run of the
-     * table (so no older record there), then the FREE of the held
-     * address.  Those settle here; the rest, as note() and
-     * mh_fill_find say, out of line. */
+    /* An ALLOC while nothing is held and its address is in no probe run of
+     * the table (so no older record there) is held at once; the rest, as
+     * note() and mh_fill_find say. */
     uint64_t addr = e->address;
-    if (__builtin_expect((e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP |
-                                      MEMHOOK_EVENT_CONTEXT_RESET | MH_EVENT_UNPAIRED)) == 0 &&
-                             e->result == 0 && addr != 0, 1)) {
-        if (e->kind == MEMHOOK_EVENT_FREE && addr == g_held.addr && g_nended < ENDED_MAX) {
-            if (e->device == MH_DEVICE_FILL) {
-                mh_fill_apply(e, &g_held.rec);
-                if (also != NULL)
-                    mh_fill_apply(also, &g_held.rec);
-            }
-            g_held.addr = 0;
-            g_ended[g_nended++] = addr;
-            return;
-        }
-        if (e->kind == MEMHOOK_EVENT_ALLOC && g_held.addr == 0 && e->size != 0 &&
-            (g_count == 0 || g_slots[home(addr, g_cap)].addr == 0)) {
-            g_held = (fill_slot){addr, {e->size, e->mem_type, e->device}};
-            return;
-        }
+    if (e->kind == MEMHOOK_EVENT_ALLOC && mh_fill_now.held.addr == 0 && addr != 0 &&
+        e->size != 0 && e->result == 0 &&
+        (e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP |
+                     MEMHOOK_EVENT_CONTEXT_RESET | MH_EVENT_UNPAIRED)) == 0 &&
+        (g_count == 0 || g_slots[home(addr, g_cap)].addr == 0)) {
+        mh_fill_now.held = (fill_slot){addr, {e->size, e->mem_type, e->device}};
+        return;
     }
     handed(e, also, fallback);
 }

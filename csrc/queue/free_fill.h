@@ -34,15 +34,32 @@ typedef bool (*mh_fill_fallback_fn)(uint64_t addr, mh_fill_rec *out);
 /* The allocation handed out at addr and not freed since, else fallback's
  * answer (NULL: none). */
 MH_HIDDEN bool mh_fill_find(uint64_t addr, mh_fill_rec *out, mh_fill_fallback_fn fallback);
-/* An event being handed out (its result settled, the private flags still
- * on): a FREE recorded with its address only (MH_DEVICE_FILL) is filled
- * as mh_fill_find finds it, in e and in `also` unless NULL (the tee's slot:
- * the drain hands the event out again from there); then the record
- * follows the event (an ALLOC recorded, a FREE's allocation forgotten, a
- * marker that ends what consumers may believe empties it).  One call per
- * event: the whole of the drain's sizing of a backlog passes here. */
-MH_HIDDEN void mh_fill_handed(memhook_event *e, memhook_event *also,
-                              mh_fill_fallback_fn fallback);
+/* The drain's record of an allocation, and the part of free_fill.c's
+ * state the inline path below reads: the last ALLOC handed out, held back
+ * from the table (most FREEs follow their ALLOC closely - an allocator
+ * handing one address out and back - and then the pair costs a compare,
+ * not an insert and an erase), and the FREEs handed out and not fed to the
+ * cache yet (a look's worth: the cache's record of a driver answer lags
+ * them; scanned only for a FREE nobody else can size; when it fills up,
+ * every address counts as ended until the next feed).  Consumer side only
+ * (the queue's consumer lock); process-wide like the event order. */
+typedef struct mh_fill_slot {
+    uint64_t addr;  /* 0: empty */
+    mh_fill_rec rec;
+} mh_fill_slot;
+#define MH_FILL_ENDED_MAX 1024
+typedef struct mh_fill_hot {
+    mh_fill_slot held;
+    size_t nended;
+    bool ended_all;
+    uint64_t ended[MH_FILL_ENDED_MAX];
+} mh_fill_hot;
+MH_HIDDEN extern mh_fill_hot mh_fill_now;
+
+/* mh_fill_handed past its inline path. */
+MH_HIDDEN void mh_fill_handed_rest(memhook_event *e, memhook_event *also,
+                                   mh_fill_fallback_fn fallback);
+
 /* The events handed out so far were fed to the cache. */
 MH_HIDDEN void mh_fill_fed(void);
 /* Fill a FREE recorded with its address only (MH_DEVICE_FILL) from rec, or
@@ -63,6 +80,37 @@ static inline void mh_fill_apply(memhook_event *e, const mh_fill_rec *rec)
     } else {
         e->device = -1;
     }
+}
+
+/* An event being handed out (its result settled, the private flags still
+ * on): a FREE recorded with its address only (MH_DEVICE_FILL) is filled
+ * as mh_fill_find finds it, in e and in `also` unless NULL (the tee's slot:
+ * the drain hands the event out again from there); then the record
+ * follows the event (an ALLOC recorded, a FREE's allocation forgotten, a
+ * marker that ends what consumers may believe empties it).  One call per
+ * event: the whole of the drain's sizing of a backlog passes here.  Inline,
+ * the FREE of the held allocation (a backlog's every other event); the
+ * held address is never in the table too (free_fill.c), so that FREE
+ * leaves the table as it is. */
+static inline void mh_fill_handed(memhook_event *e, memhook_event *also,
+                                  mh_fill_fallback_fn fallback)
+{
+    mh_fill_hot *h = &mh_fill_now;
+    uint64_t addr = e->address;
+    if (e->kind == MEMHOOK_EVENT_FREE && addr == h->held.addr && addr != 0 && e->result == 0 &&
+        (e->flags & (MEMHOOK_EVENT_DRIVER_UNLOADED | MEMHOOK_EVENT_HOOKS_GAP |
+                     MEMHOOK_EVENT_CONTEXT_RESET | MH_EVENT_UNPAIRED)) == 0 &&
+        h->nended < MH_FILL_ENDED_MAX) {
+        if (e->device == MH_DEVICE_FILL) {
+            mh_fill_apply(e, &h->held.rec);
+            if (also != NULL)
+                mh_fill_apply(also, &h->held.rec);
+        }
+        h->held.addr = 0;
+        h->ended[h->nended++] = addr;
+        return;
+    }
+    mh_fill_handed_rest(e, also, fallback);
 }
 
 #endif
