@@ -1059,9 +1059,6 @@ static int32_t take_result(memhook_event *slot)
     return mh_result_settled(v);
 }
 
-/* Take c's head out: into *out (NULL: nowhere) numbered, private flags
- * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
- * leaves the number in the slot (the drain hands it out with it). */
 /* Take an event being handed out off the lists the looks keep: the
  * pending markers, a FREE's place in its lane's index and in the closer
  * set. */
@@ -1083,6 +1080,10 @@ static __attribute__((noinline)) void unlist(mh_lane *l, uint64_t at, const memh
     }
 }
 
+/* Take c's head out: into *out (NULL: nowhere) numbered, private flags
+ * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
+ * leaves the number in the slot (the drain hands it out with it).  Inline
+ * in look_merge: a backlog's every event passes here. */
 static inline __attribute__((always_inline)) void hand_out(cursor *c, memhook_event *out,
                                                           uint64_t *id, bool tee)
 {
