@@ -103,7 +103,7 @@ static void clear(void)
     fs->held.addr = 0;
 }
 
-/* The held record's address is never in the table too: it is held only
+/* The held record's address is never also in the table: it is held only
  * after forget() erased its address there, and goes to the table only as
  * it stops being held.  So a FREE of the held address costs a compare. */
 static void forget(uint64_t addr)

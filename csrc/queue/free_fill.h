@@ -103,9 +103,9 @@ static inline void mh_fill_apply(memhook_event *e, const mh_fill_rec *rec)
  *
  * Inline, a backlog's common pair: an ALLOC while nothing is held and its
  * address starts no probe run of the table (so no older record is there
- * to forget), then the FREE of the held address (the held address is
- * never in the table too: free_fill.c's forget(), so the table stays as it
- * is).  The rest out of line. */
+ * to forget), then the FREE of the held address (which is never also in
+ * the table: free_fill.c's forget(), so the table stays as it is).  The
+ * rest out of line. */
 static inline void mh_fill_handed(memhook_event *e, memhook_event *also,
                                   mh_fill_fallback_fn fallback)
 {
