@@ -36,12 +36,23 @@
 #include "cache.h"
 #include "queue.h"
 
+/* Whether painting b over a leaves what b alone leaves: both paint their
+ * range whole (ASSIGN, REMOVE: what was there does not matter) and b's
+ * range holds a's. */
+static inline bool paints_over(const mh_op *b, const mh_op *a)
+{
+    return (b->kind == MH_OP_ASSIGN || b->kind == MH_OP_REMOVE) &&
+           (a->kind == MH_OP_ASSIGN || a->kind == MH_OP_REMOVE) && b->start <= a->start &&
+           b->end >= a->end;
+}
+
 void mh_cache_feed_events(mh_cache *c, const memhook_event *events, const uint64_t *ids,
                           size_t count, bool staged)
 {
-    /* One op held back: the next one of its exact range replaces it here
-     * (the queue's own fold, oplist_add, without its call and its table:
-     * an allocator handing one address out and back costs a compare an
+    /* One op held back: the next one, if it paints over the whole of it,
+     * replaces it here (the queue's own fold, oplist_add, does it for an
+     * exact range, with a call and a table: an allocator handing one
+     * address out and back, at one size or several, costs a compare an
      * event). */
     mh_op held = {0}, op;
     bool holding = false;
@@ -50,13 +61,7 @@ void mh_cache_feed_events(mh_cache *c, const memhook_event *events, const uint64
             continue;
         if (op.kind == MH_OP_ASSIGN && ids != NULL)
             op.alloc_id = ids[i];  /* (0: numbered by the cache) */
-        if (holding && (op.kind == MH_OP_ASSIGN || op.kind == MH_OP_REMOVE) &&
-            op.start == held.start && op.end == held.end &&
-            (held.kind == MH_OP_ASSIGN || held.kind == MH_OP_REMOVE)) {
-            held = op;
-            continue;
-        }
-        if (holding)
+        if (holding && !paints_over(&op, &held))
             staged ? mh_cache_stage_op(c, &held) : mh_cache_op(c, &held);
         held = op;
         holding = true;

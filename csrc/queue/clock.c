@@ -193,11 +193,13 @@ uint64_t mh_clock_ns_of(const memhook_event *e)
 {
     if (!(e->flags & MH_EVENT_RAW_TSC))
         return e->timestamp_ns;
-    uint64_t raw = e->timestamp_ns;
     /* raw can be a little past the anchor: an event published after it was
-     * read, or the cores' TSCs a few ticks apart. */
-    return raw <= g_tsc1 ? g_ns1 - (uint64_t)((double)(g_tsc1 - raw) * g_ns_per_tick)
-                         : g_ns1 + (uint64_t)((double)(raw - g_tsc1) * g_ns_per_tick);
+     * read, or the cores' TSCs a few ticks apart.  The distance is signed
+     * (a stamp is never 2^63 ticks off), which x86-64 converts to double in
+     * one instruction where an unsigned one takes a branch and several; a
+     * negative product truncates toward zero as the magnitude's would. */
+    int64_t ticks = (int64_t)(e->timestamp_ns - g_tsc1);
+    return g_ns1 + (uint64_t)(int64_t)((double)ticks * g_ns_per_tick);
 }
 
 void mh_clock_convert(memhook_event *events, size_t count)

@@ -539,17 +539,13 @@ static uint64_t behind_point(uint64_t start, uint64_t g)
     return g >= start + DRAIN_BEHIND ? (g - DRAIN_BEHIND) & ~1ull : start;
 }
 
-/* The record a FREE of addr is sized from when its ALLOC is not pending:
- * the drain's own (an ALLOC it handed out), else the cache's made from a
- * driver answer (memory allocated before the hooks and asked about since):
- * the cache weighs the events fed so far, free_fill.c those handed out
- * since (a FREE of addr among them ended whatever the cache holds there). */
-static bool fill_find(uint64_t addr, mh_fill_rec *out)
+/* The cache's record of a driver answer at addr (memory allocated before
+ * the hooks and asked about since): what a FREE of addr is sized from when
+ * neither its pending ALLOC nor the drain's own record (free_fill.c, which
+ * asks this only while no FREE of addr was handed out since the last feed)
+ * knows it. */
+static bool fill_extent(uint64_t addr, mh_fill_rec *out)
 {
-    if (mh_fill_find(addr, out))
-        return true;
-    if (mh_fill_ended(addr))
-        return false;
     mh_queue_extent_fn extent = atomic_load_explicit(&g_extent, memory_order_acquire);
     return extent != NULL && extent(addr, &out->size, &out->mem_type, &out->device);
 }
@@ -561,7 +557,7 @@ static bool fill_find(uint64_t addr, mh_fill_rec *out)
  *    address was its ALLOC) and it is still pending;
  *  - the drain handed it out (free_fill.c's record);
  *  - or it was made before install and a query asked the driver about it
- *    since (the cache's record of that answer: fill_find).
+ *    since (the cache's record of that answer: fill_extent).
  * An ALLOC of another marker epoch than the FREE's, or one flagged
  * MH_EVENT_UNPAIRED, is not believed: a marker between them (a gap in the
  * hooks above all) may hide the free of that allocation and another made
@@ -585,7 +581,7 @@ static void fill_visible(memhook_event *e)
         }
     }
     mh_fill_rec rec;
-    mh_fill_apply(e, fill_find(e->address, &rec) ? &rec : NULL);
+    mh_fill_apply(e, mh_fill_find(e->address, &rec, fill_extent) ? &rec : NULL);
 }
 
 /* Read every lane's `published` (G; first once more for H when fresh_h),
@@ -1063,27 +1059,42 @@ static int32_t take_result(memhook_event *slot)
     return mh_result_settled(v);
 }
 
+/* Take an event being handed out off the lists the looks keep: the
+ * pending markers, a FREE's place in its lane's index and in the closer
+ * set. */
+static __attribute__((noinline)) void unlist(mh_lane *l, uint64_t at, const memhook_event *slot)
+{
+    if (slot->flags & MH_EVENT_MARKER) {
+        if (at < l->marks_at)
+            marker_remove(l, at);
+        else
+            g_markers_seen++;  /* handed out before any look listed it */
+    } else {
+        if (at < l->indexed)
+            mh_range_remove(&l->frees, slot->address, at);
+        if (at < l->linked) {
+            counted_remove(&g_closer_addrs, slot->address, l, at);
+            if (slot->flags & MH_EVENT_RANGE)
+                ranged_remove(l, at);
+        }
+    }
+}
+
 /* Take c's head out: into *out (NULL: nowhere) numbered, private flags
  * cleared but the raw-TSC one (mh_clock_convert clears it); the tee also
- * leaves the number in the slot (the drain hands it out with it). */
-static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
+ * leaves the number in the slot (the drain hands it out with it).  Inline
+ * in look_merge: a backlog's every event passes here. */
+static inline __attribute__((always_inline)) void hand_out(cursor *c, memhook_event *out,
+                                                          uint64_t *id, bool tee)
 {
     mh_lane *l = c->lane;
     memhook_event *slot = cursor_event(c);
-    if (slot->flags & MH_EVENT_MARKER) {
-        if (c->at < l->marks_at)
-            marker_remove(l, c->at);
-        else
-            g_markers_seen++;  /* handed out before any look listed it */
-    } else if (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0) {
-        if (c->at < l->indexed)
-            mh_range_remove(&l->frees, slot->address, c->at);
-        if (c->at < l->linked) {
-            counted_remove(&g_closer_addrs, slot->address, l, c->at);
-            if (slot->flags & MH_EVENT_RANGE)
-                ranged_remove(l, c->at);
-        }
-    }
+    /* (a marker, or a FREE a look listed for the rules: out of line, so
+     * that a lane's run of events pays none of it) */
+    if ((slot->flags & MH_EVENT_MARKER) ||
+        (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0 &&
+         (c->at < l->indexed || c->at < l->linked)))
+        unlist(l, c->at, slot);
     int32_t result = take_result(slot);
     uint64_t seq = g_next_seq++;
     if (tee)
@@ -1092,20 +1103,14 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
     if (out == NULL)
         out = &here;
     copy_event(out, slot);
-    if (out->kind == MEMHOOK_EVENT_FREE && out->device == MH_DEVICE_FILL) {
-        /* Not seen by the rules (one lane pending): filled here, in the
-         * copy - and in the slot only for the tee, whose events the drain
-         * hands out again from their slots (the drain leaves the lines
-         * the producer will write again unwritten). */
-        mh_fill_rec rec;
-        bool found = fill_find(out->address, &rec);
-        mh_fill_apply(out, found ? &rec : NULL);
-        if (tee)
-            mh_fill_apply(slot, found ? &rec : NULL);
-    }
     out->seq = seq;
     out->result = result;
-    mh_fill_note(out);  /* (before the private flags go: MH_EVENT_UNPAIRED) */
+    /* A FREE recorded with its address only and not seen by the rules (one
+     * lane pending) is filled here, in the copy - and in the slot only for
+     * the tee, whose events the drain hands out again from their slots
+     * (the drain leaves the lines the producer will write again
+     * unwritten); before the private flags go (MH_EVENT_UNPAIRED). */
+    mh_fill_handed(out, tee ? slot : NULL, fill_extent);
     out->flags &= ~(MH_EVENT_PRIVATE & ~MH_EVENT_RAW_TSC);
     if (id != NULL)  /* (its identity: mh_lane_slot_id's, for the cache's alloc_id) */
         *id = l->cid != 0 ? (uint64_t)l->cid << MH_LANE_INDEX_BITS | c->at : 0;
@@ -1118,22 +1123,36 @@ static void hand_out(cursor *c, memhook_event *out, uint64_t *id, bool tee)
 static size_t look_merge(look *lk, memhook_event *out, uint64_t *ids, size_t capacity, bool tee)
 {
     size_t got = 0;
+    if (!lk->rules) {
+        /* One lane with anything pending: its events in its order, up to
+         * a FREE whose call has not returned (a backlog's common case). */
+        for (size_t i = 0; i < lk->n; i++) {
+            cursor *c = &lk->cur[i];
+            if (c->at >= c->end)
+                continue;
+            /* (a run never waits for a call: call_in_flight's first test,
+             * ahead of the slot's lookup) */
+            bool background = lk->run == 0;
+            while (got < capacity && c->at < c->end &&
+                   !(background && call_in_flight(lk, c->lane, cursor_event(c)))) {
+                hand_out(c, out != NULL ? &out[got] : NULL, ids != NULL ? &ids[got] : NULL, tee);
+                got++;
+            }
+            break;
+        }
+        return got;
+    }
     while (got < capacity) {
         long best = -1;
         for (size_t i = 0; i < lk->n; i++) {
             cursor *c = &lk->cur[i];
             if (c->at >= c->end)
                 continue;
-            if (!lk->rules) {
-                if (!call_in_flight(lk, c->lane, cursor_event(c)))
-                    best = (long)i;  /* the one lane with anything pending */
-                break;
-            }
             head_refresh(lk, c);
             if (c->state == HEAD_READY && (best < 0 || before(c, &lk->cur[best])))
                 best = (long)i;
         }
-        if (best < 0 && lk->rules)
+        if (best < 0)
             best = break_cycle(lk);
         if (best < 0)
             break;
@@ -1540,9 +1559,9 @@ static void drop_sequenced(cursor *cur, size_t cap)
     if (nc == 0)
         return;
     atomic_store_explicit(&g_trimmed, true, memory_order_release);
-    merge_by_seq(cur, nc, NULL, SIZE_MAX);
+    /* (all of it: no merge by seq needed to step over every event) */
     for (size_t i = 0; i < nc; i++)
-        cur[i].lane->consumed = cur[i].at;
+        cur[i].lane->consumed = cur[i].end;
     lanes_tidy();
 }
 

@@ -7,14 +7,15 @@ driver's size, type and device for one a query asked about; a free the driver re
 its error and leaves the cache as it was; a subscriber with exact=True
 gets the hook's sizes (the driver's, before the free), as the trace
 does, and a switch of that flag under threads freeing leaves no FREE
-without its size."""
+without its size; a record the drain keeps is forgotten when a new
+allocation takes its address (a map unmapped with its neighbour's range)."""
 
 from __future__ import annotations
 
 import pytest
 from hooks_testing import MODES
 
-CASES = ("without exact", "asked about", "refused", "exact", "exact switch")
+CASES = ("without exact", "asked about", "refused", "exact", "exact switch", "unmapped together")
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -28,6 +28,12 @@
   exact switch
       threads freeing while an exact=True subscriber opens and closes:
       every FREE carries its thread's size, from one side or the other.
+  unmapped together
+      two maps unmapped by one cuMemUnmap over both (its FREE names the
+      first's address), then a new map at the second's address, unmapped:
+      a refused cuMemFree_v2 there is size_unknown - the drain's record of
+      the second map went when the new map took its address, though the
+      new map's own pair never reached the drain's table.
 """
 from __future__ import annotations
 
@@ -35,8 +41,8 @@ import ctypes
 import sys
 import threading
 
-from hkchild import (Cases, Recorder, byref, c_uint64, fmt_all, install, load_driver, mode_arg,
-                     primary_context)
+from hkchild import (Cases, CUmemAccessDesc, CUmemAllocationProp, Recorder, byref, c_uint64,
+                     fmt_all, install, load_driver, mode_arg, primary_context)
 
 import memhook
 from memhook import EventKind, MemoryType
@@ -200,6 +206,40 @@ def exact_switch(cases: Cases, cu, ctx) -> None:
                            f"{fmt_all(wrong[:5])}")
 
 
+def unmapped_together(cases: Cases, cu) -> None:
+    prop = CUmemAllocationProp()
+    prop.type, prop.location.type, prop.location.id = 1, 1, 0  # pinned, on device 0
+    gran = ctypes.c_size_t()
+    assert cu.cuMemGetAllocationGranularity(byref(gran), byref(prop), 0) == 0
+    g = gran.value
+    va, h1, h2, h3 = c_uint64(), c_uint64(), c_uint64(), c_uint64()
+    assert cu.cuMemAddressReserve(byref(va), 2 * g, 0, 0, 0) == 0
+    for h in (h1, h2, h3):
+        assert cu.cuMemCreate(byref(h), g, byref(prop), 0) == 0
+    desc = CUmemAccessDesc()
+    desc.location.type, desc.location.id, desc.flags = 1, 0, 3
+    rec = Recorder()
+    second = va.value + g
+    assert cu.cuMemMap(va.value, g, 0, h1.value, 0) == 0
+    assert cu.cuMemMap(second, g, 0, h2.value, 0) == 0
+    p = alloc(cu, 4 * KiB)  # (the second map's record goes to the drain's table)
+    assert cu.cuMemFree_v2(p) == 0
+    assert cu.cuMemUnmap(va.value, 2 * g) == 0
+    assert cu.cuMemMap(second, g, 0, h3.value, 0) == 0
+    assert cu.cuMemSetAccess(second, g, byref(desc), 1) == 0
+    assert cu.cuMemUnmap(second, g) == 0
+    rc_refused = cu.cuMemFree_v2(second)
+    cases.check(rc_refused != 0, "the simulator freed a map with cuMemFree_v2")
+    events = rec.take()
+    rec.sub.close()
+    got = [e for e in frees_of(events, second) if e.function == "cuMemFree_v2"]
+    cases.check([(e.result, e.size, e.size_unknown) for e in got] == [(rc_refused, 0, True)],
+                f"the refused free where the second map was: {fmt_all(got)}")
+    for h in (h1, h2, h3):
+        assert cu.cuMemRelease(h.value) == 0
+    assert cu.cuMemAddressFree(va.value, 2 * g) == 0
+
+
 def main() -> int:
     mode = mode_arg()
     cases = Cases()
@@ -207,7 +247,8 @@ def main() -> int:
     ctx = primary_context(cu)
     install(mode)
     for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync",
-                 "cuMemAllocHost_v2", "cuMemFreeHost", "cuStreamSynchronize"):
+                 "cuMemAllocHost_v2", "cuMemFreeHost", "cuStreamSynchronize", "cuMemMap",
+                 "cuMemUnmap"):
         getattr(cu, name)  # (looked up under the hooks, as a program holds them)
     memhook.uninstall()
     befores = [alloc(cu, 2 * MiB) for _ in range(4)]  # while no hook records: unseen
@@ -222,6 +263,8 @@ def main() -> int:
         exact(cases, cu, befores[1])
     with cases.case("exact switch"):
         exact_switch(cases, cu, ctx)
+    with cases.case("unmapped together"):
+        unmapped_together(cases, cu)
     memhook.uninstall()
     return 0
 
