@@ -80,8 +80,21 @@ typedef struct snap {
     const uint64_t *keys;  /* the regions' starts */
     /* The last key of each BLOCK of keys (NULL below 2 * BLOCK keys): the
      * levels of the search above a block, dense enough to stay in the L1
-     * cache, where the same levels over `keys` touch a line each. */
+     * cache, where the same levels over `keys` touch a line each.  Its
+     * last entry reads UINT64_MAX (a search never ends past the last
+     * block), and UINT64_MAX pads it to twice its length (the guide's
+     * steps may read past it). */
     const uint64_t *top;
+    /* The guide (NULL where it would save little: guide_build): entry b is
+     * the number of top entries below guide_lo + (b << guide_shift), so a
+     * pointer's bucket gives the search's start over `top` in one load,
+     * and guide_step (a power of two, or 0) is the first of the few steps
+     * left, the same for every bucket. */
+    const uint32_t *guide;
+    uint64_t guide_lo;
+    size_t guide_last;     /* the last bucket */
+    size_t guide_step;
+    unsigned guide_shift;
     const mh_region *regions;
     /* The batch's last step, compact: for j = the number of starts <= x,
      * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
@@ -123,7 +136,9 @@ static snap *snap_alloc(snap **spare, size_t cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    size_t bytes = page_round(head + (pow + ntop + cap + 1) * sizeof(uint64_t) +
+    /* (keys, the top index padded to twice its length, the guide: as many
+     * 32-bit entries as the padded index, then the ends and the meta) */
+    size_t bytes = page_round(head + (pow + 3 * ntop + cap + 1) * sizeof(uint64_t) +
                               cap * sizeof(mh_region) + cap + 1);
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
@@ -138,14 +153,69 @@ static snap *snap_alloc(snap **spare, size_t cap)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    const mh_region *regions = (const mh_region *)(keys + pow + ntop);
+    const mh_region *regions = (const mh_region *)(keys + pow + 3 * ntop);
     const uint64_t *ends = (const uint64_t *)(regions + cap);
     *s = (snap){.bytes = bytes, .keys = keys, .regions = regions, .ends = ends,
                 .meta = (const uint8_t *)(ends + cap + 1)};
     return s;
 }
 
-/* The keys and the block index of the n regions written into s. */
+/* The guide over the top index of n keys (ntop entries, padded), into
+ * g (2 * ntop entries), or none.
+ *
+ * A pointer's bucket is its offset from the first key, shifted so that
+ * the buckets (twice as many as the blocks) span the keys; the pointers of
+ * bucket b have between g[b] and g[b + 1] top entries at or below them
+ * (the last bucket: up to the entries below UINT64_MAX, a pointer of
+ * UINT64_MAX being searched as UINT64_MAX - 1, which no start is), so a
+ * binary search of the widest bucket's width, from g[b], finds the count.
+ * Where the keys are spread evenly that is a step or two in place of the
+ * index's log2(blocks); where they crowd into a few buckets (a
+ * far outlier stretching the span), the widest bucket takes nearly every
+ * step and the guide is left out: the search is the index's alone. */
+static void guide_build(snap *s, const uint64_t *keys, size_t n, uint64_t *top, size_t ntop,
+                        uint32_t *g)
+{
+    s->guide = NULL;
+    size_t nb = 2 * ntop;
+    uint64_t lo = keys[0], span = keys[n - 1] - lo;
+    unsigned shift = 0;
+    while ((span >> shift) >= nb)
+        shift++;
+    size_t j = 0;  /* top entries below the bucket's start */
+    g[0] = 0;
+    for (size_t b = 1; b < nb; b++) {
+        uint64_t off = (uint64_t)b << shift;
+        uint64_t at = b > UINT64_MAX >> shift || off > UINT64_MAX - lo ? UINT64_MAX : lo + off;
+        while (j < ntop && top[j] < at)
+            j++;
+        g[b] = (uint32_t)j;
+    }
+    size_t below_max = 0;  /* (top[ntop - 1] is UINT64_MAX) */
+    while (below_max < ntop && top[below_max] < UINT64_MAX)
+        below_max++;
+    size_t widest = 0;
+    for (size_t b = 0; b < nb; b++) {
+        size_t hi = b + 1 < nb ? g[b + 1] : below_max;
+        widest = hi - g[b] + 1 > widest ? hi - g[b] + 1 : widest;
+    }
+    size_t width = 1, levels = 0, top_levels = 0;
+    while (width < widest) {
+        width <<= 1;
+        levels++;
+    }
+    while (((size_t)1 << top_levels) < ntop)
+        top_levels++;
+    if (levels + 2 > top_levels)
+        return;  /* (two steps saved pay the bucket's arithmetic) */
+    s->guide = g;
+    s->guide_lo = lo;
+    s->guide_last = nb - 1;
+    s->guide_step = width >> 1;
+    s->guide_shift = shift;
+}
+
+/* The keys, the block index and its guide of the n regions written into s. */
 static void snap_finish(snap *s, size_t n)
 {
     size_t pow = 1;
@@ -159,6 +229,13 @@ static void snap_finish(snap *s, size_t n)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
+    s->guide = NULL;
+    if (ntop) {
+        top[ntop - 1] = UINT64_MAX;
+        for (size_t j = ntop; j < 2 * ntop; j++)
+            top[j] = UINT64_MAX;
+        guide_build(s, keys, n, top, ntop, (uint32_t *)(top + 2 * ntop));
+    }
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
@@ -432,6 +509,14 @@ static void publish(mh_cache *c, snap *s)
 
 /* ---- searching ---- */
 
+/* The guide's start for x (already below UINT64_MAX): the number of top
+ * entries below its bucket's start. */
+static inline size_t guide_start(const snap *s, uint64_t x)
+{
+    uint64_t b = x >= s->guide_lo ? (x - s->guide_lo) >> s->guide_shift : 0;
+    return s->guide[b < s->guide_last ? b : s->guide_last];
+}
+
 /* The index of the last region whose start is <= x, or -1: branchless
  * (the keys' length is a power of two). */
 static inline size_t search_pos(const snap *s, uint64_t x)
@@ -442,8 +527,13 @@ static inline size_t search_pos(const snap *s, uint64_t x)
         /* (the levels above a block: a step of sb blocks compares the key
          * at pos + sb * BLOCK - 1, the last of a block) */
         const uint64_t *t = s->top;
-        size_t pb = 0;
-        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1)
+        size_t pb = 0, sb = s->pow / BLOCK >> 1;
+        if (s->guide != NULL) {
+            x -= x == UINT64_MAX;  /* (no region starts there: the same count) */
+            pb = guide_start(s, x);
+            sb = s->guide_step;
+        }
+        for (; sb != 0; sb >>= 1)
             pb += t[pb + sb - 1] <= x ? sb : 0;
         pos = pb * BLOCK;
         step = BLOCK >> 1;
@@ -643,7 +733,24 @@ static inline __attribute__((always_inline)) void search16(const snap *s, const 
     size_t step = s->pow >> 1;
     if (s->top != NULL) {
         const uint64_t *t = s->top;
-        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
+        size_t sb = s->pow / BLOCK >> 1;
+        if (s->guide != NULL) {
+            /* (each lane's start from its bucket: guide_start's) */
+            const uint32_t *g = s->guide;
+            uint64_t lo = s->guide_lo;
+            size_t last = s->guide_last;
+            unsigned shift = s->guide_shift;
+#define MH_GUIDE(l)                                                   \
+    {                                                                 \
+        x##l -= x##l == UINT64_MAX;                                   \
+        uint64_t b = x##l >= lo ? (x##l - lo) >> shift : 0;           \
+        p##l = g[b < last ? b : last];                                \
+    }
+            MH_LANES(MH_GUIDE)
+#undef MH_GUIDE
+            sb = s->guide_step;
+        }
+        for (; sb != 0; sb >>= 1) {
 #define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
             MH_LANES(MH_TOP)
 #undef MH_TOP
