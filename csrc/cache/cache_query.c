@@ -808,6 +808,11 @@ size_t memhook_testing_cache_deferred(memhook_testing_cache *cache)
                                                 memory_order_acquire);
 }
 
+int memhook_testing_cache_search_steps(memhook_testing_cache *cache)
+{
+    return cache == NULL ? -EINVAL : mh_cache_search_steps((mh_cache *)cache);
+}
+
 int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
                                           memhook_region *out)
 {

@@ -160,58 +160,92 @@ static snap *snap_alloc(snap **spare, size_t cap)
     return s;
 }
 
-/* The guide over the top index of n keys (ntop entries, padded), into
- * g (2 * ntop entries), or none.
- *
- * A pointer's bucket is its offset from the first key, shifted so that
- * the buckets (twice as many as the blocks) span the keys; the pointers of
- * bucket b have between g[b] and g[b + 1] top entries at or below them
- * (the last bucket: up to the entries below UINT64_MAX, a pointer of
- * UINT64_MAX being searched as UINT64_MAX - 1, which no start is), so a
- * binary search of the widest bucket's width, from g[b], finds the count.
- * Where the keys are spread evenly that is a step or two in place of the
- * index's log2(blocks); where they crowd into a few buckets (a
- * far outlier stretching the span), the widest bucket takes nearly every
- * step and the guide is left out: the search is the index's alone. */
-static void guide_build(snap *s, const uint64_t *keys, size_t n, uint64_t *top, size_t ntop,
-                        uint32_t *g)
+/* The steps a guide over [lo, ...) with buckets of 2^shift bytes leaves
+ * (its table into g), or SIZE_MAX where it would leave more than `most`.
+ * The pointers of bucket b have between g[b] and g[b + 1] top entries at
+ * or below them; below lo is bucket 0, past the last bucket's start the
+ * last one (up to the entries below UINT64_MAX: a pointer of UINT64_MAX is
+ * searched as UINT64_MAX - 1, which no start is). */
+static size_t guide_fill(uint32_t *g, size_t nb, const uint64_t *top, size_t ntop, uint64_t lo,
+                         unsigned shift, size_t most)
 {
-    s->guide = NULL;
-    size_t nb = 2 * ntop;
-    uint64_t lo = keys[0], span = keys[n - 1] - lo;
+    size_t j = 0;  /* top entries below the bucket's start */
+    size_t levels = 0;
+    g[0] = 0;
+    for (size_t b = 1; b <= nb; b++) {
+        uint64_t off = (uint64_t)b << shift;
+        uint64_t at = b == nb || b > UINT64_MAX >> shift || off > UINT64_MAX - lo ? UINT64_MAX
+                                                                                : lo + off;
+        while (j < ntop && top[j] < at)
+            j++;
+        size_t w = j - g[b - 1] + 1;  /* (the previous bucket's width) */
+        while (((size_t)1 << levels) < w)
+            if (++levels > most)
+                return SIZE_MAX;
+        if (b < nb)
+            g[b] = (uint32_t)j;
+    }
+    return levels;
+}
+
+/* The shift that makes nb buckets span the keys but the first and last t. */
+static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t nb)
+{
+    uint64_t span = keys[n - 1 - t] - keys[t];
     unsigned shift = 0;
     while ((span >> shift) >= nb)
         shift++;
-    size_t j = 0;  /* top entries below the bucket's start */
-    g[0] = 0;
-    for (size_t b = 1; b < nb; b++) {
-        uint64_t off = (uint64_t)b << shift;
-        uint64_t at = b > UINT64_MAX >> shift || off > UINT64_MAX - lo ? UINT64_MAX : lo + off;
-        while (j < ntop && top[j] < at)
-            j++;
-        g[b] = (uint32_t)j;
-    }
-    size_t below_max = 0;  /* (top[ntop - 1] is UINT64_MAX) */
-    while (below_max < ntop && top[below_max] < UINT64_MAX)
-        below_max++;
-    size_t widest = 0;
-    for (size_t b = 0; b < nb; b++) {
-        size_t hi = b + 1 < nb ? g[b + 1] : below_max;
-        widest = hi - g[b] + 1 > widest ? hi - g[b] + 1 : widest;
-    }
-    size_t width = 1, levels = 0, top_levels = 0;
-    while (width < widest) {
-        width <<= 1;
-        levels++;
-    }
+    return shift;
+}
+
+/* The guide over the top index of n keys (ntop entries, padded), into
+ * g (2 * ntop entries), or none.
+ *
+ * A pointer's bucket is its offset from the guide's first key, shifted so
+ * that the buckets (twice as many as the blocks) span the keys, so a
+ * binary search of the widest bucket's width, from the bucket's entry,
+ * finds the pointer's count of top entries.  Where the keys are spread
+ * evenly that is a step or two in place of the index's log2(blocks).  A
+ * few far outliers (a region far below or above the rest) would stretch
+ * the span over the rest: the guide is tried with the first and last 16,
+ * 64 and 256 keys left out of its span too (pointers past its ends fall into
+ * its first or last bucket, which then hold those keys' blocks), and the
+ * one that leaves fewest steps kept.  Where the keys crowd into a few
+ * buckets all the same (clusters far apart), the guide would save little
+ * and is left out: the search is the index's alone. */
+static void guide_build(snap *s, const uint64_t *keys, size_t n, const uint64_t *top,
+                        size_t ntop, uint32_t *g)
+{
+    static const size_t trims[] = {0, BLOCK, 4 * BLOCK, 16 * BLOCK};
+    s->guide = NULL;
+    size_t nb = 2 * ntop, top_levels = 0;
     while (((size_t)1 << top_levels) < ntop)
         top_levels++;
-    if (levels + 2 > top_levels)
-        return;  /* (two steps saved pay the bucket's arithmetic) */
-    s->guide = g;
-    s->guide_lo = lo;
+    /* (two steps saved pay the bucket's arithmetic) */
+    if (top_levels < 2)
+        return;
+    size_t best = top_levels - 2, best_trim = 0, filled = SIZE_MAX;
+    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1; i++) {
+        size_t t = trims[i];
+        if (2 * t >= n)
+            break;
+        size_t levels = guide_fill(g, nb, top, ntop, keys[t], guide_shift_for(keys, n, t, nb),
+                                   best);
+        filled = t;
+        if (levels == SIZE_MAX || (levels == best && s->guide != NULL))
+            continue;
+        best = levels;
+        best_trim = t;
+        s->guide = g;
+    }
+    if (s->guide == NULL)
+        return;
+    unsigned shift = guide_shift_for(keys, n, best_trim, nb);
+    if (filled != best_trim)  /* (the table of the one kept, again) */
+        guide_fill(g, nb, top, ntop, keys[best_trim], shift, SIZE_MAX);
+    s->guide_lo = keys[best_trim];
     s->guide_last = nb - 1;
-    s->guide_step = width >> 1;
+    s->guide_step = ((size_t)1 << best) >> 1;
     s->guide_shift = shift;
 }
 
@@ -1594,6 +1628,21 @@ void mh_cache_destroy(mh_cache *c)
     if (c->radix)
         munmap(c->radix, (1u << 16) * sizeof(size_t));
     munmap(c, page_round(sizeof(mh_cache)));
+}
+
+int mh_cache_search_steps(mh_cache *c)
+{
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    int steps = 0;
+    if (s->guide != NULL)
+        for (size_t sb = s->guide_step; sb != 0; sb >>= 1)
+            steps++;
+    else if (s->top != NULL)
+        for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1)
+            steps++;
+    read_end(&rd);
+    return steps;
 }
 
 size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity)

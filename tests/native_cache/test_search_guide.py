@@ -12,7 +12,9 @@ end, the addresses 0, 1, 2^64 - 2 and 2^64 - 1, and random pointers: single
 lookups, and the batch, each pointer asked inside a group of sixteen
 whose other pointers fall in regions (so the sixteen lanes search it).
 Then maps that grow and shrink across publishes while reader threads ask
-the batch: every answer is one whole map's, never a mix."""
+the batch: every answer is one whole map's, never a mix; and the guide's
+structure: built where the keys spread (a far outlier or a few left out of
+its span), left out where they crowd."""
 
 from __future__ import annotations
 
@@ -179,3 +181,30 @@ def test_readers_see_whole_maps_while_it_grows_and_shrinks() -> None:
                 t.join()
         assert not bad, bad
         assert sum(seen) > 0
+
+
+@pytest.mark.parametrize(("kind", "most"), [("even", 2), ("outliers", 3), ("random", 7),
+                                            ("crowded", 4)])
+def test_the_guide_leaves_few_steps_where_the_keys_spread(kind: str, most: int) -> None:
+    """10,000 regions: the block index alone takes ten steps (1,024 blocks);
+    the guide leaves one or two over an even layout, and a few where far
+    outliers at both ends (or the 50 geometrically spread keys below the
+    crowded layout's dense run) are left out of its span."""
+    with NativeCache() as c:
+        c.apply(_rows(_layout(kind, 10_000, np.random.default_rng(1))))
+        assert 0 < c.search_steps() <= most, c.search_steps()
+
+
+def test_the_guide_is_left_out_where_the_keys_crowd() -> None:
+    """Two dense clusters far apart: every bucket but two is empty, the
+    guide would save nothing, and the index's ten steps stay."""
+    low = [(0x3_0000_0000 + i * 0x4000, 0x3_0000_0000 + i * 0x4000 + 0x1000, 1)
+           for i in range(5000)]
+    high = [(0x7F00_0000_0000 + i * 0x4000, 0x7F00_0000_0000 + i * 0x4000 + 0x1000, 2)
+            for i in range(5000)]
+    with NativeCache() as c:
+        c.apply(_rows(low + high))
+        assert c.search_steps() == 10
+        with NativeCache() as small:
+            small.apply(_rows(low[:10]))
+            assert small.search_steps() == 0  # (no index below two blocks)
