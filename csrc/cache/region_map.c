@@ -126,6 +126,16 @@ static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL, .en
  * per drained batch would hold the consumer lock longer). */
 #define SPARE_SNAPS 4
 
+/* The keys' length for a power of two `pow` >= n: the keys padded with
+ * UINT64_MAX to pow, and, where there is a block index, by a quarter more
+ * (the guide leaves at most a quarter of the index's steps: a search of
+ * UINT64_MAX, to which every key answers "at or below", may step that far
+ * past the last block). */
+static inline size_t keys_len(size_t pow)
+{
+    return pow >= 2 * BLOCK ? pow + pow / 4 : pow;
+}
+
 /* A snapshot with room for `cap` regions, written by the caller into
  * s->regions before snap_finish (its keys are laid out for `cap`; a
  * smaller map uses a prefix of them). */
@@ -136,9 +146,10 @@ static snap *snap_alloc(snap **spare, size_t cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    /* (keys, the top index padded to twice its length, the guide: as many
-     * 32-bit entries as the padded index, then the ends and the meta) */
-    size_t bytes = page_round(head + (pow + 3 * ntop + cap + 1) * sizeof(uint64_t) +
+    /* (the keys and their padding, the top index padded to twice its
+     * length, the guide: as many 32-bit entries as the padded index, then
+     * the ends and the meta) */
+    size_t bytes = page_round(head + (keys_len(pow) + 3 * ntop + cap + 1) * sizeof(uint64_t) +
                               cap * sizeof(mh_region) + cap + 1);
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
@@ -153,7 +164,7 @@ static snap *snap_alloc(snap **spare, size_t cap)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    const mh_region *regions = (const mh_region *)(keys + pow + 3 * ntop);
+    const mh_region *regions = (const mh_region *)(keys + keys_len(pow) + 3 * ntop);
     const uint64_t *ends = (const uint64_t *)(regions + cap);
     *s = (snap){.bytes = bytes, .keys = keys, .regions = regions, .ends = ends,
                 .meta = (const uint8_t *)(ends + cap + 1)};
@@ -164,8 +175,9 @@ static snap *snap_alloc(snap **spare, size_t cap)
  * (its table into g), or SIZE_MAX where it would leave more than `most`.
  * The pointers of bucket b have between g[b] and g[b + 1] top entries at
  * or below them; below lo is bucket 0, past the last bucket's start the
- * last one (up to the entries below UINT64_MAX: a pointer of UINT64_MAX is
- * searched as UINT64_MAX - 1, which no start is). */
+ * last one (up to the entries below UINT64_MAX: a pointer of UINT64_MAX,
+ * at or above every entry, steps past them all into the padding, and
+ * every count from there on is at least n). */
 static size_t guide_fill(uint32_t *g, size_t nb, const uint64_t *top, size_t ntop, uint64_t lo,
                          unsigned shift, size_t most)
 {
@@ -256,10 +268,10 @@ static void snap_finish(snap *s, size_t n)
     while (pow < n)
         pow <<= 1;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    uint64_t *keys = (uint64_t *)s->keys, *top = keys + pow;
+    uint64_t *keys = (uint64_t *)s->keys, *top = keys + keys_len(pow);
     for (size_t i = 0; i < n; i++)
         keys[i] = s->regions[i].start;
-    for (size_t i = n; i < pow; i++)
+    for (size_t i = n; i < keys_len(pow); i++)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
@@ -543,11 +555,14 @@ static void publish(mh_cache *c, snap *s)
 
 /* ---- searching ---- */
 
-/* The guide's start for x (already below UINT64_MAX): the number of top
- * entries below its bucket's start. */
+/* The guide's start for x: the number of top entries below its bucket's
+ * start. */
 static inline size_t guide_start(const snap *s, uint64_t x)
 {
-    uint64_t b = x >= s->guide_lo ? (x - s->guide_lo) >> s->guide_shift : 0;
+    /* (a mask, not a conditional: compilers branch on that one, and a
+     * batch's pointers fall below the guide's span at random) */
+    uint64_t off = (x - s->guide_lo) & -(uint64_t)(x >= s->guide_lo);
+    uint64_t b = off >> s->guide_shift;
     return s->guide[b < s->guide_last ? b : s->guide_last];
 }
 
@@ -563,7 +578,6 @@ static inline size_t search_pos(const snap *s, uint64_t x)
         const uint64_t *t = s->top;
         size_t pb = 0, sb = s->pow / BLOCK >> 1;
         if (s->guide != NULL) {
-            x -= x == UINT64_MAX;  /* (no region starts there: the same count) */
             pb = guide_start(s, x);
             sb = s->guide_step;
         }
@@ -769,17 +783,12 @@ static inline __attribute__((always_inline)) void search16(const snap *s, const 
         const uint64_t *t = s->top;
         size_t sb = s->pow / BLOCK >> 1;
         if (s->guide != NULL) {
-            /* (each lane's start from its bucket: guide_start's) */
-            const uint32_t *g = s->guide;
-            uint64_t lo = s->guide_lo;
-            size_t last = s->guide_last;
-            unsigned shift = s->guide_shift;
-#define MH_GUIDE(l)                                                   \
-    {                                                                 \
-        x##l -= x##l == UINT64_MAX;                                   \
-        uint64_t b = x##l >= lo ? (x##l - lo) >> shift : 0;           \
-        p##l = g[b < last ? b : last];                                \
-    }
+            /* (each lane's start from its bucket, in a loop of its own: the
+             * shift stays in its register) */
+            size_t start[LANES];
+            for (size_t l = 0; l < LANES; l++)
+                start[l] = guide_start(s, q[l]);
+#define MH_GUIDE(l) p##l = start[l];
             MH_LANES(MH_GUIDE)
 #undef MH_GUIDE
             sb = s->guide_step;
