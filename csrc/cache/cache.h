@@ -359,8 +359,9 @@ MH_HIDDEN void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t
  * reader may be inside one when it is freed. */
 MH_HIDDEN mh_cache *mh_cache_new(void);
 MH_HIDDEN void mh_cache_destroy(mh_cache *c);
-/* The binary steps a search of the published map takes above a block of
- * keys: those its guide leaves, else the block index's (0: no index). */
+/* The binary steps a search of the published map takes: those its guide
+ * leaves, else log2 of its keys' padded length (the block index's and
+ * then a block's). */
 MH_HIDDEN int mh_cache_search_steps(mh_cache *c);
 /* Copy up to capacity regions, in address order; returns how many exist. */
 MH_HIDDEN size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity);

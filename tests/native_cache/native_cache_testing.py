@@ -123,7 +123,7 @@ class NativeCache:
         return [_region(buf[i]) for i in range(n)]
 
     def search_steps(self) -> int:
-        """The binary steps a search takes above a block of keys."""
+        """The binary steps a search of the map takes."""
         return int(core.memhook_testing_cache_search_steps(self._c))
 
     def types(self, ptrs: np.ndarray) -> np.ndarray:
