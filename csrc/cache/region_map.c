@@ -221,13 +221,14 @@ static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t
  * that the buckets (as many as the padded keys) span the keys, so a binary
  * search of the widest bucket's width, from the bucket's entry, finds the
  * pointer's count of keys.  Where the keys are spread evenly that is a
- * step or two in place of the index's log2(pow).  A few far outliers (a region far below or above the rest) would stretch
- * the span over the rest: the guide is tried with the first and last 1, 4,
- * 16 and 64 keys left out of its span too (pointers past its ends fall into
- * its first or last bucket, which then hold those keys), and the
- * one that leaves fewest steps kept.  Where the keys crowd into a few
- * buckets all the same (clusters far apart), the guide would save little
- * and is left out: the search is the index's alone. */
+ * step or two in place of log2(pow).  A few far outliers (a region far
+ * below or above the rest) would stretch the span over the rest: the guide
+ * is tried with the first and last 1, 4, 16 and 64 keys left out of its
+ * span too (pointers past its ends fall into its first or last bucket,
+ * which then hold those keys), and the one that leaves fewest steps kept.
+ * Where the keys crowd into a few buckets all the same (clusters far
+ * apart), the guide would save little and is left out: the search is the
+ * block index's. */
 static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g)
 {
     static const size_t trims[] = {0, 1, 4, 16, 64};
