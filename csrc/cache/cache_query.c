@@ -430,10 +430,12 @@ static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
            h->version == mh_cache_version(c);
 }
 
-/* The memo's answer for [p, end), if it holds one.  memo_get's steps, with
- * the entry written into out as it is read (not copied whole first: that
- * needs more registers than the callers' fast path has free), and checked
- * after: a miss leaves out to the caller, who then writes it whole. */
+/* The memo's answer for [p, end), if it holds one.  memo_get's steps, but
+ * the entry is checked in place and then written into out, not copied
+ * whole first (that needs more registers than the callers' fast path has
+ * free); the count, read again last, says whether a handler rewrote it
+ * anywhere between.  A miss leaves out to the caller, who then writes it
+ * whole. */
 static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
     unsigned e;
@@ -448,14 +450,15 @@ static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_re
     if (seq & 1u)
         return false;
     const mh_hit *m = &t_memo.hit[e];
-    uint64_t version = m->version, lo = m->lo, hi = m->hi;
+    if (!(m->lo <= p && end <= m->hi && m->version == mh_cache_version(c)))
+        return false;
     if (m->gap)
         fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
     else
-        fill(out, m->type, m->device, lo, hi - lo, m->alloc_id, MEMHOOK_ORIGIN_HOOKS);
+        fill(out, m->type, m->device, m->lo, m->hi - m->lo, m->alloc_id, MEMHOOK_ORIGIN_HOOKS);
     atomic_signal_fence(memory_order_acquire);
-    /* (read again after: a handler may have rewritten it) */
-    return t_memo.seq == seq && lo <= p && end <= hi && version == mh_cache_version(c);
+    /* (read again after: a handler may have rewritten it meanwhile) */
+    return t_memo.seq == seq;
 }
 
 /* The entry a search writes into (the older one), the memo marked as being
