@@ -214,6 +214,7 @@ void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable);
 size_t memhook_testing_cache_deferred(memhook_testing_cache *cache);
 int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,
                                           memhook_region *out);
+int memhook_testing_cache_search_steps(memhook_testing_cache *cache);
 int memhook_testing_span_touches(uint64_t back, uint64_t lo, uint64_t hi);
 """
 

@@ -44,6 +44,15 @@ def test_caller_bench_builds_and_runs() -> None:
     assert "RESULT plain_ns=" in proc.stdout, proc.stdout
 
 
+def test_native_query_search_bench_builds(tmp_path: Path) -> None:
+    """native_query_bench.py --callgrind's harness (linked by the runner
+    against a core of its choice: compiled only here)."""
+    source = BENCH / "queries" / "native_query_bench_search.c"
+    proc = subprocess.run(["cc", *CFLAGS, "-c", str(source), "-o", str(tmp_path / "search.o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_native_query_bench_builds_and_runs() -> None:
     """A small run (its figures go in docs/performance.md, not asserted)."""
     proc = subprocess.run([sys.executable, str(BENCH / "queries" / "native_query_bench.py"),

@@ -24,12 +24,20 @@ build of main: ``python csrc/build_native.py DIR`` puts it in
 ``DIR/memhook/``; pass that folder), the two in turn for ``--repeats``
 rounds, and prints both cores' figures side by side; ``--parts`` picks the
 parts to run (the Python baseline only without ``--baseline``).
+
+``--callgrind`` counts instructions instead (valgrind's callgrind: a
+figure the box's load does not move), for this core and the baseline's if
+given: native_query_bench_search.c's loops - the batch's search
+(``mh_cache_types``) and a single search over REGIONS regions of a private
+cache, and ``memhook_query`` answered from the thread's memo - each per
+pointer, the harness's own loop included.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +128,47 @@ def compare(exe: Path, cores: dict[str, Path], argv: list[str], parts: str | Non
     return 0
 
 
+CALLGRIND_LOOPS = ("nqs_types", "nqs_lookup", "nqs_query")
+
+
+def callgrind(cores: dict[str, Path], regions: str) -> int:
+    """Instructions a pointer of each of native_query_bench_search.c's
+    loops, under callgrind, for each core."""
+    if shutil.which("valgrind") is None:
+        print("--callgrind needs valgrind", file=sys.stderr)
+        return 2
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, lib in cores.items():
+            exe = Path(tmp) / f"search_{name}"
+            subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra",
+                            "-Werror", f"-I{ROOT / 'csrc' / 'include'}",
+                            str(HERE / "native_query_bench_search.c"), "-o", str(exe),
+                            f"-L{lib.parent}", "-lmemhook", "-ldl", "-lpthread"], check=True)
+            env = memhook.sim.environ()
+            env.update(LD_PRELOAD=str(lib), MEMHOOK_SIM_DEVICE_MEMORY="256M")
+            rows[name] = {}
+            for loop in CALLGRIND_LOOPS:
+                out = Path(tmp) / f"cg.{name}.{loop}"
+                proc = subprocess.run(["valgrind", "--tool=callgrind",
+                                       f"--callgrind-out-file={out}",
+                                       f"--toggle-collect={loop}*", str(exe), regions],
+                                      env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    sys.stderr.write(proc.stderr[-2000:])
+                    return proc.returncode
+                # ("nqs_types pointers 65536 ns_per_ptr 3.54": the divisor)
+                pointers = next(float(line.split()[2]) for line in proc.stdout.splitlines()
+                                if line.startswith(loop + " "))
+                count = next(float(line.split()[1]) for line in out.read_text().splitlines()
+                             if line.startswith(("summary:", "totals:")))
+                rows[name][loop] = count / pointers
+    print(f"instructions a pointer (callgrind; {regions} regions):")
+    for loop in CALLGRIND_LOOPS:
+        print(f"  {loop:12s} " + " | ".join(f"{n} {r[loop]:.1f}" for n, r in rows.items()))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("regions", nargs="?", default="10000")
@@ -132,8 +181,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parts", help="comma-separated, of query,batch,backlog,contention,"
                     "python (default: all)")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions of the "
+                    "lookups under callgrind instead of timing (this core and --baseline's)")
     args = ap.parse_args(argv)
     lib = args.core.resolve() / "libmemhook.so" if args.core else Path(memhook.library_path())
+    if args.callgrind:
+        cores = {"this": lib}
+        if args.baseline is not None:
+            cores = {"baseline": args.baseline.resolve() / "libmemhook.so", "this": lib}
+        return callgrind(cores, args.regions)
     bench_argv = [args.regions, args.backlog]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "native_query_bench"

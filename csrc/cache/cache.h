@@ -222,11 +222,20 @@ typedef struct mh_cache_look {
     bool others;                /* other threads' events it may lack */
 } mh_cache_look;
 /* Whether the map holds everything published before the call, at the cost
- * of a few loads where it does (memhook_query's first test, inline). */
+ * of a few loads where it does (memhook_query's first test, inline): the
+ * feed has every event published before the call (the queue's caught-up
+ * test inline, its run where that fails), and no publish is deferred. */
+static inline bool mh_cache_fed(void)
+{
+    return __builtin_expect(mh_queue_caught_up(), 1) || mh_queue_feed_run(false);
+}
+static inline bool mh_cache_nothing_deferred(mh_cache *c)
+{
+    return atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+}
 static inline bool mh_cache_current(mh_cache *c)
 {
-    return __builtin_expect(mh_queue_feed_run(false), 1) &&
-           atomic_load_explicit(&mh_cache_head_of(c)->deferred, memory_order_acquire) == 0;
+    return mh_cache_fed() && mh_cache_nothing_deferred(c);
 }
 MH_HIDDEN bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed);
 /* True where the map holds everything published before the call (*look
@@ -234,10 +243,9 @@ MH_HIDDEN bool mh_cache_look_behind(mh_cache *c, mh_cache_look *look, bool fed);
  * may lack. */
 static inline bool mh_cache_look_begin(mh_cache *c, mh_cache_look *look)
 {
-    if (__builtin_expect(!mh_queue_feed_run(false), 0))
+    if (__builtin_expect(!mh_cache_fed(), 0))
         return mh_cache_look_behind(c, look, false);
-    return __builtin_expect(atomic_load_explicit(&mh_cache_head_of(c)->deferred,
-                                                 memory_order_acquire) == 0, 1) ||
+    return __builtin_expect(mh_cache_nothing_deferred(c), 1) ||
            mh_cache_look_behind(c, look, true);
 }
 /* Whether no event the map lacks may touch [lo, hi) (the calling thread's
@@ -351,6 +359,10 @@ MH_HIDDEN void mh_cache_mark_reserved(mh_cache *c, const uint64_t *pairs, size_t
  * reader may be inside one when it is freed. */
 MH_HIDDEN mh_cache *mh_cache_new(void);
 MH_HIDDEN void mh_cache_destroy(mh_cache *c);
+/* The binary steps a search of the published map takes: those its guide
+ * leaves, else log2 of its keys' padded length (the block index's and
+ * then a block's). */
+MH_HIDDEN int mh_cache_search_steps(mh_cache *c);
 /* Copy up to capacity regions, in address order; returns how many exist. */
 MH_HIDDEN size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity);
 

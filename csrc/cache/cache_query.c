@@ -430,14 +430,35 @@ static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
            h->version == mh_cache_version(c);
 }
 
-/* The memo's answer for [p, end), if it holds one. */
+/* The memo's answer for [p, end), if it holds one.  memo_get's steps, but
+ * the entry is checked in place and then written into out, not copied
+ * whole first (that needs more registers than the callers' fast path has
+ * free); the count, read again last, says whether a handler rewrote it
+ * anywhere between.  A miss leaves out to the caller, who then writes it
+ * whole. */
 static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
-    mh_hit h;
-    if (!memo_get(c, p, end, &h))
+    unsigned e;
+    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
+        e = 0;
+    else if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
+        e = 1;
+    else
         return false;
-    fill_hit(out, &h, p, end);
-    return true;
+    unsigned seq = t_memo.seq;
+    atomic_signal_fence(memory_order_acquire);
+    if (seq & 1u)
+        return false;
+    const mh_hit *m = &t_memo.hit[e];
+    if (!(m->lo <= p && end <= m->hi && m->version == mh_cache_version(c)))
+        return false;
+    if (m->gap)
+        fill(out, MEMHOOK_MEMORY_HOST, -1, p, end - p, 0, MEMHOOK_ORIGIN_HOOKS);
+    else
+        fill(out, m->type, m->device, m->lo, m->hi - m->lo, m->alloc_id, MEMHOOK_ORIGIN_HOOKS);
+    atomic_signal_fence(memory_order_acquire);
+    /* (read again after: a handler may have rewritten it meanwhile) */
+    return t_memo.seq == seq;
 }
 
 /* The entry a search writes into (the older one), the memo marked as being
@@ -579,7 +600,10 @@ static __attribute__((noinline)) void query_behind(mh_cache *c, uint64_t p, uint
     answer_past_memo(c, p, end, &v, true, out);
 }
 
-int memhook_query(const void *ptr, size_t len, memhook_region *out)
+/* memhook_query past its fast path; `fresh`: the fast path found the map
+ * holding every event published before the call (its memo missed). */
+static __attribute__((noinline)) int query_slow(const void *ptr, size_t len,
+                                                memhook_region *out, bool fresh)
 {
     uint64_t end;
     int rc = check_args(ptr, len, out, &end);
@@ -587,11 +611,28 @@ int memhook_query(const void *ptr, size_t len, memhook_region *out)
         return rc;
     mh_cache *c = mh_cache_process();
     uint64_t p = (uint64_t)(uintptr_t)ptr;
-    if (!mh_cache_current(c))
+    if (fresh)
+        answer_past_memo(c, p, end, &g_up_to_date, true, out);
+    else if (!mh_cache_current(c))
         query_behind(c, p, end, out);
     else if (!memo_answer(c, p, end, out))
         answer_past_memo(c, p, end, &g_up_to_date, true, out);
     return 0;
+}
+
+int memhook_query(const void *ptr, size_t len, memhook_region *out)
+{
+    /* The common case - the queue caught up, nothing deferred, the range
+     * in the thread's memo - makes no call, so it keeps no frame: the
+     * rest is one jump away. */
+    uint64_t end;
+    if (check_args(ptr, len, out, &end) != 0)
+        return query_slow(ptr, len, out, false);
+    mh_cache *c = mh_cache_process();
+    bool fresh = mh_queue_caught_up() && mh_cache_nothing_deferred(c);
+    if (fresh && memo_answer(c, (uint64_t)(uintptr_t)ptr, end, out))
+        return 0;
+    return query_slow(ptr, len, out, fresh);
 }
 
 int memhook_query_cached(const void *ptr, size_t len, memhook_region *out)
@@ -806,6 +847,11 @@ size_t memhook_testing_cache_deferred(memhook_testing_cache *cache)
     return cache == NULL ? 0
                          : atomic_load_explicit(&mh_cache_head_of((mh_cache *)cache)->deferred,
                                                 memory_order_acquire);
+}
+
+int memhook_testing_cache_search_steps(memhook_testing_cache *cache)
+{
+    return cache == NULL ? -EINVAL : mh_cache_search_steps((mh_cache *)cache);
 }
 
 int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,

@@ -82,6 +82,16 @@ typedef struct snap {
      * levels of the search above a block, dense enough to stay in the L1
      * cache, where the same levels over `keys` touch a line each. */
     const uint64_t *top;
+    /* The guide (NULL where it would save little: guide_build), in place
+     * of the index: entry b is the number of keys below guide_lo + (b <<
+     * guide_shift), so a pointer's bucket gives the search's start over
+     * `keys` in one load, and guide_step (a power of two, or 0) is the
+     * first of the few steps left, the same for every bucket. */
+    const uint32_t *guide;
+    uint64_t guide_lo;
+    size_t guide_last;     /* the last bucket */
+    size_t guide_step;
+    unsigned guide_shift;
     const mh_region *regions;
     /* The batch's last step, compact: for j = the number of starts <= x,
      * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
@@ -113,6 +123,16 @@ static snap g_empty = {.n = 0, .pow = 1, .keys = g_no_keys, .regions = NULL, .en
  * per drained batch would hold the consumer lock longer). */
 #define SPARE_SNAPS 4
 
+/* The keys' length for a power of two `pow` >= n: the keys padded with
+ * UINT64_MAX to pow, and, where there is a block index, by a quarter more
+ * (a guide's steps span at most a quarter of pow: a search of UINT64_MAX,
+ * to which every key answers "at or below", may step that far past the
+ * last key). */
+static inline size_t keys_len(size_t pow)
+{
+    return pow >= 2 * BLOCK ? pow + pow / 4 : pow;
+}
+
 /* A snapshot with room for `cap` regions, written by the caller into
  * s->regions before snap_finish (its keys are laid out for `cap`; a
  * smaller map uses a prefix of them). */
@@ -123,7 +143,11 @@ static snap *snap_alloc(snap **spare, size_t cap)
         pow <<= 1;
     size_t head = (sizeof(snap) + 63) & ~(size_t)63;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    size_t bytes = page_round(head + (pow + ntop + cap + 1) * sizeof(uint64_t) +
+    /* (the keys and their padding, the block index, the guide: a 32-bit
+     * entry a key where there is an index, then the ends and the meta) */
+    size_t nguide = ntop ? pow / 2 : 0;
+    size_t bytes = page_round(head + (keys_len(pow) + ntop + nguide + cap + 1) *
+                                         sizeof(uint64_t) +
                               cap * sizeof(mh_region) + cap + 1);
     char *m = NULL;
     for (int i = 0; i < SPARE_SNAPS && m == NULL; i++)
@@ -138,27 +162,126 @@ static snap *snap_alloc(snap **spare, size_t cap)
         return NULL;
     snap *s = (snap *)m;
     uint64_t *keys = (uint64_t *)(m + head);
-    const mh_region *regions = (const mh_region *)(keys + pow + ntop);
+    const mh_region *regions = (const mh_region *)(keys + keys_len(pow) + ntop + nguide);
     const uint64_t *ends = (const uint64_t *)(regions + cap);
     *s = (snap){.bytes = bytes, .keys = keys, .regions = regions, .ends = ends,
                 .meta = (const uint8_t *)(ends + cap + 1)};
     return s;
 }
 
-/* The keys and the block index of the n regions written into s. */
+/* The steps a guide of nb buckets of 2^shift bytes from lo leaves over the
+ * n keys (its table into g), or SIZE_MAX where it would leave more than
+ * `most`.  The pointers of bucket b have between g[b] and g[b + 1] keys at
+ * or below them; below lo is bucket 0, past the last bucket's start the
+ * last one (up to n: a pointer of UINT64_MAX, at or above every key,
+ * steps past them all into the padding, and every count from there on is
+ * at least n). */
+static size_t guide_fill(uint32_t *g, size_t nb, const uint64_t *keys, size_t n, uint64_t lo,
+                         unsigned shift, size_t most)
+{
+    size_t j = 0, below = 0;  /* keys below this bucket's start, and the last one's */
+    size_t widest = 0, cap = most >= 63 ? SIZE_MAX : (size_t)1 << most;
+    uint64_t step = (uint64_t)1 << shift, at = lo;
+    g[0] = 0;
+    for (size_t b = 1; b <= nb; b++) {
+        /* (the next bucket's start, UINT64_MAX once past the address space
+         * and for the last bucket's end) */
+        at = b == nb || at > UINT64_MAX - step ? UINT64_MAX : at + step;
+        while (j < n && keys[j] < at)
+            j++;
+        if (j - below + 1 > widest) {
+            widest = j - below + 1;
+            if (widest > cap)
+                return SIZE_MAX;
+        }
+        if (b < nb)
+            g[b] = (uint32_t)j;
+        below = j;
+    }
+    size_t levels = 0;
+    while (((size_t)1 << levels) < widest)
+        levels++;
+    return levels;
+}
+
+/* The shift that makes nb buckets span the keys but the first and last t. */
+static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t nb)
+{
+    uint64_t span = keys[n - 1 - t] - keys[t];
+    unsigned shift = 0;
+    while ((span >> shift) >= nb)
+        shift++;
+    return shift;
+}
+
+/* The guide over the n keys (padded to pow), into g (pow entries), or
+ * none.
+ *
+ * A pointer's bucket is its offset from the guide's first key, shifted so
+ * that the buckets (as many as the padded keys) span the keys, so a binary
+ * search of the widest bucket's width, from the bucket's entry, finds the
+ * pointer's count of keys.  Where the keys are spread evenly that is a
+ * step or two in place of log2(pow).  A few far outliers (a region far
+ * below or above the rest) would stretch the span over the rest: the guide
+ * is tried with the first and last 1, 4, 16 and 64 keys left out of its
+ * span too (pointers past its ends fall into its first or last bucket,
+ * which then hold those keys), and the one that leaves fewest steps kept.
+ * Where the keys crowd into a few buckets all the same (clusters far
+ * apart), the guide would save little and is left out: the search is the
+ * block index's. */
+static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g)
+{
+    static const size_t trims[] = {0, 1, 4, 16, 64};
+    s->guide = NULL;
+    size_t nb = pow, levels_all = 0;
+    while (((size_t)1 << levels_all) < pow)
+        levels_all++;
+    /* (two steps saved pay the bucket's arithmetic; the keys' padding
+     * holds a quarter of pow) */
+    if (levels_all < 2)
+        return;
+    size_t best = levels_all - 2, best_trim = 0, filled = SIZE_MAX;
+    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1; i++) {
+        size_t t = trims[i];
+        if (2 * t >= n)
+            break;
+        size_t levels = guide_fill(g, nb, keys, n, keys[t], guide_shift_for(keys, n, t, nb),
+                                   best);
+        filled = t;
+        if (levels == SIZE_MAX || (levels == best && s->guide != NULL))
+            continue;
+        best = levels;
+        best_trim = t;
+        s->guide = g;
+    }
+    if (s->guide == NULL)
+        return;
+    unsigned shift = guide_shift_for(keys, n, best_trim, nb);
+    if (filled != best_trim)  /* (the table of the one kept, again) */
+        guide_fill(g, nb, keys, n, keys[best_trim], shift, SIZE_MAX);
+    s->guide_lo = keys[best_trim];
+    s->guide_last = nb - 1;
+    s->guide_step = ((size_t)1 << best) >> 1;
+    s->guide_shift = shift;
+}
+
+/* The keys, the block index and its guide of the n regions written into s. */
 static void snap_finish(snap *s, size_t n)
 {
     size_t pow = 1;
     while (pow < n)
         pow <<= 1;
     size_t ntop = pow >= 2 * BLOCK ? pow / BLOCK : 0;
-    uint64_t *keys = (uint64_t *)s->keys, *top = keys + pow;
+    uint64_t *keys = (uint64_t *)s->keys, *top = keys + keys_len(pow);
     for (size_t i = 0; i < n; i++)
         keys[i] = s->regions[i].start;
-    for (size_t i = n; i < pow; i++)
+    for (size_t i = n; i < keys_len(pow); i++)
         keys[i] = UINT64_MAX;
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
+    s->guide = NULL;
+    if (ntop)
+        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop));
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
@@ -432,13 +555,26 @@ static void publish(mh_cache *c, snap *s)
 
 /* ---- searching ---- */
 
+/* The guide's start for x: the number of keys below its bucket's start. */
+static inline size_t guide_start(const snap *s, uint64_t x)
+{
+    /* (a mask, not a conditional: compilers branch on that one, and a
+     * batch's pointers fall below the guide's span at random) */
+    uint64_t off = (x - s->guide_lo) & -(uint64_t)(x >= s->guide_lo);
+    uint64_t b = off >> s->guide_shift;
+    return s->guide[b < s->guide_last ? b : s->guide_last];
+}
+
 /* The index of the last region whose start is <= x, or -1: branchless
  * (the keys' length is a power of two). */
 static inline size_t search_pos(const snap *s, uint64_t x)
 {
     const uint64_t *k = s->keys;
     size_t pos = 0, step = s->pow >> 1;
-    if (s->top != NULL) {
+    if (s->guide != NULL) {
+        pos = guide_start(s, x);
+        step = s->guide_step;
+    } else if (s->top != NULL) {
         /* (the levels above a block: a step of sb blocks compares the key
          * at pos + sb * BLOCK - 1, the last of a block) */
         const uint64_t *t = s->top;
@@ -641,7 +777,17 @@ static inline __attribute__((always_inline)) void search16(const snap *s, const 
     MH_LANES(MH_LOAD)
 #undef MH_LOAD
     size_t step = s->pow >> 1;
-    if (s->top != NULL) {
+    if (s->guide != NULL) {
+        /* (each lane's start from its bucket, in a loop of its own: the
+         * shift stays in its register) */
+        size_t start[LANES];
+        for (size_t l = 0; l < LANES; l++)
+            start[l] = guide_start(s, q[l]);
+#define MH_GUIDE(l) p##l = start[l];
+        MH_LANES(MH_GUIDE)
+#undef MH_GUIDE
+        step = s->guide_step;
+    } else if (s->top != NULL) {
         const uint64_t *t = s->top;
         for (size_t sb = s->pow / BLOCK >> 1; sb != 0; sb >>= 1) {
 #define MH_TOP(l) p##l += t[p##l + sb - 1] <= x##l ? sb : 0;
@@ -1487,6 +1633,17 @@ void mh_cache_destroy(mh_cache *c)
     if (c->radix)
         munmap(c->radix, (1u << 16) * sizeof(size_t));
     munmap(c, page_round(sizeof(mh_cache)));
+}
+
+int mh_cache_search_steps(mh_cache *c)
+{
+    reader rd;
+    const snap *s = read_begin(c, &rd);
+    int steps = 0;
+    for (size_t sb = s->guide != NULL ? s->guide_step : s->pow >> 1; sb != 0; sb >>= 1)
+        steps++;
+    read_end(&rd);
+    return steps;
 }
 
 size_t mh_cache_regions(mh_cache *c, mh_region *out, size_t capacity)

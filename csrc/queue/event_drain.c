@@ -45,19 +45,13 @@ static _Atomic uint64_t g_consumed_total;
 /* Process-wide like the queue it watches: where drained batches are copied
  * to (the trace streamer's socket), or NULL.  Set by csrc/trace/. */
 static _Atomic mh_queue_sink_fn g_sink;
-/* Process-wide, as the queue: calls that took the pending flag (drains,
- * the feed's runs) are numbered when they begin (`begun`, before the flag
- * is exchanged); `done` is the number of the last one that left every event
- * published before it began in the cache (the feed committed).  A query is
- * up to date when a call numbered after its own start is done, or when the
- * flag holds no news and every call begun is done (mh_queue_feed_run). */
-static struct {
-    _Alignas(64) _Atomic uint64_t begun;
-    _Atomic uint64_t done;
-} g_calls;
+/* (queue.h) A query is up to date when a call numbered after its own
+ * start is done, or when the flag holds no news and every call begun is
+ * done (mh_queue_feed_run, mh_queue_caught_up). */
+struct mh_queue_calls mh_queue_calls;
 
-static uint64_t call_begin(void) { return atomic_fetch_add(&g_calls.begun, 1) + 1; }
-static void call_done(uint64_t n) { atomic_store(&g_calls.done, n); }
+static uint64_t call_begin(void) { return atomic_fetch_add(&mh_queue_calls.begun, 1) + 1; }
+static void call_done(uint64_t n) { atomic_store(&mh_queue_calls.done, n); }
 
 /* Process-wide, as the queue it reads: the cache's feed (csrc/cache/),
  * set once at load. */
@@ -1579,12 +1573,7 @@ static bool any_unsequenced(void)
  * call begun after `since` (the caller's start) is done. */
 static inline bool caught_up(uint64_t since)
 {
-    if (atomic_load(&mh_events_pending.flag) != MH_PENDING_NEWS) {
-        uint64_t begun = atomic_load(&g_calls.begun);
-        if (atomic_load(&g_calls.done) >= begun)
-            return true;
-    }
-    return atomic_load(&g_calls.done) > since;
+    return mh_queue_caught_up() || atomic_load(&mh_queue_calls.done) > since;
 }
 
 static bool feed_run(bool wait, uint64_t since);
@@ -1593,7 +1582,7 @@ bool mh_queue_feed_run(bool wait)
 {
     /* (the caught-up test alone, in a frame of its own: every query makes
      * it, and the run's frame would cost it more than the test does) */
-    uint64_t since = atomic_load(&g_calls.begun);
+    uint64_t since = atomic_load(&mh_queue_calls.begun);
     if (caught_up(since))
         return true;
     return feed_run(wait, since);

@@ -133,28 +133,8 @@ MH_HIDDEN extern _Atomic(mh_lane *) mh_lanes;
  * its exit handler ran): a field of the hook path's thread-locals
  * (csrc/core/mh_hook_thread.h), under its own name. */
 #define mh_my_lane (mh_hook_tl.lane)
-/* Nonzero once an event was published that no drain has taken out yet.
- * Set after a push (mh_lane_announce); exchanged for 0 by the drain before
- * it looks at the lanes, so an event published after that exchange leaves
- * it set. */
-MH_HIDDEN extern struct mh_pending_line mh_events_pending;
-/* On a line of its own: every fenced event reads it (mh_lane_announce),
- * and the variables the linker put beside it were written by producers
- * and the drain (the segment counts, on every segment mapped or
- * unmapped: each write cost every producer thread a miss on its next
- * event). */
-struct mh_pending_line {
-    _Alignas(64) _Atomic uint32_t flag;
-};
-/* Its values.  NEWS: something was published that nobody has put in the
- * order yet (producers store it).  SEQUENCED: everything published is in
- * the order (a query's run for the cache read it without taking it out:
- * mh_queue_feed_run), but the consumer has not taken all of it out yet.
- * A consumer drains while the flag is nonzero; the cache's feed runs only
- * on NEWS. */
-#define MH_PENDING_NEWS 1u
-#define MH_PENDING_SEQUENCED 2u
-_Static_assert(sizeof(struct mh_pending_line) == 64, "the pending flag has a line of its own");
+/* (mh_events_pending, the pending flag, is declared in queue.h: the
+ * queries' caught-up test reads it inline) */
 
 /* Lane ids fit 16 bits of an event's identity (mh_lane_slot_id); a lane
  * made past that many has id 0, and its events carry no identity (the

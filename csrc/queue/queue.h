@@ -210,6 +210,50 @@ MH_HIDDEN void mh_queue_set_extent(mh_queue_extent_fn extent);
  * the consumer lock; else give up at once when another thread holds it.  Returns
  * true when the feed has every event published before the call. */
 MH_HIDDEN bool mh_queue_feed_run(bool wait);
+/* Nonzero once an event was published that no drain has taken out yet.
+ * Set after a push (mh_lane_announce); exchanged for 0 by the drain before
+ * it looks at the lanes, so an event published after that exchange leaves
+ * it set. */
+MH_HIDDEN extern struct mh_pending_line mh_events_pending;
+/* On a line of its own: every fenced event reads it (mh_lane_announce),
+ * and the variables the linker put beside it were written by producers
+ * and the drain (the segment counts, on every segment mapped or
+ * unmapped: each write cost every producer thread a miss on its next
+ * event). */
+struct mh_pending_line {
+    _Alignas(64) _Atomic uint32_t flag;
+};
+/* Its values.  NEWS: something was published that nobody has put in the
+ * order yet (producers store it).  SEQUENCED: everything published is in
+ * the order (a query's run for the cache read it without taking it out:
+ * mh_queue_feed_run), but the consumer has not taken all of it out yet.
+ * A consumer drains while the flag is nonzero; the cache's feed runs only
+ * on NEWS. */
+#define MH_PENDING_NEWS 1u
+#define MH_PENDING_SEQUENCED 2u
+_Static_assert(sizeof(struct mh_pending_line) == 64, "the pending flag has a line of its own");
+/* Process-wide like the queue: calls that took the pending flag (drains,
+ * the feed's runs) are numbered when they begin (`begun`, before the flag
+ * is exchanged); `done` is the number of the last one that left every event
+ * published before it began in the cache (the feed committed).  Written by
+ * csrc/queue/event_drain.c alone. */
+struct mh_queue_calls {
+    _Alignas(64) _Atomic uint64_t begun;
+    _Atomic uint64_t done;
+};
+MH_HIDDEN extern struct mh_queue_calls mh_queue_calls;
+/* mh_queue_feed_run's first test, inline (a query's fast path: the call and
+ * the frame it makes the caller keep cost a query more than the test):
+ * the flag holds no news and every call begun is done, so the feed has
+ * every event published before the call.  False says nothing: ask
+ * mh_queue_feed_run. */
+static inline bool mh_queue_caught_up(void)
+{
+    if (atomic_load(&mh_events_pending.flag) == MH_PENDING_NEWS)
+        return false;
+    uint64_t begun = atomic_load(&mh_queue_calls.begun);
+    return atomic_load(&mh_queue_calls.done) >= begun;
+}
 /* What the cache's published map lacks of what was published before the
  * call, read without the consumer lock (each lane's `published` against
  * the `cached` count the cache stored): the calling thread's own events

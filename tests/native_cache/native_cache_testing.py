@@ -51,6 +51,7 @@ def _load() -> ctypes.CDLL:
     lib.memhook_testing_cache_regions.argtypes = [vp, ctypes.POINTER(_Region), sz]
     lib.memhook_testing_cache_regions.restype = sz
     lib.memhook_testing_cache_types.argtypes = [vp, vp, sz, vp]
+    lib.memhook_testing_cache_search_steps.argtypes = [vp]
     lib.memhook_query.argtypes = [vp, sz, ctypes.POINTER(_Region)]
     lib.memhook_query_cached.argtypes = [vp, sz, ctypes.POINTER(_Region)]
     lib.memhook_query_types.argtypes = [vp, sz, vp]
@@ -120,6 +121,10 @@ class NativeCache:
         buf = (_Region * max(n, 1))()
         n = core.memhook_testing_cache_regions(self._c, buf, n)
         return [_region(buf[i]) for i in range(n)]
+
+    def search_steps(self) -> int:
+        """The binary steps a search of the map takes."""
+        return int(core.memhook_testing_cache_search_steps(self._c))
 
     def types(self, ptrs: np.ndarray) -> np.ndarray:
         arr = np.ascontiguousarray(ptrs, dtype=np.uint64)

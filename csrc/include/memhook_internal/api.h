@@ -247,6 +247,10 @@ MEMHOOK_API void memhook_testing_cache_stage(memhook_testing_cache *cache,
                                              const memhook_event *events, size_t count);
 MEMHOOK_API void memhook_testing_cache_commit(memhook_testing_cache *cache, int deferrable);
 MEMHOOK_API size_t memhook_testing_cache_deferred(memhook_testing_cache *cache);
+/* The binary steps a search of the cache's published map takes: those its
+ * guide leaves (csrc/cache/region_map.c), else log2 of its keys' padded
+ * length (a power of two). */
+MEMHOOK_API int memhook_testing_cache_search_steps(memhook_testing_cache *cache);
 /* The drain's question for a FREE it cannot size (mh_cache_driver_alloc_at):
  * 1 with *out filled (origin DRIVER), or 0. */
 MEMHOOK_API int memhook_testing_cache_driver_alloc_at(memhook_testing_cache *cache, uint64_t addr,

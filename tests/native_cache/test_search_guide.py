@@ -1,0 +1,211 @@
+"""The map's search at its edges (csrc/cache/region_map.c: the block index,
+its guide and the batch's sixteen lanes), against a bisect over the regions.
+
+Maps of every size around the blocks (16 keys) and the powers of two the
+keys are padded to - empty, one region, a block less one, a block, a block
+and one, n a power of two - laid out evenly (the guide takes the search's
+upper steps), at random, crowded (spacings that grow geometrically: the
+guide would save nothing), and as a dense run with far outliers at both
+ends of the address space (starts near 0 and regions ending at 2^64).
+Each is asked about every start, the byte before it, its last byte, its
+end, the addresses 0, 1, 2^64 - 2 and 2^64 - 1, and random pointers: single
+lookups, and the batch, each pointer asked inside a group of sixteen
+whose other pointers fall in regions (so the sixteen lanes search it).
+Then maps that grow and shrink across publishes while reader threads ask
+the batch: every answer is one whole map's, never a mix; and the guide's
+structure: built where the keys spread (a far outlier or a few left out of
+its span), left out where they crowd."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+import pytest
+from native_cache_testing import FOUND_ABSENT, NativeCache
+
+from memhook._events.layout import EVENT_DTYPE
+
+TOP = 2**64 - 1
+HOST = 0
+ALLOC, FREE = 1, 2
+
+
+def _rows(regions: list[tuple[int, int, int]], kind: int = ALLOC) -> np.ndarray:
+    rows = np.zeros(len(regions), dtype=EVENT_DTYPE)
+    for i, (start, end, mem_type) in enumerate(regions):
+        rows[i]["seq"] = i + 1
+        rows[i]["kind"] = kind
+        rows[i]["address"] = start
+        rows[i]["size"] = (end - start) % 2**64  # (a region ending at 2^64: size to the top)
+        rows[i]["mem_type"] = mem_type
+        rows[i]["device"] = 0
+    return rows
+
+
+def _layout(kind: str, n: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """n disjoint regions [start, end) with types 1..3, sorted."""
+    if kind == "even":
+        starts = [0x3_0200_0000 + i * 0x20000 for i in range(n)]
+        sizes = [0x1000 * (1 + i % 4) for i in range(n)]
+    elif kind == "random":
+        gaps = rng.integers(1, 1 << 20, n)
+        starts = (0x7F00_0000_0000 + np.cumsum(gaps * 2) - gaps * 2).tolist()
+        sizes = [int(g) for g in gaps]
+    elif kind == "crowded":
+        starts = [(1 << 12) + (1 << min(12 + i, 62)) + i for i in range(n)]
+        sizes = [1 + (s >> 2) if i + 1 < n else 1 for i, s in enumerate(starts)]
+        sizes = [min(sz, (starts[i + 1] - starts[i]) if i + 1 < n else 1)
+                 for i, sz in enumerate(sizes)]
+    else:  # a dense run, and far outliers at both ends of the address space
+        low = [(0x1000 * (i + 1), 0x1000 * (i + 1) + 0x800) for i in range(min(n, 3))]
+        high_n = min(max(n - len(low), 0), 3)
+        high = [(TOP - 0x10000 * (high_n - i) + 1, TOP - 0x10000 * (high_n - i) + 0x801)
+                for i in range(high_n)]
+        if high:  # the last one ends at 2^64
+            high[-1] = (high[-1][0], 2**64)
+        mid = n - len(low) - len(high)
+        run = [(0x3_0200_0000 + i * 0x4000, 0x3_0200_0000 + i * 0x4000 + 0x3000)
+               for i in range(mid)]
+        out = sorted(low + run + high)
+        return [(s, e, 1 + i % 3) for i, (s, e) in enumerate(out)]
+    return [(int(s), int(s) + int(z), 1 + i % 3) for i, (s, z) in enumerate(zip(starts, sizes))]
+
+
+def _probes(regions: list[tuple[int, int, int]], rng: np.random.Generator) -> list[int]:
+    ps = {0, 1, TOP - 1, TOP}
+    for start, end, _ in regions:
+        ps.update({start, start - 1, end - 1, end % 2**64, (start + end) // 2})
+    lo = regions[0][0] if regions else 0
+    hi = regions[-1][1] if regions else 1 << 40
+    ps.update(int(x) for x in rng.integers(max(lo - 4096, 0), min(hi + 4096, TOP), 200,
+                                           dtype=np.uint64))
+    return sorted(p for p in ps if 0 <= p <= TOP)
+
+
+def _expected(regions: list[tuple[int, int, int]], p: int) -> int:
+    """(a region ending at 2^64 loses its last byte: docs/design/native-cache.md)"""
+    i = bisect.bisect_right([r[0] for r in regions], p) - 1
+    return regions[i][2] if i >= 0 and p < min(regions[i][1], TOP) else HOST
+
+
+def _in_groups(probes: list[int], inside: list[int]) -> np.ndarray:
+    """Each probe as the last of sixteen pointers whose first fifteen lie in
+    regions: the batch searches every group in its sixteen lanes."""
+    if not inside:
+        return np.array(probes, dtype=np.uint64)
+    out = []
+    for k, p in enumerate(probes):
+        out += [inside[(k * 15 + j) % len(inside)] for j in range(15)] + [p]
+    return np.array(out, dtype=np.uint64)
+
+
+SIZES = [0, 1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 512, 1024, 1025, 4096, 5000]
+
+
+@pytest.mark.parametrize("kind", ["even", "random", "crowded", "outliers"])
+@pytest.mark.parametrize("n", SIZES)
+def test_every_edge_answers_as_a_bisect(kind: str, n: int) -> None:
+    rng = np.random.default_rng(n * 7 + len(kind))
+    regions = _layout(kind, n, rng)
+    assert all(a[1] <= b[0] for a, b in zip(regions, regions[1:])), "the layout overlaps"
+    probes = _probes(regions, rng)
+    want = [_expected(regions, p) for p in probes]
+    with NativeCache() as c:
+        c.hooks(installed=True, coverage=True)
+        c.apply(_rows(regions))
+        assert len(c.regions()) == len(regions)
+        # Single lookups (the byte at 2^64 - 1 has no end: not a range).
+        for p, w in zip(probes, want):
+            if p == TOP:
+                continue
+            kind_found, got = c.lookup(p, 1)
+            assert (kind_found == FOUND_ABSENT) == (w == HOST), (hex(p), kind_found, w)
+            if w != HOST:
+                assert got.mem_type == w, hex(p)
+        # The batch: in order (walked), shuffled (searched), and in groups.
+        assert c.types(np.array(probes, dtype=np.uint64)).tolist() == want
+        order = rng.permutation(len(probes))
+        shuffled = np.array(probes, dtype=np.uint64)[order]
+        assert c.types(shuffled).tolist() == [want[i] for i in order]
+        inside = [s for s, _, _ in regions]
+        grouped = c.types(_in_groups(probes, inside)).tolist()
+        if inside:
+            assert grouped[15::16] == want
+            assert all(t != HOST for k, t in enumerate(grouped) if k % 16 != 15)
+        else:
+            assert grouped == want
+
+
+def test_readers_see_whole_maps_while_it_grows_and_shrinks() -> None:
+    """Two maps of different sizes (one under the guide's threshold, one
+    over it, with different padded lengths) replace each other in one
+    publish each while three threads ask the batch: each answer is all of
+    one map's, and the snapshots the readers held are reclaimed safely
+    under them (a reused or unmapped one would answer a mix, or fault)."""
+    rng = np.random.default_rng(5)
+    small = _layout("even", 40, rng)
+    big = [(s, e, 3 if t == 1 else t) for s, e, t in _layout("even", 3000, rng)]
+    probes = np.array(_probes(big, rng)[:4000], dtype=np.uint64)
+    rng.shuffle(probes)
+    plist = probes.tolist()
+    answers = {tuple(_expected(m, p) for p in plist) for m in (small, big)}
+    assert len(answers) == 2
+    with NativeCache() as c:
+        c.hooks(installed=True, coverage=True)
+        c.apply(_rows(small))
+        stop = threading.Event()
+        bad: list[str] = []
+        seen = [0, 0]
+
+        def reader() -> None:
+            while not stop.is_set():
+                got = tuple(c.types(probes).tolist())
+                if got not in answers:
+                    bad.append("an answer of no one map")
+                    return
+                seen[got == answers_big] += 1
+
+        answers_big = tuple(_expected(big, p) for p in plist)
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            for k in range(60):
+                old, new = (small, big) if k % 2 == 0 else (big, small)
+                c.apply(np.concatenate([_rows(old, FREE), _rows(new)]))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert not bad, bad
+        assert sum(seen) > 0
+
+
+@pytest.mark.parametrize(("kind", "most"), [("even", 2), ("outliers", 3), ("random", 7),
+                                            ("crowded", 7)])
+def test_the_guide_leaves_few_steps_where_the_keys_spread(kind: str, most: int) -> None:
+    """10,000 regions: a binary search takes 14 steps (16,384 padded keys);
+    the guide leaves one or two over an even layout, and a few where far
+    outliers at both ends (or the 50 geometrically spread keys below the
+    crowded layout's dense run) are left out of its span."""
+    with NativeCache() as c:
+        c.apply(_rows(_layout(kind, 10_000, np.random.default_rng(1))))
+        assert 0 < c.search_steps() <= most, c.search_steps()
+
+
+def test_the_guide_is_left_out_where_the_keys_crowd() -> None:
+    """Two dense clusters far apart: every bucket but two is empty, the
+    guide would save nothing, and the search's 14 steps stay (and a map
+    too small for a block index has no guide either)."""
+    low = [(0x3_0000_0000 + i * 0x4000, 0x3_0000_0000 + i * 0x4000 + 0x1000, 1)
+           for i in range(5000)]
+    high = [(0x7F00_0000_0000 + i * 0x4000, 0x7F00_0000_0000 + i * 0x4000 + 0x1000, 2)
+            for i in range(5000)]
+    with NativeCache() as c:
+        c.apply(_rows(low + high))
+        assert c.search_steps() == 14
+        with NativeCache() as small:
+            small.apply(_rows(low[:10]))
+            assert small.search_steps() == 4
