@@ -13,7 +13,10 @@
  * bistro trampoline) and dispatches UCX's MEM_TYPE event, as memhook's
  * wrappers did while installed - and records nothing of memhook's.  An
  * entry UCX did patch keeps UCX's hook (feeding it too would send UCX every
- * call there twice).  An entry where memhook's own patch could not leave
+ * call there twice), for good: from then on UCX is fed at the entries
+ * only, memhook installed or not, and memhook's install puts each hook of
+ * this file behind its wrapper instead of taking it out (ucm_keep.h).  An
+ * entry where memhook's own patch could not leave
  * (another patcher's jump is over it) still leads into memhook's wrapper,
  * which passes the calls on unrecorded: the hook goes between the wrapper
  * and its trampoline instead.  The list is UCX 1.22's own (libucm_cuda's
