@@ -366,8 +366,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
     }
     if (g_mode == 0 && mode != 0 && !g_driver_used_unseen)
         g_driver_used_unseen = driver_initialised();
-    if (g_mode == 0 && mode != 0)
-        mh_ucm_install_begin();  /* UCX's feed-only hooks out: memhook's go in (ucm_feed.c) */
+    if (mode != 0)
+        mh_ucm_install_begin(g_mode, mode);  /* UCX's feed-only hooks out of memhook's way */
     int rc = 0;
     if (mode & MEMHOOK_MODE_RELOC)
         rc = reloc_apply(why, why_len);
@@ -379,6 +379,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
              * rows keep bistro's reasons, which status() shows). */
             if (g_mode == 0)
                 mh_ucm_hand_back();  /* UCX fed again, by its hooks or ours */
+            else
+                mh_ucm_install_done();  /* the feed-only hooks where they were */
             dl_clear();
             pthread_mutex_unlock(&g_lock);
             mh_warn("%s", why);
@@ -412,8 +414,8 @@ int memhook_hooks_install(unsigned mode, char *why, size_t why_len)
         mh_cache_period_next(mh_cache_process(), true);
     }
     __atomic_store_n(&mh_recording, mode != 0, __ATOMIC_RELEASE);
-    if (g_mode_before == 0 && mode != 0)
-        mh_ucm_install_done();
+    if (mode != 0)
+        mh_ucm_install_done();  /* the feed-only hooks beside memhook's (ucm_feed.c) */
     if (g_mode_before != 0 && mode == 0) {
         mh_live_new_generation(false);  /* after recording stopped: live_table.c */
         hooks_gap(true);
@@ -580,7 +582,7 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
                       (g_reloc_on && !off ? MEMHOOK_MODE_RELOC : 0);
     out->bistro_jump = patched ? memhook_bistro_patch_jump_size(h->patch) : 0;
     out->bistro_overwritten = h->patch != NULL && !memhook_bistro_patch_intact(h->patch);
-    if (g_mode == 0 && mh_ucm_row_reason(h->name, out->reason, sizeof out->reason))
+    if (g_mode == 0 && mh_ucm_row_reason(h->name, false, out->reason, sizeof out->reason))
         ;  /* kept patched (or blind) for UCX after the hand-back: ucm_keep.c */
     else if (out->bistro_overwritten)
         snprintf(out->reason, sizeof out->reason,
@@ -593,6 +595,8 @@ static void hook_info_locked(size_t index, void *driver, memhook_hook_info *out)
         snprintf(out->reason, sizeof out->reason, "%s", h->reason);
     else if (g_mode == 0)
         snprintf(out->reason, sizeof out->reason, "hooks are not installed (mode none)");
+    else if (mh_ucm_row_reason(h->name, true, out->reason, sizeof out->reason))
+        ;  /* installed beside UCX's own hooks: who feeds UCX here (ucm_keep.c) */
     else if (off && !out->mechanisms)
         snprintf(out->reason, sizeof out->reason, "%s", ANSWERS_OFF_REASON);
     else if (!out->mechanisms && h->api == MEMHOOK_API_RUNTIME)

@@ -253,6 +253,16 @@ static bool g_rescan_due;
 void mh_ucm_hand_back(void)
 {
     pthread_mutex_lock(&g_lock);
+    if (g_state == MH_UCM_BESIDE) {
+        /* UCX keeps its own hooks on some entries and would refuse again at
+         * the first of them: it is not asked.  The feed-only hooks that
+         * memhook's patches took out with them go back to their entries. */
+        if (mh_ucm_keep_settle() > 0)
+            rescan();
+        set_state(MH_UCM_FEED_ONLY);
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
     /* A second uninstall may have freed an entry memhook's patch held:
      * what was called between its patch going and the hook coming is
      * dispatched as the existing mappings. */
@@ -293,32 +303,44 @@ void mh_ucm_hand_back(void)
     pthread_mutex_unlock(&g_lock);
 }
 
-void mh_ucm_install_begin(void)
+void mh_ucm_install_begin(unsigned from, unsigned to)
 {
     pthread_mutex_lock(&g_lock);
-    if (g_state == MH_UCM_FEED_ONLY) {
+    if (from == 0 && g_state == MH_UCM_FEED_ONLY && mh_ucm_keep_beside()) {
+        /* UCX's own hooks stay on some entries: a wrapper's event would
+         * reach UCX a second time through them, so the wrappers feed
+         * nothing (mh_ucm_feeding stays 0) and the feed-only hooks feed UCX
+         * from every other entry (ucm_keep.h). */
+        set_state(MH_UCM_BESIDE);
+    } else if (from == 0 && g_state == MH_UCM_FEED_ONLY) {
         /* feeding first: the wrappers dispatch from their first recorded call */
         __atomic_store_n(&mh_ucm_feeding, 1, __ATOMIC_RELEASE);
         mh_ucm_keep_drop();
         set_state(MH_UCM_FED);
         g_rescan_due = true;
     }
+    if (g_state == MH_UCM_BESIDE && (to & MEMHOOK_MODE_BISTRO))
+        mh_ucm_keep_lift();  /* bistro patches the driver's entries, not our jumps */
     pthread_mutex_unlock(&g_lock);
 }
 
 void mh_ucm_install_done(void)
 {
     pthread_mutex_lock(&g_lock);
-    if (g_rescan_due && g_state == MH_UCM_FED)
+    bool due = g_rescan_due && g_state == MH_UCM_FED;
+    if (g_state == MH_UCM_BESIDE && mh_ucm_keep_settle() > 0)
+        due = true;  /* an entry lifted was unfed until now */
+    if (due)
         rescan();
     g_rescan_due = false;
     pthread_mutex_unlock(&g_lock);
 }
 
-bool mh_ucm_row_reason(const char *name, char *why, size_t why_len)
+bool mh_ucm_row_reason(const char *name, bool installed, char *why, size_t why_len)
 {
     pthread_mutex_lock(&g_lock);
-    bool said = g_state != MH_UCM_FED && mh_ucm_keep_reason(name, why, why_len);
+    bool said = installed ? g_state == MH_UCM_BESIDE && mh_ucm_keep_reason(name, true, why, why_len)
+                          : g_state != MH_UCM_FED && mh_ucm_keep_reason(name, false, why, why_len);
     pthread_mutex_unlock(&g_lock);
     return said;
 }

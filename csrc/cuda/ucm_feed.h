@@ -21,6 +21,9 @@ typedef enum mh_ucm_state {
     MH_UCM_FEED_ONLY,          /* memhook is uninstalled; UCX could not install its own
                                   hooks, so memhook's feed-only hooks feed it */
     MH_UCM_UNUSABLE,           /* libucm lacks an entry point memhook needs */
+    MH_UCM_BESIDE,             /* memhook is installed beside UCX's own hooks on some
+                                  entries (UCX hooked them at a hand-back, then refused
+                                  another): memhook's feed-only hooks feed UCX the rest */
 } mh_ucm_state;
 
 /* Non-zero while memhook feeds libucm: the hooks test it before calling
@@ -35,16 +38,20 @@ MH_HIDDEN void mh_ucm_feed_at_load(void);
 /* memhook's hooks are out: UCX gets its own CUDA hooks back (install lock
  * held, after every patch and GOT slot of memhook's was restored). */
 MH_HIDDEN void mh_ucm_hand_back(void);
-/* memhook installs from mode none (install lock held): before its
- * mechanisms go in, the feed-only hooks of an earlier hand-back come out
- * (they hold the entries memhook patches) and memhook feeds UCX again;
- * after recording started, mh_ucm_install_done tells UCX of what it may
- * have missed in between. */
-MH_HIDDEN void mh_ucm_install_begin(void);
+/* memhook installs mode `to` (not none) from mode `from` (install lock
+ * held).  Before its mechanisms change, the feed-only hooks of an earlier
+ * hand-back come out of the entries memhook patches, and memhook's wrappers
+ * feed UCX again - or, beside UCX's own hooks on some entries, the
+ * feed-only hooks go behind memhook's wrappers (ucm_keep.h).  After the
+ * mechanisms changed (from none: after recording started),
+ * mh_ucm_install_done puts them there and tells UCX of what it may have
+ * missed in between. */
+MH_HIDDEN void mh_ucm_install_begin(unsigned from, unsigned to);
 MH_HIDDEN void mh_ucm_install_done(void);
 /* status(): why `name` stays patched, or is blind, for UCX after memhook's
- * uninstall (false: nothing to say). */
-MH_HIDDEN bool mh_ucm_row_reason(const char *name, char *why, size_t why_len);
+ * uninstall; `installed`: who feeds UCX there while memhook is installed
+ * beside UCX's own hooks (false: nothing to say). */
+MH_HIDDEN bool mh_ucm_row_reason(const char *name, bool installed, char *why, size_t why_len);
 MH_HIDDEN mh_ucm_state mh_ucm_state_get(void);
 /* fork(): the attach lock is not held across it (csrc/core/mh_lock_order.h);
  * the child makes it afresh and keeps the state, as it keeps libucm's. */

@@ -13,7 +13,10 @@
  * bistro trampoline) and dispatches UCX's MEM_TYPE event, as memhook's
  * wrappers did while installed - and records nothing of memhook's.  An
  * entry UCX did patch keeps UCX's hook (feeding it too would send UCX every
- * call there twice).  An entry where memhook's own patch could not leave
+ * call there twice), for good: from then on UCX is fed at the entries
+ * only, memhook installed or not, and memhook's install puts each hook of
+ * this file behind its wrapper instead of taking it out (ucm_keep.h).  An
+ * entry where memhook's own patch could not leave
  * (another patcher's jump is over it) still leads into memhook's wrapper,
  * which passes the calls on unrecorded: the hook goes between the wrapper
  * and its trampoline instead.  The list is UCX 1.22's own (libucm_cuda's
@@ -230,52 +233,69 @@ static mh_hook *stayed_row(const struct keep_entry *k)
 static void pass_through_hook(struct keep_entry *k, mh_hook *h)
 {
     int i = (int)(k - g_keep);
-    __atomic_store_n(&g_next[i], __atomic_load_n(&h->trampoline, __ATOMIC_ACQUIRE),
-                     __ATOMIC_RELEASE);
+    void *next = __atomic_load_n(&h->trampoline, __ATOMIC_ACQUIRE);
+    if (next != k->hook)  /* (spliced once only: the hook would call itself) */
+        __atomic_store_n(&g_next[i], next, __ATOMIC_RELEASE);
     __atomic_store_n(&h->trampoline, k->hook, __ATOMIC_RELEASE);
     k->row = h;
     k->overwritten = !memhook_bistro_patch_intact(h->patch);
     k->state = KEEP_PASS;
 }
 
-/* Patch every noted entry whose bytes are still those noted; returns how
- * many are kept (with KEEP_PASS ones). */
-static int keep_noted(void)
+/* Give each entry of who[0..n) a feed-only hook: between memhook's row and
+ * its trampoline where memhook's patch is at the entry (its wrapper gets
+ * every call there), else a patch of its own.  Returns how many are fed. */
+static int place(const int *who, int n)
 {
     memhook_bistro_request req[K_COUNT];
-    int who[K_COUNT], n = 0, kept = 0;
+    int at[K_COUNT], m = 0, fed = 0;
+    for (int j = 0; j < n; j++) {
+        struct keep_entry *k = &g_keep[who[j]];
+        mh_hook *h = stayed_row(k);
+        if (h != NULL) {
+            pass_through_hook(k, h);
+            fed++;
+            continue;
+        }
+        req[m] = (memhook_bistro_request){.target = k->at, .hook = k->hook,
+                                          .original = &g_next[who[j]]};
+        at[m++] = who[j];
+    }
+    memhook_bistro_install_batch(req, (size_t)m);
+    for (int j = 0; j < m; j++) {
+        struct keep_entry *k = &g_keep[at[j]];
+        if (req[j].err == 0) {
+            k->patch = req[j].patch;
+            k->state = KEEP_ON;
+            fed++;
+        } else {
+            k->state = KEEP_FAILED;
+            snprintf(k->why, sizeof k->why, "%s", req[j].why);
+            mh_warn("ucm: UCX gets no events from %s: UCX could not hook it (status %d) and "
+                    "neither could memhook: %s", k->name, g_ucx_status, req[j].why);
+        }
+    }
+    return fed;
+}
+
+/* Right after UCX refused: an entry whose bytes changed since they were
+ * noted was patched by UCX; every other noted entry gets a feed-only hook.
+ * Returns how many it fed. */
+static int keep_noted(void)
+{
+    int who[K_COUNT], n = 0;
     for (int i = 0; i < K_COUNT; i++) {
         struct keep_entry *k = &g_keep[i];
         if (k->state != KEEP_NOTED)
             continue;
-        mh_hook *h;
         if (k->ucx_owned || memcmp(k->noted, k->at, KEEP_BYTES) != 0) {
             k->state = KEEP_UCX;
             k->ucx_owned = true;
-        } else if ((h = stayed_row(k)) != NULL) {
-            pass_through_hook(k, h);
-            kept++;
         } else {
-            req[n] = (memhook_bistro_request){.target = k->at, .hook = k->hook,
-                                              .original = &g_next[i]};
             who[n++] = i;
         }
     }
-    memhook_bistro_install_batch(req, (size_t)n);
-    for (int m = 0; m < n; m++) {
-        struct keep_entry *k = &g_keep[who[m]];
-        if (req[m].err == 0) {
-            k->patch = req[m].patch;
-            k->state = KEEP_ON;
-            kept++;
-        } else {
-            k->state = KEEP_FAILED;
-            snprintf(k->why, sizeof k->why, "%s", req[m].why);
-            mh_warn("ucm: UCX gets no events from %s: UCX could not hook it (status %d) and "
-                    "neither could memhook: %s", k->name, g_ucx_status, req[m].why);
-        }
-    }
-    return kept;
+    return place(who, n);
 }
 
 int mh_ucm_keep_install(int ucx_status)
@@ -305,11 +325,72 @@ int mh_ucm_keep_refresh(void)
     return freed > 0 ? keep_noted() : 0;
 }
 
+/* Take the feed-only patches of who[0..n) out; an entry whose patch came
+ * out is in state `out` after. */
+static void unpatch(memhook_bistro_patch **patches, const int *who, int n, keep_state out)
+{
+    int errs[K_COUNT];
+    memhook_bistro_remove_batch(patches, errs, (size_t)n);
+    for (int m = 0; m < n; m++) {
+        struct keep_entry *k = &g_keep[who[m]];
+        if (errs[m] == 0 || errs[m] == EINVAL) {
+            k->state = out;
+            k->patch = NULL;
+            continue;
+        }
+        /* EBUSY: another patcher's jump is over ours and its trampoline
+         * leads into our hook, which stays in that patcher's chain; EAGAIN
+         * or a refused mprotect: ours stays whole.  memhook's own install
+         * then finds the entry taken and says so in its row. */
+        k->state = KEEP_STUCK;
+        snprintf(k->why, sizeof k->why, "%s", strerror(errs[m]));
+        mh_warn("ucm: the feed-only hook on %s could not come out (%s); it %s", k->name,
+                strerror(errs[m]),
+                feeding() ? "still feeds UCX the calls that reach it" : "passes calls on");
+    }
+}
+
+bool mh_ucm_keep_beside(void)
+{
+    for (int i = 0; i < K_COUNT; i++)
+        if (g_keep[i].ucx_owned)
+            return true;
+    return false;
+}
+
+void mh_ucm_keep_lift(void)
+{
+    memhook_bistro_patch *patches[K_COUNT];
+    int who[K_COUNT], n = 0;
+    for (int i = 0; i < K_COUNT; i++)
+        if (g_keep[i].state == KEEP_ON) {
+            patches[n] = g_keep[i].patch;
+            who[n++] = i;
+        }
+    /* (the entry is the driver's again: noted, as before UCX was asked) */
+    unpatch(patches, who, n, KEEP_NOTED);
+}
+
+int mh_ucm_keep_settle(void)
+{
+    int who[K_COUNT], n = 0;
+    for (int i = 0; i < K_COUNT; i++) {
+        struct keep_entry *k = &g_keep[i];
+        /* a row memhook's uninstall took out took the spliced hook with it */
+        bool unspliced = k->state == KEEP_PASS && k->row->patch == NULL;
+        if (k->state == KEEP_NOTED || k->state == KEEP_FAILED || unspliced) {
+            k->row = NULL;
+            who[n++] = i;
+        }
+    }
+    return place(who, n);
+}
+
 void mh_ucm_keep_drop(void)
 {
     __atomic_store_n(&g_feeding, 0, __ATOMIC_RELEASE);
     memhook_bistro_patch *patches[K_COUNT];
-    int errs[K_COUNT], who[K_COUNT], n = 0;
+    int who[K_COUNT], n = 0;
     for (int i = 0; i < K_COUNT; i++) {
         struct keep_entry *k = &g_keep[i];
         if (k->state == KEEP_ON) {
@@ -328,38 +409,60 @@ void mh_ucm_keep_drop(void)
         if (k->state != KEEP_STUCK)
             k->state = KEEP_NONE;
     }
-    memhook_bistro_remove_batch(patches, errs, (size_t)n);
-    for (int m = 0; m < n; m++) {
-        struct keep_entry *k = &g_keep[who[m]];
-        if (errs[m] == 0 || errs[m] == EINVAL) {
-            k->state = KEEP_NONE;
-            k->patch = NULL;
-            continue;
-        }
-        /* EBUSY: another patcher's jump is over ours and its trampoline
-         * leads into our hook, which now only passes calls on; EAGAIN or a
-         * refused mprotect: ours stays whole.  memhook's own install then
-         * finds the entry taken and says so in its row. */
-        k->state = KEEP_STUCK;
-        snprintf(k->why, sizeof k->why, "%s", strerror(errs[m]));
-        mh_warn("ucm: the feed-only hook on %s could not come out (%s); it passes calls on",
-                k->name, strerror(errs[m]));
+    unpatch(patches, who, n, KEEP_NONE);
+}
+
+/* While memhook is installed beside UCX's own hooks (the hand-back left
+ * UCX some entries): who gives UCX its events at this entry. */
+static bool installed_reason(const struct keep_entry *k, char *why, size_t why_len)
+{
+    switch (k->state) {
+    case KEEP_UCX:
+        snprintf(why, why_len,
+                 "UCX's own hook is at this entry (UCX patched it when memhook handed its hooks "
+                 "back, then refused another of its entry points, status %d): UCX's "
+                 "memory-type events for these calls come from that hook, none from memhook",
+                 g_ucx_status);
+        return true;
+    case KEEP_PASS:
+        snprintf(why, why_len,
+                 "UCX has no hook of its own here (it hooked some of its entry points when "
+                 "memhook handed them back, then refused another, status %d): memhook's "
+                 "feed-only hook, behind memhook's wrapper, dispatches UCX's memory-type "
+                 "events for every call through this entry", g_ucx_status);
+        return true;
+    case KEEP_ON:
+        snprintf(why, why_len,
+                 "UCX has no hook of its own here (it hooked some of its entry points when "
+                 "memhook handed them back, then refused another, status %d): memhook's "
+                 "feed-only hook stays at this entry and dispatches UCX's memory-type events",
+                 g_ucx_status);
+        return true;
+    default:
+        return false;  /* (a failed or stuck hook: said as when uninstalled) */
     }
 }
 
-bool mh_ucm_keep_reason(const char *name, char *why, size_t why_len)
+bool mh_ucm_keep_reason(const char *name, bool installed, char *why, size_t why_len)
 {
     for (int i = 0; i < K_COUNT; i++) {
         const struct keep_entry *k = &g_keep[i];
         if (strcmp(k->name, name) != 0)
             continue;
+        if (installed && installed_reason(k, why, why_len))
+            return true;
         switch (k->state) {
         case KEEP_ON:
             snprintf(why, why_len,
                      "uninstalled, but still patched for UCX: UCX could not install its own "
                      "CUDA hooks when memhook handed them back (status %d), so a feed-only "
                      "hook stays here and dispatches UCX's memory-type events (memhook "
-                     "records nothing); install() takes it out again", g_ucx_status);
+                     "records nothing); %s", g_ucx_status,
+                     mh_ucm_keep_beside()
+                         ? "UCX's own hooks stay at some of its other entry points, so "
+                           "install() keeps feeding UCX from this entry (behind memhook's "
+                           "wrapper where bistro patches it)"
+                         : "install() takes it out again");
             return true;
         case KEEP_PASS:
             snprintf(why, why_len,

@@ -31,8 +31,26 @@ MH_HIDDEN int mh_ucm_keep_refresh(void);
  * UCX from now on).  One another patcher has since written over stays, and
  * only passes calls on. */
 MH_HIDDEN void mh_ucm_keep_drop(void);
+
+/* Whether UCX's own hook is at one of its entry points: UCX hooked some and
+ * refused another at a hand-back, and never takes its hooks out.  From then
+ * on UCX is fed at the entries, never by memhook's wrappers (a wrapper's
+ * call, or the runtime call around it, would reach UCX twice where UCX's
+ * hook is in the chain): each entry UCX lacks keeps a hook of this file,
+ * installed or not, and every call there reaches UCX once. */
+MH_HIDDEN bool mh_ucm_keep_beside(void);
+/* Beside UCX's own hooks, before memhook's bistro patches the entries: the
+ * feed-only hooks at the entries come out (mh_ucm_keep_settle puts them
+ * back, behind memhook's wrappers where its patches went in). */
+MH_HIDDEN void mh_ucm_keep_lift(void);
+/* Beside UCX's own hooks, after memhook's patches went in or out: every
+ * entry UCX lacks gets its feed-only hook, between memhook's wrapper and
+ * trampoline where memhook's patch is at the entry, else at the entry.
+ * Returns how many it placed (each was unfed for a moment before). */
+MH_HIDDEN int mh_ucm_keep_settle(void);
 /* Whether `name` is one of UCX's entry points that the hand-back left in a
- * state status() must explain; fills why then. */
-MH_HIDDEN bool mh_ucm_keep_reason(const char *name, char *why, size_t why_len);
+ * state status() must explain (`installed`: memhook is installed beside
+ * UCX's own hooks); fills why then. */
+MH_HIDDEN bool mh_ucm_keep_reason(const char *name, bool installed, char *why, size_t why_len);
 
 #endif
