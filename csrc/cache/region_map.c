@@ -92,6 +92,8 @@ typedef struct snap {
     size_t guide_last;     /* the last bucket */
     size_t guide_step;
     unsigned guide_shift;
+    unsigned guide_levels; /* log2 of the widest bucket's keys + 1 */
+    size_t guide_trim;     /* the first and last keys left out of its span */
     const mh_region *regions;
     /* The batch's last step, compact: for j = the number of starts <= x,
      * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
@@ -215,7 +217,7 @@ static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t
 }
 
 /* The guide over the n keys (padded to pow), into g (pow entries), or
- * none.
+ * none; prev is the snapshot it replaces.
  *
  * A pointer's bucket is its offset from the guide's first key, shifted so
  * that the buckets (as many as the padded keys) span the keys, so a binary
@@ -228,8 +230,20 @@ static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t
  * which then hold those keys), and the one that leaves fewest steps kept.
  * Where the keys crowd into a few buckets all the same (clusters far
  * apart), the guide would save little and is left out: the search is the
- * block index's. */
-static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g)
+ * block index's.
+ *
+ * Each try is a pass over the keys and buckets, and a map under the
+ * deferral's threshold is republished at every drain's commit - once a
+ * query where a program asks about each buffer it makes - so the tries
+ * are spent only where they can pay: the trim prev kept is tried first
+ * (a commit moves a few keys, rarely the outliers), and the others only
+ * where it now leaves more steps than it did, and more than two (a trim
+ * can save at most those).  A map that doubles or halves is searched
+ * afresh, which bounds how long a choice outlives the layout it suited
+ * (one that did not get worse is kept, though another might now do
+ * better: at most the steps it left before). */
+static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g,
+                        const snap *prev)
 {
     static const size_t trims[] = {0, 1, 4, 16, 64};
     s->guide = NULL;
@@ -240,13 +254,28 @@ static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
      * holds a quarter of pow) */
     if (levels_all < 2)
         return;
-    size_t best = levels_all - 2, best_trim = 0, filled = SIZE_MAX;
-    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1; i++) {
+    size_t best = levels_all - 2, best_trim = 0, filled = SIZE_MAX, enough = 2;
+    size_t first = 0;
+    if (prev->guide != NULL && prev->pow == pow && 2 * prev->guide_trim < n) {
+        first = prev->guide_trim;
+        enough = prev->guide_levels > enough ? prev->guide_levels : enough;
+    }
+    size_t levels = guide_fill(g, nb, keys, n, keys[first], guide_shift_for(keys, n, first, nb),
+                               best);
+    filled = first;
+    if (levels != SIZE_MAX) {
+        best = levels;
+        best_trim = first;
+        s->guide = g;
+    }
+    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1 &&
+                       (s->guide == NULL || best > enough); i++) {
         size_t t = trims[i];
         if (2 * t >= n)
             break;
-        size_t levels = guide_fill(g, nb, keys, n, keys[t], guide_shift_for(keys, n, t, nb),
-                                   best);
+        if (t == first)
+            continue;
+        levels = guide_fill(g, nb, keys, n, keys[t], guide_shift_for(keys, n, t, nb), best);
         filled = t;
         if (levels == SIZE_MAX || (levels == best && s->guide != NULL))
             continue;
@@ -263,10 +292,13 @@ static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
     s->guide_last = nb - 1;
     s->guide_step = ((size_t)1 << best) >> 1;
     s->guide_shift = shift;
+    s->guide_levels = (unsigned)best;
+    s->guide_trim = best_trim;
 }
 
-/* The keys, the block index and its guide of the n regions written into s. */
-static void snap_finish(snap *s, size_t n)
+/* The keys, the block index and its guide of the n regions written into s,
+ * to replace prev. */
+static void snap_finish(snap *s, size_t n, const snap *prev)
 {
     size_t pow = 1;
     while (pow < n)
@@ -281,7 +313,7 @@ static void snap_finish(snap *s, size_t n)
         top[j] = keys[j * BLOCK + BLOCK - 1];
     s->guide = NULL;
     if (ntop)
-        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop));
+        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
@@ -302,14 +334,14 @@ static void snap_finish(snap *s, size_t n)
     s->top = ntop ? top : NULL;
 }
 
-static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+static snap *snap_build(snap **spare, const mh_region *regions, size_t n, const snap *prev)
 {
     snap *s = snap_alloc(spare, n);
     if (s == NULL)
         return NULL;
     if (n)
         memcpy((mh_region *)s->regions, regions, n * sizeof(mh_region));
-    snap_finish(s, n);
+    snap_finish(s, n, prev);
     return s;
 }
 
@@ -1519,12 +1551,12 @@ void mh_cache_write_end(mh_cache *c)
         }
         snap *next = NULL;
         if (direct != NULL && ok) {
-            snap_finish(direct, n);
+            snap_finish(direct, n, s);
             next = direct;
         } else if (direct != NULL) {
             snap_free(c->spare, direct);
         } else if (ok && changed) {
-            next = snap_build(c->spare, cur, n);
+            next = snap_build(c->spare, cur, n, s);
         }
         if (next != NULL)
             publish(c, next);

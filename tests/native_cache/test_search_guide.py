@@ -209,3 +209,82 @@ def test_the_guide_is_left_out_where_the_keys_crowd() -> None:
         with NativeCache() as small:
             small.apply(_rows(low[:10]))
             assert small.search_steps() == 4
+
+
+def _expected_in(regions: list[tuple[int, int, int]], starts: list[int], p: int) -> int:
+    """_expected, with the starts listed once for many probes."""
+    i = bisect.bisect_right(starts, p) - 1
+    return regions[i][2] if i >= 0 and p < min(regions[i][1], TOP) else HOST
+
+
+def _one(start: int, end: int, mem_type: int, kind: int, seq: int) -> np.ndarray:
+    rows = _rows([(start, end, mem_type)], kind)
+    rows[0]["seq"] = seq
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["even", "random", "outliers"])
+@pytest.mark.parametrize("n", [1000, 5000])
+def test_a_map_changed_a_region_a_publish_answers_as_a_bisect(kind: str, n: int) -> None:
+    """A drain's commit of one allocation or one free at a time (a program
+    that asks about each buffer it makes): each publish builds its guide
+    from the last one's, and after each the batch answers as a bisect over
+    the map as it then stands - allocations in gaps, frees anywhere, and
+    new outliers below and above the rest that come and go."""
+    rng = np.random.default_rng(n + len(kind))
+    regions = _layout(kind, n, rng)
+    with NativeCache() as c:
+        c.hooks(installed=True, coverage=True)
+        c.apply(_rows(regions))
+        seq = 10 * n
+        for step in range(120):
+            seq += 1
+            pick = step % 4
+            if pick == 0 and len(regions) > 2:  # a free anywhere
+                i = int(rng.integers(0, len(regions)))
+                s, e, t = regions.pop(i)
+                c.apply(_one(s, e, t, FREE, seq))
+            elif pick == 3:  # a far outlier, alternately below and above the rest
+                s = 0x100 + step * 0x100 if step % 8 == 3 else TOP - 0x100000 + step * 0x100
+                if not any(a < s + 0x80 and s < b for a, b, _ in regions):
+                    regions.append((s, s + 0x80, 2))
+                    regions.sort()
+                    c.apply(_one(s, s + 0x80, 2, ALLOC, seq))
+            else:  # an allocation in a gap between two regions
+                i = int(rng.integers(0, len(regions) - 1))
+                lo, hi = regions[i][1], regions[i + 1][0]
+                if hi - lo >= 0x40:
+                    s = lo + 0x10 + int(rng.integers(0, (hi - lo - 0x30) // 0x10)) * 0x10
+                    regions.insert(i + 1, (s, s + 0x10, 1 + step % 3))
+                    c.apply(_one(s, s + 0x10, 1 + step % 3, ALLOC, seq))
+            probes = _probes(regions, rng)[:: max(1, n // 200)]
+            starts = [r[0] for r in regions]
+            want = [_expected_in(regions, starts, p) for p in probes]
+            order = rng.permutation(len(probes))
+            got = c.types(np.array(probes, dtype=np.uint64)[order]).tolist()
+            assert got == [want[i] for i in order], f"after change {step}"
+        assert len(c.regions()) == len(regions)
+
+
+def test_the_guide_follows_an_outlier_that_comes_and_goes() -> None:
+    """10,000 even regions and one far outlier: the guide leaves it out of
+    its span (a step or two), keeps doing so while regions come and go one
+    a publish, and still leaves a step or two once it is freed and when it
+    comes back."""
+    even = _layout("even", 10_000, np.random.default_rng(3))
+    far = (0x7F00_0000_0000, 0x7F00_0000_1000, 2)
+    with NativeCache() as c:
+        c.apply(_rows(even))
+        assert c.search_steps() <= 2
+        c.apply(_rows([far]))
+        assert c.search_steps() <= 2
+        for k in range(20):
+            s = even[k * 400][1] + 0x1000
+            c.apply(_one(s, s + 0x1000, 1, ALLOC, 20_000 + 2 * k))
+            assert c.search_steps() <= 2, k
+            c.apply(_one(s, s + 0x1000, 1, FREE, 20_001 + 2 * k))
+            assert c.search_steps() <= 2, k
+        c.apply(_rows([far], FREE))
+        assert c.search_steps() <= 2
+        c.apply(_rows([far]))
+        assert c.search_steps() <= 2
