@@ -296,6 +296,105 @@ static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
     s->guide_trim = best_trim;
 }
 
+/* The guide's bucket of x (guide_start's, over prev's span). */
+static inline size_t guide_bucket(const snap *prev, uint64_t x)
+{
+    uint64_t b = ((x - prev->guide_lo) & -(uint64_t)(x >= prev->guide_lo)) >> prev->guide_shift;
+    return b < prev->guide_last ? (size_t)b : prev->guide_last;
+}
+
+#define PATCH_MOST 64
+
+/* to[i] = from[i] + d, for the m counts (d modulo 2^32: the sums are
+ * counts again).  In eights, which the compiler makes vector adds, where
+ * a plain loop stays a load, an add and a store a count. */
+static void counts_plus(uint32_t *restrict to, const uint32_t *restrict from, size_t m,
+                        uint32_t d)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        for (int k = 0; k < 8; k++)
+            to[i + k] = from[i + k] + d;
+    for (; i < m; i++)
+        to[i] = from[i] + d;
+}
+
+typedef struct {
+    size_t bucket;
+    int delta;  /* +1: a key added, -1: one dropped */
+} guide_change;
+
+/* prev's guide, patched for the n keys into g, where they differ from
+ * prev's by at most PATCH_MOST and no bucket outgrows its steps; false
+ * where a guide must be built afresh (guide_build).
+ *
+ * A commit of a drain that ran behind a query (a program that asks about
+ * each buffer it makes) adds or drops a key or two: a pass over the
+ * buckets that tests each against the next key, guide_build's, costs as
+ * much as the rest of the snapshot's build, where the same table is prev's
+ * plus the count of keys added less those dropped below each bucket - a
+ * copy, and a walk of the keys that stops at the few that differ.  prev's
+ * span and steps stay: the table counts the keys exactly whatever the span
+ * (keys past it fall into its end buckets), and a bucket a new key would
+ * widen past the steps sends the build back to guide_build, so the guide
+ * never gets worse than its steps; a layout it suits less (keys dropped,
+ * others crowding) is searched afresh once the map doubles or halves. */
+static bool guide_patch(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g,
+                        const snap *prev)
+{
+    if (prev->guide == NULL || prev->pow != pow)
+        return false;
+    guide_change ch[PATCH_MOST];
+    size_t nch = 0, i = 0, j = 0, pn = prev->n;
+    const uint64_t *pk = prev->keys;
+    while (i < pn || j < n) {
+        /* (the runs alike, a chunk at a time where they are long: memcmp's
+         * vector loop in place of a comparison a key) */
+        size_t m = pn - i < n - j ? pn - i : n - j;
+        while (m >= 32 && memcmp(pk + i, keys + j, 32 * sizeof *keys) == 0)
+            i += 32, j += 32, m -= 32;
+        while (m > 0 && pk[i] == keys[j])
+            i++, j++, m--;
+        if (i == pn && j == n)
+            break;
+        if (nch == PATCH_MOST)
+            return false;
+        if (j == n || (i < pn && pk[i] < keys[j]))
+            ch[nch++] = (guide_change){guide_bucket(prev, pk[i++]), -1};
+        else
+            ch[nch++] = (guide_change){guide_bucket(prev, keys[j++]), +1};
+    }
+    /* (a key in bucket k counts below every bucket after k; the changes
+     * come in the keys' order, so their buckets ascend) */
+    const uint32_t *pg = prev->guide;
+    size_t at = 0, nb = prev->guide_last + 1;
+    int32_t d = 0;
+    for (size_t c = 0; c <= nch; c++) {
+        size_t end = c < nch ? ch[c].bucket + 1 : nb;
+        if (d == 0)
+            memcpy(g + at, pg + at, (end - at) * sizeof *g);
+        else
+            counts_plus(g + at, pg + at, end - at, (uint32_t)d);
+        at = end;
+        if (c < nch)
+            d += ch[c].delta;
+    }
+    size_t cap = (size_t)1 << prev->guide_levels;
+    for (size_t c = 0; c < nch; c++) {
+        size_t k = ch[c].bucket;
+        if (ch[c].delta > 0 && (k < nb - 1 ? g[k + 1] : n) - g[k] + 1 > cap)
+            return false;
+    }
+    s->guide = g;
+    s->guide_lo = prev->guide_lo;
+    s->guide_last = prev->guide_last;
+    s->guide_step = prev->guide_step;
+    s->guide_shift = prev->guide_shift;
+    s->guide_levels = prev->guide_levels;
+    s->guide_trim = prev->guide_trim;
+    return true;
+}
+
 /* The keys, the block index and its guide of the n regions written into s,
  * to replace prev. */
 static void snap_finish(snap *s, size_t n, const snap *prev)
@@ -313,7 +412,8 @@ static void snap_finish(snap *s, size_t n, const snap *prev)
         top[j] = keys[j * BLOCK + BLOCK - 1];
     s->guide = NULL;
     if (ntop)
-        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
+        if (!guide_patch(s, keys, n, pow, (uint32_t *)(top + ntop), prev))
+            guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
