@@ -24,7 +24,8 @@ applying them to its cache, and the core feeding its own on the way).
 ``--baseline DIR`` runs the same binary against another core as well (a
 build of main: ``python csrc/build_native.py DIR`` puts it in
 ``DIR/memhook/``; pass that folder), the two in turn for ``--repeats``
-rounds, and prints both cores' figures side by side; ``--parts`` picks the
+rounds, and prints both cores' figures side by side (given twice or more,
+each baseline is named by DIR's parent folder); ``--parts`` picks the
 parts to run (the Python baseline only without ``--baseline``).
 
 ``--callgrind`` counts instructions instead (valgrind's callgrind: a
@@ -175,15 +176,29 @@ def callgrind(cores: dict[str, Path], regions: str,
     return 0
 
 
+def baselines(dirs: list[Path]) -> dict[str, Path]:
+    """The baseline cores by name: "baseline" alone, else each folder's
+    parent's name (csrc/build_native.py OUT puts the library in OUT/memhook)."""
+    if len(dirs) == 1:
+        return {"baseline": dirs[0].resolve() / "libmemhook.so"}
+    names = [d.resolve().parent.name for d in dirs]
+    if len(set(names)) != len(names) or "this" in names:
+        raise SystemExit(f"--baseline: the folders' parents must be named apart, and not "
+                         f"'this': {', '.join(names)}")
+    return {name: d.resolve() / "libmemhook.so" for name, d in zip(names, dirs)}
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("regions", nargs="?", default="10000")
     ap.add_argument("backlog", nargs="?", default="1000000")
     ap.add_argument("--core", type=Path, help="folder with the libmemhook.so to measure "
                     "(default: the package's)")
-    ap.add_argument("--baseline", type=Path, help="folder with another libmemhook.so (a "
+    ap.add_argument("--baseline", type=Path, action="append", help="folder with another "
+                    "libmemhook.so (a "
                     "build of main: csrc/build_native.py OUT puts it in OUT/memhook/): "
-                    "both cores run in turn, --repeats rounds, then a table of both")
+                    "both cores run in turn, --repeats rounds, then a table of both; given "
+                    "twice or more, each is named by its folder's parent")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parts", help="comma-separated, of query,batch,backlog,churn,contention,"
                     "python (default: all)")
@@ -195,8 +210,8 @@ def main(argv: list[str]) -> int:
     lib = args.core.resolve() / "libmemhook.so" if args.core else Path(memhook.library_path())
     if args.callgrind:
         cores = {"this": lib}
-        if args.baseline is not None:
-            cores = {"baseline": args.baseline.resolve() / "libmemhook.so", "this": lib}
+        if args.baseline:
+            cores = {**baselines(args.baseline), "this": lib}
         loops = tuple(args.loops.split(","))
         unknown = sorted(set(loops) - set(CALLGRIND_LOOPS))
         if unknown:
@@ -209,8 +224,8 @@ def main(argv: list[str]) -> int:
                         f"-I{ROOT / 'csrc' / 'include'}", str(HERE / "native_query_bench.c"),
                         "-o", str(exe), f"-L{lib.parent}", "-lmemhook", "-ldl", "-lpthread"],
                        check=True)
-        if args.baseline is not None:
-            cores = {"baseline": args.baseline.resolve() / "libmemhook.so", "this": lib}
+        if args.baseline:
+            cores = {**baselines(args.baseline), "this": lib}
             return compare(exe, cores, bench_argv, args.parts, args.repeats)
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         rc, _ = run_core(exe, lib, bench_argv, args.parts)
