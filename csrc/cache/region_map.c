@@ -325,8 +325,9 @@ typedef struct {
 } guide_change;
 
 /* prev's guide, patched for the n keys into g, where they differ from
- * prev's by at most PATCH_MOST and no bucket outgrows its steps; false
- * where a guide must be built afresh (guide_build).
+ * prev's by at most PATCH_MOST and no bucket outgrows its steps, or no
+ * guide where prev's tries found none worth it; false where a guide must
+ * be built afresh (guide_build).
  *
  * A commit of a drain that ran behind a query (a program that asks about
  * each buffer it makes) adds or drops a key or two: a pass over the
@@ -338,11 +339,15 @@ typedef struct {
  * (keys past it fall into its end buckets), and a bucket a new key would
  * widen past the steps sends the build back to guide_build, so the guide
  * never gets worse than its steps; a layout it suits less (keys dropped,
- * others crowding) is searched afresh once the map doubles or halves. */
+ * others crowding) is searched afresh once the map doubles or halves.  A
+ * map none of whose tries paid (clusters far apart) stays without a guide
+ * likewise: each try would stop at the first crowded bucket, but five of
+ * them a publish still cost a fifth of the build for no step saved. */
 static bool guide_patch(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g,
                         const snap *prev)
 {
-    if (prev->guide == NULL || prev->pow != pow)
+    /* (prev has a block index, as s: it tried a guide) */
+    if (prev->pow != pow || prev->top == NULL)
         return false;
     guide_change ch[PATCH_MOST];
     size_t nch = 0, i = 0, j = 0, pn = prev->n;
@@ -366,6 +371,8 @@ static bool guide_patch(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
     }
     /* (a key in bucket k counts below every bucket after k; the changes
      * come in the keys' order, so their buckets ascend) */
+    if (prev->guide == NULL)
+        return true;
     const uint32_t *pg = prev->guide;
     size_t at = 0, nb = prev->guide_last + 1;
     int32_t d = 0;

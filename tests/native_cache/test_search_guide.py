@@ -288,3 +288,28 @@ def test_the_guide_follows_an_outlier_that_comes_and_goes() -> None:
         assert c.search_steps() <= 2
         c.apply(_rows([far]))
         assert c.search_steps() <= 2
+
+
+def test_a_crowded_map_gets_a_guide_once_its_keys_spread() -> None:
+    """Two dense clusters far apart have no guide, and keep none while a
+    region comes and goes one a publish (each answered right); once most
+    of one cluster is freed and its regions made again evenly among the
+    other's gaps (the same padded length), the map has a guide again."""
+    low = [(0x3_0000_0000 + i * 0x4000, 0x3_0000_0000 + i * 0x4000 + 0x1000, 1)
+           for i in range(5000)]
+    high = [(0x7F00_0000_0000 + i * 0x4000, 0x7F00_0000_0000 + i * 0x4000 + 0x1000, 2)
+            for i in range(5000)]
+    with NativeCache() as c:
+        c.apply(_rows(low + high))
+        assert c.search_steps() == 14
+        for k in range(10):
+            s = low[k * 400][0] + 0x2000
+            c.apply(_one(s, s + 0x1000, 3, ALLOC, 20_000 + 2 * k))
+            assert c.search_steps() == 14
+            assert c.types(np.array([s, s - 1], dtype=np.uint64)).tolist() == [3, HOST]
+            c.apply(_one(s, s + 0x1000, 3, FREE, 20_001 + 2 * k))
+            assert c.search_steps() == 14
+        spread = [(s + 0x2000, s + 0x3000, 3) for s, _, _ in low]
+        c.apply(np.concatenate([_rows(high, FREE), _rows(spread)]))
+        assert len(c.regions()) == 10_000
+        assert c.search_steps() <= 2
