@@ -92,8 +92,6 @@ typedef struct snap {
     size_t guide_last;     /* the last bucket */
     size_t guide_step;
     unsigned guide_shift;
-    unsigned guide_levels; /* log2 of the widest bucket's keys + 1 */
-    size_t guide_trim;     /* the first and last keys left out of its span */
     const mh_region *regions;
     /* The batch's last step, compact: for j = the number of starts <= x,
      * ends[j] is the end of region j - 1 (ends[0] = 0: below every region)
@@ -103,6 +101,11 @@ typedef struct snap {
     const uint64_t *ends;
     const uint8_t *meta;
     uint32_t period_hi;    /* the newest install period of its regions */
+    /* How the guide was made, for the next build's (guide_patch,
+     * guide_build): after the fields a search reads, which stay in the
+     * first cache line. */
+    unsigned guide_levels; /* log2 of the widest bucket's keys + 1 */
+    size_t guide_trim;     /* the first and last keys left out of its span */
 } snap;
 
 /* meta[j]: the type, and whether the region was learned from the hooks and
