@@ -372,10 +372,10 @@ static bool guide_patch(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
         else
             ch[nch++] = (guide_change){guide_bucket(prev, keys[j++]), +1};
     }
-    /* (a key in bucket k counts below every bucket after k; the changes
-     * come in the keys' order, so their buckets ascend) */
     if (prev->guide == NULL)
         return true;
+    /* (a key in bucket k counts below every bucket after k; the changes
+     * come in the keys' order, so their buckets ascend) */
     const uint32_t *pg = prev->guide;
     size_t at = 0, nb = prev->guide_last + 1;
     int32_t d = 0;
@@ -421,9 +421,8 @@ static void snap_finish(snap *s, size_t n, const snap *prev)
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
     s->guide = NULL;
-    if (ntop)
-        if (!guide_patch(s, keys, n, pow, (uint32_t *)(top + ntop), prev))
-            guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
+    if (ntop && !guide_patch(s, keys, n, pow, (uint32_t *)(top + ntop), prev))
+        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
