@@ -59,3 +59,4 @@ def test_native_query_bench_builds_and_runs() -> None:
                            "200", "20000"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "query_device_ns" in proc.stdout and "backlog_absorb_ms" in proc.stdout, proc.stdout
+    assert "churn_query_ns" in proc.stdout and "(wrong answers 0)" in proc.stdout, proc.stdout

@@ -22,6 +22,14 @@
  *                       nobody draining, and how long the first query takes
  *                       to put them in the cache
  *   cache_apply_ms      the same kind of stream into a private cache alone
+ *   churn_ns            with REGIONS separate allocations live (2 x REGIONS
+ *                       made, every other one freed), a cuMemAlloc, then
+ *                       memhook_query of the new pointer, then its
+ *                       cuMemFree, in a loop: a program that asks about
+ *                       each buffer it makes (every query drains the two
+ *                       events and, under 2,048 regions, republishes the
+ *                       map); churn_query_ns the query's part alone (its
+ *                       own clock reads included)
  *   contention          8 threads querying (a hooked pointer, host memory)
  *                       while 4 threads allocate and free in tight loops for
  *                       a second: each query's wall time, p50/p99/max, and
@@ -33,7 +41,7 @@
  *   goals               the issue's figures, met or not
  *
  * Usage: native_query_bench [REGIONS [BACKLOG]]  (run by native_query_bench.py)
- * MEMHOOK_BENCH_PARTS (comma-separated, of query, batch, backlog, contention;
+ * MEMHOOK_BENCH_PARTS (comma-separated, of query, batch, backlog, churn, contention;
  * default all) picks the parts to run.
  */
 #include <stdatomic.h>
@@ -358,6 +366,39 @@ int main(int argc, char **argv)
                (double)(now_ns() - a0) / 1e6);
         memhook_testing_cache_free(tc);
         free(ev);
+    }
+
+    if (part("churn")) {
+        CUdeviceptr *live = malloc(2 * regions * sizeof *live);
+        for (size_t i = 0; i < 2 * regions; i++)
+            live[i] = nq_alloc(&g_cu, 4096 * (1 + i % 4));
+        for (size_t i = 0; i < 2 * regions; i += 2)  /* (apart: no two merge) */
+            g_cu.free(live[i]);
+        memhook_query((void *)(uintptr_t)d, 1, &r);
+        size_t in_map = memhook_cache_regions(NULL, 0);
+        enum { CHURN = 2000 };
+        double tc[PASSES], tq[PASSES];
+        int wrong = 0;
+        for (int p = 0; p < PASSES; p++) {
+            uint64_t q = 0, t0 = now_ns();
+            for (int k = 0; k < CHURN; k++) {
+                CUdeviceptr x;
+                if (g_cu.alloc(&x, 4096) != CUDA_SUCCESS)
+                    NQ_SETUP_FAIL("cuMemAlloc failed in the churn loop");
+                uint64_t q0 = now_ns();
+                memhook_query((void *)(uintptr_t)x, 1, &r);
+                q += now_ns() - q0;
+                wrong += r.mem_type != MEMHOOK_MEMORY_CUDA;
+                g_cu.free(x);
+            }
+            tc[p] = (double)(now_ns() - t0) / CHURN;
+            tq[p] = (double)q / CHURN;
+        }
+        printf("churn_regions %zu churn_ns %.1f churn_query_ns %.1f (wrong answers %d)\n",
+               in_map, median(tc), median(tq), wrong);
+        for (size_t i = 1; i < 2 * regions; i += 2)
+            g_cu.free(live[i]);
+        free(live);
     }
 
     g_dev_ptr = d + 64;

@@ -11,6 +11,11 @@
  *   nqs_lookup   memhook_testing_cache_lookup of each (a single search)
  *   nqs_query    memhook_query of 16 pointers in one hooked cuMemAlloc,
  *                then 16 in a malloc'd buffer, 1,000 rounds (the memo)
+ *   nqs_publish  one publish of the map (every apply of a private cache
+ *                publishes): an allocation in a gap inside the map, then
+ *                its free, PUBLISHES rounds - what a drain's commit costs
+ *                where the map is republished at once (under 2,048
+ *                regions), the snapshot's build included
  *
  * Prints each loop's pointers (the divisor) and, outside valgrind, its ns
  * a pointer (thread CPU time, one pass: a sanity check, not a figure).
@@ -47,6 +52,21 @@ __attribute__((noinline)) static void nqs_lookup(memhook_testing_cache *c, const
     for (size_t i = 0; i < m; i++) {
         memhook_testing_cache_lookup(c, p[i], 1, &r);
         g_sink += r.mem_type;
+    }
+}
+
+__attribute__((noinline)) static void nqs_publish(memhook_testing_cache *c, const uint64_t *start,
+                                                  size_t regions, size_t rounds)
+{
+    for (size_t k = 0; k < rounds; k++) {
+        /* (regions are at most 64 KiB every 128 KiB: 96 KiB past a start
+         * is a gap) */
+        uint64_t at = start[(k * 7919u) % regions] + (96u << 10);
+        memhook_event ev = {.kind = MEMHOOK_EVENT_ALLOC, .address = at, .size = 4096,
+                            .mem_type = MEMHOOK_MEM_CUDA};
+        memhook_testing_cache_apply(c, &ev, 1);
+        ev.kind = MEMHOOK_EVENT_FREE;
+        memhook_testing_cache_apply(c, &ev, 1);
     }
 }
 
@@ -94,6 +114,13 @@ int main(int argc, char **argv)
     uint64_t t2 = now_ns();
     printf("nqs_types pointers %zu ns_per_ptr %.2f\n", m, (double)(t1 - t0) / (double)m);
     printf("nqs_lookup pointers %zu ns_per_ptr %.2f\n", m, (double)(t2 - t1) / (double)m);
+    enum { PUBLISHES = 64 };
+    nqs_publish(c, start, regions, 2);  /* (warm: the spare snapshots) */
+    t0 = now_ns();
+    nqs_publish(c, start, regions, PUBLISHES);
+    t1 = now_ns();
+    printf("nqs_publish publishes %d ns_each %.0f\n", 2 * PUBLISHES,
+           (double)(t1 - t0) / (2.0 * PUBLISHES));
 
     /* memhook_query through installed hooks and real events. */
     void *cuda = nq_load_driver();

@@ -101,6 +101,11 @@ typedef struct snap {
     const uint64_t *ends;
     const uint8_t *meta;
     uint32_t period_hi;    /* the newest install period of its regions */
+    /* How the guide was made, for the next build's (guide_patch,
+     * guide_build): after the fields a search reads, which stay in the
+     * first cache line. */
+    unsigned guide_levels; /* log2 of the widest bucket's keys + 1 */
+    size_t guide_trim;     /* the first and last keys left out of its span */
 } snap;
 
 /* meta[j]: the type, and whether the region was learned from the hooks and
@@ -215,7 +220,7 @@ static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t
 }
 
 /* The guide over the n keys (padded to pow), into g (pow entries), or
- * none.
+ * none; prev is the snapshot it replaces.
  *
  * A pointer's bucket is its offset from the guide's first key, shifted so
  * that the buckets (as many as the padded keys) span the keys, so a binary
@@ -228,8 +233,20 @@ static unsigned guide_shift_for(const uint64_t *keys, size_t n, size_t t, size_t
  * which then hold those keys), and the one that leaves fewest steps kept.
  * Where the keys crowd into a few buckets all the same (clusters far
  * apart), the guide would save little and is left out: the search is the
- * block index's. */
-static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g)
+ * block index's.
+ *
+ * Each try is a pass over the keys and buckets, and a map under the
+ * deferral's threshold is republished at every drain's commit - once a
+ * query where a program asks about each buffer it makes - so the tries
+ * are spent only where they can pay: the trim prev kept is tried first
+ * (a commit moves a few keys, rarely the outliers), and the others only
+ * where it now leaves more steps than it did, and more than two (a trim
+ * can save at most those).  A map that doubles or halves is searched
+ * afresh, which bounds how long a choice outlives the layout it suited
+ * (one that did not get worse is kept, though another might now do
+ * better: at most the steps it left before). */
+static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g,
+                        const snap *prev)
 {
     static const size_t trims[] = {0, 1, 4, 16, 64};
     s->guide = NULL;
@@ -240,13 +257,28 @@ static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
      * holds a quarter of pow) */
     if (levels_all < 2)
         return;
-    size_t best = levels_all - 2, best_trim = 0, filled = SIZE_MAX;
-    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1; i++) {
+    size_t best = levels_all - 2, best_trim = 0, filled = SIZE_MAX, enough = 2;
+    size_t first = 0;
+    if (prev->guide != NULL && prev->pow == pow && 2 * prev->guide_trim < n) {
+        first = prev->guide_trim;
+        enough = prev->guide_levels > enough ? prev->guide_levels : enough;
+    }
+    size_t levels = guide_fill(g, nb, keys, n, keys[first], guide_shift_for(keys, n, first, nb),
+                               best);
+    filled = first;
+    if (levels != SIZE_MAX) {
+        best = levels;
+        best_trim = first;
+        s->guide = g;
+    }
+    for (size_t i = 0; i < sizeof trims / sizeof trims[0] && best > 1 &&
+                       (s->guide == NULL || best > enough); i++) {
         size_t t = trims[i];
         if (2 * t >= n)
             break;
-        size_t levels = guide_fill(g, nb, keys, n, keys[t], guide_shift_for(keys, n, t, nb),
-                                   best);
+        if (t == first)
+            continue;
+        levels = guide_fill(g, nb, keys, n, keys[t], guide_shift_for(keys, n, t, nb), best);
         filled = t;
         if (levels == SIZE_MAX || (levels == best && s->guide != NULL))
             continue;
@@ -263,10 +295,119 @@ static void guide_build(snap *s, const uint64_t *keys, size_t n, size_t pow, uin
     s->guide_last = nb - 1;
     s->guide_step = ((size_t)1 << best) >> 1;
     s->guide_shift = shift;
+    s->guide_levels = (unsigned)best;
+    s->guide_trim = best_trim;
 }
 
-/* The keys, the block index and its guide of the n regions written into s. */
-static void snap_finish(snap *s, size_t n)
+/* The guide's bucket of x (guide_start's, over prev's span). */
+static inline size_t guide_bucket(const snap *prev, uint64_t x)
+{
+    uint64_t b = ((x - prev->guide_lo) & -(uint64_t)(x >= prev->guide_lo)) >> prev->guide_shift;
+    return b < prev->guide_last ? (size_t)b : prev->guide_last;
+}
+
+#define PATCH_MOST 64
+
+/* to[i] = from[i] + d, for the m counts (d modulo 2^32: the sums are
+ * counts again).  In eights, which the compiler makes vector adds, where
+ * a plain loop stays a load, an add and a store a count. */
+static void counts_plus(uint32_t *restrict to, const uint32_t *restrict from, size_t m,
+                        uint32_t d)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        for (int k = 0; k < 8; k++)
+            to[i + k] = from[i + k] + d;
+    for (; i < m; i++)
+        to[i] = from[i] + d;
+}
+
+typedef struct {
+    size_t bucket;
+    int delta;  /* +1: a key added, -1: one dropped */
+} guide_change;
+
+/* prev's guide, patched for the n keys into g, where they differ from
+ * prev's by at most PATCH_MOST and no bucket outgrows its steps, or no
+ * guide where prev's tries found none worth it; false where a guide must
+ * be built afresh (guide_build).
+ *
+ * A commit of a drain that ran behind a query (a program that asks about
+ * each buffer it makes) adds or drops a key or two: a pass over the
+ * buckets that tests each against the next key, guide_build's, costs as
+ * much as the rest of the snapshot's build, where the same table is prev's
+ * plus the count of keys added less those dropped below each bucket - a
+ * copy, and a walk of the keys that stops at the few that differ.  prev's
+ * span and steps stay: the table counts the keys exactly whatever the span
+ * (keys past it fall into its end buckets), and a bucket a new key would
+ * widen past the steps sends the build back to guide_build, so the guide
+ * never gets worse than its steps; a layout it suits less (keys dropped,
+ * others crowding) is searched afresh once the map doubles or halves.  A
+ * map none of whose tries paid (clusters far apart) stays without a guide
+ * likewise: each try would stop at the first crowded bucket, but five of
+ * them a publish still cost a fifth of the build for no step saved. */
+static bool guide_patch(snap *s, const uint64_t *keys, size_t n, size_t pow, uint32_t *g,
+                        const snap *prev)
+{
+    /* (prev has a block index, as s: it tried a guide) */
+    if (prev->pow != pow || prev->top == NULL)
+        return false;
+    guide_change ch[PATCH_MOST];
+    size_t nch = 0, i = 0, j = 0, pn = prev->n;
+    const uint64_t *pk = prev->keys;
+    while (i < pn || j < n) {
+        /* (the runs alike, a chunk at a time where they are long: memcmp's
+         * vector loop in place of a comparison a key) */
+        size_t m = pn - i < n - j ? pn - i : n - j;
+        while (m >= 32 && memcmp(pk + i, keys + j, 32 * sizeof *keys) == 0)
+            i += 32, j += 32, m -= 32;
+        while (m > 0 && pk[i] == keys[j])
+            i++, j++, m--;
+        if (i == pn && j == n)
+            break;
+        if (nch == PATCH_MOST)
+            return false;
+        if (j == n || (i < pn && pk[i] < keys[j]))
+            ch[nch++] = (guide_change){guide_bucket(prev, pk[i++]), -1};
+        else
+            ch[nch++] = (guide_change){guide_bucket(prev, keys[j++]), +1};
+    }
+    if (prev->guide == NULL)
+        return true;
+    /* (a key in bucket k counts below every bucket after k; the changes
+     * come in the keys' order, so their buckets ascend) */
+    const uint32_t *pg = prev->guide;
+    size_t at = 0, nb = prev->guide_last + 1;
+    int32_t d = 0;
+    for (size_t c = 0; c <= nch; c++) {
+        size_t end = c < nch ? ch[c].bucket + 1 : nb;
+        if (d == 0)
+            memcpy(g + at, pg + at, (end - at) * sizeof *g);
+        else
+            counts_plus(g + at, pg + at, end - at, (uint32_t)d);
+        at = end;
+        if (c < nch)
+            d += ch[c].delta;
+    }
+    size_t cap = (size_t)1 << prev->guide_levels;
+    for (size_t c = 0; c < nch; c++) {
+        size_t k = ch[c].bucket;
+        if (ch[c].delta > 0 && (k < nb - 1 ? g[k + 1] : n) - g[k] + 1 > cap)
+            return false;
+    }
+    s->guide = g;
+    s->guide_lo = prev->guide_lo;
+    s->guide_last = prev->guide_last;
+    s->guide_step = prev->guide_step;
+    s->guide_shift = prev->guide_shift;
+    s->guide_levels = prev->guide_levels;
+    s->guide_trim = prev->guide_trim;
+    return true;
+}
+
+/* The keys, the block index and its guide of the n regions written into s,
+ * to replace prev. */
+static void snap_finish(snap *s, size_t n, const snap *prev)
 {
     size_t pow = 1;
     while (pow < n)
@@ -280,8 +421,8 @@ static void snap_finish(snap *s, size_t n)
     for (size_t j = 0; j < ntop; j++)
         top[j] = keys[j * BLOCK + BLOCK - 1];
     s->guide = NULL;
-    if (ntop)
-        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop));
+    if (ntop && !guide_patch(s, keys, n, pow, (uint32_t *)(top + ntop), prev))
+        guide_build(s, keys, n, pow, (uint32_t *)(top + ntop), prev);
     uint32_t hi = 0;
     for (size_t i = 0; i < n; i++)
         hi = s->regions[i].period > hi ? s->regions[i].period : hi;
@@ -302,14 +443,14 @@ static void snap_finish(snap *s, size_t n)
     s->top = ntop ? top : NULL;
 }
 
-static snap *snap_build(snap **spare, const mh_region *regions, size_t n)
+static snap *snap_build(snap **spare, const mh_region *regions, size_t n, const snap *prev)
 {
     snap *s = snap_alloc(spare, n);
     if (s == NULL)
         return NULL;
     if (n)
         memcpy((mh_region *)s->regions, regions, n * sizeof(mh_region));
-    snap_finish(s, n);
+    snap_finish(s, n, prev);
     return s;
 }
 
@@ -1519,12 +1660,12 @@ void mh_cache_write_end(mh_cache *c)
         }
         snap *next = NULL;
         if (direct != NULL && ok) {
-            snap_finish(direct, n);
+            snap_finish(direct, n, s);
             next = direct;
         } else if (direct != NULL) {
             snap_free(c->spare, direct);
         } else if (ok && changed) {
-            next = snap_build(c->spare, cur, n);
+            next = snap_build(c->spare, cur, n, s);
         }
         if (next != NULL)
             publish(c, next);

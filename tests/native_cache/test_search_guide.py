@@ -209,3 +209,179 @@ def test_the_guide_is_left_out_where_the_keys_crowd() -> None:
         with NativeCache() as small:
             small.apply(_rows(low[:10]))
             assert small.search_steps() == 4
+
+
+def _expected_in(regions: list[tuple[int, int, int]], starts: list[int], p: int) -> int:
+    """_expected, with the starts listed once for many probes."""
+    i = bisect.bisect_right(starts, p) - 1
+    return regions[i][2] if i >= 0 and p < min(regions[i][1], TOP) else HOST
+
+
+def _one(start: int, end: int, mem_type: int, kind: int, seq: int) -> np.ndarray:
+    rows = _rows([(start, end, mem_type)], kind)
+    rows[0]["seq"] = seq
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["even", "random", "outliers"])
+@pytest.mark.parametrize("n", [1000, 5000])
+def test_a_map_changed_a_region_a_publish_answers_as_a_bisect(kind: str, n: int) -> None:
+    """A drain's commit of one allocation or one free at a time (a program
+    that asks about each buffer it makes): each publish builds its guide
+    from the last one's, and after each the batch answers as a bisect over
+    the map as it then stands - allocations in gaps, frees anywhere, and
+    new outliers below and above the rest that come and go."""
+    rng = np.random.default_rng(n + len(kind))
+    regions = _layout(kind, n, rng)
+    with NativeCache() as c:
+        c.hooks(installed=True, coverage=True)
+        c.apply(_rows(regions))
+        seq = 10 * n
+        for step in range(120):
+            seq += 1
+            pick = step % 4
+            if pick == 0 and len(regions) > 2:  # a free anywhere
+                i = int(rng.integers(0, len(regions)))
+                s, e, t = regions.pop(i)
+                c.apply(_one(s, e, t, FREE, seq))
+            elif pick == 3:  # a far outlier, alternately below and above the rest
+                s = 0x100 + step * 0x100 if step % 8 == 3 else TOP - 0x100000 + step * 0x100
+                if not any(a < s + 0x80 and s < b for a, b, _ in regions):
+                    regions.append((s, s + 0x80, 2))
+                    regions.sort()
+                    c.apply(_one(s, s + 0x80, 2, ALLOC, seq))
+            else:  # an allocation in a gap between two regions
+                i = int(rng.integers(0, len(regions) - 1))
+                lo, hi = regions[i][1], regions[i + 1][0]
+                if hi - lo >= 0x40:
+                    s = lo + 0x10 + int(rng.integers(0, (hi - lo - 0x30) // 0x10)) * 0x10
+                    regions.insert(i + 1, (s, s + 0x10, 1 + step % 3))
+                    c.apply(_one(s, s + 0x10, 1 + step % 3, ALLOC, seq))
+            probes = _probes(regions, rng)[:: max(1, n // 200)]
+            starts = [r[0] for r in regions]
+            want = [_expected_in(regions, starts, p) for p in probes]
+            order = rng.permutation(len(probes))
+            got = c.types(np.array(probes, dtype=np.uint64)[order]).tolist()
+            assert got == [want[i] for i in order], f"after change {step}"
+        assert len(c.regions()) == len(regions)
+
+
+def test_the_guide_follows_an_outlier_that_comes_and_goes() -> None:
+    """10,000 even regions and one far outlier: the guide leaves it out of
+    its span (a step or two), keeps doing so while regions come and go one
+    a publish, and still leaves a step or two once it is freed and when it
+    comes back."""
+    even = _layout("even", 10_000, np.random.default_rng(3))
+    far = (0x7F00_0000_0000, 0x7F00_0000_1000, 2)
+    with NativeCache() as c:
+        c.apply(_rows(even))
+        assert c.search_steps() <= 2
+        c.apply(_rows([far]))
+        assert c.search_steps() <= 2
+        for k in range(20):
+            s = even[k * 400][1] + 0x1000
+            c.apply(_one(s, s + 0x1000, 1, ALLOC, 20_000 + 2 * k))
+            assert c.search_steps() <= 2, k
+            c.apply(_one(s, s + 0x1000, 1, FREE, 20_001 + 2 * k))
+            assert c.search_steps() <= 2, k
+        c.apply(_rows([far], FREE))
+        assert c.search_steps() <= 2
+        c.apply(_rows([far]))
+        assert c.search_steps() <= 2
+
+
+def test_a_crowded_map_gets_a_guide_once_its_keys_spread() -> None:
+    """Two dense clusters far apart have no guide, and keep none while a
+    region comes and goes one a publish (each answered right); once most
+    of one cluster is freed and its regions made again evenly among the
+    other's gaps (the same padded length), the map has a guide again."""
+    low = [(0x3_0000_0000 + i * 0x4000, 0x3_0000_0000 + i * 0x4000 + 0x1000, 1)
+           for i in range(5000)]
+    high = [(0x7F00_0000_0000 + i * 0x4000, 0x7F00_0000_0000 + i * 0x4000 + 0x1000, 2)
+            for i in range(5000)]
+    with NativeCache() as c:
+        c.apply(_rows(low + high))
+        assert c.search_steps() == 14
+        for k in range(10):
+            s = low[k * 400][0] + 0x2000
+            c.apply(_one(s, s + 0x1000, 3, ALLOC, 20_000 + 2 * k))
+            assert c.search_steps() == 14
+            assert c.types(np.array([s, s - 1], dtype=np.uint64)).tolist() == [3, HOST]
+            c.apply(_one(s, s + 0x1000, 3, FREE, 20_001 + 2 * k))
+            assert c.search_steps() == 14
+        spread = [(s + 0x2000, s + 0x3000, 3) for s, _, _ in low]
+        c.apply(np.concatenate([_rows(high, FREE), _rows(spread)]))
+        assert len(c.regions()) == 10_000
+        assert c.search_steps() <= 2
+
+
+def test_readers_see_stable_regions_while_patched_publishes_run() -> None:
+    """Three threads ask the batch about 5,000 regions that never change
+    while the writer makes and frees a region in a gap one a publish (each
+    publish's guide patched from the last one's, its table a copy with
+    counts moved): the stable regions always answer their type and the
+    gaps HOST, whichever snapshot a reader holds, and a pointer in the
+    region that comes and goes answers its type or HOST, nothing else."""
+    rng = np.random.default_rng(11)
+    regions = _layout("even", 5000, rng)
+    # (the regions start every 128 KiB, as do the guide's buckets: a
+    # toggled region 80 KiB past a start shares its bucket with it, so the
+    # first allocation builds a guide of two steps and every publish after
+    # it patches that one; the probes beside it - the gap before and after
+    # it, the regions either side - answer the same whether it is there or
+    # not, and the writer asks about the toggled region itself)
+    near = range(0, 4999, 97)
+    toggles = [regions[k][0] + 0x14000 for k in near]
+    probes = [regions[k][0] for k in range(0, 5000, 7)] + [regions[k][1] for k in
+                                                            range(0, 5000, 7)]
+    probes += [p for k in near for p in (regions[k][0], regions[k][1] - 1,
+                                          regions[k][0] + 0x10000, regions[k][0] + 0x1C000,
+                                          regions[k + 1][0])]
+    want = [_expected(regions, p) for p in probes]
+    with NativeCache() as c:
+        c.hooks(installed=True, coverage=True)
+        c.apply(_rows(regions))
+        order = rng.permutation(len(probes))  # (searched, not walked)
+        probes, want = [probes[i] for i in order], [want[i] for i in order]
+        ask = np.array(probes + toggles, dtype=np.uint64)
+        stop = threading.Event()
+        bad: list[str] = []
+        asked = [0]
+
+        def reader() -> None:
+            while not stop.is_set():
+                got = c.types(ask).tolist()
+                if got[: len(probes)] != want:
+                    bad.append("a stable region answered wrong")
+                    return
+                if any(t not in (HOST, 3) for t in got[len(probes):]):
+                    bad.append("a toggled region answered neither its type nor HOST")
+                    return
+                asked[0] += 1
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            seq = 100_000
+            for k in range(300):
+                s = toggles[k % len(toggles)]
+                # (out of order: the batch searches them, through the guide,
+                # where sixteen in order would walk the starts)
+                inside = np.array([s + 0xFFF, s, s + 0x800] * 6, dtype=np.uint64)
+                c.apply(_one(s, s + 0x1000, 3, ALLOC, seq))
+                if c.types(inside).tolist() != [3] * 18:
+                    bad.append(f"allocation {k} not answered after its publish")
+                    break
+                c.apply(_one(s, s + 0x1000, 3, FREE, seq + 1))
+                if c.types(inside).tolist() != [HOST] * 18:
+                    bad.append(f"free {k} not answered after its publish")
+                    break
+                seq += 2
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert not bad, bad
+        assert asked[0] > 0
+        assert c.search_steps() <= 2
