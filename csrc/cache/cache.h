@@ -85,7 +85,8 @@ enum mh_op_kind {
 typedef struct mh_op {
     uint64_t start, end;
     uint64_t alloc_id;   /* ASSIGN: the id to keep (0: a new one) */
-    uint32_t period;     /* ASSIGN: learned in (0: the current one, stamped when queued) */
+    uint32_t period;     /* ASSIGN: learned in; DEMOTE_AT: its run's (0: the current
+                            one, stamped when queued) */
     uint32_t kind;
     int16_t device;
     uint8_t type;

@@ -23,7 +23,8 @@
  *   a successful ALLOC of size > 0: its range becomes one region (type,
  *     device) over whatever was there;
  *   a successful FREE: a hole of its size; of unknown size (flag
- *     SIZE_UNKNOWN, size 0), the run holding its address becomes UNKNOWN;
+ *     SIZE_UNKNOWN, size 0), the run holding its address becomes UNKNOWN
+ *     (a run of regions learned in the FREE's install period);
  *   HOOKS_GAP: nothing here - what the cache learned before a stop of the
  *     hooks is unvouched by its install period (each region carries the
  *     period it was learned in; csrc/cuda/install.c applies what a period

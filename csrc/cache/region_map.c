@@ -1576,16 +1576,20 @@ static bool barrier(mh_cache *c, const mh_region **cur, size_t *n, const mh_op *
                 lo = (long)i;
                 break;
             }
-        if (lo >= 0 && out[lo].type != MEMHOOK_MEMORY_UNKNOWN) {
-            /* The run a merging cache would hold as one region. */
+        /* The run a merging cache would hold as one region.  A region
+         * learned in another install period than the FREE's is UNKNOWN in
+         * meaning (a hooks gap lies between: the reference marked it so),
+         * so it is neither demoted nor part of the run. */
+        uint32_t p = op->period;
+        if (lo >= 0 && out[lo].type != MEMHOOK_MEMORY_UNKNOWN && out[lo].period == p) {
             uint8_t t = out[lo].type;
             int16_t d = out[lo].device;
             long hi = lo;
             while (lo > 0 && out[lo - 1].end == out[lo].start && out[lo - 1].type == t &&
-                   out[lo - 1].device == d)
+                   out[lo - 1].device == d && out[lo - 1].period == p)
                 lo--;
             while ((size_t)hi + 1 < no && out[hi + 1].start == out[hi].end &&
-                   out[hi + 1].type == t && out[hi + 1].device == d)
+                   out[hi + 1].type == t && out[hi + 1].device == d && out[hi + 1].period == p)
                 hi++;
             for (long i = lo; i <= hi; i++) {
                 out[i].type = MEMHOOK_MEMORY_UNKNOWN;

@@ -289,3 +289,27 @@ def test_a_large_map_answers_as_memtypecache() -> None:
                 if want is not None:
                     assert (got.mem_type, got.device) == (want.mem_type, want.device), p
         assert len(native.regions()) > 2 * 16
+
+
+def test_a_free_of_unknown_size_keeps_to_its_install_period() -> None:
+    """A FREE of unknown size demotes the run at its address - of regions
+    learned in its own install period: one learned before a hooks gap is
+    UNKNOWN to the reference, so it cannot join a new allocation's run
+    (hypothesis found the native cache demoting the new one with it)."""
+    ref = MemtypeCache()
+    with NativeCache() as native:
+        native.hooks(installed=True, coverage=True)
+        for ev in [_alloc(BASE, 2, mem_type=1), (0, 0, 0, 0, -1, 0, HOOKS_GAP)]:
+            rows = _rows([ev])
+            native.apply(rows)
+            apply_row(ref, tuple(rows.tolist()[0]))
+        native.hooks(installed=False, coverage=False)
+        native.hooks(installed=True, coverage=True)
+        for ev in [_alloc(BASE, 1, mem_type=1), (BASE + 1, 0, FREE, 0, -1, 0, SIZE_UNKNOWN)]:
+            rows = _rows([ev])
+            native.apply(rows)
+            apply_row(ref, tuple(rows.tolist()[0]))
+        assert ref.lookup(BASE) == Region(BASE, 1, MemoryType.CUDA, 0)
+        kind, got = native.lookup(BASE, 1)
+        assert (kind, got.mem_type, got.device) == (FOUND_IN, int(MemoryType.CUDA), 0)
+        _compare(native, ref)
