@@ -67,16 +67,16 @@ CASES = {
 }
 
 
-# A known bug, open: under precise time a FREE by another thread of an
-# allocation made a moment before may come out sized from the wrong record
-# (1900630: another allocation's size at that address; now: size unknown),
-# so the strict replay finds an ALLOC onto a range it still holds, in a few
-# percent of runs on an idle 2-core box (none beside CPU hogs).  Still run,
-# and reported (XPASS when it holds), until the drain fills FREE sizes in
-# the merged order.
+# Open: a FREE by another thread of an allocation made a moment before may
+# come out with its size unknown - the gap docs/design/causal-merge.md
+# leaves ("The FREE after its ALLOC, without the record id": its chain word
+# overwritten while the ALLOC is pending) - and the strict replay then finds
+# an ALLOC onto a range it still holds: a few percent of runs on an idle
+# 2-core box, none beside CPU hogs.  Still run, and reported (XPASS when it
+# holds), until that gap is closed.
 _KNOWN = {"precise-strict": pytest.mark.xfail(
     raises=AssertionError, strict=False,
-    reason="open bug: a cross-thread FREE under precise time sized from the wrong record")}
+    reason="open: a cross-thread FREE's size unknown (causal-merge.md's gap)")}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=_KNOWN.get(c, ())) for c in sorted(CASES)])
