@@ -407,17 +407,24 @@ static inline void fill_hit(memhook_region *out, const mh_hit *h, uint64_t p, ui
  * buffers asked in turn misses every time, and pays four compares for it,
  * no copy.  (What they read is only a guess: the count is read after
  * them and before the copy, and the copy's extent is tested again.) */
+/* Which of the thread's two memo entries holds [p, end), or -1: in a
+ * fixed order, not the newest first (the compares then read the thread's
+ * block at constant offsets; two entries both holding [p, end) at the
+ * current version hold the same answer).  Checked again under the count
+ * by its callers. */
+static inline int memo_entry(uint64_t p, uint64_t end)
+{
+    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
+        return 0;
+    if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
+        return 1;
+    return -1;
+}
+
 static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
 {
-    /* (in a fixed order, not the newest first: the compares then read
-     * the thread's block at constant offsets.  Two entries both holding
-     * [p, end) at the current version hold the same answer.) */
-    unsigned e;
-    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
-        e = 0;
-    else if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
-        e = 1;
-    else
+    int e = memo_entry(p, end);
+    if (e < 0)
         return false;
     unsigned seq = t_memo.seq;
     atomic_signal_fence(memory_order_acquire);
@@ -438,12 +445,8 @@ static inline bool memo_get(mh_cache *c, uint64_t p, uint64_t end, mh_hit *h)
  * whole. */
 static inline bool memo_answer(mh_cache *c, uint64_t p, uint64_t end, memhook_region *out)
 {
-    unsigned e;
-    if (t_memo.hit[0].lo <= p && end <= t_memo.hit[0].hi)
-        e = 0;
-    else if (t_memo.hit[1].lo <= p && end <= t_memo.hit[1].hi)
-        e = 1;
-    else
+    int e = memo_entry(p, end);
+    if (e < 0)
         return false;
     unsigned seq = t_memo.seq;
     atomic_signal_fence(memory_order_acquire);

@@ -248,6 +248,16 @@ def test_ucx_refused_at_hand_back_is_fed_by_kept_hooks(outcomes, case) -> None:
         assert "memhook records nothing" in reason, got
 
 
+def _both_saw_every_call(got: object) -> dict:
+    """The case's outcome, after checking that UCX's handler installed and
+    that UCX and memhook each saw all N allocations and frees."""
+    assert isinstance(got, dict), got
+    assert got["ucx_status"] == 0, got
+    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
+    assert (got["mh_alloc"], got["mh_free"]) == (N, N), got
+    return got
+
+
 SECOND = [("memhook-second", m, "bistro") for m in MEMHOOK_MODES]
 
 
@@ -263,11 +273,7 @@ def test_entry_another_patcher_took_stays_fed_after_uninstall(outcomes, case) ->
     # patcher takes itself out, and the next uninstall moves UCX's feed to
     # a feed-only hook of the entry's own.
     _order, mode, _ucx_mode = case
-    got = outcomes[(*case, 1)]
-    assert isinstance(got, dict), got
-    assert got["ucx_status"] == 0, got
-    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
-    assert (got["mh_alloc"], got["mh_free"]) == (N, N), got
+    got = _both_saw_every_call(outcomes[(*case, 1)])
     # (bistro,reloc: a call through memhook's GOT slot goes on to memhook's
     # trampoline, past the other's jump, while memhook is installed - the
     # design note's limit)
@@ -298,11 +304,7 @@ def test_partial_hand_back_sends_ucx_each_call_once(outcomes, case) -> None:
     # once in every phase after, memhook installed again or not (memhook's
     # wrappers fed UCX beside UCX's own hook: each cuMemAlloc_v2 twice).
     _order, mode, _ucx_mode = case
-    got = outcomes[(*case, 1)]
-    assert isinstance(got, dict), got
-    assert got["ucx_status"] == 0, got
-    assert (got["ucx_alloc"], got["ucx_free"], got["ucx_types"]) == (N, N, N), got
-    assert (got["mh_alloc"], got["mh_free"]) == (N, N), got
+    got = _both_saw_every_call(outcomes[(*case, 1)])
     assert got["ucx_refused"] is True, got
     assert _ucx_outlives_memhook(got), got
     assert (got["after_hit"], got["after_gone"]) == (M, M), got
