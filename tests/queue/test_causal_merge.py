@@ -67,19 +67,7 @@ CASES = {
 }
 
 
-# Open: a FREE by another thread of an allocation made a moment before may
-# come out with its size unknown - the gap docs/design/causal-merge.md
-# leaves ("The FREE after its ALLOC, without the record id": its chain word
-# overwritten while the ALLOC is pending) - and the strict replay then finds
-# an ALLOC onto a range it still holds: a few percent of runs on an idle
-# 2-core box, none beside CPU hogs.  Still run, and reported (XPASS when it
-# holds), until that gap is closed.
-_KNOWN = {"precise-strict": pytest.mark.xfail(
-    raises=AssertionError, strict=False,
-    reason="open: a cross-thread FREE's size unknown (causal-merge.md's gap)")}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_KNOWN.get(c, ())) for c in sorted(CASES)])
+@pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("seed", ["1", "0x5eed"])
 def test_the_drained_order_builds_the_true_cache(harness: Path, case: str, seed: str) -> None:
     rounds, *mode = CASES[case]
@@ -96,6 +84,29 @@ def test_the_drained_order_with_every_stamp_from_the_tsc(harness: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("ok rounds"), (
         proc.stdout[-4000:] + proc.stderr[-2000:])
     assert "error" not in proc.stderr, proc.stderr  # no cycle of links and markers
+
+
+def test_a_free_is_sized_from_an_alloc_published_past_the_look(
+        tmp_path: Path, object_cache: ObjectCache) -> None:
+    """A FREE visible to a look whose ALLOC, in another thread, was published
+    after the look read that thread's lane (or after it walked the list of
+    lanes) comes out with the ALLOC's size, never size unknown: the window
+    fixtures/link_past_the_look.c holds open through the drain's test seam
+    (event_drain.c built with MH_TEST_SEAMS), which the random histories
+    above meet in a few runs out of a hundred on a quiet machine."""
+    flags = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", *build_native.WARNINGS,
+             f"-I{CSRC / 'include'}", *(f"-I{CSRC / inc}" for inc in CORE.includes)]
+    sources = [p for pattern in CORE.sources for p in sorted(CSRC.glob(pattern))]
+    seamed = [p for p in sources if p.name == "event_drain.c"]
+    assert seamed, "the drain's source moved"
+    objs = [*object_cache.compile([p for p in sources if p not in seamed], flags, tree=CSRC),
+            *object_cache.compile([*seamed, FIXTURES / "link_past_the_look.c"],
+                                  [*flags, "-DMH_TEST_SEAMS"], tree=CSRC)]
+    exe = tmp_path / "link_past_the_look"
+    subprocess.run(["cc", *flags, *map(str, objs), "-o", str(exe), "-ldl", "-lpthread"],
+                   check=True, timeout=600)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
