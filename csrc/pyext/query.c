@@ -11,10 +11,9 @@
  * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
  * handle), __cuda_array_interface__, DLPack, the interface else DLPack
  * (Python's order), a PyTorch tensor's own methods, and a CuPy array's own
- * attributes.  Anything else or
- * odd (an error, an empty extent, a malformed interface) goes to the
- * Python normaliser (`fallback`): this file never answers what Python
- * would not, and never words an error.
+ * attributes.  Anything else or odd (an error, an empty extent, a
+ * malformed interface) goes to the Python normaliser (`fallback`): this
+ * file never answers what Python would not, and never words an error.
  *
  * The GIL is held throughout (memhook_query takes no lock a Python thread
  * could hold and never calls Python); the configured objects below are
@@ -491,10 +490,10 @@ static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
  * without the dict, the dtype's typestr and descr and the current stream
  * that building it costs on every read.  For any array the interface
  * gives an extent for, it is that extent (an empty one aside: its
- * interface's pointer is 0, and extent leaves it to Python);
- * memhook/_queries/query.py checks it on the type's first object, and
- * reads it only on CuPy's own ndarray class and subclasses that keep these
- * attributes. */
+ * interface's pointer is 0, and extent leaves it to Python).
+ * memhook/_queries/query.py gives this kind only to CuPy's own ndarray
+ * class and its subclasses that keep these attributes, and only once the
+ * type's first object read this way gave byte_range's extent. */
 static int cupy_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *data = NULL, *ptr_o = NULL, *shape_t = NULL, *strides_t = NULL, *itemsize_o = NULL;

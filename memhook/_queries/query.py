@@ -205,7 +205,8 @@ def _cupy_array(cls: type) -> bool:
     ndarray = getattr(cupy, "ndarray", None)
     if not (isinstance(ndarray, type) and issubclass(cls, ndarray)):
         return False
-    return all(getattr(cls, name, None) is getattr(ndarray, name, cls)
+    missing = object()  # (an attribute ndarray lacks is kept by no class)
+    return all(getattr(cls, name, missing) is getattr(ndarray, name, None)
                for name in _CUPY_ATTRIBUTES)
 
 
