@@ -111,6 +111,21 @@ def _cupy_module() -> types.ModuleType:
     return cupy
 
 
+@pytest.fixture(autouse=True)
+def forget_taught_types() -> Iterator[None]:
+    """C forgets the types a test taught it: each test makes new ones, and
+    the table of learned types is bounded for the whole process."""
+    kinds, declined = set(_query._kinds), set(_query._declined)
+    refused, misread = set(_query._refused), set(_query._misread)
+    yield
+    for cls in set(_query._kinds) - kinds:
+        del _query._kinds[cls]
+    for cls in set(_query._declined) - declined:
+        del _query._declined[cls]
+    _query._refused.intersection_update(refused)
+    _query._misread.intersection_update(misread)
+
+
 @pytest.fixture
 def cupy(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = _cupy_module()
