@@ -320,6 +320,7 @@ def test_a_look_alike_whose_attributes_disagree_is_read_through_its_interface(
             assert memhook.memory_type(a) is M.HOST
             assert memhook.lookup(a) is None
     assert _query._kinds.get(fake.ndarray) == _query._KIND_CAI_DLPACK
+    assert fake.ndarray in _query._misread  # (its attributes are never tried again)
 
 
 def test_only_cupys_own_ndarray_is_read_through_its_attributes(
