@@ -27,7 +27,8 @@ own so that one mode's install cannot colour another's figures:
 * the objects users pass, through ``memory_type``: numpy arrays, bytes,
   memoryview, ctypes integers, ``c_void_p`` and arrays, cuda-python's
   ``CUdeviceptr``, ``__cuda_array_interface__`` objects (one with a
-  literal dict, one that makes its dict as CuPy does), DLPack-only
+  literal dict, one that makes its dict as CuPy does), an array standing
+  for CuPy's ndarray (its attributes, and that interface), DLPack-only
   objects, objects read as a PyTorch CPU tensor is (an interface that
   raises, then DLPack with an IntEnum device type) and, where torch is
   importable, torch's CPU tensors, with and without requires_grad (64
@@ -112,6 +113,72 @@ class _CupyLikeArray:
         desc["strides"] = None
         desc["data"] = (self._ptr, False)
         return desc
+
+
+class _MemoryPointer:
+    """As ``cupy.cuda.MemoryPointer``: ``ptr``, the address it points at."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class _CupyArray:
+    """A 1-D float32 array standing for a CuPy one where CuPy is not
+    imported (``cupy_stand_in`` names it ``sys.modules['cupy'].ndarray``,
+    where memhook looks CuPy's class up): CuPy's attributes - ``data`` (a
+    MemoryPointer), ``shape`` and ``strides`` (a new tuple each read),
+    ``itemsize`` (the dtype's) - and its interface made as
+    ``_CupyLikeArray`` makes it, with ``__dlpack__``, as CuPy has."""
+
+    __slots__ = ("data", "dtype", "_shape", "_strides")
+
+    def __init__(self, ptr: int, n: int) -> None:
+        import numpy as np
+
+        self.data, self.dtype = _MemoryPointer(ptr), np.dtype(np.float32)
+        self._shape, self._strides = [n], [4]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(self._strides)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize  # type: ignore[no-any-return]
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        desc: dict[str, Any] = {"shape": self.shape, "typestr": self.dtype.str,
+                                "descr": self.dtype.descr}
+        desc["stream"] = 1
+        desc["version"] = 3
+        desc["strides"] = None  # (C-contiguous)
+        desc["data"] = (self.data.ptr, False)
+        return desc
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise BufferError("the stand-in for CuPy exports no DLPack capsule")
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)  # kDLCUDA
+
+
+def cupy_stand_in() -> bool:
+    """Make ``_CupyArray`` what memhook takes for CuPy's ndarray, unless a
+    real CuPy is imported; whether it is."""
+    import types
+
+    if "cupy" not in sys.modules:
+        module = types.ModuleType("cupy")
+        module.ndarray = _CupyArray  # type: ignore[attr-defined]
+        sys.modules["cupy"] = module
+    return getattr(sys.modules["cupy"], "ndarray", None) is _CupyArray
 
 
 class _DLPackOnly:
@@ -214,6 +281,8 @@ def _objects(cu: Any, dev_ptrs: list[int], queries: int) -> dict[str, tuple[list
         "dlpack (host)": ([_DLPackOnly(a) for a in arrays], host),
         "tensor-like (host)": ([_TensorLike(a) for a in arrays], host),
     }
+    if cupy_stand_in():
+        kinds["cupy array (dev)"] = ([_CupyArray(p, 1024) for p in dev_ptrs[:64]], cuda)
     try:
         import torch
         kinds["torch cpu tensor"] = ([torch.zeros(256 + i) for i in range(64)], host)
@@ -342,6 +411,9 @@ def _child(mode: str, regions: int, queries: int, repeat: int) -> dict[str, Any]
         lambda: consume(o.__cuda_array_interface__ for o in cai), queries)
     work["iface cuda_array_interface as CuPy (dev)"] = (
         lambda: consume(o.__cuda_array_interface__ for o in cupy_like), queries)
+    if "cupy array (dev)" in objects:
+        work["iface cupy array (dev)"] = (lambda objs=objects["cupy array (dev)"][0]: consume(
+            o.__cuda_array_interface__ for o in objs), queries)
     # (a consumer asks the device first, for the stream, then for a versioned
     # capsule: both are the protocol's reading)
     work["iface dlpack"] = (lambda: consume((o.__dlpack_device__(), o.__dlpack__(
@@ -484,7 +556,7 @@ def _print_objects(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> bo
                 "batch_dev": "memory_types, a pointer"}.get(key, key[4:])
         print(f"| {name} | {goal:.0f} | " + " | ".join(cells) + f" | {'met' if met else 'MISSED'} |")
     for what in ("iface cuda_array_interface", "iface cuda_array_interface as CuPy (dev)",
-                 "iface dlpack", "iface tensor-like (host)",
+                 "iface cupy array (dev)", "iface dlpack", "iface tensor-like (host)",
                  "iface torch cpu tensor", "iface torch cpu tensor (requires grad)",
                  "ctypes_driver_dev_cold",
                  "ctypes_driver_host", "cu_dev_cold", "cu_host"):

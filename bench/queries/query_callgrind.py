@@ -13,8 +13,10 @@ collects only inside libffi's ``ffi_call`` (``--toggle-collect``), so the
 count is that loop's, harness included (``deque(map(f, args))``), divided
 by QUERIES.  Cases: ``memory_type`` of random interior pointers (cold) and
 of one pointer (hot), ``lookup`` cold, a numpy array, an object with a
-literal ``__cuda_array_interface__`` dict and one whose dict is made as
-CuPy makes it, each beside the cost of reading that interface alone, and
+literal ``__cuda_array_interface__`` dict, one whose dict is made as
+CuPy makes it, and an array standing for CuPy's ndarray (its attributes,
+and that interface: ``cupy_array``), each beside the cost of reading that
+interface alone, and
 ``memory_types`` of the cold pointers (a pointer).
 
 ``--baseline-python PY`` runs every case again with that interpreter (a
@@ -33,7 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-CASES = ("cold", "hot", "lookup", "numpy", "cai", "cai_read", "cupy", "cupy_read", "types")
+CASES = ("cold", "hot", "lookup", "numpy", "cai", "cai_read", "cupy", "cupy_read", "cupy_array",
+         "cupy_array_read", "types")
 ALLOC = 4096
 
 
@@ -48,7 +51,7 @@ def _child(case: str, regions: int, queries: int) -> None:
     from memhook import MemoryType
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from cache_vs_driver import _CudaArray, _CupyLikeArray, cuda_ok
+    from cache_vs_driver import _CudaArray, _CupyArray, _CupyLikeArray, cuda_ok, cupy_stand_in
 
     memhook.install("bistro")
     from cuda.bindings import driver as cu
@@ -67,10 +70,13 @@ def _child(case: str, regions: int, queries: int) -> None:
     cycle = (lambda objs: (objs * (queries // len(objs) + 1))[:queries])
     cai = cycle([_CudaArray(p, ALLOC // 4) for p in keep[:64]])
     cupy = cycle([_CupyLikeArray(p, ALLOC // 4) for p in keep[:64]])
+    assert cupy_stand_in(), "a real CuPy is imported"
+    cupy_arrays = cycle([_CupyArray(p, ALLOC // 4) for p in keep[:64]])
     arrays = cycle([np.zeros(256 + i, dtype=np.float32) for i in range(64)])
     cold_arr = np.array(cold, dtype=np.uint64)
     mt, consume = memhook.memory_type, collections.deque(maxlen=0).extend
-    assert all(mt(o) is MemoryType.CUDA for o in cold[:100] + cai[:100] + cupy[:100])
+    assert all(mt(o) is MemoryType.CUDA
+               for o in cold[:100] + cai[:100] + cupy[:100] + cupy_arrays[:100])
     work = {
         "cold": lambda: consume(map(mt, cold)),
         "hot": lambda: consume(map(mt, [cold[0]] * queries)),
@@ -80,6 +86,8 @@ def _child(case: str, regions: int, queries: int) -> None:
         "cai_read": lambda: consume(o.__cuda_array_interface__ for o in cai),
         "cupy": lambda: consume(map(mt, cupy)),
         "cupy_read": lambda: consume(o.__cuda_array_interface__ for o in cupy),
+        "cupy_array": lambda: consume(map(mt, cupy_arrays)),
+        "cupy_array_read": lambda: consume(o.__cuda_array_interface__ for o in cupy_arrays),
         "types": lambda: memhook.memory_types(cold_arr),
     }
     fn = work[case]

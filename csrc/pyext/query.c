@@ -10,10 +10,10 @@
  * on a first object against memhook._queries.inputs.byte_range): the buffer
  * protocol, a ctypes integer's own bytes, __index__, __int__ (a pointer
  * handle), __cuda_array_interface__, DLPack, the interface else DLPack
- * (Python's order), and a PyTorch tensor's own methods.  Anything else or
- * odd (an error, an empty extent, a malformed interface) goes to the
- * Python normaliser (`fallback`): this file never answers what Python
- * would not, and never words an error.
+ * (Python's order), a PyTorch tensor's own methods, and a CuPy array's own
+ * attributes.  Anything else or odd (an error, an empty extent, a
+ * malformed interface) goes to the Python normaliser (`fallback`): this
+ * file never answers what Python would not, and never words an error.
  *
  * The GIL is held throughout (memhook_query takes no lock a Python thread
  * could hold and never calls Python); the configured objects below are
@@ -56,6 +56,7 @@ enum kind {
     KIND_CTYPES_SIGNED = 8,   /* a ctypes signed integer: its bytes */
     KIND_CAI_DLPACK = 9, /* __cuda_array_interface__, else (it raised) DLPack */
     KIND_TORCH = 10,     /* a PyTorch tensor's own methods (tensor_range) */
+    KIND_CUPY = 11,      /* a CuPy array's own attributes (cupy_range) */
 };
 
 /* Set once by memhook/_queries/query.py (query_configure); global because the
@@ -87,9 +88,9 @@ static PyObject *s_dlpack, *s_dlpack_device, *s_max_version;
  * protocol's "no synchronisation": only metadata is read) off the CPU;
  * their names as vectorcall takes them (interned: matched by identity). */
 static PyObject *v_max_version, *v_no_sync, *kwnames_cpu, *kwnames_device;
-static PyObject *s_data_ptr, *s_stride, *s_element_size;
+static PyObject *s_data_ptr, *s_stride, *s_element_size, *s_itemsize;
 static PyObject *s_ptr, *s_size; /* the public keywords */
-static PyObject *s_current, *s_cai, *s_shape, *s_stream;
+static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_stream;
 
 /* (PyLong_AsUnsignedLong and PyLong_AsLong read the digits in a loop;
  * the long long forms go through a byte-array conversion, several times
@@ -483,6 +484,40 @@ static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
     return ok;
 }
 
+/* A CuPy array's extent from data.ptr (a MemoryPointer's address of the
+ * first element, a view's offset included), shape, strides (bytes) and
+ * itemsize: what CuPy builds its __cuda_array_interface__ from, read
+ * without the dict, the dtype's typestr and descr and the current stream
+ * that building it costs on every read.  For any array the interface
+ * gives an extent for, it is that extent (an empty one aside: its
+ * interface's pointer is 0, and extent leaves it to Python).
+ * memhook/_queries/query.py gives this kind only to CuPy's own ndarray
+ * class and its subclasses that keep these attributes, and only once the
+ * type's first object read this way gave byte_range's extent. */
+static int cupy_range(PyObject *obj, uint64_t *start, uint64_t *n)
+{
+    PyObject *data = NULL, *ptr_o = NULL, *shape_t = NULL, *strides_t = NULL, *itemsize_o = NULL;
+    int64_t shape[64], strides[64], itemsize;
+    Py_ssize_t nd = 0, ns = 0;
+    uint64_t ptr;
+    int ok = (data = PyObject_GetAttr(obj, s_data)) != NULL &&
+             (ptr_o = PyObject_GetAttr(data, s_ptr)) != NULL && as_u64(ptr_o, &ptr) &&
+             (shape_t = PyObject_GetAttr(obj, s_shape)) != NULL &&
+             int_tuple(shape_t, shape, &nd) &&
+             (strides_t = PyObject_GetAttr(obj, s_strides)) != NULL &&
+             int_tuple(strides_t, strides, &ns) && ns == nd &&
+             (itemsize_o = PyObject_GetAttr(obj, s_itemsize)) != NULL &&
+             as_i64(itemsize_o, &itemsize) && itemsize > 0 &&
+             extent(ptr, (int)nd, shape, strides, itemsize, start, n);
+    PyErr_Clear();
+    Py_XDECREF(data);
+    Py_XDECREF(ptr_o);
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    Py_XDECREF(itemsize_o);
+    return ok;
+}
+
 /* A PyLong from an attribute or a conversion, as an address. */
 static int steal_address(PyObject *v, uint64_t *start)
 {
@@ -580,6 +615,11 @@ static int normalise(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n
         }
         case KIND_TORCH:
             if (!tensor_range(obj, start, n))
+                return 0;
+            is_address = 0;
+            break;
+        case KIND_CUPY:
+            if (!cupy_range(obj, start, n))
                 return 0;
             is_address = 0;
             break;
@@ -1036,13 +1076,16 @@ int memhook_pyext_add(PyObject *m)
     for (int i = 0; i < CAI_NAMES; i++)
         if (!(cai_names[i] = intern(cai[i])))
             return -1;
+    s_data = cai_names[0];
     s_shape = cai_names[1];
+    s_strides = cai_names[3];
     s_stream = cai_names[6];
     if (!(s_current = intern("current")) || !(s_ptr = intern("ptr")) ||
         !(s_size = intern("size")) || !(s_cai = intern("__cuda_array_interface__")) ||
         !(s_dlpack = intern("__dlpack__")) ||
         !(s_dlpack_device = intern("__dlpack_device__")) || !(s_data_ptr = intern("data_ptr")) ||
         !(s_stride = intern("stride")) || !(s_element_size = intern("element_size")) ||
+        !(s_itemsize = intern("itemsize")) ||
         !(v_max_version = Py_BuildValue("(ii)", 1, 0)) || !(v_no_sync = PyLong_FromLong(-1)) ||
         !(s_max_version = intern("max_version")) ||
         !(kwnames_cpu = PyTuple_Pack(1, s_max_version)) ||

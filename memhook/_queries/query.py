@@ -17,9 +17,10 @@ it (:func:`_normalise`): the first object of a type goes through the
 Python normaliser (memhook._queries.inputs.byte_range, the reference for every form
 and every error message); where the type's form is one C reads (the buffer
 protocol, a ctypes integer, ``__index__``, ``__int__``,
-``__cuda_array_interface__``, DLPack) and C's reading of that object gives the same
-extent, later objects of the type are read in C.  Anything C does not read,
-or reads oddly (an error, an empty extent), comes back here.
+``__cuda_array_interface__``, DLPack, a PyTorch tensor's methods, a CuPy
+array's attributes) and C's reading of that object gives the same extent,
+later objects of the type are read in C.  Anything C does not read, or
+reads oddly (an error, an empty extent), comes back here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import ctypes
 import dataclasses
 import inspect
 import numbers
+import sys
 import types
 from typing import Any, Callable, TypeVar
 
@@ -177,6 +179,8 @@ def memory_types(ptrs: Any) -> np.ndarray:
 
 _KIND_BUFFER, _KIND_INDEX, _KIND_INT, _KIND_CAI, _KIND_DLPACK = 1, 3, 4, 5, 6
 _KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED, _KIND_CAI_DLPACK, _KIND_TORCH = 7, 8, 9, 10
+_KIND_CUPY = 11
+_ADDRESS_KINDS = frozenset((_KIND_INDEX, _KIND_INT, _KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED))
 _CTYPES_SIGNED_CODES = frozenset("bhilq")
 _CTYPES_UNSIGNED_CODES = frozenset("BHILQP")  # (not c_char_p/c_wchar_p: .value is text)
 _LEARNED_MAX = 256  # (types: a program passes a handful)
@@ -184,11 +188,44 @@ _DECLINED_MAX = 8  # objects of a type C declines to read before it stops trying
 _kinds: dict[type, int] = {}
 _refused: set[type] = set()
 _declined: dict[type, int] = {}
+_misread: set[type] = set()  # CuPy-typed, yet its attributes disagreed with its interface
+# The attributes C reads of a CuPy array (cupy_range), and the interface
+# they stand for: a subclass that redefines one is read through the protocol.
+_CUPY_ATTRIBUTES = ("data", "shape", "strides", "itemsize", "__cuda_array_interface__")
+
+
+def _cupy_array(cls: type) -> bool:
+    """Whether ``cls`` is CuPy's ``ndarray`` or a subclass that keeps the
+    attributes C reads in its place (``_CUPY_ATTRIBUTES``).  Asked of the
+    class CuPy itself defines, found in ``sys.modules``: no array exists
+    before cupy is imported, so memhook never imports it, and another
+    library's ``data.ptr`` (whose meaning no protocol fixes) is never read
+    as an address."""
+    cupy = sys.modules.get("cupy")
+    ndarray = getattr(cupy, "ndarray", None)
+    if not (isinstance(ndarray, type) and issubclass(cls, ndarray)):
+        return False
+    missing = object()  # (an attribute ndarray lacks is kept by no class)
+    return all(getattr(cls, name, missing) is getattr(ndarray, name, None)
+               for name in _CUPY_ATTRIBUTES)
+
+
+def _kinds_of(cls: type) -> tuple[int, ...]:
+    """How C could read an object of ``cls``, as memhook._queries.inputs
+    would, best first: a CuPy array through its own attributes, else its
+    interface (a type whose attributes once disagreed with its interface:
+    the interface alone).  Empty: C cannot."""
+    kind = _kind_of(cls)
+    if kind and cls not in _misread and _cupy_array(cls):
+        # (the interface's extent, at a fraction of the cost of the dict
+        # CuPy builds on each read)
+        return (_KIND_CUPY, kind)
+    return (kind,) if kind else ()
 
 
 def _kind_of(cls: type) -> int:
-    """How C could read an object of ``cls``, as memhook._queries.inputs would (0: it
-    cannot)."""
+    """How C could read an object of ``cls`` through the protocols, as
+    memhook._queries.inputs would (0: it cannot)."""
     if issubclass(cls, bool) or cls in (np.bool_, ctypes.c_bool):
         return 0
     if torch_tensor(cls):
@@ -229,27 +266,32 @@ def _kind_of(cls: type) -> int:
 
 
 def _learn(obj: Any, start: int, n: int, sized: bool) -> None:
-    """Teach C ``type(obj)`` if C reads this object as memhook._queries.inputs did.
-    A type C reads differently is refused; one whose object C declined to
-    read (an empty array, a tensor whose interface raised...) is tried again
-    on later objects, up to _DECLINED_MAX of them: the first object a
-    program passes is often not a typical one."""
+    """Teach C ``type(obj)`` the first of its kinds (``_kinds_of``) by which
+    C reads this object as memhook._queries.inputs did.  A kind that reads
+    it differently is passed over (a CuPy array's attributes: never tried
+    again on the type), and a type no kind reads right is refused; one
+    whose object C declined to read (an empty array, a tensor whose
+    interface raised...) is tried again on later objects, up to
+    _DECLINED_MAX of them: the first object a program passes is often not
+    a typical one."""
     cls = type(obj)
     if cls in _refused or len(_kinds) >= _LEARNED_MAX:
         return
-    kind = _kind_of(cls)
-    if kind:
+    for kind in _kinds_of(cls):
         got = query_extent(obj, kind)
-        address = kind in (_KIND_INDEX, _KIND_INT, _KIND_CTYPES_UNSIGNED, _KIND_CTYPES_SIGNED)
+        address = kind in _ADDRESS_KINDS
         if got is None or (sized and not address):
             declined = _declined.get(cls, 0) + 1
             _declined[cls] = declined
             if declined < _DECLINED_MAX:
                 return
-        elif got[0] == start if address else got == (start, n):
+            break
+        if got[0] == start if address else got == (start, n):
             _kinds[cls] = kind
             _declined.pop(cls, None)
             return
+        if kind == _KIND_CUPY:
+            _misread.add(cls)
     _refused.add(cls)
 
 
