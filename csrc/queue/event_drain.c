@@ -277,6 +277,9 @@ typedef struct counted_set {
  * asks - rule 1 holds an ALLOC behind it - where the address chain links
  * them.) */
 static counted_set g_closer_addrs;
+/* The addresses of the visible ALLOCs not handed out: where a FREE whose
+ * link was lost finds its ALLOC while it is pending (fill_lost). */
+static counted_set g_opener_addrs;
 
 /* A full mix (murmur3's finaliser): identities differ in their low bits
  * and addresses in their middle ones, and a linear-probe table wants
@@ -561,42 +564,148 @@ static mh_lane *lane_of_link(uint64_t id)
 
 /* Size a FREE recorded with its address only (queue.h, MH_DEVICE_FILL) as
  * it becomes visible to the rules, which weigh its range (rule 3).  Its
- * ALLOC was published before it (P), so it is pending now or handed out:
- *  - its link names it (the address chain's word: the last event at its
- *    address was its ALLOC) and it is still pending - read wherever it is
- *    published, not only within what this look saw of its lane: the FREE's
- *    thread read the link after the ALLOC's publication, and this drain
- *    read the FREE's lane after the FREE's, so the ALLOC is written and
- *    visible here even where its lane's count was read before it;
- *  - the drain handed it out (free_fill.c's record);
- *  - or it was made before install and a query asked the driver about it
- *    since (the cache's record of that answer: fill_extent).
- * An ALLOC of another marker epoch than the FREE's, or one flagged
- * MH_EVENT_UNPAIRED, is not believed: a marker between them (a gap in the
- * hooks above all) may hide the free of that allocation and another made
- * at its address unseen.  Otherwise memhook never knew the allocation (made
- * before install, or before a gap, and never asked about), or its chain
- * word was another address's while the ALLOC was still pending: size
- * unknown, which the cache resolves through the driver
- * (docs/design/causal-merge.md). */
-static void fill_visible(memhook_event *e)
+ * ALLOC was published before it (P), so it is pending now or handed out.
+ * First its link: the address chain's word, the last event at its address
+ * when the FREE was recorded - its ALLOC, unless another address hashing
+ * to the same word wrote there since (or the allocation was made before
+ * install).  A linked ALLOC still pending is read wherever it is
+ * published, not only within what this look saw of its lane: the FREE's
+ * thread read the link after the ALLOC's publication, and this drain read
+ * the FREE's lane after the FREE's, so the ALLOC is written and visible
+ * here even where its lane's count was read before it.  An ALLOC of
+ * another marker epoch than the FREE's, or one flagged MH_EVENT_UNPAIRED,
+ * is not believed: a marker between them (a gap in the hooks above all)
+ * may hide the free of that allocation and another made at its address
+ * unseen.  A linked event already handed out sizes the FREE from the
+ * drain's record of what it handed out (free_fill.c).  False: the link
+ * named no event or a pending one that is not its ALLOC (fill_lost then
+ * sizes it, once the look has listed every visible event). */
+static bool fill_from_link(memhook_event *e)
 {
     mh_lane *const linked = e->seq != 0 ? lane_of_link(e->seq) : NULL;
-    if (linked != NULL) {
-        uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
-        if (ti >= lane_unread(linked) &&
-            ti < atomic_load_explicit(&linked->published, memory_order_acquire)) {
-            const memhook_event *a = event_at(linked, ti);
-            if (a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address && a->size != 0 &&
-                epoch_of(a->flags) == epoch_of(e->flags) && !(a->flags & MH_EVENT_UNPAIRED)) {
-                mh_fill_rec rec = {a->size, a->mem_type, a->device};
-                mh_fill_apply(e, &rec);
-                return;
+    if (linked == NULL)
+        return false;
+    uint64_t ti = e->seq & MH_LANE_INDEX_MASK;
+    if (ti < lane_unread(linked)) {
+        /* Handed out: its ALLOC's record is free_fill.c's (or, made before
+         * install, the cache's record of a driver answer). */
+        mh_fill_rec rec;
+        mh_fill_apply(e, mh_fill_find(e->address, &rec, fill_extent) ? &rec : NULL);
+        return true;
+    }
+    if (ti >= atomic_load_explicit(&linked->published, memory_order_acquire))
+        return false;
+    const memhook_event *a = event_at(linked, ti);
+    if (a->kind != MEMHOOK_EVENT_ALLOC || a->address != e->address || a->size == 0 ||
+        epoch_of(a->flags) != epoch_of(e->flags) || (a->flags & MH_EVENT_UNPAIRED))
+        return false;
+    mh_fill_rec rec = {a->size, a->mem_type, a->device};
+    mh_fill_apply(e, &rec);
+    return true;
+}
+
+/* Whether the pending ALLOC a can be the one the FREE e (lane fl, index
+ * fi, identity self) frees: at its address, of its epoch, not after it in
+ * its own lane or by the same clock, and not an ALLOC that follows it (its
+ * link names e: a later lifetime at the address). */
+static bool could_free(const memhook_event *a, const mh_lane *al, uint64_t ai,
+                       const memhook_event *e, const mh_lane *fl, uint64_t fi, uint64_t self)
+{
+    return a->kind == MEMHOOK_EVENT_ALLOC && a->address == e->address && a->size != 0 &&
+           epoch_of(a->flags) == epoch_of(e->flags) && !(a->flags & MH_EVENT_UNPAIRED) &&
+           (self == 0 || a->seq != self) && (al != fl || ai < fi) &&
+           !(same_clock(a->flags, e->flags) && mh_clock_ns_of(a) > mh_clock_ns_of(e));
+}
+
+/* Size a FREE its link did not (fill_from_link), once the look has listed
+ * every visible event in the closer and opener sets - a FREE met early in
+ * the scan would otherwise miss an ALLOC or a FREE of a lane scanned after
+ * it.  Exact or nothing, and nothing only where the order leaves a doubt:
+ *  - another FREE of its address pending: which allocation each frees is
+ *    not known here (an earlier lifetime's record may still be in
+ *    free_fill.c's table, and sizing from it gave another allocation's
+ *    size) - size unknown;
+ *  - else one pending ALLOC that could be its own (could_free): that one -
+ *    two, or more than the set lists: size unknown;
+ *  - else its ALLOC was handed out (free_fill.c's record), or made before
+ *    install and asked about since (the cache's record of that answer:
+ *    fill_extent);
+ *  - else memhook never knew the allocation (made before install, or before
+ *    a gap, and never asked about): size unknown, which the cache resolves
+ *    through the driver (docs/design/causal-merge.md). */
+static void fill_lost(memhook_event *e, mh_lane *fl, uint64_t fi)
+{
+    uint64_t self = fl->cid != 0 ? (uint64_t)fl->cid << MH_LANE_INDEX_BITS | fi : 0;
+    const counted *frees = counted_find(&g_closer_addrs, e->address);
+    if (frees != NULL && frees->count > 1) {
+        mh_fill_apply(e, NULL);
+        return;
+    }
+    const counted *allocs = counted_find(&g_opener_addrs, e->address);
+    if (allocs != NULL) {
+        const memhook_event *own = NULL;
+        unsigned found = 0, listed = 0;
+        for (unsigned k = 0; k < COUNTED_WHERE; k++) {
+            mh_lane *al = allocs->where[k].lane;
+            if (al == NULL)
+                continue;
+            listed++;
+            const memhook_event *a = event_at(al, allocs->where[k].index);
+            if (could_free(a, al, allocs->where[k].index, e, fl, fi, self)) {
+                own = a;
+                found++;
             }
+        }
+        if (listed != allocs->count || found > 1) {
+            mh_fill_apply(e, NULL);
+            return;
+        }
+        if (found == 1) {
+            mh_fill_rec rec = {own->size, own->mem_type, own->device};
+            mh_fill_apply(e, &rec);
+            return;
         }
     }
     mh_fill_rec rec;
     mh_fill_apply(e, mh_fill_find(e->address, &rec, fill_extent) ? &rec : NULL);
+}
+
+/* The FREEs of a look's scan that fill_from_link did not size, for
+ * fill_lost after the scan (consumer side, grown as needed). */
+static struct {
+    struct {
+        mh_lane *lane;
+        uint64_t index;
+    } *at;
+    size_t n, cap;
+} g_lost;
+
+static bool lost_add(mh_lane *l, uint64_t index)
+{
+    if (g_lost.n == g_lost.cap) {
+        size_t cap = g_lost.cap != 0 ? g_lost.cap * 2 : 64;
+        void *at = realloc(g_lost.at, cap * sizeof *g_lost.at);
+        if (at == NULL)
+            return false;
+        g_lost.at = at;
+        g_lost.cap = cap;
+    }
+    g_lost.at[g_lost.n].lane = l;
+    g_lost.at[g_lost.n].index = index;
+    g_lost.n++;
+    return true;
+}
+
+/* Where a lane's pending events lie: widened by [lo, hi). */
+static void box_widen(mh_lane *l, uint64_t lo, uint64_t hi)
+{
+    if (l->box_lo >= l->box_hi) {
+        l->box_lo = lo;
+        l->box_hi = hi;
+    } else {
+        l->box_lo = lo < l->box_lo ? lo : l->box_lo;
+        l->box_hi = hi > l->box_hi ? hi : l->box_hi;
+    }
 }
 
 /* Tests only (tests/queue/fixtures/link_past_the_look.c, built with
@@ -669,19 +778,17 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
             cursor s = cursor_at(l, from, cur[i].seen);
             for (; s.at < s.end; s.at++) {
                 memhook_event *e = cursor_event(&s);
-                if (e->kind == MEMHOOK_EVENT_FREE && e->device == MH_DEVICE_FILL)
-                    fill_visible(e);  /* (its range, before anything reads it) */
+                /* (its range, before anything reads it; one its link does
+                 * not size, after the scan) */
+                if (e->kind == MEMHOOK_EVENT_FREE && e->device == MH_DEVICE_FILL &&
+                    !fill_from_link(e) && !lost_add(l, s.at))
+                    fill_lost(e, l, s.at);  /* (no memory for the list: now) */
                 if (e->address != 0) {
                     uint64_t end = e->address + (e->size != 0 ? e->size : 1);
-                    end = end > e->address ? end : UINT64_MAX;
-                    if (l->box_lo >= l->box_hi) {
-                        l->box_lo = e->address;
-                        l->box_hi = end;
-                    } else {
-                        l->box_lo = e->address < l->box_lo ? e->address : l->box_lo;
-                        l->box_hi = end > l->box_hi ? end : l->box_hi;
-                    }
+                    box_widen(l, e->address, end > e->address ? end : UINT64_MAX);
                 }
+                if (e->kind == MEMHOOK_EVENT_ALLOC && e->address != 0)
+                    counted_add(&g_opener_addrs, e->address, l, s.at);
                 if (e->kind == MEMHOOK_EVENT_ALLOC && e->seq != 0 && e->address != 0 &&
                     !(e->flags & MH_EVENT_CHAIN)) {
                     /* Its chain link's address, while the linked event can
@@ -714,6 +821,14 @@ static void look_open(look *lk, cursor *cur, size_t cap, uint64_t run, bool fres
         }
         l->linked = cur[i].seen;
     }
+    for (size_t k = 0; k < g_lost.n; k++) {
+        mh_lane *l = g_lost.at[k].lane;
+        memhook_event *e = event_at(l, g_lost.at[k].index);
+        fill_lost(e, l, g_lost.at[k].index);
+        uint64_t end = e->address + (e->size != 0 ? e->size : 1);
+        box_widen(l, e->address, end > e->address ? end : UINT64_MAX);
+    }
+    g_lost.n = 0;
 }
 
 /* The look is over: where each lane's readers stand now. */
@@ -1090,7 +1205,7 @@ static int32_t take_result(memhook_event *slot)
 
 /* Take an event being handed out off the lists the looks keep: the
  * pending markers, a FREE's place in its lane's index and in the closer
- * set. */
+ * set, an ALLOC's in the opener set. */
 static __attribute__((noinline)) void unlist(mh_lane *l, uint64_t at, const memhook_event *slot)
 {
     if (slot->flags & MH_EVENT_MARKER) {
@@ -1098,6 +1213,8 @@ static __attribute__((noinline)) void unlist(mh_lane *l, uint64_t at, const memh
             marker_remove(l, at);
         else
             g_markers_seen++;  /* handed out before any look listed it */
+    } else if (slot->kind == MEMHOOK_EVENT_ALLOC) {
+        counted_remove(&g_opener_addrs, slot->address, l, at);
     } else {
         if (at < l->indexed)
             mh_range_remove(&l->frees, slot->address, at);
@@ -1122,7 +1239,8 @@ static inline __attribute__((always_inline)) void hand_out(cursor *c, memhook_ev
      * that a lane's run of events pays none of it) */
     if ((slot->flags & MH_EVENT_MARKER) ||
         (slot->kind == MEMHOOK_EVENT_FREE && slot->address != 0 &&
-         (c->at < l->indexed || c->at < l->linked)))
+         (c->at < l->indexed || c->at < l->linked)) ||
+        (slot->kind == MEMHOOK_EVENT_ALLOC && slot->address != 0 && c->at < l->linked))
         unlist(l, c->at, slot);
     int32_t result = take_result(slot);
     uint64_t seq = g_next_seq++;
