@@ -109,6 +109,25 @@ def test_a_free_is_sized_from_an_alloc_published_past_the_look(
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+def test_a_free_whose_link_was_lost_is_sized_from_its_own_alloc(
+        tmp_path: Path, object_cache: ObjectCache) -> None:
+    """A FREE whose address-chain word another address wrote over before it
+    was recorded (fixtures/lost_link.c): sized from its ALLOC still pending
+    in another lane, never from an earlier allocation at its address whose
+    FREE is pending too (size unknown there rather than that size), and in
+    a two-thread backlog of 20,000 live allocations - many sharing chain
+    words - every FREE sized."""
+    flags = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", *build_native.WARNINGS,
+             f"-I{CSRC / 'include'}", *(f"-I{CSRC / inc}" for inc in CORE.includes)]
+    sources = [p for pattern in CORE.sources for p in sorted(CSRC.glob(pattern))]
+    objs = object_cache.compile([*sources, FIXTURES / "lost_link.c"], flags, tree=CSRC)
+    exe = tmp_path / "lost_link"
+    subprocess.run(["cc", *flags, *map(str, objs), "-o", str(exe), "-ldl", "-lpthread"],
+                   check=True, timeout=600)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
 def test_the_merge_under_a_sanitizer(tmp_path: Path, build_cache: Path, object_cache: ObjectCache,
                                      sanitizer: str) -> None:
