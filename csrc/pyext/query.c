@@ -98,6 +98,35 @@ static PyObject *s_current, *s_cai, *s_data, *s_shape, *s_strides, *s_stream;
  * on.) */
 _Static_assert(sizeof(long) == 8, "an LP64 platform");
 
+/* A reader below failed: the Python path answers instead, so its error is
+ * cleared - unless it is no Exception (a KeyboardInterrupt from a ^C that
+ * landed in a producer's property or method, SystemExit...), which Python's
+ * normaliser would let through: that one is kept aside, for the entry
+ * point to raise again once the readers are done (raise_kept).  Per
+ * thread: a free-threaded build runs readers at once. */
+static _Thread_local struct {
+    PyObject *type, *value, *traceback;
+} t_kept;
+
+static void read_failed(void)
+{
+    if (t_kept.type == NULL && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Fetch(&t_kept.type, &t_kept.value, &t_kept.traceback);
+        return;
+    }
+    PyErr_Clear();
+}
+
+/* -1 with the exception read_failed kept, if any; else 0. */
+static int raise_kept(void)
+{
+    if (t_kept.type == NULL)
+        return 0;
+    PyErr_Restore(t_kept.type, t_kept.value, t_kept.traceback);
+    t_kept.type = t_kept.value = t_kept.traceback = NULL;
+    return -1;
+}
+
 /* An exact int in [0, 2**64) as *v; 0 (no exception set) otherwise. */
 static int as_u64(PyObject *o, uint64_t *v)
 {
@@ -105,7 +134,7 @@ static int as_u64(PyObject *o, uint64_t *v)
         return 0;
     unsigned long a = PyLong_AsUnsignedLong(o);
     if (a == (unsigned long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     *v = a;
@@ -120,7 +149,7 @@ static int as_int_i64(PyObject *o, int64_t *v)
         return 0;
     long a = PyLong_AsLong(o);
     if (a == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     *v = a;
@@ -169,7 +198,7 @@ static int buffer_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES) != 0) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     int ok = 0;
@@ -216,7 +245,7 @@ static int64_t typestr_parse(PyObject *typestr)
     Py_ssize_t len;
     const char *s = PyUnicode_Check(typestr) ? PyUnicode_AsUTF8AndSize(typestr, &len) : NULL;
     if (s == NULL) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     if (len < 3 || len > 12)
@@ -299,7 +328,7 @@ static int cai_range(PyObject *obj, uint64_t *start, uint64_t *n)
 {
     PyObject *iface = PyObject_GetAttr(obj, s_cai);
     if (iface == NULL) {
-        PyErr_Clear();
+        read_failed();
         return -1;
     }
     int ok = 0;
@@ -338,7 +367,7 @@ static int ctypes_address(PyObject *obj, int is_signed, uint64_t *start)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) != 0) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     int ok = 1;
@@ -411,7 +440,7 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     PyObject *args[3] = {obj, v_max_version, v_no_sync};
     PyObject *device = PyObject_VectorcallMethod(s_dlpack_device, args, 1, NULL);
     if (device == NULL) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     int64_t dev_type;
@@ -424,7 +453,7 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
                                                   dev_type == DL_CPU ? kwnames_cpu
                                                                      : kwnames_device);
     if (capsule == NULL) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     ok = 0;
@@ -440,7 +469,7 @@ static int dlpack_range(PyObject *obj, uint64_t *start, uint64_t *n)
     } else if (raw != NULL && strcmp(name, "dltensor") == 0) {
         ok = dl_tensor_range((const dl_tensor *)(const void *)raw, start, n);
     }
-    PyErr_Clear();
+    read_failed();
     Py_DECREF(capsule);
     return ok;
 }
@@ -451,7 +480,7 @@ static PyObject *call0(PyObject *obj, PyObject *name)
     PyObject *args[1] = {obj};
     PyObject *r = PyObject_VectorcallMethod(name, args, 1, NULL);
     if (r == NULL)
-        PyErr_Clear();
+        read_failed();
     return r;
 }
 
@@ -476,7 +505,7 @@ static int tensor_range(PyObject *obj, uint64_t *start, uint64_t *n)
     for (Py_ssize_t i = 0; ok && i < nd; i++)
         ok = !__builtin_mul_overflow(strides[i], itemsize, &strides[i]);
     ok = ok && extent(ptr, (int)nd, shape, strides, itemsize, start, n);
-    PyErr_Clear();
+    read_failed();
     Py_XDECREF(ptr_o);
     Py_XDECREF(shape_t);
     Py_XDECREF(strides_t);
@@ -509,7 +538,7 @@ static int cupy_range(PyObject *obj, uint64_t *start, uint64_t *n)
              (itemsize_o = PyObject_GetAttr(obj, s_itemsize)) != NULL &&
              as_i64(itemsize_o, &itemsize) && itemsize > 0 &&
              extent(ptr, (int)nd, shape, strides, itemsize, start, n);
-    PyErr_Clear();
+    read_failed();
     Py_XDECREF(data);
     Py_XDECREF(ptr_o);
     Py_XDECREF(shape_t);
@@ -522,7 +551,7 @@ static int cupy_range(PyObject *obj, uint64_t *start, uint64_t *n)
 static int steal_address(PyObject *v, uint64_t *start)
 {
     if (v == NULL) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
     int ok = as_u64(v, start);
@@ -559,7 +588,7 @@ static long kind_of(PyObject *type)
     PyObject *k = PyDict_GetItemWithError(g.kinds, type);
     long kind = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLong(k) : 0;
     if (kind <= 0) {
-        PyErr_Clear();
+        read_failed();
         return 0;
     }
 #ifndef Py_GIL_DISABLED
@@ -671,7 +700,10 @@ static int resolve(PyObject *obj, PyObject *size, uint64_t *start, uint64_t *n)
         *n = 1;
         return 0;
     }
-    if (normalise(obj, size, start, n))
+    int read = normalise(obj, size, start, n);
+    if (raise_kept() != 0)
+        return -1;
+    if (read)
         return 0;
     PyObject *got = size == NULL ? PyObject_CallFunctionObjArgs(g.fallback, obj, NULL)
                                  : PyObject_CallFunctionObjArgs(g.fallback, obj, size, NULL);
@@ -893,6 +925,8 @@ static PyObject *query_extent(PyObject *self, PyObject *const *argv, Py_ssize_t 
     int ok = normalise(argv[0], NULL, &start, &n);
     g.kinds = saved;
     Py_DECREF(probe);
+    if (raise_kept() != 0)
+        return NULL;
     if (!ok)
         Py_RETURN_NONE;
     return Py_BuildValue("(KK)", (unsigned long long)start, (unsigned long long)n);
