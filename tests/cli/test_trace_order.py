@@ -2,8 +2,9 @@
 memhook/tracing/reorder.py), and the text format names each event's pid and tid.
 
 scripts/interleave.py runs two children at once, each allocating on two
-threads every ~1 ms; each child's streamer sends its own batches, so in
-arrival order one child's batch comes after newer events of the other.
+threads, their rounds in lockstep (so they interleave on a loaded box too);
+each child's streamer sends its own batches, so in arrival order one
+child's batch comes after newer events of the other.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Processes whose allocations overlap in time: ``interleave.py N ROUNDS``
-starts N children; once every one is ready (its context made), they are let
-go together, and each allocates and frees ROUNDS times on two threads (its
-main thread and one more), pausing 1 ms between rounds, so their events
-interleave over ~ROUNDS ms however long each took to start on a loaded box."""
+starts N children, each allocating and freeing ROUNDS times on two threads
+(its main thread and one more).  The rounds go in lockstep: every child
+reports each round done and waits for the go of the next, which comes
+once every child has done it - so their events interleave round by round
+however the scheduler of a loaded box runs them (left to run freely, one
+child could finish before the other began)."""
 
 from __future__ import annotations
 
@@ -24,17 +26,23 @@ def child(rounds: int) -> None:
     check(cu.cuInit(0))
     ctx = check(cu.cuDevicePrimaryCtxRetain(check(cu.cuDeviceGet(0))))
 
-    def work() -> None:
+    both = threading.Barrier(2)
+
+    def work(main_thread: bool) -> None:
         check(cu.cuCtxSetCurrent(ctx))
         for i in range(rounds):
             check(cu.cuMemFree(check(cu.cuMemAlloc(4096 * (i + 1)))))
-            time.sleep(0.001)
+            both.wait()
+            if main_thread:  # this child's round is done: wait for every child's
+                print(i, flush=True)
+                sys.stdin.readline()
+            both.wait()
 
     print("ready", flush=True)
     sys.stdin.readline()  # the go: every child starts its rounds at once
-    other = threading.Thread(target=work)
+    other = threading.Thread(target=work, args=(False,))
     other.start()
-    work()
+    work(True)
     other.join()
 
 
@@ -48,10 +56,14 @@ def main() -> int:
             for _ in range(n)]
     for k in kids:
         assert k.stdout is not None and k.stdout.readline() == "ready\n"
-    for k in kids:
-        assert k.stdin is not None
-        k.stdin.write("go\n")
-        k.stdin.flush()
+    for r in range(rounds + 1):  # the go of each round, once all did the last
+        if r > 0:
+            for k in kids:
+                assert k.stdout is not None and k.stdout.readline() == f"{r - 1}\n"
+        for k in kids:
+            assert k.stdin is not None
+            k.stdin.write("go\n")
+            k.stdin.flush()
     return max(k.wait() for k in kids)
 
 
