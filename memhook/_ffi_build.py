@@ -125,6 +125,7 @@ int memhook_hooks_pointer_attributes(void);
 unsigned long long memhook_testing_pointer_attributes_answered(void);
 int memhook_testing_drain_hold(int hold);
 int memhook_testing_clock_tsc_always(void);
+double memhook_clock_ns_per_tick(void);
 unsigned long long memhook_testing_device_queries(void);
 int memhook_hooks_coverage_complete(void);
 unsigned long long memhook_coverage_token(void);

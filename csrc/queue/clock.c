@@ -168,6 +168,17 @@ void mh_clock_at_load(void)
 
 int memhook_testing_clock_tsc_always(void) { return mh_clock_tsc_always; }
 
+double memhook_clock_ns_per_tick(void)
+{
+    if (!mh_clock_tsc)
+        return 0.0;
+    uint64_t tsc, ns;
+    do
+        mh_clock_anchor(&tsc, &ns);
+    while (ns - g_ns0 < MIN_BASELINE_NS || tsc == g_tsc0);  /* (once, just after load) */
+    return (double)(ns - g_ns0) / (double)(tsc - g_tsc0);
+}
+
 /* Whether converted stamps must be precise now: a subscriber asked.  (The
  * trace converts its own copies, against the anchors its area records.) */
 static bool precise_wanted(void)

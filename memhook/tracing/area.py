@@ -112,6 +112,10 @@ class TraceArea:
     best_ns_per_tick: float | None = None
     """The rate of the longest anchor baseline any area had (one TSC for the
     whole machine): for an area whose process lived too short to have one."""
+    machine_ns_per_tick: float | None = None
+    """The TSC's rate as the collector's own process measured it
+    (``memhook_clock_ns_per_tick``, set by the collector): before any other,
+    for an area whose own anchors are too close to size a tick."""
     _best_baseline = 0
 
     def __init__(self, fd: int) -> None:
@@ -396,8 +400,10 @@ class TraceArea:
             if baseline > TraceArea._best_baseline:
                 TraceArea._best_baseline = baseline
                 TraceArea.best_ns_per_tick = rate
-        if baseline < 10_000_000 and TraceArea.best_ns_per_tick is not None:
-            rate = TraceArea.best_ns_per_tick  # under a few ms: too short to trust
+        if baseline < 10_000_000:  # under a few ms: too short to trust
+            # (a unit rate, the last resort, put a starved process's first
+            # batch far ahead of its true time, and every later one there)
+            rate = TraceArea.machine_ns_per_tick or TraceArea.best_ns_per_tick or rate
         if rate is None:
             rate = 1.0
         ticks = ev["timestamp_ns"][raw].astype(np.float64) - float(tsc1)

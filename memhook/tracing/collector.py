@@ -54,6 +54,15 @@ from .sockdir import SocketFolder
 
 __all__ = ["Collector"]
 
+
+def _machine_ns_per_tick() -> float | None:
+    """The TSC's rate as this process measures it (the core's, loaded here
+    with the library): every traced process reads the same TSC."""
+    from .._binding.core import lib  # (the collector's only use of the core)
+
+    rate = float(lib.memhook_clock_ns_per_tick())
+    return rate if rate > 0 else None
+
 _SUN_PATH_MAX = 107
 _POLL_S = 0.02
 _BATCH = 4096  # events an area a read: the most the collector holds at once
@@ -206,6 +215,8 @@ class Collector:
         except (protocol.ProtocolError, OSError, ValueError) as exc:
             self._refuse(peer, str(exc), hello.command)
             return
+        if TraceArea.machine_ns_per_tick is None:  # (the first area: its raw stamps may come soon)
+            TraceArea.machine_ns_per_tick = _machine_ns_per_tick()
         self._unexpect(peer.pid)  # (announced, and here now)
         # The same process, another image: the older one exec'd.  Older by
         # connect order, not by HELLO order: an image connects at its load

@@ -138,6 +138,7 @@ def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
     p = _Producer(fd)
     area.TraceArea.best_ns_per_tick = None
     area.TraceArea._best_baseline = 0
+    area.TraceArea.machine_ns_per_tick = None
     ev = p.events
     stamps = [1000, 2000, 3000, 4000]  # raw TSC, one thread
     for j, t in enumerate(stamps):
@@ -157,6 +158,34 @@ def test_converted_stamps_never_step_back_when_the_rate_moves() -> None:
     assert len(got) == 4
     assert got == sorted(got), got
     del ev
+    p.close()
+    a.close()
+    os.close(fd)
+
+
+def test_a_young_area_is_sized_with_the_machines_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An area whose process has not refreshed its anchor yet (a starved
+    streamer on a loaded box) has no rate of its own: its raw stamps are
+    converted with the TSC's rate the collector measured itself - not a
+    unit rate, which put such a process's events far ahead of the others'
+    (and, stamps never stepping back, every later one of it there too)."""
+    fd, _ = _make()
+    a = area.TraceArea(os.dup(fd))
+    p = _Producer(fd)
+    monkeypatch.setattr(area.TraceArea, "best_ns_per_tick", None)
+    monkeypatch.setattr(area.TraceArea, "_best_baseline", 0)
+    monkeypatch.setattr(area.TraceArea, "machine_ns_per_tick", 0.25)
+    stamps = [1000, 2000, 3000, 4000]  # raw TSC after the anchor (0, 0)
+    for j, t in enumerate(stamps):
+        p.events[0, j]["timestamp_ns"] = t
+        p.events[0, j]["flags"] = area.RAW_TSC
+    p.first[0] = stamps[0]
+    p.claim[0] = 1
+    p.state[0] = area.SEG_OWNED
+    p.header[128 // 8] = 1
+    p.published[0] = 4
+    got = a.read(final=True)
+    assert list(got["timestamp_ns"]) == [250, 500, 750, 1000]
     p.close()
     a.close()
     os.close(fd)

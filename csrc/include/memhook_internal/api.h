@@ -197,6 +197,13 @@ MEMHOOK_API unsigned long long memhook_testing_device_queries(void);
  * MEMHOOK_CLOCK=tsc); 0 when stamps nobody asked to be precise are read
  * from CLOCK_MONOTONIC_COARSE. */
 MEMHOOK_API int memhook_testing_clock_tsc_always(void);
+/* The TSC's rate, ns a tick, measured in this process from its load to now
+ * (over 4 ms at least: just after load the call waits for the rest, once);
+ * 0 where stamps are no TSC readings.  Every process of the machine reads
+ * one TSC (clock.c uses it only where it is invariant and Linux's clock),
+ * so `memhook trace`'s collector sizes a young process's raw stamps with
+ * it before that process's own anchors are far enough apart. */
+MEMHOOK_API double memhook_clock_ns_per_tick(void);
 
 /* Take (hold nonzero) or let go (hold 0) the event queue's consumer lock in
  * the calling thread, as a drain in progress holds it - for tests that show
