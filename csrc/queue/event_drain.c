@@ -86,28 +86,36 @@ typedef struct cursor {
     uint64_t key;          /* its time in ns, the hint */
 } cursor;
 
-#define SEEK_POINTS (sizeof ((mh_lane *)0)->seek / sizeof ((mh_lane *)0)->seek[0])
-
-/* The segment holding lane index `at` (consumed <= at < published): from
- * the nearest of the lane's seek points at or below it (or read_seg, which
- * holds `consumed`), which then moves to what was found. */
+/* The segment holding lane index `at` (consumed <= at < published): the
+ * lane's directory entry for it, the directory grown along the segments'
+ * links where it does not reach that far yet (out of memory: a walk). */
 static mh_lane_seg *lane_seg_of(mh_lane *l, uint64_t at)
 {
     mh_lane_seg *s = l->read_seg;
-    unsigned from = SEEK_POINTS;
-    for (unsigned i = 0; i < SEEK_POINTS; i++)
-        if (l->seek[i].first > s->first && l->seek[i].first <= at) {
-            s = l->seek[i].seg;
-            from = i;
-        }
-    if (at < s->first + MH_LANE_SEG_SLOTS)
+    size_t k = (size_t)((at - s->first) / MH_LANE_SEG_SLOTS);
+    if (k == 0)
         return s;
-    while (at >= s->first + MH_LANE_SEG_SLOTS)
+    if (k < l->dir.n)
+        return l->dir.seg[k];
+    if (k >= l->dir.cap) {
+        size_t cap = l->dir.cap != 0 ? l->dir.cap : 64;
+        while (cap <= k)
+            cap *= 2;
+        mh_lane_seg **grown = realloc(l->dir.seg, cap * sizeof *grown);
+        if (grown == NULL) {
+            for (; k > 0; k--)
+                s = atomic_load_explicit(&s->next, memory_order_acquire);
+            return s;
+        }
+        l->dir.seg = grown;
+        l->dir.cap = cap;
+    }
+    if (l->dir.n == 0)
+        l->dir.seg[l->dir.n++] = s;
+    for (s = l->dir.seg[l->dir.n - 1]; l->dir.n <= k; l->dir.n++) {
         s = atomic_load_explicit(&s->next, memory_order_acquire);
-    if (from == SEEK_POINTS)
-        from = l->seek_next++ % SEEK_POINTS;
-    l->seek[from].seg = s;
-    l->seek[from].first = s->first;
+        l->dir.seg[l->dir.n] = s;
+    }
     return s;
 }
 
@@ -1361,19 +1369,24 @@ static size_t merge_by_seq(cursor *cur, size_t n, memhook_event *out, size_t cap
 static void lane_retire_consumed(mh_lane *lane)
 {
     mh_lane_seg *s = lane->read_seg;
+    size_t retired = 0;
     while (lane->consumed >= s->first + MH_LANE_SEG_SLOTS) {
         mh_lane_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
         if (next == NULL)
             break;  /* the producer's current segment, exactly full */
-        mh_lane_seg_put(lane, s);
+        mh_lane_seg_put(lane, s);  /* (its fields are the producer's from here) */
         s = next;
+        retired++;
     }
     lane->read_seg = s;
-    for (unsigned i = 0; i < SEEK_POINTS; i++)
-        if (lane->seek[i].first < s->first) {  /* that seek point was retired */
-            lane->seek[i].seg = s;
-            lane->seek[i].first = s->first;
-        }
+    /* (the directory starts at read_seg: the retired segments leave it) */
+    if (retired >= lane->dir.n) {
+        lane->dir.n = 0;
+    } else if (retired != 0) {
+        memmove(lane->dir.seg, lane->dir.seg + retired,
+                (lane->dir.n - retired) * sizeof *lane->dir.seg);
+        lane->dir.n -= retired;
+    }
 }
 
 /* Retire what is consumed; an emptied lane of an exited thread becomes

@@ -161,8 +161,6 @@ static mh_lane *lane_take(void)
     seg->first = 0;
     lane_start_segment(l, seg);
     l->read_seg = seg;
-    for (unsigned i = 0; i < sizeof l->seek / sizeof l->seek[0]; i++)
-        l->seek[i].seg = seg;
     l->tid = tid;
     l->look_cursor = -1;
     uint32_t id = atomic_fetch_add_explicit(&g_lane_ids, 1, memory_order_relaxed) + 1;

@@ -98,18 +98,16 @@ typedef struct mh_lane {
     long look_cursor;                         /* this lane's cursor in a look, or -1 */
     mh_range_tree frees;                      /* its indexed FREEs not handed out */
     mh_lane_seg *read_seg;                    /* the segment holding `consumed` */
-    /* Segments a drain has looked events up in lately, and their `first`
-     * (copied: once retired a segment may be another lane's).  A lookup
-     * starts from the nearest at or below it rather than at read_seg, so
-     * it costs a step, not one per segment of backlog - the drain reads a
-     * lane at a few places at once (the head, the index's and the closer
-     * set's scans, the newest event), so one seek point was not enough
-     * (docs/performance.md). */
+    /* The segments from read_seg on, as far as a drain has looked (seg[k]
+     * holds indices read_seg->first + k * MH_LANE_SEG_SLOTS on): a lookup
+     * far back in a long lane - a FREE's link, the closer and opener sets'
+     * places - is one index, not a walk along the segments of the backlog
+     * (docs/performance.md).  Grown as lookups reach further, shifted as
+     * segments retire; NULL (n 0) until the first lookup past read_seg. */
     struct {
-        mh_lane_seg *seg;
-        uint64_t first;
-    } seek[4];
-    unsigned seek_next;                       /* the seek point a lookup replaces next */
+        mh_lane_seg **seg;
+        size_t n, cap;
+    } dir;
     /* The producer's summary of the addresses its earlier blocks touch,
      * rewritten once per block (lane_span.c), read by queries. */
     _Alignas(64) mh_lane_span span;
