@@ -43,9 +43,16 @@ def _installed_root() -> Path | None:
 @pytest.fixture(scope="session")
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where this session keeps the native builds it makes (memhook_testing's
-    cached_native_build); a pytest started by the suite gets the suite's."""
+    cached_native_build); a pytest started by the suite gets the suite's, and
+    pytest-xdist's workers share one (beside their own base folders)."""
     given = os.environ.get(BUILD_CACHE_ENV)
-    return Path(given) if given else tmp_path_factory.mktemp("native-builds")
+    if given:
+        return Path(given)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "native-builds"
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp("native-builds")
 
 
 @pytest.fixture(scope="session")

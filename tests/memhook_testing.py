@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import os
@@ -183,13 +184,20 @@ def cached_native_build(cache: Path, sanitize: str, only: tuple[str, ...] | None
     made aside and moved into place whole)."""
     key = _digest(_tree_digest(CSRC, (".c", ".h", ".S", ".py")), sanitize, only, _compiler_env())
     root = cache / f"native-{key[:20]}"
-    if not (root / ".complete").exists():
-        scratch = cache / f"native-{key[:20]}.partial"
-        shutil.rmtree(scratch, ignore_errors=True)
-        build_native.build_all(scratch, sanitize=sanitize, only=only)
-        (scratch / ".complete").write_text(f"sanitize={sanitize!r} only={only!r}\n")
-        shutil.rmtree(root, ignore_errors=True)
-        os.replace(scratch, root)
+    if (root / ".complete").exists():
+        return NativeBuild(root, sanitize)
+    # Another pytest sharing the cache (an xdist worker, or a child pytest
+    # started while this one builds) waits for the build under way instead
+    # of making a second one in the same scratch folder.
+    with open(cache / f"native-{key[:20]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").exists():
+            scratch = cache / f"native-{key[:20]}.partial"
+            shutil.rmtree(scratch, ignore_errors=True)
+            build_native.build_all(scratch, sanitize=sanitize, only=only)
+            (scratch / ".complete").write_text(f"sanitize={sanitize!r} only={only!r}\n")
+            shutil.rmtree(root, ignore_errors=True)
+            os.replace(scratch, root)
     return NativeBuild(root, sanitize)
 
 
@@ -254,7 +262,7 @@ class ObjectCache:
 
     @staticmethod
     def _cc(flags: list[str], src: Path, obj: Path) -> str | None:
-        tmp = obj.with_name(obj.name + ".tmp")
+        tmp = obj.with_name(f"{obj.name}.{os.getpid()}.tmp")  # (xdist workers share the folder)
         cmd = [*shlex.split(os.environ.get("CC", "cc")), *flags, "-c", str(src),
                "-o", str(tmp)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -19,6 +19,7 @@ fixed."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import shutil
 import subprocess
@@ -146,7 +147,19 @@ def module_files(package: Path) -> dict[str, Path]:
 
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     """The memhook modules ``path`` (module ``name``) imports, at any depth."""
-    is_package = path.name == "__init__.py"
+    source = path.read_text()
+    try:
+        return set(_imports_of(source, name, path.name == "__init__.py", frozenset(known)))
+    except SyntaxError:
+        ast.parse(source, str(path))  # (raised again, naming the file)
+        raise
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_of(source: str, name: str, is_package: bool, known: frozenset[str]) -> frozenset[str]:
+    """_imports of a module's source: the same source, name and modules give
+    the same edges, so a copy of the package with one file planted parses
+    only that file again."""
     here = name.split(".") if is_package else name.split(".")[:-1]
     found: set[str] = set()
 
@@ -180,9 +193,9 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text(), str(path)))
+    visit(ast.parse(source, name))
     found.discard(name)
-    return found
+    return frozenset(found)
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:

@@ -46,6 +46,9 @@ class IndexPtr:
     def __init__(self, value: int) -> None:
         self._value = value
 
+    def __repr__(self) -> str:  # (a test id that is the same in every run)
+        return f"IndexPtr({self._value})"
+
     def __index__(self) -> int:
         return self._value
 
@@ -378,6 +381,9 @@ class DeviceHandle:
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
+
+    def __repr__(self) -> str:  # (a test id that is the same in every run)
+        return f"DeviceHandle({self.ordinal})"
 
     def __int__(self) -> int:
         return self.ordinal

@@ -84,10 +84,17 @@ def _probes(regions: list[tuple[int, int, int]], rng: np.random.Generator) -> li
     return sorted(p for p in ps if 0 <= p <= TOP)
 
 
-def _expected(regions: list[tuple[int, int, int]], p: int) -> int:
-    """(a region ending at 2^64 loses its last byte: docs/design/native-cache.md)"""
-    i = bisect.bisect_right([r[0] for r in regions], p) - 1
+def _expected_in(regions: list[tuple[int, int, int]], starts: list[int], p: int) -> int:
+    """The type a bisect over ``starts`` (the regions' starts) finds for p."""
+    i = bisect.bisect_right(starts, p) - 1
     return regions[i][2] if i >= 0 and p < min(regions[i][1], TOP) else HOST
+
+
+def _expected(regions: list[tuple[int, int, int]], probes: list[int]) -> list[int]:
+    """What a bisect over the regions answers for each probe (a region ending
+    at 2^64 loses its last byte: docs/design/native-cache.md)."""
+    starts = [r[0] for r in regions]
+    return [_expected_in(regions, starts, p) for p in probes]
 
 
 def _in_groups(probes: list[int], inside: list[int]) -> np.ndarray:
@@ -111,7 +118,7 @@ def test_every_edge_answers_as_a_bisect(kind: str, n: int) -> None:
     regions = _layout(kind, n, rng)
     assert all(a[1] <= b[0] for a, b in zip(regions, regions[1:])), "the layout overlaps"
     probes = _probes(regions, rng)
-    want = [_expected(regions, p) for p in probes]
+    want = _expected(regions, probes)
     with NativeCache() as c:
         c.hooks(installed=True, coverage=True)
         c.apply(_rows(regions))
@@ -150,7 +157,7 @@ def test_readers_see_whole_maps_while_it_grows_and_shrinks() -> None:
     probes = np.array(_probes(big, rng)[:4000], dtype=np.uint64)
     rng.shuffle(probes)
     plist = probes.tolist()
-    answers = {tuple(_expected(m, p) for p in plist) for m in (small, big)}
+    answers = {tuple(_expected(m, plist)) for m in (small, big)}
     assert len(answers) == 2
     with NativeCache() as c:
         c.hooks(installed=True, coverage=True)
@@ -167,7 +174,7 @@ def test_readers_see_whole_maps_while_it_grows_and_shrinks() -> None:
                     return
                 seen[got == answers_big] += 1
 
-        answers_big = tuple(_expected(big, p) for p in plist)
+        answers_big = tuple(_expected(big, plist))
         threads = [threading.Thread(target=reader) for _ in range(3)]
         for t in threads:
             t.start()
@@ -209,12 +216,6 @@ def test_the_guide_is_left_out_where_the_keys_crowd() -> None:
         with NativeCache() as small:
             small.apply(_rows(low[:10]))
             assert small.search_steps() == 4
-
-
-def _expected_in(regions: list[tuple[int, int, int]], starts: list[int], p: int) -> int:
-    """_expected, with the starts listed once for many probes."""
-    i = bisect.bisect_right(starts, p) - 1
-    return regions[i][2] if i >= 0 and p < min(regions[i][1], TOP) else HOST
 
 
 def _one(start: int, end: int, mem_type: int, kind: int, seq: int) -> np.ndarray:
@@ -337,7 +338,7 @@ def test_readers_see_stable_regions_while_patched_publishes_run() -> None:
     probes += [p for k in near for p in (regions[k][0], regions[k][1] - 1,
                                           regions[k][0] + 0x10000, regions[k][0] + 0x1C000,
                                           regions[k + 1][0])]
-    want = [_expected(regions, p) for p in probes]
+    want = _expected(regions, probes)
     with NativeCache() as c:
         c.hooks(installed=True, coverage=True)
         c.apply(_rows(regions))
