@@ -131,11 +131,14 @@ static int refuse(char *why, size_t why_len, const target_info *ti, uint64_t at,
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    mh_plan_explain(text, sizeof text, ti->name, ti->library, at,
-                    (const uint8_t *)(uintptr_t)at, avail, reason);
     static const char lead[] = "bistro: cannot patch ";
-    snprintf(why, why_len, "%s", lead);
     size_t pre = sizeof lead - 1;
+    /* (the explanation fits what is left after the lead: mh_plan_explain
+     * shortens the library's path rather than lose the bytes at the end) */
+    size_t room = why_len > pre + 1 ? why_len - pre : 1;
+    mh_plan_explain(text, room < sizeof text ? room : sizeof text, ti->name, ti->library, at,
+                    (const uint8_t *)(uintptr_t)at, avail, reason);
+    snprintf(why, why_len, "%s", lead);
     if (pre + 1 < why_len) { /* the text, cut to what is left */
         size_t len = strnlen(text, why_len - pre - 1);
         memcpy(why + pre, text, len);

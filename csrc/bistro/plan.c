@@ -125,8 +125,25 @@ void mh_plan_explain(char *buf, size_t len, const char *name, const char *librar
         used += (size_t)snprintf(hex + used, sizeof hex - used, i ? " %02x" : "%02x", bytes[i]);
     const char *lib = library ? library : "?";
     const char *fn = name ? name : "?";
-    size_t fixed = strlen(lib) + strlen(reason) + strlen(hex) + 48;
-    int room = fixed >= len ? 24 : (int)(len - fixed);
-    snprintf(buf, len, "%.*s in %s at %#llx: %s; bytes: %s", room, fn, lib,
+    /* Everything but the name and the library: " in ", " at 0x...: ",
+     * "; bytes: ", the reason and the bytes.  What does not fit comes off
+     * the library's path first, from its left ("..." and the rest: the
+     * file's own name stays), then off the name - never the bytes, which
+     * are what the refusal is about. */
+    size_t others = strlen(reason) + (used ? strlen(hex) : 6) + 4 + 6 + 18 + 9 + 1;
+    size_t room = len > others ? len - others : 0;
+    size_t lib_len = strlen(lib), fn_len = strlen(fn);
+    size_t fn_room = fn_len < 24 ? fn_len : 24;  /* (kept for the name before the path) */
+    const char *lib_cut = "";
+    if (fn_len + lib_len > room) {
+        size_t lib_room = room > fn_room + 3 ? room - fn_room - 3 : 0;
+        if (lib_len > lib_room) {
+            lib_cut = "...";
+            lib += lib_len - lib_room;
+            lib_len = lib_room;
+        }
+        fn_len = room > lib_len + 3 ? room - lib_len - 3 : 0;
+    }
+    snprintf(buf, len, "%.*s in %s%s at %#llx: %s; bytes: %s", (int)fn_len, fn, lib_cut, lib,
              (unsigned long long)at, reason, used ? hex : "(none)");
 }

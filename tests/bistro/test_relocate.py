@@ -69,6 +69,21 @@ def analyze(hexcode: str, jump_size: int = 5, symbol_size: int | None = None,
     return out, ffi.string(out.reason).decode()
 
 
+@pytest.mark.parametrize("library", [b"libcuda.so.1", b"/" + b"deep/" * 60 + b"libcuda.so.1"])
+def test_a_refusal_keeps_the_bytes_whatever_the_library_path(library: bytes) -> None:
+    """The refusal names the function, its object and its first bytes in a
+    fixed buffer; a long path (site-packages, a deep build tree) is
+    shortened from its left - the object's own name and the bytes stay."""
+    code = bytes.fromhex("c3 90")  # too short for a 5-byte jump
+    out = ffi.new("memhook_bistro_analysis *")
+    assert lib.memhook_bistro_analyze(code, len(code), SRC, len(code), 5, SRC + GIB,
+                                      b"cuMemAlloc_v2", library, out) == 0
+    reason = ffi.string(out.reason).decode()
+    assert not out.patchable
+    assert reason.startswith("cuMemAlloc_v2 in "), reason
+    assert "libcuda.so.1 at " in reason and reason.endswith("bytes: c3 90"), reason
+
+
 # ---------------------------------------------------------------- RIP-relative
 
 @pytest.mark.parametrize("prefix,suffix,mnemonic", [
