@@ -15,11 +15,13 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import memhook
 from memhook._binding.core import ffi, lib
+from memhook._queries import query as _query
 from memhook.cache import process_cache
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "WINDOW",
     "WINDOW_SIZE",
     "clean_events",
+    "forget_taught_types",
+    "normaliser_calls",
     "record",
     "run_sim_script",
 ]
@@ -105,6 +109,36 @@ def clean_events() -> Iterator[None]:
                 sub.close()
         memhook.flush()
         process_cache().remove(WINDOW, WINDOW_SIZE)
+
+
+@pytest.fixture
+def normaliser_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The objects Python's normaliser was asked about (C calls it for what
+    it does not read itself)."""
+    calls: list[Any] = []
+    real = _query.byte_range
+
+    def counting(obj: Any, size: Any = 1) -> tuple[int, int]:
+        calls.append(obj)
+        return real(obj, size)
+
+    monkeypatch.setattr(_query, "byte_range", counting)
+    return calls
+
+
+@pytest.fixture
+def forget_taught_types() -> Iterator[None]:
+    """C forgets the types a test taught it: each test makes new ones, and
+    the table of learned types is bounded for the whole process."""
+    kinds, declined, refused = set(_query._kinds), set(_query._declined), set(_query._refused)
+    misread = set(_query._misread)
+    yield
+    for cls in set(_query._kinds) - kinds:
+        del _query._kinds[cls]
+    for cls in set(_query._declined) - declined:
+        del _query._declined[cls]
+    _query._refused.intersection_update(refused)
+    _query._misread.intersection_update(misread)
 
 
 DRIVER_CALLS = """\

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hooks_api_testing import ALLOC, FREE, WINDOW, clean_events, record  # noqa: F401
+from hooks_api_testing import (ALLOC, FREE, WINDOW, clean_events,  # noqa: F401
+                               forget_taught_types, normaliser_calls, record)
 from memhook_testing import hooks_installed_module  # noqa: F401
 
 import memhook
@@ -35,7 +36,7 @@ from memhook._queries import query as _query
 from memhook._queries.inputs import byte_range
 from memhook.cache import process_cache
 
-pytestmark = pytest.mark.usefixtures("hooks_installed_module", "clean_events")
+pytestmark = pytest.mark.usefixtures("hooks_installed_module", "clean_events", "forget_taught_types")
 
 M = MemoryType
 A = WINDOW + 0x4000_0000
@@ -114,40 +115,11 @@ def _cupy_module() -> types.ModuleType:
     return cupy
 
 
-@pytest.fixture(autouse=True)
-def forget_taught_types() -> Iterator[None]:
-    """C forgets the types a test taught it: each test makes new ones, and
-    the table of learned types is bounded for the whole process."""
-    kinds, declined, refused = set(_query._kinds), set(_query._declined), set(_query._refused)
-    yield
-    for cls in set(_query._kinds) - kinds:
-        del _query._kinds[cls]
-    for cls in set(_query._declined) - declined:
-        del _query._declined[cls]
-    _query._refused.intersection_update(refused)
-    _query._misread.clear()  # (only types these tests made are ever in it)
-
-
 @pytest.fixture
 def cupy(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = _cupy_module()
     monkeypatch.setitem(sys.modules, "cupy", module)
     return module
-
-
-@pytest.fixture
-def normaliser_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The objects Python's normaliser was asked about (C calls it for what
-    it does not read itself)."""
-    calls: list[Any] = []
-    real = _query.byte_range
-
-    def counting(obj: Any, size: Any = 1) -> tuple[int, int]:
-        calls.append(obj)
-        return real(obj, size)
-
-    monkeypatch.setattr(_query, "byte_range", counting)
-    return calls
 
 
 @pytest.fixture

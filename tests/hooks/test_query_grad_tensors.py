@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hooks_api_testing import clean_events  # noqa: F401
+from hooks_api_testing import clean_events, normaliser_calls  # noqa: F401
 from memhook_testing import hooks_installed_module  # noqa: F401
 
 import memhook
@@ -58,20 +58,6 @@ def learned_afresh() -> Iterator[None]:
     forget()
     yield
     forget()
-
-
-@pytest.fixture
-def normaliser_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The objects Python's normaliser was asked about."""
-    calls: list[Any] = []
-    real = _query.byte_range
-
-    def counting(obj: Any, size: Any = 1) -> tuple[int, int]:
-        calls.append(obj)
-        return real(obj, size)
-
-    monkeypatch.setattr(_query, "byte_range", counting)
-    return calls
 
 
 def _protocols_extent(t: Any) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hooks_api_testing import WINDOW, clean_events  # noqa: F401
+from hooks_api_testing import WINDOW, clean_events, normaliser_calls  # noqa: F401
 from memhook_testing import hooks_installed  # noqa: F401
 
 import memhook
@@ -38,21 +38,6 @@ class _DLDeviceType(enum.IntEnum):
 
     kDLCPU = 1
     kDLCUDA = 2
-
-
-@pytest.fixture
-def normaliser_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """The objects Python's normaliser was asked about (C calls it for what
-    it does not read itself)."""
-    calls: list[Any] = []
-    real = _query.byte_range
-
-    def counting(obj: Any, size: Any = 1) -> tuple[int, int]:
-        calls.append(obj)
-        return real(obj, size)
-
-    monkeypatch.setattr(_query, "byte_range", counting)
-    yield calls
 
 
 @pytest.fixture

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from hooks_api_testing import forget_taught_types  # noqa: F401
 from memhook_testing import hooks_installed_module  # noqa: F401
 
 import memhook
 from memhook import MemoryType
 from memhook._queries import query as _query
 
-pytestmark = pytest.mark.usefixtures("hooks_installed_module")
+pytestmark = pytest.mark.usefixtures("hooks_installed_module", "forget_taught_types")
 
 _HOST = np.zeros(4096, dtype=np.uint8)
 _ADDR = int(_HOST.ctypes.data)
@@ -117,27 +118,11 @@ MAKERS: dict[str, Callable[[_Interrupt], Any]] = {
     "interface": _cai, "index": _index, "int": _handle, "dlpack": _dlpack, "cupy": _cupy}
 
 
-@pytest.fixture(autouse=True)
-def forget_taught_types() -> Iterator[None]:
-    """C forgets the types a test taught it (each test makes new ones)."""
-    kinds, declined, refused = set(_query._kinds), set(_query._declined), set(_query._refused)
-    cupy = sys.modules.get("cupy")
-    yield
-    for cls in set(_query._kinds) - kinds:
-        del _query._kinds[cls]
-    for cls in set(_query._declined) - declined:
-        del _query._declined[cls]
-    _query._refused.intersection_update(refused)
-    if cupy is None:
-        sys.modules.pop("cupy", None)
-    else:
-        sys.modules["cupy"] = cupy
-
-
 @pytest.mark.parametrize("query", ["memory_type", "lookup"])
 @pytest.mark.parametrize("form", sorted(MAKERS))
-def test_a_keyboard_interrupt_while_c_reads_an_object_reaches_the_caller(form: str,
-                                                                           query: str) -> None:
+def test_a_keyboard_interrupt_while_c_reads_an_object_reaches_the_caller(
+        form: str, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # (put back after)
     stop = _Interrupt()
     obj = MAKERS[form](stop)
     ask = getattr(memhook, query)
